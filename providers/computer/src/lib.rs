@@ -1,0 +1,18 @@
+//! The boundary between agentd and a computer it operates.
+//!
+//! This crate owns what every provider shares and nothing more: the [`Action`] vocabulary (the JSON form of
+//! the product contract §4), key-name parsing to X keysyms ([`keys`]), the raw [`Frame`] a provider captures,
+//! the [`ComputerProvider`] trait with its typed [`ProviderError`], and a [`conformance`] kit every provider
+//! runs in its tests. Providers know nothing of queues, models or storage; the agent loop knows providers only
+//! through this crate.
+
+pub mod action;
+pub mod conformance;
+pub mod frame;
+pub mod keys;
+pub mod provider;
+
+pub use action::{Action, ActionError, MouseButton, Point, Size};
+pub use frame::Frame;
+pub use keys::{Key, KeyError};
+pub use provider::{ActionReport, ComputerProvider, ProviderError};

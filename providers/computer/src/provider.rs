@@ -1,0 +1,96 @@
+//! The `ComputerProvider` trait: what the agent loop asks of a computer, and how a computer says no.
+
+use async_trait::async_trait;
+use thiserror::Error;
+
+use crate::action::{Action, Point, Size};
+use crate::frame::Frame;
+
+/// What a performed action reports back beyond success.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActionReport {
+    /// A note for the model (e.g. "pointer at 10,20"); empty when there is nothing to say.
+    pub message: Option<String>,
+    /// The pointer position, for `cursor_position`.
+    pub cursor: Option<Point>,
+}
+
+/// Why a provider could not do what it was asked. The loop decides by kind, never by message:
+/// [`ProviderError::is_tool_error`] errors go back to the model and the task goes on;
+/// [`ProviderError::Unavailable`] ends the attempt in a way the daemon may retry; [`ProviderError::Failed`]
+/// ends it for good.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProviderError {
+    /// The provider cannot perform this kind of action at all.
+    #[error("{action} is not supported by the {provider} provider: {reason}")]
+    Unsupported { provider: &'static str, action: &'static str, reason: String },
+    /// The action's arguments are not acceptable (off-screen coordinates, unknown key, …).
+    #[error("{0}")]
+    InvalidAction(String),
+    /// The computer cannot be reached right now (connection refused or dropped, display gone).
+    #[error("computer unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else that went wrong on the provider's side.
+    #[error("computer failed: {0}")]
+    Failed(String),
+}
+
+impl ProviderError {
+    /// Whether the model should be told and the task go on.
+    pub fn is_tool_error(&self) -> bool {
+        matches!(self, Self::Unsupported { .. } | Self::InvalidAction(_))
+    }
+
+    /// Whether a later attempt (a reconnect, another worker) may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// A computer agentd can see and operate: the mock desktop, the local X display, a VNC server.
+///
+/// Contract, checked by [`crate::conformance`]:
+/// - `screenshot` returns a frame of exactly `screen_size`;
+/// - `perform` receives input actions and `wait`/`cursor_position`; `screenshot` and `zoom` are built by the
+///   loop from `screenshot` and never reach `perform`;
+/// - an action the provider cannot do, or whose arguments are bad, is an `Unsupported`/`InvalidAction` error,
+///   never a panic and never a dead connection; providers check coordinates and keys themselves too;
+/// - every method may be called from several tasks at once.
+#[async_trait]
+pub trait ComputerProvider: Send + Sync {
+    /// The provider's kind as written in a task file (`mock`, `local`, `vnc`).
+    fn kind(&self) -> &'static str;
+
+    /// The screen size in pixels; every coordinate of every action is in this space.
+    async fn screen_size(&self) -> Result<Size, ProviderError>;
+
+    /// A capture of the whole screen.
+    async fn screenshot(&self) -> Result<Frame, ProviderError>;
+
+    /// Performs one action. The caller has validated it against `screen_size`.
+    async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError>;
+
+    /// Whether the computer is reachable and usable now.
+    async fn health(&self) -> Result<(), ProviderError> {
+        self.screen_size().await.map(drop)
+    }
+
+    /// The provider's own record of its state for the task result (`computer_state`); `None` for real desktops.
+    async fn state(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// Performs `wait` the way every provider without a clock of its own does: by sleeping.
+pub async fn sleep_for(action: &Action) -> Option<ActionReport> {
+    if let Action::Wait { duration_ms } = action {
+        tokio::time::sleep(std::time::Duration::from_millis(*duration_ms)).await;
+        return Some(ActionReport::default());
+    }
+    None
+}
+
+/// The check every provider makes before acting: coordinates on the screen and keys known.
+pub fn check_action(action: &Action, screen: Size) -> Result<(), ProviderError> {
+    action.validate(screen).map_err(|e| ProviderError::InvalidAction(e.to_string()))
+}

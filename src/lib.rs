@@ -1,0 +1,1 @@
+//! agentd: a daemon that lets a vision model operate a computer.
