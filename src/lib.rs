@@ -1,1 +1,11 @@
 //! agentd: a daemon that lets a vision model operate a computer.
+//!
+//! Data flows one way: task file → agent loop ⇄ (model, computer) → artifacts + events → task record.
+//! See ARCHITECTURE.md for the code map.
+
+pub mod agent;
+pub mod artifacts;
+pub mod model;
+pub mod record;
+pub mod task;
+pub mod tools;

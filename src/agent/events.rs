@@ -1,0 +1,175 @@
+//! Task events (§8): the ordered stream a task emits while it runs, and the sink that numbers them.
+//!
+//! Every event is `{seq, task_id, ts, type, …}`; `seq` is per task, strictly increasing, and continues
+//! across attempts (a resumed task starts its sink after the last stored seq). The sink never blocks: it
+//! hands events to an unbounded channel whose reader (a progress printer, the daemon's event store) runs
+//! beside the loop.
+
+use std::sync::{Arc, Mutex};
+
+use agentd_computer::Action;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use tokio::sync::mpsc;
+
+use crate::model::Usage;
+use crate::record::{Outcome, TaskState};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub task_id: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub ts: OffsetDateTime,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeltaKind {
+    Text,
+    Thinking,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    TaskQueued {},
+    TaskStarted {
+        attempt: u32,
+        worker: String,
+    },
+    StepStarted {
+        step: u32,
+    },
+    ModelDelta {
+        step: u32,
+        kind: DeltaKind,
+        text: String,
+    },
+    ActionStarted {
+        step: u32,
+        index: u32,
+        action: Action,
+    },
+    ActionFinished {
+        step: u32,
+        index: u32,
+        ok: bool,
+        message: String,
+        duration_ms: u64,
+    },
+    ScreenshotSaved {
+        step: u32,
+        key: String,
+        url: String,
+        width: u32,
+        height: u32,
+        bytes: u64,
+    },
+    StepFinished {
+        step: u32,
+        duration_ms: u64,
+        usage: Usage,
+    },
+    WaitingForHuman {
+        reason: String,
+    },
+    TaskFinished {
+        state: TaskState,
+        outcome: Outcome,
+        usage: Usage,
+    },
+}
+
+impl EventKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::TaskQueued {} => "task_queued",
+            Self::TaskStarted { .. } => "task_started",
+            Self::StepStarted { .. } => "step_started",
+            Self::ModelDelta { .. } => "model_delta",
+            Self::ActionStarted { .. } => "action_started",
+            Self::ActionFinished { .. } => "action_finished",
+            Self::ScreenshotSaved { .. } => "screenshot_saved",
+            Self::StepFinished { .. } => "step_finished",
+            Self::WaitingForHuman { .. } => "waiting_for_human",
+            Self::TaskFinished { .. } => "task_finished",
+        }
+    }
+}
+
+/// Numbers, timestamps and forwards a task's events. Cheap to clone; safe to use from several tasks.
+#[derive(Clone)]
+pub struct EventSink {
+    task_id: Arc<str>,
+    /// The next seq and the channel, under one lock so events enter the channel in seq order.
+    inner: Arc<Mutex<(u64, Option<mpsc::UnboundedSender<Event>>)>>,
+}
+
+impl EventSink {
+    /// A sink whose first event gets `next_seq`, and the receiving end.
+    pub fn channel(task_id: &str, next_seq: u64) -> (Self, mpsc::UnboundedReceiver<Event>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Self {
+                task_id: task_id.into(),
+                inner: Arc::new(Mutex::new((next_seq, Some(tx)))),
+            },
+            rx,
+        )
+    }
+
+    /// A sink that numbers events and drops them (for embedding without observers).
+    pub fn discard(task_id: &str) -> Self {
+        Self {
+            task_id: task_id.into(),
+            inner: Arc::new(Mutex::new((1, None))),
+        }
+    }
+
+    pub fn emit(&self, kind: EventKind) {
+        let mut guard = match self.inner.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let seq = guard.0;
+        guard.0 += 1;
+        if let Some(tx) = &guard.1 {
+            let event = Event {
+                seq,
+                task_id: self.task_id.to_string(),
+                ts: OffsetDateTime::now_utc(),
+                kind,
+            };
+            // A closed receiver means nobody listens any more; the task goes on regardless.
+            let _ = tx.send(event);
+        }
+    }
+
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_numbered_in_order_and_serialize_with_type() {
+        let (sink, mut rx) = EventSink::channel("t1", 7);
+        sink.emit(EventKind::StepStarted { step: 0 });
+        sink.emit(EventKind::WaitingForHuman { reason: "x".into() });
+        let a = rx.try_recv().unwrap();
+        let b = rx.try_recv().unwrap();
+        assert_eq!((a.seq, b.seq), (7, 8));
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!(json["type"], "step_started");
+        assert_eq!(json["task_id"], "t1");
+        assert_eq!(json["step"], 0);
+        let back: Event = serde_json::from_value(json).unwrap();
+        assert_eq!(back, a);
+    }
+}

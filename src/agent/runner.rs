@@ -1,0 +1,762 @@
+//! The agent loop: screenshot → model → actions → record, until `task_completion` or a limit.
+//!
+//! One step: capture the screen, prepare it (scale for the model, encode) on the blocking pool, hand the
+//! artifact to the uploader (never waiting for it), call the model, journal the step, run its calls in order
+//! (stopping at the first failure), journal the results, emit `step_finished`. Limits (steps, time, cost) and
+//! cancellation are checked before every model call and every action; an action, once started, always
+//! finishes. A graceful shutdown stops the loop at the next step boundary and hands the task back.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentd_computer::{Action, ComputerProvider, Frame, Point, ProviderError, Size};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use super::context::ContextPolicy;
+use super::coords::{CoordinateMap, fit_within};
+use super::events::{DeltaKind, EventKind, EventSink};
+use super::image::{self, Prepared};
+use super::journal::{Journal, JournalError};
+use crate::artifacts::{Uploader, artifact_key};
+use crate::model::{
+    CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult,
+    Usage,
+};
+use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepRecord};
+use crate::task::ResolvedTask;
+use crate::tools::{self, Effect};
+
+/// Everything one attempt of a task needs.
+pub struct LoopInput {
+    pub task_id: String,
+    pub attempt: u32,
+    pub task: ResolvedTask,
+    pub computer: Arc<dyn ComputerProvider>,
+    pub model: Arc<dyn Model>,
+    pub uploader: Uploader,
+    pub journal: Arc<dyn Journal>,
+    pub events: EventSink,
+    /// The user cancelled the task: stop before the next model call or action, outcome `cancelled`.
+    pub cancel: CancellationToken,
+    /// The daemon is shutting down: stop at the next step boundary and hand the task back.
+    pub shutdown: CancellationToken,
+    /// Steps an earlier attempt recorded; the loop continues after them and never replays their actions.
+    pub resume: Vec<StepRecord>,
+    /// Time the task already ran in earlier attempts (counts against `timeout_secs`).
+    pub elapsed_before: Duration,
+    /// Drop old screenshots in chunks of this many (see [`ContextPolicy`]).
+    pub context_chunk: u32,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoopEnd {
+    /// The task is over.
+    Finished(Outcome),
+    /// The daemon is shutting down; the task goes back to the queue with its steps.
+    Interrupted,
+    /// The journal refused a write: another worker owns the task now. Nothing more may be done.
+    LeaseLost(String),
+    /// A failure a later attempt may not hit (the computer or model was unreachable).
+    Retryable(Outcome),
+}
+
+#[derive(Debug)]
+pub struct LoopOutput {
+    pub end: LoopEnd,
+    /// Every step, including the resumed ones.
+    pub steps: Vec<StepRecord>,
+    pub usage: Usage,
+    pub final_screenshot: Option<ScreenshotRef>,
+    pub computer_state: Option<serde_json::Value>,
+}
+
+/// Text the model sees when a task continues after its worker died mid-step.
+pub const RESUME_NOTE: &str = "Note: this task was interrupted and has been resumed. The last actions you asked \
+for may or may not have happened; look at the current screenshot before you continue.";
+
+/// What the model is told when it replied without calling any tool.
+pub const NO_TOOL_NOTE: &str = "You did not call a tool. Use the computer tool to act, or call task_completion \
+when the task is done or cannot be done.";
+
+struct Loop {
+    input: LoopInput,
+    screen: Size,
+    coords: CoordinateMap,
+    image_size: Size,
+    deadline: Instant,
+    steps: Vec<StepRecord>,
+    history: Vec<Exchange>,
+    usage: Usage,
+    notes: Vec<String>,
+    previous_digest: Option<u64>,
+    policy: ContextPolicy,
+}
+
+/// Why the loop stopped early inside a step.
+enum Stop {
+    End(LoopEnd),
+}
+
+/// Runs one attempt of a task to its end.
+pub async fn run(input: LoopInput) -> LoopOutput {
+    let started = Instant::now();
+    let remaining =
+        Duration::from_secs(input.task.limits.timeout_secs).saturating_sub(input.elapsed_before);
+    let deadline = started + remaining;
+    let policy = ContextPolicy::new(input.task.keep_screenshots, input.context_chunk);
+    let mut input = input;
+    let resume = std::mem::take(&mut input.resume);
+    let mut state = Loop {
+        screen: Size::new(0, 0),
+        coords: CoordinateMap::identity(Size::new(1, 1)),
+        image_size: Size::new(1, 1),
+        deadline,
+        steps: Vec::new(),
+        history: Vec::new(),
+        usage: Usage::default(),
+        notes: Vec::new(),
+        previous_digest: None,
+        policy,
+        input,
+    };
+    state.restore(resume);
+    let end = match state.prepare_screen().await {
+        Ok(()) => state.steps_until_end().await,
+        Err(end) => end,
+    };
+    state.finish(end).await
+}
+
+impl Loop {
+    /// Rebuilds the model's history from the steps an earlier attempt recorded.
+    fn restore(&mut self, resume: Vec<StepRecord>) {
+        if resume.is_empty() {
+            return;
+        }
+        for step in &resume {
+            self.usage.add(&step.usage);
+            let turn = ModelTurn {
+                text: step.model_text.clone(),
+                thinking: step.thinking.clone(),
+                calls: step.calls.clone(),
+                usage: step.usage,
+                raw: step.raw.clone(),
+            };
+            // A step journaled before its actions ran has no results: the actions may or may not have
+            // happened, and they are not run again.
+            let results = step
+                .calls
+                .iter()
+                .map(
+                    |call| match step.call_results.iter().find(|r| r.call_id == call.id) {
+                        Some(r) => ToolResult {
+                            call_id: r.call_id.clone(),
+                            ok: r.ok,
+                            message: r.message.clone(),
+                            image: None,
+                        },
+                        None => ToolResult {
+                            call_id: call.id.clone(),
+                            ok: false,
+                            message: "interrupted: this call may or may not have been carried out"
+                                .into(),
+                            image: None,
+                        },
+                    },
+                )
+                .collect();
+            self.history.push(Exchange {
+                step: step.index,
+                screenshot: None,
+                notes: Vec::new(),
+                turn,
+                results,
+            });
+        }
+        // Unfinished steps are kept in the record as they were journaled, marked finished with what is known.
+        self.steps = resume
+            .into_iter()
+            .map(|mut step| {
+                if !step.finished {
+                    step.finished = true;
+                    step.results.resize(
+                        step.actions.len(),
+                        ActionResult {
+                            ok: false,
+                            message: "interrupted: outcome unknown".into(),
+                        },
+                    );
+                }
+                step
+            })
+            .collect();
+        self.notes.push(RESUME_NOTE.to_string());
+    }
+
+    async fn prepare_screen(&mut self) -> Result<(), LoopEnd> {
+        let screen = self
+            .input
+            .computer
+            .screen_size()
+            .await
+            .map_err(|e| provider_end(&e))?;
+        self.screen = screen;
+        self.coords = self.input.model.coordinates(screen);
+        // Grid models (0–999) are shown the screen scaled to the model's preferred image size; image-space
+        // models see exactly their coordinate space.
+        self.image_size = self.input.model.image_size(screen);
+        Ok(())
+    }
+
+    fn check_limits(&self, before_model_call: bool) -> Result<(), LoopEnd> {
+        if self.input.cancel.is_cancelled() {
+            return Err(finished(false, "cancelled", EndReason::Cancelled));
+        }
+        if Instant::now() >= self.deadline {
+            return Err(finished(
+                false,
+                &format!(
+                    "time limit of {} s reached",
+                    self.input.task.limits.timeout_secs
+                ),
+                EndReason::Timeout,
+            ));
+        }
+        // Spending nothing never trips the budget, so free models run under a zero budget.
+        let spent = self.usage.cost_usd;
+        if spent > 0.0 && spent >= self.input.task.limits.max_cost_usd {
+            return Err(finished(
+                false,
+                &format!(
+                    "cost limit of ${:.4} reached (spent ${spent:.4})",
+                    self.input.task.limits.max_cost_usd
+                ),
+                EndReason::Budget,
+            ));
+        }
+        if before_model_call && self.steps.len() as u32 >= self.input.task.limits.max_steps {
+            return Err(finished(
+                false,
+                &format!("step limit of {} reached", self.input.task.limits.max_steps),
+                EndReason::MaxSteps,
+            ));
+        }
+        Ok(())
+    }
+
+    async fn steps_until_end(&mut self) -> LoopEnd {
+        loop {
+            if self.input.shutdown.is_cancelled() {
+                return LoopEnd::Interrupted;
+            }
+            if let Err(end) = self.check_limits(true) {
+                return end;
+            }
+            let span = tracing::debug_span!("step", task_id = %self.input.task_id, step = self.steps.len());
+            match tracing::Instrument::instrument(self.step(), span).await {
+                Ok(Some(outcome)) => return LoopEnd::Finished(outcome),
+                Ok(None) => {}
+                Err(Stop::End(end)) => return end,
+            }
+        }
+    }
+
+    /// Captures and prepares the screen, and hands the artifact to the uploader under `step`'s key.
+    async fn capture(&mut self, step: u32) -> Result<(Frame, Prepared, ScreenshotRef), Stop> {
+        let frame = self
+            .input
+            .computer
+            .screenshot()
+            .await
+            .map_err(|e| Stop::End(provider_end(&e)))?;
+        let image_size = self.image_size;
+        let for_encode = frame.clone();
+        let prepared = tokio::task::spawn_blocking(move || image::prepare(&for_encode, image_size))
+            .await
+            .map_err(|e| Stop::End(error_end(&format!("screenshot processing panicked: {e}"))))?
+            .map_err(|e| Stop::End(error_end(&e.to_string())))?;
+        let key = artifact_key(
+            &self.input.task_id,
+            self.input.attempt,
+            step,
+            prepared.artifact.extension,
+        );
+        let reference = ScreenshotRef {
+            url: self.input.uploader.store().url(&key),
+            width: prepared.artifact.size.width,
+            height: prepared.artifact.size.height,
+            key: key.clone(),
+        };
+        let events = self.input.events.clone();
+        let (width, height, bytes) = (
+            prepared.artifact.size.width,
+            prepared.artifact.size.height,
+            prepared.artifact.bytes.len() as u64,
+        );
+        let saved_key = key.clone();
+        self.input.uploader.submit(
+            key,
+            prepared.artifact.bytes.clone(),
+            Some(Box::new(move |url: &str| {
+                events.emit(EventKind::ScreenshotSaved {
+                    step,
+                    key: saved_key,
+                    url: url.to_string(),
+                    width,
+                    height,
+                    bytes,
+                })
+            })),
+        );
+        Ok((frame, prepared, reference))
+    }
+
+    /// One step. `Ok(Some(outcome))` when the model completed the task.
+    async fn step(&mut self) -> Result<Option<Outcome>, Stop> {
+        let index = self.steps.len() as u32;
+        let started_at = OffsetDateTime::now_utc();
+        let started = Instant::now();
+        self.input
+            .events
+            .emit(EventKind::StepStarted { step: index });
+
+        let (frame, prepared, screenshot) = self.capture(index).await?;
+        let digest = frame.digest();
+        let screen_changed = self.previous_digest.map(|previous| previous != digest);
+        self.previous_digest = Some(digest);
+
+        self.policy.apply(&mut self.history);
+        let turn = self.call_model(index, &prepared.model).await?;
+        self.usage.add(&turn.usage);
+        let notes = std::mem::take(&mut self.notes);
+
+        let mut record = StepRecord {
+            index,
+            started_at,
+            duration_ms: 0,
+            screenshot,
+            model_text: turn.text.clone(),
+            thinking: turn.thinking.clone(),
+            actions: Vec::new(),
+            results: Vec::new(),
+            usage: turn.usage,
+            screen_changed,
+            calls: turn.calls.clone(),
+            call_results: Vec::new(),
+            raw: turn.raw.clone(),
+            finished: false,
+        };
+        // Screen-space actions are known before anything runs, so the journal shows what was about to happen.
+        record.actions = turn
+            .calls
+            .iter()
+            .flat_map(|call| match &call.kind {
+                CallKind::Computer { actions } => actions
+                    .iter()
+                    .map(|a| self.coords.action_to_screen(a))
+                    .collect(),
+                CallKind::Function { .. } => Vec::new(),
+            })
+            .collect();
+        self.journal(&record).await?;
+
+        let executed = self.run_calls(index, &turn).await;
+        record.actions = executed.actions;
+        record.results = executed.action_results;
+        record.call_results = executed
+            .tool_results
+            .iter()
+            .map(|r| CallResult {
+                call_id: r.call_id.clone(),
+                ok: r.ok,
+                message: r.message.clone(),
+            })
+            .collect();
+        record.duration_ms = started.elapsed().as_millis() as u64;
+        record.finished = true;
+        self.journal(&record).await?;
+        self.input.events.emit(EventKind::StepFinished {
+            step: index,
+            duration_ms: record.duration_ms,
+            usage: turn.usage,
+        });
+
+        let no_calls = turn.calls.is_empty();
+        self.history.push(Exchange {
+            step: index,
+            screenshot: Some(prepared.model),
+            notes,
+            turn,
+            results: executed.tool_results,
+        });
+        self.steps.push(record);
+        if no_calls {
+            self.notes.push(NO_TOOL_NOTE.to_string());
+        }
+        if let Some(end) = executed.stop {
+            return Err(Stop::End(end));
+        }
+        Ok(executed.completion)
+    }
+
+    async fn call_model(&mut self, step: u32, screenshot: &ModelImage) -> Result<ModelTurn, Stop> {
+        let tools = tools::declared_tools();
+        let request = ModelRequest {
+            instructions: &self.input.task.instructions,
+            history: &self.history,
+            screenshot,
+            notes: &self.notes,
+            tools: &tools,
+            screen: self.screen,
+            step,
+        };
+        let events = self.input.events.clone();
+        let deltas = move |delta: Delta<'_>| {
+            let (kind, text) = match delta {
+                Delta::Text(t) => (DeltaKind::Text, t),
+                Delta::Thinking(t) => (DeltaKind::Thinking, t),
+            };
+            events.emit(EventKind::ModelDelta {
+                step,
+                kind,
+                text: text.to_string(),
+            });
+        };
+        let model = self.input.model.clone();
+        let call = model.next_turn(request, &deltas);
+        let timeout_secs = self.input.task.limits.timeout_secs;
+        tokio::select! {
+            result = call => result.map_err(|e| Stop::End(model_end(&e))),
+            () = self.input.cancel.cancelled() => Err(Stop::End(finished(false, "cancelled", EndReason::Cancelled))),
+            () = tokio::time::sleep_until(self.deadline.into()) => Err(Stop::End(finished(
+                false,
+                &format!("time limit of {timeout_secs} s reached while waiting for the model"),
+                EndReason::Timeout,
+            ))),
+        }
+    }
+
+    async fn journal(&self, record: &StepRecord) -> Result<(), Stop> {
+        match self.input.journal.record_step(record).await {
+            Ok(()) => Ok(()),
+            Err(JournalError::LeaseLost(why)) => Err(Stop::End(LoopEnd::LeaseLost(why))),
+            Err(e @ JournalError::Unavailable(_)) => Err(Stop::End(LoopEnd::Retryable(
+                error_outcome(&format!("cannot record step: {e}")),
+            ))),
+        }
+    }
+
+    async fn run_calls(&mut self, step: u32, turn: &ModelTurn) -> Executed {
+        let mut out = Executed::default();
+        let mut action_index = 0u32;
+        let mut failed = false;
+        for call in &turn.calls {
+            if failed || out.stop.is_some() {
+                out.tool_results.push(ToolResult {
+                    call_id: call.id.clone(),
+                    ok: false,
+                    message: "not run: an earlier call in this turn failed or the task stopped"
+                        .into(),
+                    image: None,
+                });
+                continue;
+            }
+            match &call.kind {
+                CallKind::Computer { actions } => {
+                    let result = self
+                        .run_actions(step, &call.id, actions, &mut action_index, &mut out)
+                        .await;
+                    failed = !result.ok;
+                    out.tool_results.push(result);
+                }
+                CallKind::Function { name, arguments } => {
+                    let (outcome, effect) = tools::handle_function(name, arguments);
+                    failed = !outcome.ok;
+                    if let Some(Effect::Complete { success, summary }) = effect {
+                        out.completion = Some(Outcome {
+                            success,
+                            summary,
+                            reason: EndReason::Completed,
+                        });
+                    }
+                    out.tool_results.push(ToolResult {
+                        call_id: call.id.clone(),
+                        ok: outcome.ok,
+                        message: outcome.message,
+                        image: None,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs one computer call's actions in order; the first failure stops the rest.
+    async fn run_actions(
+        &mut self,
+        step: u32,
+        call_id: &str,
+        actions: &[Action],
+        action_index: &mut u32,
+        out: &mut Executed,
+    ) -> ToolResult {
+        let mut messages = Vec::new();
+        let mut image = None;
+        for (position, model_action) in actions.iter().enumerate() {
+            if let Err(end) = self.check_limits(false) {
+                out.stop = Some(end);
+                let skipped = actions.len() - position;
+                return ToolResult {
+                    call_id: call_id.to_string(),
+                    ok: false,
+                    message: format!(
+                        "stopped before {skipped} action(s): the task reached a limit or was cancelled"
+                    ),
+                    image: None,
+                };
+            }
+            let index = *action_index;
+            *action_index += 1;
+            let screen_action = self.coords.action_to_screen(model_action);
+            self.input.events.emit(EventKind::ActionStarted {
+                step,
+                index,
+                action: screen_action.clone(),
+            });
+            let started = Instant::now();
+            let result = self.perform(model_action, &screen_action).await;
+            let duration_ms = started.elapsed().as_millis() as u64;
+            let (ok, message) = match &result {
+                Ok(done) => (true, done.message.clone()),
+                Err(ActionFailure::Tool(message)) => (false, message.clone()),
+                Err(ActionFailure::Fatal(end)) => {
+                    out.stop = Some(end.clone());
+                    (false, "the computer failed".to_string())
+                }
+            };
+            self.input.events.emit(EventKind::ActionFinished {
+                step,
+                index,
+                ok,
+                message: message.clone(),
+                duration_ms,
+            });
+            out.actions.push(screen_action);
+            out.action_results.push(ActionResult {
+                ok,
+                message: message.clone(),
+            });
+            match result {
+                Ok(done) => {
+                    if !done.message.is_empty() {
+                        messages.push(done.message);
+                    }
+                    if done.image.is_some() {
+                        image = done.image;
+                    }
+                }
+                Err(_) => {
+                    let rest = actions.len() - position - 1;
+                    let mut text = format!(
+                        "action {} ({}) failed: {message}",
+                        position + 1,
+                        model_action.summary()
+                    );
+                    if rest > 0 {
+                        text.push_str(&format!("; the {rest} action(s) after it were not run"));
+                    }
+                    return ToolResult {
+                        call_id: call_id.to_string(),
+                        ok: false,
+                        message: text,
+                        image: None,
+                    };
+                }
+            }
+        }
+        let message = if messages.is_empty() {
+            "ok".to_string()
+        } else {
+            messages.join("\n")
+        };
+        ToolResult {
+            call_id: call_id.to_string(),
+            ok: true,
+            message,
+            image,
+        }
+    }
+
+    /// Performs one action: validation in the model's space (so errors speak its coordinates), then in
+    /// screen space, then the provider (or the loop itself for observations).
+    async fn perform(
+        &self,
+        model_action: &Action,
+        screen_action: &Action,
+    ) -> Result<Done, ActionFailure> {
+        model_action
+            .validate(self.coords.model())
+            .map_err(|e| ActionFailure::Tool(e.to_string()))?;
+        screen_action
+            .validate(self.screen)
+            .map_err(|e| ActionFailure::Tool(e.to_string()))?;
+        match screen_action {
+            Action::Screenshot {} => Ok(Done::text(
+                "screenshot taken; it is attached to this result",
+            )),
+            Action::Zoom { x1, y1, x2, y2 } => {
+                let current = match self.input.computer.screenshot().await {
+                    Ok(current) => current,
+                    Err(e) if e.is_tool_error() => return Err(ActionFailure::Tool(e.to_string())),
+                    Err(e) => return Err(ActionFailure::Fatal(provider_end(&e))),
+                };
+                let region = Size::new((x2 - x1 + 1) as u32, (y2 - y1 + 1) as u32);
+                let crop = current.crop(Point::new(*x1, *y1), region);
+                let target = zoom_size(crop.size(), self.image_size);
+                let zoomed = tokio::task::spawn_blocking(move || {
+                    image::scale(&crop, target).and_then(|scaled| image::encode_png(&scaled))
+                })
+                .await
+                .map_err(|e| ActionFailure::Tool(format!("zoom failed: {e}")))?
+                .map_err(|e| ActionFailure::Tool(format!("zoom failed: {e}")))?;
+                Ok(Done {
+                    message: format!("zoomed image of region ({x1},{y1})-({x2},{y2}) attached"),
+                    image: Some(ModelImage::new(target, image::PNG, zoomed.into())),
+                })
+            }
+            Action::Wait { duration_ms } => {
+                // A wait never outlives the task's deadline.
+                let wait = Duration::from_millis(*duration_ms)
+                    .min(self.deadline.saturating_duration_since(Instant::now()));
+                let shortened = Action::Wait {
+                    duration_ms: wait.as_millis() as u64,
+                };
+                self.provider_perform(&shortened).await
+            }
+            _ => self.provider_perform(screen_action).await,
+        }
+    }
+
+    async fn provider_perform(&self, action: &Action) -> Result<Done, ActionFailure> {
+        match self.input.computer.perform(action).await {
+            Ok(report) => {
+                let mut message = report.message.unwrap_or_default();
+                if let Some(cursor) = report.cursor {
+                    let p = self.coords.to_model(cursor);
+                    message = format!("cursor at X={},Y={}", p.x, p.y);
+                }
+                Ok(Done {
+                    message,
+                    image: None,
+                })
+            }
+            Err(e) if e.is_tool_error() => Err(ActionFailure::Tool(e.to_string())),
+            Err(e) => Err(ActionFailure::Fatal(provider_end(&e))),
+        }
+    }
+
+    /// Ends the attempt: final screenshot, computer state, `task_finished` for finished tasks.
+    async fn finish(mut self, end: LoopEnd) -> LoopOutput {
+        let mut final_screenshot = None;
+        let acted_last = self
+            .steps
+            .last()
+            .is_some_and(|s| s.actions.iter().any(Action::is_input));
+        if matches!(end, LoopEnd::Finished(_) | LoopEnd::Interrupted)
+            && acted_last
+            && self.screen.width > 0
+        {
+            let index = self.steps.len() as u32;
+            if let Ok((_, _, reference)) = self.capture(index).await {
+                final_screenshot = Some(reference);
+            }
+        }
+        let computer_state = self.input.computer.state().await;
+        LoopOutput {
+            end,
+            steps: self.steps,
+            usage: self.usage,
+            final_screenshot,
+            computer_state,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Executed {
+    actions: Vec<Action>,
+    action_results: Vec<ActionResult>,
+    tool_results: Vec<ToolResult>,
+    completion: Option<Outcome>,
+    stop: Option<LoopEnd>,
+}
+
+struct Done {
+    message: String,
+    image: Option<ModelImage>,
+}
+
+impl Done {
+    fn text(message: &str) -> Self {
+        Self {
+            message: message.to_string(),
+            image: None,
+        }
+    }
+}
+
+enum ActionFailure {
+    /// Goes back to the model; the task goes on.
+    Tool(String),
+    /// Ends the attempt.
+    Fatal(LoopEnd),
+}
+
+/// The size a zoomed region is shown at: as large as fits the model's image size, keeping the aspect.
+fn zoom_size(region: Size, max: Size) -> Size {
+    let scale = (f64::from(max.width) / f64::from(region.width.max(1)))
+        .min(f64::from(max.height) / f64::from(region.height.max(1)));
+    let scaled = Size::new(
+        ((f64::from(region.width) * scale).round() as u32).max(1),
+        ((f64::from(region.height) * scale).round() as u32).max(1),
+    );
+    fit_within(scaled, max)
+}
+
+fn finished(success: bool, summary: &str, reason: EndReason) -> LoopEnd {
+    LoopEnd::Finished(Outcome {
+        success,
+        summary: summary.to_string(),
+        reason,
+    })
+}
+
+fn error_outcome(summary: &str) -> Outcome {
+    Outcome {
+        success: false,
+        summary: summary.to_string(),
+        reason: EndReason::Error,
+    }
+}
+
+fn error_end(summary: &str) -> LoopEnd {
+    LoopEnd::Finished(error_outcome(summary))
+}
+
+fn provider_end(e: &ProviderError) -> LoopEnd {
+    if e.is_retryable() {
+        LoopEnd::Retryable(error_outcome(&e.to_string()))
+    } else {
+        error_end(&e.to_string())
+    }
+}
+
+fn model_end(e: &ModelError) -> LoopEnd {
+    if e.is_retryable() {
+        LoopEnd::Retryable(error_outcome(&e.to_string()))
+    } else {
+        error_end(&e.to_string())
+    }
+}

@@ -1,0 +1,119 @@
+//! The filesystem artifact store: one file per key under a root directory, written atomically.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use super::{ArtifactError, ArtifactStore, check_key};
+
+pub struct FsStore {
+    root: PathBuf,
+}
+
+impl FsStore {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file a key is stored in.
+    pub fn path_of(&self, key: &str) -> Result<PathBuf, ArtifactError> {
+        check_key(key)?;
+        Ok(self.root.join(key))
+    }
+}
+
+fn io_error(key: &str, e: std::io::Error) -> ArtifactError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => ArtifactError::NotFound(key.to_string()),
+        // A full disk or a permission problem may be fixed by an operator: keep the data and retry.
+        _ => ArtifactError::Unavailable(format!("{key}: {e}")),
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for FsStore {
+    fn describe(&self) -> String {
+        format!("fs:{}", self.root.display())
+    }
+
+    async fn put(&self, key: &str, bytes: &[u8], _content_type: &str) -> Result<(), ArtifactError> {
+        let path = self.path_of(key)?;
+        let bytes = bytes.to_vec();
+        let key_owned = key.to_string();
+        tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
+            .await
+            .map_err(|e| ArtifactError::Failed(e.to_string()))?
+            .map_err(|e| io_error(&key_owned, e))
+    }
+
+    async fn get(&self, key: &str) -> Result<Vec<u8>, ArtifactError> {
+        let path = self.path_of(key)?;
+        tokio::fs::read(&path).await.map_err(|e| io_error(key, e))
+    }
+
+    fn url(&self, key: &str) -> String {
+        let path = self.root.join(key);
+        let absolute = std::path::absolute(&path).unwrap_or(path);
+        format!("file://{}", absolute.display())
+    }
+
+    async fn health(&self) -> Result<(), ArtifactError> {
+        let root = self.root.clone();
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&root)?;
+            let probe = root.join(".health");
+            std::fs::write(&probe, b"ok")?;
+            std::fs::remove_file(&probe)
+        })
+        .await
+        .map_err(|e| ArtifactError::Failed(e.to_string()))?
+        .map_err(|e| ArtifactError::Unavailable(format!("{}: {e}", self.root.display())))
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it into place: readers see the old file or
+/// the new one, never half of one.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn put_get_overwrite_and_reject_bad_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path());
+        store.health().await.unwrap();
+        store
+            .put("tasks/t/1/00000.png", b"one", "image/png")
+            .await
+            .unwrap();
+        store
+            .put("tasks/t/1/00000.png", b"two", "image/png")
+            .await
+            .unwrap();
+        assert_eq!(store.get("tasks/t/1/00000.png").await.unwrap(), b"two");
+        assert!(matches!(
+            store.get("tasks/t/1/00001.png").await,
+            Err(ArtifactError::NotFound(_))
+        ));
+        assert!(matches!(
+            store.put("../x", b"", "").await,
+            Err(ArtifactError::InvalidKey(_))
+        ));
+        assert!(store.url("tasks/t/1/00000.png").starts_with("file:///"));
+    }
+}

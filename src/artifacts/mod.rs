@@ -1,0 +1,95 @@
+//! Artifact storage (§11): where step screenshots go, under deterministic keys.
+//!
+//! [`ArtifactStore`] is the IO boundary (a directory, an S3 bucket); [`Uploader`] runs beside the agent loop
+//! so a slow or failing store never stalls a step, and spools to local disk what it could not store yet.
+
+pub mod fs;
+pub mod uploader;
+
+use async_trait::async_trait;
+use thiserror::Error;
+
+pub use fs::FsStore;
+pub use uploader::Uploader;
+
+/// `tasks/{task_id}/{attempt}/{step:05}.{ext}` — a re-upload of the same step overwrites, never duplicates.
+pub fn artifact_key(task_id: &str, attempt: u32, step: u32, extension: &str) -> String {
+    format!("tasks/{task_id}/{attempt}/{step:05}.{extension}")
+}
+
+/// The content type for an artifact key, from its extension.
+pub fn content_type(key: &str) -> &'static str {
+    match key.rsplit('.').next() {
+        Some("png") => "image/png",
+        Some("webp") => "image/webp",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("json") => "application/json",
+        _ => "application/octet-stream",
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ArtifactError {
+    #[error("artifact {0} not found")]
+    NotFound(String),
+    #[error("invalid artifact key {0:?}")]
+    InvalidKey(String),
+    /// The store cannot be reached now; the upload will be retried.
+    #[error("artifact store unavailable: {0}")]
+    Unavailable(String),
+    #[error("artifact store error: {0}")]
+    Failed(String),
+}
+
+impl ArtifactError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// Somewhere artifacts can be stored and read back.
+#[async_trait]
+pub trait ArtifactStore: Send + Sync {
+    /// For logs and `config check` (`fs:/var/lib/agentd/artifacts`, `s3://bucket/prefix`).
+    fn describe(&self) -> String;
+
+    /// Stores `bytes` under `key`, replacing what was there.
+    async fn put(&self, key: &str, bytes: &[u8], content_type: &str) -> Result<(), ArtifactError>;
+
+    async fn get(&self, key: &str) -> Result<Vec<u8>, ArtifactError>;
+
+    /// A URL a user can open to fetch the artifact (a `file://` URL, a presigned S3 URL).
+    fn url(&self, key: &str) -> String;
+
+    async fn health(&self) -> Result<(), ArtifactError>;
+}
+
+/// Rejects keys that could escape a directory or confuse a store.
+pub fn check_key(key: &str) -> Result<(), ArtifactError> {
+    let bad = key.is_empty()
+        || key.starts_with('/')
+        || key.contains('\\')
+        || key
+            .split('/')
+            .any(|part| part.is_empty() || part == "." || part == "..");
+    if bad {
+        Err(ArtifactError::InvalidKey(key.to_string()))
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_deterministic_and_checked() {
+        assert_eq!(artifact_key("abc", 2, 7, "png"), "tasks/abc/2/00007.png");
+        assert!(check_key("tasks/abc/2/00007.png").is_ok());
+        for bad in ["", "/etc/passwd", "tasks/../x", "tasks//x", "a\\b", "./x"] {
+            assert!(check_key(bad).is_err(), "{bad}");
+        }
+        assert_eq!(content_type("x/00001.png"), "image/png");
+    }
+}

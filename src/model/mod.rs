@@ -1,0 +1,218 @@
+//! The model boundary: what the agent loop asks of a model, in agentd's own types.
+//!
+//! A [`Model`] turns the history of a task (its [`Exchange`]s), the current screenshot and the declared
+//! tools into a [`ModelTurn`]: text, tool calls (computer actions or function calls such as
+//! `task_completion`), usage. Vendor wire types never leave their adapter module; what an adapter must replay
+//! verbatim later (an assistant message, reasoning items, thought signatures) it keeps in
+//! [`ModelTurn::raw`], which the loop stores and hands back untouched. Coordinates in a turn are in the
+//! model's own space ([`Model::coordinates`]); the loop converts them.
+
+pub mod scripted;
+
+use std::sync::{Arc, OnceLock};
+
+use agentd_computer::{Action, Size};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::agent::coords::CoordinateMap;
+
+/// An encoded screenshot as a model sees it.
+#[derive(Clone)]
+pub struct ModelImage {
+    pub size: Size,
+    pub media_type: &'static str,
+    pub bytes: Arc<[u8]>,
+    /// Base64 of `bytes`, computed once on first use (several requests may resend the same image).
+    base64: Arc<OnceLock<String>>,
+}
+
+impl ModelImage {
+    pub fn new(size: Size, media_type: &'static str, bytes: Arc<[u8]>) -> Self {
+        Self {
+            size,
+            media_type,
+            bytes,
+            base64: Arc::new(OnceLock::new()),
+        }
+    }
+
+    pub fn base64(&self) -> &str {
+        self.base64.get_or_init(|| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(&self.bytes)
+        })
+    }
+}
+
+impl std::fmt::Debug for ModelImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ModelImage({}, {}, {} bytes)",
+            self.size,
+            self.media_type,
+            self.bytes.len()
+        )
+    }
+}
+
+/// Tokens and money one model call (or a whole task) used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_usd: f64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.cost_usd += other.cost_usd;
+    }
+}
+
+/// A tool the loop declares next to the model's computer tool (e.g. `task_completion`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// JSON Schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// One call the model made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The vendor's call id (echoed in the result), or one the adapter made up.
+    pub id: String,
+    #[serde(flatten)]
+    pub kind: CallKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum CallKind {
+    /// Computer actions in the model's coordinate space, to run in order.
+    Computer { actions: Vec<Action> },
+    /// A declared function tool.
+    Function {
+        name: String,
+        arguments: serde_json::Value,
+    },
+}
+
+/// What the model answered in one call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelTurn {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub thinking: String,
+    pub calls: Vec<ToolCall>,
+    pub usage: Usage,
+    /// Vendor data the adapter needs to replay this turn exactly; opaque to everything else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<serde_json::Value>,
+}
+
+/// The answer to one tool call, as the model will see it.
+#[derive(Debug, Clone)]
+pub struct ToolResult {
+    pub call_id: String,
+    pub ok: bool,
+    /// What the model reads.
+    pub message: String,
+    /// An image that belongs to this result (a zoom), beyond the step's screenshot.
+    pub image: Option<ModelImage>,
+}
+
+/// One completed step of the conversation: the screenshot shown, what the model said, and the results.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub step: u32,
+    /// The screenshot shown before this turn; `None` once the context policy dropped it.
+    pub screenshot: Option<ModelImage>,
+    /// Loop notes shown with that screenshot (e.g. "the task was resumed after a crash").
+    pub notes: Vec<String>,
+    pub turn: ModelTurn,
+    /// One result per call of `turn`, in the same order.
+    pub results: Vec<ToolResult>,
+}
+
+/// Everything a model needs for its next turn.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelRequest<'a> {
+    pub instructions: &'a str,
+    pub history: &'a [Exchange],
+    /// The current screen, to show after the last exchange's results (or with the instructions).
+    pub screenshot: &'a ModelImage,
+    /// Loop notes for this turn (e.g. a resume warning), shown with the screenshot.
+    pub notes: &'a [String],
+    pub tools: &'a [ToolSpec],
+    /// The real screen size (for adapters that state it in a tool definition).
+    pub screen: Size,
+    /// The step this turn belongs to (for events and logs).
+    pub step: u32,
+}
+
+/// Streams text as it arrives (`model_delta` events).
+pub type DeltaSink<'a> = &'a (dyn Fn(Delta<'_>) + Send + Sync);
+
+#[derive(Debug, Clone, Copy)]
+pub enum Delta<'a> {
+    Text(&'a str),
+    Thinking(&'a str),
+}
+
+/// Why a model call failed. The loop decides by kind: retryable errors were already retried by the adapter
+/// and mean "try again later"; the rest end the task.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    #[error("model request was rejected ({status}): {message}")]
+    Rejected { status: u16, message: String },
+    #[error("model authentication failed: {0}")]
+    Auth(String),
+    #[error("model unavailable after retries: {0}")]
+    Unavailable(String),
+    #[error("model response could not be understood: {0}")]
+    Protocol(String),
+    #[error("model configuration: {0}")]
+    Config(String),
+    #[error("script: {0}")]
+    Script(String),
+}
+
+impl ModelError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// A model that can drive a computer.
+#[async_trait]
+pub trait Model: Send + Sync {
+    /// The provider name (`anthropic`, `scripted`, …) and model id, for records and logs.
+    fn describe(&self) -> String;
+
+    /// The coordinate space the model works in for a screen of `screen` size, and thereby the size of the
+    /// image it is shown (the map's model size for image-space models; the screen scaled for grid models).
+    fn coordinates(&self, screen: Size) -> CoordinateMap;
+
+    /// The size of the screenshot to send for a screen of `screen` size.
+    fn image_size(&self, screen: Size) -> Size {
+        self.coordinates(screen).model()
+    }
+
+    /// The next turn.
+    async fn next_turn(
+        &self,
+        request: ModelRequest<'_>,
+        deltas: DeltaSink<'_>,
+    ) -> Result<ModelTurn, ModelError>;
+}

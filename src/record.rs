@@ -1,0 +1,156 @@
+//! The task record (§8): what `agentd status --json` and `GET /v1/tasks/{id}` return, and what the journal
+//! stores step by step. These are wire types: they derive `Serialize`, and `version` says which shape a
+//! stored record has.
+
+use agentd_computer::Action;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::model::{ToolCall, Usage};
+use crate::task::TaskSpec;
+
+/// The shape version of stored records and status documents.
+pub const RECORD_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Queued,
+    Running,
+    WaitingForHuman,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl TaskState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::WaitingForHuman => "waiting_for_human",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+}
+
+impl std::str::FromStr for TaskState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+            format!("unknown state {s:?} (queued, running, waiting_for_human, succeeded, failed, cancelled)")
+        })
+    }
+}
+
+/// Why a task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    Completed,
+    MaxSteps,
+    Timeout,
+    Budget,
+    Cancelled,
+    Rejected,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub success: bool,
+    pub summary: String,
+    pub reason: EndReason,
+}
+
+impl Outcome {
+    /// The state a task with this outcome ends in.
+    pub fn state(&self) -> TaskState {
+        match (self.success, self.reason) {
+            (true, _) => TaskState::Succeeded,
+            (false, EndReason::Cancelled) => TaskState::Cancelled,
+            _ => TaskState::Failed,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScreenshotRef {
+    pub url: String,
+    pub width: u32,
+    pub height: u32,
+    /// The artifact key (`tasks/{id}/{attempt}/{step:05}.png`).
+    pub key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionResult {
+    pub ok: bool,
+    pub message: String,
+}
+
+/// The result of one tool call as the model saw it (kept so a resumed task can rebuild its history).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallResult {
+    pub call_id: String,
+    pub ok: bool,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub index: u32,
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    pub duration_ms: u64,
+    pub screenshot: ScreenshotRef,
+    pub model_text: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub thinking: String,
+    /// The actions in screen pixels, in the order they were attempted.
+    pub actions: Vec<Action>,
+    /// One per attempted action.
+    pub results: Vec<ActionResult>,
+    pub usage: Usage,
+    /// Whether this step's screenshot differs from the previous step's (`None` for the first step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen_changed: Option<bool>,
+    /// The model's calls as it made them (model coordinates) and their results, for resuming.
+    pub calls: Vec<ToolCall>,
+    pub call_results: Vec<CallResult>,
+    /// Vendor data to replay the model's turn exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<serde_json::Value>,
+    /// False while the step's actions are running (the journal wrote it before them).
+    pub finished: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub version: u32,
+    pub id: String,
+    pub state: TaskState,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub started_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    pub attempt: u32,
+    pub worker: Option<String>,
+    pub task: TaskSpec,
+    pub outcome: Option<Outcome>,
+    pub usage: Usage,
+    pub steps: Vec<StepRecord>,
+    /// The screen after the last step's actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_screenshot: Option<ScreenshotRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub computer_state: Option<serde_json::Value>,
+}

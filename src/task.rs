@@ -1,0 +1,795 @@
+//! The task file (product contract §3): its wire form, parsing with errors that point at the problem, and
+//! resolution against config defaults into the [`ResolvedTask`] the agent loop runs.
+//!
+//! Validation happens while deserializing (through small validated newtypes), so every error — a wrong type,
+//! an unknown field, a value out of range — carries the field path and the line/column serde_json saw it at.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use thiserror::Error;
+
+use crate::model::scripted::Script;
+
+/// Built-in limits and context defaults (used when neither the task nor the config says).
+pub const DEFAULT_MAX_STEPS: u32 = 50;
+pub const DEFAULT_TIMEOUT_SECS: u64 = 1800;
+pub const DEFAULT_MAX_COST_USD: f64 = 2.0;
+pub const DEFAULT_KEEP_SCREENSHOTS: u32 = 3;
+
+/// A task as submitted. Every field but `instructions` is optional and falls back to config defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<TaskId>,
+    pub instructions: Instructions,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub computer: Option<ComputerSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSpec>,
+    #[serde(default, skip_serializing_if = "LimitsSpec::is_empty")]
+    pub limits: LimitsSpec,
+    #[serde(default, skip_serializing_if = "ContextSpec::is_empty")]
+    pub context: ContextSpec,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<LabelKey, String>,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A client-chosen task id: 1–128 characters of `[A-Za-z0-9._-]`, not starting with `.` (ids become parts of
+/// artifact keys and file names, so nothing that could climb out of a directory is accepted).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct TaskId(String);
+
+impl TaskId {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let ok_chars = s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if s.is_empty() || s.len() > 128 || !ok_chars || s.starts_with('.') {
+            return Err(format!(
+                "invalid task id {s:?}: use 1-128 characters of A-Z a-z 0-9 . _ - (not starting with '.')"
+            ));
+        }
+        Ok(Self(s.to_string()))
+    }
+
+    /// A fresh id for a task submitted without one (time-ordered UUIDv7).
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        TaskId::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The task's instructions: not blank, at most 100,000 characters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Instructions(String);
+
+impl Instructions {
+    pub const MAX_CHARS: usize = 100_000;
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Instructions {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.trim().is_empty() {
+            return Err(serde::de::Error::custom("instructions must not be empty"));
+        }
+        if s.chars().count() > Self::MAX_CHARS {
+            return Err(serde::de::Error::custom(format!(
+                "instructions are longer than {} characters",
+                Self::MAX_CHARS
+            )));
+        }
+        Ok(Self(s))
+    }
+}
+
+impl From<&str> for Instructions {
+    fn from(s: &str) -> Self {
+        Self(s.to_string())
+    }
+}
+
+/// A label key: 1–63 characters of `[A-Za-z0-9._/-]`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct LabelKey(String);
+
+impl LabelKey {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let ok_chars = s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+        if s.is_empty() || s.len() > 63 || !ok_chars {
+            return Err(format!(
+                "invalid label key {s:?}: use 1-63 characters of A-Z a-z 0-9 . _ - /"
+            ));
+        }
+        Ok(Self(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for LabelKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        LabelKey::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which computer the task operates (§3 `computer`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ComputerSpec {
+    /// The built-in mock desktop. `scene` is a built-in scene name or a path to a scene file.
+    Mock {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scene: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        width: Option<ScreenDimension>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        height: Option<ScreenDimension>,
+    },
+    /// The desktop agentd runs on.
+    Local {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        display: Option<String>,
+    },
+    /// A machine serving RFB (VNC) at `address` (`host:port`).
+    Vnc {
+        address: String,
+        /// The name of an environment variable on the worker that holds the VNC password.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        password_env: Option<String>,
+    },
+}
+
+impl ComputerSpec {
+    pub fn provider(&self) -> &'static str {
+        match self {
+            Self::Mock { .. } => "mock",
+            Self::Local { .. } => "local",
+            Self::Vnc { .. } => "vnc",
+        }
+    }
+}
+
+/// A mock screen width or height: 64–7680 pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ScreenDimension(u32);
+
+impl ScreenDimension {
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for ScreenDimension {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = u32::deserialize(d)?;
+        if !(64..=7680).contains(&v) {
+            return Err(serde::de::Error::custom(format!(
+                "screen dimension {v} is out of range 64..=7680"
+            )));
+        }
+        Ok(Self(v))
+    }
+}
+
+/// Which model drives the task (§3 `model`). Vendor variants share the per-task options `model`,
+/// `max_tokens` and `temperature` (see [`ModelSpec::options`]); fields are spelled out per variant because
+/// serde cannot combine `flatten` with `deny_unknown_fields`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ModelSpec {
+    Anthropic {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<Positive<u32>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        temperature: Option<Temperature>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_version: Option<String>,
+    },
+    Openai {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<Positive<u32>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        temperature: Option<Temperature>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_version: Option<String>,
+    },
+    Gemini {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<Positive<u32>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        temperature: Option<Temperature>,
+    },
+    OpenaiCompatible {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base_url: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<Positive<u32>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        temperature: Option<Temperature>,
+    },
+    /// Plays a fixed script (§6): `script` is a path or the script itself.
+    Scripted { script: ScriptSource },
+}
+
+impl ModelSpec {
+    pub fn provider(&self) -> &'static str {
+        match self {
+            Self::Anthropic { .. } => "anthropic",
+            Self::Openai { .. } => "openai",
+            Self::Gemini { .. } => "gemini",
+            Self::OpenaiCompatible { .. } => "openai-compatible",
+            Self::Scripted { .. } => "scripted",
+        }
+    }
+
+    /// The per-task options of a vendor model (empty for `scripted`).
+    pub fn options(&self) -> ModelOptions {
+        match self {
+            Self::Anthropic {
+                model,
+                max_tokens,
+                temperature,
+                ..
+            }
+            | Self::Openai {
+                model,
+                max_tokens,
+                temperature,
+                ..
+            }
+            | Self::Gemini {
+                model,
+                max_tokens,
+                temperature,
+            }
+            | Self::OpenaiCompatible {
+                model,
+                max_tokens,
+                temperature,
+                ..
+            } => ModelOptions {
+                model: model.clone(),
+                max_tokens: max_tokens.map(Positive::get),
+                temperature: temperature.map(Temperature::get),
+            },
+            Self::Scripted { .. } => ModelOptions::default(),
+        }
+    }
+}
+
+/// Options every vendor model accepts per task.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelOptions {
+    pub model: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+}
+
+/// A sampling temperature: 0.0 to 2.0.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Temperature(f64);
+
+impl Temperature {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Temperature {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !(0.0..=2.0).contains(&v) {
+            return Err(serde::de::Error::custom(format!(
+                "temperature must be between 0 and 2, got {v}"
+            )));
+        }
+        Ok(Self(v))
+    }
+}
+
+/// A script given inline (a JSON object, checked with the task file) or as a path to a JSON file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ScriptSource {
+    Path(String),
+    Inline(Script),
+}
+
+impl<'de> Deserialize<'de> for ScriptSource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct SourceVisitor;
+        impl<'de> serde::de::Visitor<'de> for SourceVisitor {
+            type Value = ScriptSource;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a path to a script file, or a script object {\"turns\": [...]}")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ScriptSource, E> {
+                if v.is_empty() {
+                    return Err(E::custom("script path must not be empty"));
+                }
+                Ok(ScriptSource::Path(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ScriptSource, A::Error> {
+                let script =
+                    Script::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                script
+                    .check("script")
+                    .map_err(|e| serde::de::Error::custom(e.to_string()))?;
+                Ok(ScriptSource::Inline(script))
+            }
+        }
+        d.deserialize_any(SourceVisitor)
+    }
+}
+
+/// §3 `limits`: hard limits checked before every model call and every action.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<Positive<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<Positive<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<Cost>,
+}
+
+impl LimitsSpec {
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// §3 `context`: what the model sees of the history.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextSpec {
+    /// How many of the most recent screenshots stay in the model's context (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_screenshots: Option<Positive<u32>>,
+}
+
+impl ContextSpec {
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// An integer that must be at least 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Positive<T>(T);
+
+impl<T: Copy> Positive<T> {
+    pub fn get(self) -> T {
+        self.0
+    }
+}
+
+impl<'de, T> Deserialize<'de> for Positive<T>
+where
+    T: Deserialize<'de> + PartialOrd + From<u8> + fmt::Display,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = T::deserialize(d)?;
+        if v < T::from(1u8) {
+            return Err(serde::de::Error::custom(format!(
+                "must be at least 1, got {v}"
+            )));
+        }
+        Ok(Self(v))
+    }
+}
+
+/// A cost in US dollars: finite and not negative.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Cost(f64);
+
+impl Cost {
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Cost {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(serde::de::Error::custom(format!(
+                "must be a non-negative number of dollars, got {v}"
+            )));
+        }
+        Ok(Self(v))
+    }
+}
+
+/// A task file could not be read or is not a valid task. `Display` names the file, the field and where.
+#[derive(Debug, Error)]
+pub enum TaskFileError {
+    #[error("{source_name}: cannot read: {error}")]
+    Read {
+        source_name: String,
+        error: std::io::Error,
+    },
+    #[error("{}", format_location(source_name, field, *line, *column, message))]
+    Invalid {
+        source_name: String,
+        field: Option<String>,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+impl TaskFileError {
+    /// The dotted path of the offending field, when the error is about one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Self::Invalid { field, .. } => field.as_deref(),
+            Self::Read { .. } => None,
+        }
+    }
+}
+
+/// `file: field `a.b`: message (line L, column C)` — the one shape every input error in agentd has.
+pub fn format_location(
+    source: &str,
+    field: &Option<String>,
+    line: usize,
+    column: usize,
+    message: &str,
+) -> String {
+    let mut out = source.to_string();
+    if let Some(field) = field {
+        out.push_str(&format!(": field `{field}`"));
+    }
+    out.push_str(&format!(": {message}"));
+    if line > 0 {
+        out.push_str(&format!(" (line {line}, column {column})"));
+    }
+    out
+}
+
+/// Parses JSON text into `T`, turning any failure into a message with the field path and line/column.
+/// Used for every JSON input agentd reads (task files, scripts, API bodies).
+pub fn parse_json<T: serde::de::DeserializeOwned>(
+    text: &str,
+    source_name: &str,
+) -> Result<T, TaskFileError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let de = &mut serde_json::Deserializer::from_str(text);
+    let invalid = |path: String, inner: serde_json::Error| {
+        let message = clean_serde_message(&inner.to_string());
+        let field = field_from(&path, &message);
+        TaskFileError::Invalid {
+            source_name: source_name.to_string(),
+            field,
+            line: inner.line(),
+            column: inner.column(),
+            message,
+        }
+    };
+    let value: T = serde_path_to_error::deserialize(&mut *de).map_err(|err| {
+        let path = err.path().to_string();
+        invalid(path, err.into_inner())
+    })?;
+    // Trailing characters after the document are an error too.
+    de.end().map_err(|e| invalid(String::new(), e))?;
+    Ok(value)
+}
+
+/// serde_json appends " at line L column C" to its messages; we print the location our own way.
+fn clean_serde_message(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) if message[i..].contains(" column ") => message[..i].to_string(),
+        _ => message.to_string(),
+    }
+}
+
+/// The field to name: the path serde saw, or for a missing or unknown field the field itself.
+fn field_from(path: &str, message: &str) -> Option<String> {
+    let base = if path == "." || path.is_empty() {
+        None
+    } else {
+        Some(path.to_string())
+    };
+    let quoted = message
+        .split('`')
+        .nth(1)
+        .filter(|_| message.starts_with("missing field") || message.starts_with("unknown field"));
+    match (base, quoted) {
+        (Some(base), Some(name)) if base == name || base.ends_with(&format!(".{name}")) => {
+            Some(base)
+        }
+        (Some(base), Some(name)) => Some(format!("{base}.{name}")),
+        (None, Some(name)) => Some(name.to_string()),
+        (base, None) => base,
+    }
+}
+
+impl TaskSpec {
+    /// Parses a task file's text; `source_name` is how errors name it (a path, or `<stdin>`).
+    pub fn parse(text: &str, source_name: &str) -> Result<Self, TaskFileError> {
+        parse_json(text, source_name)
+    }
+
+    /// Reads and parses a task file; `-` reads standard input.
+    pub fn read(path: &Path) -> Result<(Self, TaskSource), TaskFileError> {
+        let source = TaskSource::of(path);
+        let text = source.read_text()?;
+        let spec = Self::parse(&text, &source.name)?;
+        Ok((spec, source))
+    }
+}
+
+/// Where a task file came from: its display name and the directory relative paths inside it resolve against.
+#[derive(Debug, Clone)]
+pub struct TaskSource {
+    pub name: String,
+    pub path: Option<PathBuf>,
+    pub base_dir: PathBuf,
+}
+
+impl TaskSource {
+    pub fn of(path: &Path) -> Self {
+        if path == Path::new("-") {
+            let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+            return Self {
+                name: "<stdin>".into(),
+                path: None,
+                base_dir: cwd,
+            };
+        }
+        let base_dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Self {
+            name: path.display().to_string(),
+            path: Some(path.to_path_buf()),
+            base_dir,
+        }
+    }
+
+    pub fn read_text(&self) -> Result<String, TaskFileError> {
+        let read = match &self.path {
+            Some(path) => std::fs::read(path),
+            None => {
+                let mut buf = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
+            }
+        };
+        let bytes = read.map_err(|error| TaskFileError::Read {
+            source_name: self.name.clone(),
+            error,
+        })?;
+        String::from_utf8(bytes).map_err(|e| {
+            let (line, column) = line_column(e.as_bytes(), e.utf8_error().valid_up_to());
+            TaskFileError::Invalid {
+                source_name: self.name.clone(),
+                field: None,
+                line,
+                column,
+                message: "file is not valid UTF-8".into(),
+            }
+        })
+    }
+
+    /// Resolves a path written inside the task file.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let p = Path::new(path);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+}
+
+fn line_column(bytes: &[u8], offset: usize) -> (usize, usize) {
+    let before = &bytes[..offset.min(bytes.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+    (line, column)
+}
+
+/// A task with every default applied: what the agent loop runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedTask {
+    pub instructions: String,
+    pub computer: ComputerSpec,
+    pub model: ModelSpec,
+    pub limits: Limits,
+    pub keep_screenshots: u32,
+}
+
+/// Concrete limits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub max_steps: u32,
+    pub timeout_secs: u64,
+    pub max_cost_usd: f64,
+}
+
+/// Task defaults as the config's `[defaults]` gives them (same shape as the task file, all optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskDefaults {
+    #[serde(default)]
+    pub computer: Option<ComputerSpec>,
+    #[serde(default)]
+    pub model: Option<ModelSpec>,
+    #[serde(default)]
+    pub limits: LimitsSpec,
+    #[serde(default)]
+    pub context: ContextSpec,
+}
+
+impl TaskSpec {
+    /// Applies config defaults, then built-in defaults (mock `blank` desktop, Anthropic model).
+    pub fn resolve(&self, defaults: &TaskDefaults) -> ResolvedTask {
+        let computer = self
+            .computer
+            .clone()
+            .or_else(|| defaults.computer.clone())
+            .unwrap_or(ComputerSpec::Mock {
+                scene: None,
+                width: None,
+                height: None,
+            });
+        let model = self
+            .model
+            .clone()
+            .or_else(|| defaults.model.clone())
+            .unwrap_or(ModelSpec::Anthropic {
+                model: None,
+                max_tokens: None,
+                temperature: None,
+                tool_version: None,
+            });
+        let limits = Limits {
+            max_steps: self
+                .limits
+                .max_steps
+                .or(defaults.limits.max_steps)
+                .map_or(DEFAULT_MAX_STEPS, Positive::get),
+            timeout_secs: self
+                .limits
+                .timeout_secs
+                .or(defaults.limits.timeout_secs)
+                .map_or(DEFAULT_TIMEOUT_SECS, Positive::get),
+            max_cost_usd: self
+                .limits
+                .max_cost_usd
+                .or(defaults.limits.max_cost_usd)
+                .map_or(DEFAULT_MAX_COST_USD, Cost::get),
+        };
+        let keep_screenshots = self
+            .context
+            .keep_screenshots
+            .or(defaults.context.keep_screenshots)
+            .map_or(DEFAULT_KEEP_SCREENSHOTS, Positive::get);
+        ResolvedTask {
+            instructions: self.instructions.as_str().to_string(),
+            computer,
+            model,
+            limits,
+            keep_screenshots,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> TaskFileError {
+        TaskSpec::parse(text, "t.json").unwrap_err()
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let text = r#"{
+          "id": "optional-client-chosen-id",
+          "instructions": "Log in as alice",
+          "computer": { "provider": "mock", "scene": "login" },
+          "model": { "provider": "anthropic", "model": "claude-sonnet-4-5" },
+          "limits": { "max_steps": 50, "timeout_secs": 1800, "max_cost_usd": 2.0 },
+          "context": { "keep_screenshots": 3 },
+          "labels": { "os": "ubuntu-24.04" },
+          "metadata": { "ticket": "QA-123" }
+        }"#;
+        let task = TaskSpec::parse(text, "t.json").unwrap();
+        assert_eq!(
+            task.id.as_ref().unwrap().as_str(),
+            "optional-client-chosen-id"
+        );
+        assert_eq!(task.limits.max_steps.unwrap().get(), 50);
+        let back = serde_json::to_string(&task).unwrap();
+        assert_eq!(TaskSpec::parse(&back, "x").unwrap(), task);
+    }
+
+    #[test]
+    fn minimal_task_gets_defaults() {
+        let task = TaskSpec::parse(r#"{"instructions":"x"}"#, "t.json").unwrap();
+        let resolved = task.resolve(&TaskDefaults::default());
+        assert_eq!(resolved.limits.max_steps, DEFAULT_MAX_STEPS);
+        assert_eq!(resolved.keep_screenshots, DEFAULT_KEEP_SCREENSHOTS);
+        assert_eq!(resolved.computer.provider(), "mock");
+    }
+
+    #[test]
+    fn errors_name_field_and_position() {
+        let e = err("{\n  \"instructions\": \"x\",\n  \"limits\": {\"max_steps\": \"5\"}\n}");
+        assert_eq!(e.field(), Some("limits.max_steps"));
+        let text = e.to_string();
+        assert!(text.contains("t.json") && text.contains("line 3"), "{text}");
+
+        let e = err(r#"{"instructions":"x","colour":1}"#);
+        assert_eq!(e.field(), Some("colour"), "{e}");
+
+        let e = err(r#"{"limits":{}}"#);
+        assert_eq!(e.field(), Some("instructions"), "{e}");
+
+        let e = err(r#"{"instructions":"x","computer":{"provider":"amiga"}}"#);
+        assert_eq!(e.field(), Some("computer.provider"), "{e}");
+        assert!(e.to_string().contains("amiga"));
+
+        let e = err(
+            r#"{"instructions":"x","computer":{"provider":"mock","scene":"login","colour":1}}"#,
+        );
+        assert_eq!(e.field(), Some("computer.colour"), "{e}");
+
+        let e = err(r#"{"instructions":"x","id":"../../etc"}"#);
+        assert_eq!(e.field(), Some("id"), "{e}");
+    }
+}
