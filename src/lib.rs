@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod artifacts;
+pub mod config;
 pub mod model;
 pub mod record;
 pub mod task;

@@ -1,0 +1,686 @@
+//! Configuration (product contract §7): the TOML file, its defaults, `AGENTD_<SECTION>_<KEY>` overrides, and
+//! validation that reports every problem at once, each with the file, the key and the line.
+//!
+//! Loading: the file (or built-in defaults when there is none) is parsed into a TOML table; environment
+//! overrides are merged into it (values are read as TOML literals — `8`, `true`, `{os = "x"}` — and as
+//! strings otherwise); then every section is deserialized on its own so one bad section does not hide the
+//! problems of another; then cross-field rules run. `config/agentd.example.toml` documents every key, and a
+//! test parses it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::task::TaskDefaults;
+
+/// The system-wide config file, used when `--config` and `$AGENTD_CONFIG` are not given and it exists.
+pub const SYSTEM_CONFIG: &str = "/etc/agentd/agentd.toml";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the queue database, artifacts, spool and mock desktops live.
+    pub data_dir: PathBuf,
+    pub api: ApiConfig,
+    pub queue: QueueConfig,
+    pub worker: WorkerConfig,
+    pub artifacts: ArtifactsConfig,
+    pub models: BTreeMap<String, ModelConfig>,
+    pub defaults: TaskDefaults,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// The Unix socket the API listens on (mode 0660). Default: `$RUNTIME_DIRECTORY/agentd.sock`, else
+    /// `/run/agentd/agentd.sock` as root, else `$XDG_RUNTIME_DIR/agentd/agentd.sock`, else under `data_dir`.
+    pub socket: Option<PathBuf>,
+    /// An optional TCP address (`127.0.0.1:8787`); requires `token_file`.
+    pub listen: Option<String>,
+    /// A file holding the bearer token TCP clients must send.
+    pub token_file: Option<PathBuf>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Host names accepted in the `Host` header of TCP requests, besides localhost and the listen address.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self { socket: None, listen: None, token_file: None, max_body_bytes: 1024 * 1024, allowed_hosts: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueBackend {
+    #[default]
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    pub backend: QueueBackend,
+    /// SQLite database file (default `data_dir/queue.db`).
+    pub path: Option<PathBuf>,
+    /// PostgreSQL URL (`postgres://user@host/db`), for `backend = "postgres"`.
+    pub url: Option<String>,
+    /// How long a lease lasts without a heartbeat.
+    pub lease_secs: u64,
+    /// How often a worker renews its leases.
+    pub heartbeat_secs: u64,
+    /// Attempts a task gets before it fails for good (a crash or a retryable error uses one).
+    pub max_attempts: u32,
+    /// How often an idle worker polls for tasks (a safety net beside wake-ups).
+    pub poll_ms: u64,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            backend: QueueBackend::Sqlite,
+            path: None,
+            url: None,
+            lease_secs: 30,
+            heartbeat_secs: 10,
+            max_attempts: 3,
+            poll_ms: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// Tasks run at once.
+    pub concurrency: u32,
+    /// This worker's labels; a task runs here only if its labels are a subset.
+    pub labels: BTreeMap<String, String>,
+    /// The worker's name in records (default: the host name and process id).
+    pub name: Option<String>,
+    /// How long a graceful shutdown waits for running steps before cancelling them.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self { concurrency: 2, labels: BTreeMap::new(), name: None, shutdown_grace_secs: 30 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArtifactsBackend {
+    #[default]
+    Fs,
+    S3,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArtifactsConfig {
+    pub backend: ArtifactsBackend,
+    /// For `fs`: the directory (default `data_dir/artifacts`).
+    pub dir: Option<PathBuf>,
+    pub bucket: Option<String>,
+    pub prefix: String,
+    pub region: Option<String>,
+    /// An S3-compatible endpoint URL (MinIO, Ceph, moto).
+    pub endpoint: Option<String>,
+    pub force_path_style: bool,
+    /// `when_supported` (default) or `when_required`, for stores that reject the newer default checksums.
+    pub checksum: String,
+    /// Lifetime of presigned URLs in status documents.
+    pub presign_secs: u64,
+    /// Largest spool of not-yet-uploaded artifacts; past it the worker stops taking new tasks.
+    pub spool_max_bytes: u64,
+}
+
+impl Default for ArtifactsConfig {
+    fn default() -> Self {
+        Self {
+            backend: ArtifactsBackend::Fs,
+            dir: None,
+            bucket: None,
+            prefix: String::new(),
+            region: None,
+            endpoint: None,
+            force_path_style: false,
+            checksum: "when_supported".into(),
+            presign_secs: 3600,
+            spool_max_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[models.NAME]`: how to reach one model provider.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key (default: the provider's usual one).
+    pub api_key_env: Option<String>,
+    /// A file holding the API key (read at start; wins over `api_key_env`).
+    pub api_key_file: Option<PathBuf>,
+    /// The default model id.
+    pub model: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub tool_version: Option<String>,
+    /// Per-request timeout.
+    pub timeout_secs: Option<u64>,
+    /// Retries of a failed request (429, 5xx, timeouts).
+    pub max_retries: Option<u32>,
+    /// Acknowledge vendor safety checks without asking a human. Off unless set.
+    pub auto_acknowledge_safety_checks: bool,
+}
+
+/// The model provider names `[models.NAME]` accepts.
+pub const MODEL_PROVIDERS: &[&str] = &["anthropic", "openai", "gemini", "openai-compatible"];
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: default_data_dir(),
+            api: ApiConfig::default(),
+            queue: QueueConfig::default(),
+            worker: WorkerConfig::default(),
+            artifacts: ArtifactsConfig::default(),
+            models: BTreeMap::new(),
+            defaults: TaskDefaults::default(),
+        }
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// `$STATE_DIRECTORY` (systemd), else `/var/lib/agentd` as root, else `$XDG_DATA_HOME/agentd`, else
+/// `~/.local/share/agentd`, else `./agentd-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(dir) = env_path("STATE_DIRECTORY") {
+        // systemd may list several, colon-separated; the first is ours.
+        let first = dir.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+        return PathBuf::from(first);
+    }
+    if is_root() {
+        return PathBuf::from("/var/lib/agentd");
+    }
+    if let Some(dir) = env_path("XDG_DATA_HOME") {
+        return dir.join("agentd");
+    }
+    if let Some(home) = env_path("HOME") {
+        return home.join(".local/share/agentd");
+    }
+    PathBuf::from("agentd-data")
+}
+
+impl Config {
+    pub fn socket_path(&self) -> PathBuf {
+        if let Some(socket) = &self.api.socket {
+            return socket.clone();
+        }
+        if let Some(dir) = env_path("RUNTIME_DIRECTORY") {
+            let first = dir.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+            return PathBuf::from(first).join("agentd.sock");
+        }
+        if is_root() {
+            return PathBuf::from("/run/agentd/agentd.sock");
+        }
+        if let Some(dir) = env_path("XDG_RUNTIME_DIR") {
+            return dir.join("agentd/agentd.sock");
+        }
+        self.data_dir.join("agentd.sock")
+    }
+
+    pub fn queue_path(&self) -> PathBuf {
+        self.queue.path.clone().unwrap_or_else(|| self.data_dir.join("queue.db"))
+    }
+
+    pub fn artifacts_dir(&self) -> PathBuf {
+        self.artifacts.dir.clone().unwrap_or_else(|| self.data_dir.join("artifacts"))
+    }
+
+    pub fn spool_dir(&self) -> PathBuf {
+        self.data_dir.join("spool")
+    }
+
+    /// Where a mock desktop keeps its state for a task, so it survives a daemon restart like a real VM does.
+    pub fn mock_dir(&self, task_id: &str) -> PathBuf {
+        self.data_dir.join("mock").join(task_id)
+    }
+
+    pub fn model(&self, provider: &str) -> ModelConfig {
+        self.models.get(provider).cloned().unwrap_or_default()
+    }
+}
+
+/// One configuration problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    pub field: Option<String>,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// Everything wrong with a configuration, each problem on its own line.
+#[derive(Debug, Error)]
+pub struct ConfigError {
+    pub source_name: String,
+    pub problems: Vec<ConfigProblem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines: Vec<String> = self
+            .problems
+            .iter()
+            .map(|p| crate::task::format_location(&self.source_name, &p.field, p.line, p.column, &p.message))
+            .collect();
+        f.write_str(&lines.join("\n"))
+    }
+}
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    File(PathBuf),
+    BuiltIn,
+}
+
+impl ConfigSource {
+    /// `--config PATH`, else `$AGENTD_CONFIG`, else the system file when it exists, else built-in defaults.
+    pub fn locate(explicit: Option<&Path>) -> Self {
+        if let Some(path) = explicit {
+            return Self::File(path.to_path_buf());
+        }
+        if let Some(path) = env_path("AGENTD_CONFIG") {
+            return Self::File(path);
+        }
+        if Path::new(SYSTEM_CONFIG).exists() {
+            return Self::File(PathBuf::from(SYSTEM_CONFIG));
+        }
+        Self::BuiltIn
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Self::File(path) => path.display().to_string(),
+            Self::BuiltIn => "<built-in config>".into(),
+        }
+    }
+
+    /// Loads and validates the configuration with the process environment's overrides.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        match self {
+            Self::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+                    source_name: self.name(),
+                    problems: vec![ConfigProblem {
+                        field: None,
+                        line: 0,
+                        column: 0,
+                        message: format!("cannot read: {e}"),
+                    }],
+                })?;
+                parse(&text, &self.name(), &env)
+            }
+            Self::BuiltIn => parse("", &self.name(), &env),
+        }
+    }
+}
+
+const SECTIONS: &[&str] = &["api", "queue", "worker", "artifacts", "models", "defaults"];
+const MODEL_KEYS: &[&str] = &[
+    "base_url",
+    "api_key_env",
+    "api_key_file",
+    "model",
+    "max_tokens",
+    "tool_version",
+    "timeout_secs",
+    "max_retries",
+    "auto_acknowledge_safety_checks",
+];
+
+/// Parses config text with environment overrides (`env` as (name, value) pairs).
+pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<Config, ConfigError> {
+    let error = |problems| ConfigError { source_name: source_name.to_string(), problems };
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| {
+        let (line, column) = e.span().map_or((0, 0), |span| line_column(text, span.start));
+        error(vec![ConfigProblem { field: None, line, column, message: e.message().trim().to_string() }])
+    })?;
+    let mut problems = Vec::new();
+    apply_env(&mut table, env, &mut problems);
+
+    let locate = |field: &str| locate_key(text, field);
+    let mut config = Config::default();
+    for (key, value) in table {
+        let result = match key.as_str() {
+            "data_dir" => section(value, &key).map(|v| config.data_dir = v),
+            "api" => section(value, &key).map(|v| config.api = v),
+            "queue" => section(value, &key).map(|v| config.queue = v),
+            "worker" => section(value, &key).map(|v| config.worker = v),
+            "artifacts" => section(value, &key).map(|v| config.artifacts = v),
+            "models" => section(value, &key).map(|v| config.models = v),
+            "defaults" => section(value, &key).map(|v| config.defaults = v),
+            other => Err((
+                other.to_string(),
+                format!("unknown key `{other}`; expected data_dir or one of the sections {}", SECTIONS.join(", ")),
+            )),
+        };
+        if let Err((field, message)) = result {
+            let (line, column) = locate(&field);
+            problems.push(ConfigProblem { field: Some(field), line, column, message });
+        }
+    }
+    for (field, message) in validate(&config) {
+        let (line, column) = locate(&field);
+        problems.push(ConfigProblem { field: Some(field), line, column, message });
+    }
+    if problems.is_empty() { Ok(config) } else { Err(error(problems)) }
+}
+
+/// Deserializes one top-level value, returning (field path, message) on failure.
+fn section<T: serde::de::DeserializeOwned>(value: toml::Value, key: &str) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string().trim().to_string();
+        let mut field = if path == "." || path.is_empty() { key.to_string() } else { format!("{key}.{path}") };
+        if let Some(name) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
+            field = format!("{field}.{name}");
+        }
+        (field, message)
+    })
+}
+
+fn validate(config: &Config) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    let mut problem = |field: &str, message: String| problems.push((field.to_string(), message));
+    if config.data_dir.as_os_str().is_empty() {
+        problem("data_dir", "must not be empty".into());
+    }
+    if config.worker.concurrency == 0 || config.worker.concurrency > 256 {
+        problem("worker.concurrency", format!("must be between 1 and 256, got {}", config.worker.concurrency));
+    }
+    if config.queue.lease_secs < 2 {
+        problem("queue.lease_secs", format!("must be at least 2, got {}", config.queue.lease_secs));
+    }
+    if config.queue.heartbeat_secs == 0 || config.queue.heartbeat_secs * 2 > config.queue.lease_secs {
+        problem(
+            "queue.heartbeat_secs",
+            format!(
+                "must be at least 1 and at most half of queue.lease_secs ({}), got {}",
+                config.queue.lease_secs, config.queue.heartbeat_secs
+            ),
+        );
+    }
+    if config.queue.max_attempts == 0 {
+        problem("queue.max_attempts", "must be at least 1".into());
+    }
+    if config.queue.poll_ms == 0 {
+        problem("queue.poll_ms", "must be at least 1".into());
+    }
+    match config.queue.backend {
+        QueueBackend::Postgres if config.queue.url.is_none() => {
+            problem("queue.url", "backend \"postgres\" needs url (postgres://user@host/db)".into())
+        }
+        QueueBackend::Postgres if config.queue.path.is_some() => {
+            problem("queue.path", "path is for backend \"sqlite\"; postgres uses url".into())
+        }
+        QueueBackend::Sqlite if config.queue.url.is_some() => {
+            problem("queue.url", "url is for backend \"postgres\"; sqlite uses path".into())
+        }
+        _ => {}
+    }
+    if let Some(url) = &config.queue.url
+        && !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
+    {
+        problem("queue.url", "must start with postgres:// or postgresql://".into());
+    }
+    if let Some(listen) = &config.api.listen {
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            problem("api.listen", format!("{listen:?} is not an address like 127.0.0.1:8787"));
+        }
+        if config.api.token_file.is_none() {
+            problem("api.token_file", "a TCP listener (api.listen) needs a bearer token file".into());
+        }
+    }
+    if config.api.max_body_bytes < 1024 {
+        problem("api.max_body_bytes", "must be at least 1024".into());
+    }
+    match config.artifacts.backend {
+        ArtifactsBackend::S3 if config.artifacts.bucket.is_none() => {
+            problem("artifacts.bucket", "backend \"s3\" needs a bucket".into())
+        }
+        ArtifactsBackend::Fs if config.artifacts.bucket.is_some() => {
+            problem("artifacts.bucket", "bucket is for backend \"s3\"; fs uses dir".into())
+        }
+        _ => {}
+    }
+    if !matches!(config.artifacts.checksum.as_str(), "when_supported" | "when_required") {
+        problem(
+            "artifacts.checksum",
+            format!("must be \"when_supported\" or \"when_required\", got {:?}", config.artifacts.checksum),
+        );
+    }
+    for name in config.models.keys() {
+        if !MODEL_PROVIDERS.contains(&name.as_str()) {
+            problem(&format!("models.{name}"), format!("unknown model provider; expected one of {}", MODEL_PROVIDERS.join(", ")));
+        }
+    }
+    for (name, model) in &config.models {
+        if let Some(url) = &model.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            problem(&format!("models.{name}.base_url"), format!("{url:?} must start with http:// or https://"));
+        }
+    }
+    problems
+}
+
+/// Merges `AGENTD_<SECTION>_<KEY>` (and `AGENTD_DATA_DIR`, `AGENTD_MODELS_<NAME>_<KEY>`) into the table.
+fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut Vec<ConfigProblem>) {
+    for (name, raw) in env {
+        let Some(rest) = name.strip_prefix("AGENTD_") else { continue };
+        let rest = rest.to_ascii_lowercase();
+        let value = env_value(raw);
+        if rest == "data_dir" {
+            table.insert("data_dir".into(), value);
+            continue;
+        }
+        if let Some(model_rest) = rest.strip_prefix("models_") {
+            match MODEL_KEYS.iter().find(|k| model_rest.ends_with(&format!("_{k}"))) {
+                Some(key) => {
+                    let provider = model_rest[..model_rest.len() - key.len() - 1].replace('_', "-");
+                    let models = table.entry("models").or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                    if let toml::Value::Table(models) = models {
+                        let entry = models.entry(provider).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                        if let toml::Value::Table(entry) = entry {
+                            entry.insert((*key).to_string(), value);
+                        }
+                    }
+                }
+                None => problems.push(ConfigProblem {
+                    field: None,
+                    line: 0,
+                    column: 0,
+                    message: format!("environment variable {name}: unknown model key"),
+                }),
+            }
+            continue;
+        }
+        let Some(section) = ["api", "queue", "worker", "artifacts", "defaults"]
+            .into_iter()
+            .find(|s| rest.starts_with(&format!("{s}_")))
+        else {
+            // AGENTD_CONFIG, AGENTD_SOCKET, AGENTD_URL, AGENTD_TOKEN and others are not config keys.
+            continue;
+        };
+        let key = rest[section.len() + 1..].to_string();
+        let entry = table.entry(section).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(entry) = entry {
+            entry.insert(key, value);
+        }
+    }
+}
+
+/// An environment value as TOML: a literal when it parses as one (`8`, `true`, `["a"]`, `{a = "b"}`),
+/// otherwise a string.
+fn env_value(raw: &str) -> toml::Value {
+    let looks_literal = raw.starts_with('[')
+        || raw.starts_with('{')
+        || raw.starts_with('"')
+        || raw == "true"
+        || raw == "false"
+        || raw.parse::<i64>().is_ok()
+        || raw.parse::<f64>().is_ok();
+    if looks_literal
+        && let Ok(mut parsed) = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        && let Some(value) = parsed.remove("v")
+    {
+        return value;
+    }
+    toml::Value::String(raw.to_string())
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// Finds the line of a dotted key (`worker.concurrency`, `models.openai.base_url`) in TOML text: the key's
+/// line inside its `[section]`, else the section header, else 0 (the value came from the environment).
+fn locate_key(text: &str, field: &str) -> (usize, usize) {
+    let parts: Vec<&str> = field.split('.').map(|p| p.split('[').next().unwrap_or(p)).collect();
+    let mut best = (0, 0);
+    let mut current_section = String::new();
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if let Some(header) = trimmed.strip_prefix('[').and_then(|h| h.split(']').next()) {
+            current_section = header.trim().trim_matches('"').to_string();
+            if field.starts_with(&current_section) && best.0 == 0 {
+                best = (n + 1, 1);
+            }
+            continue;
+        }
+        let Some((key, _)) = trimmed.split_once('=') else { continue };
+        let key = key.trim().trim_matches('"');
+        let full = if current_section.is_empty() { key.to_string() } else { format!("{current_section}.{key}") };
+        let wanted = parts.join(".");
+        if full == wanted || wanted.starts_with(&format!("{full}.")) {
+            let column = line.find(key).map_or(1, |c| c + 1);
+            return (n + 1, column);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn empty_config_is_all_defaults() {
+        let config = parse("", "x.toml", &[]).unwrap();
+        assert_eq!(config.worker.concurrency, 2);
+        assert_eq!(config.queue.backend, QueueBackend::Sqlite);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_line() {
+        let text = "data_dir = \"/tmp/a\"\n[worker]\nconcurrency = 0\ncolour = 1\n[queue]\nbackend = \"postgres\"\n[bogus]\n";
+        let err = parse(text, "x.toml", &[]).unwrap_err();
+        let fields: Vec<_> = err.problems.iter().filter_map(|p| p.field.clone()).collect();
+        assert!(fields.contains(&"worker.colour".to_string()), "{err}");
+        assert!(fields.contains(&"bogus".to_string()), "{err}");
+        assert!(fields.contains(&"queue.url".to_string()), "{err}");
+        let colour = err.problems.iter().find(|p| p.field.as_deref() == Some("worker.colour")).unwrap();
+        assert_eq!(colour.line, 4, "{err}");
+        assert!(err.to_string().contains("x.toml: field `worker.colour`"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_have_a_position() {
+        let err = parse("[worker\nconcurrency = 1", "x.toml", &[]).unwrap_err();
+        assert_eq!(err.problems[0].line, 1, "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_file_values() {
+        let text = "[worker]\nconcurrency = 1\n";
+        let config = parse(
+            text,
+            "x.toml",
+            &env(&[
+                ("AGENTD_WORKER_CONCURRENCY", "8"),
+                ("AGENTD_DATA_DIR", "/srv/agentd"),
+                ("AGENTD_WORKER_LABELS", "{os = \"ubuntu\"}"),
+                ("AGENTD_MODELS_OPENAI_COMPATIBLE_BASE_URL", "http://127.0.0.1:8000/v1"),
+                ("AGENTD_SOCKET", "/ignored"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.worker.concurrency, 8);
+        assert_eq!(config.data_dir, PathBuf::from("/srv/agentd"));
+        assert_eq!(config.worker.labels.get("os").map(String::as_str), Some("ubuntu"));
+        assert_eq!(config.models["openai-compatible"].base_url.as_deref(), Some("http://127.0.0.1:8000/v1"));
+    }
+
+    #[test]
+    fn bad_environment_values_are_named() {
+        let err = parse("", "x.toml", &env(&[("AGENTD_WORKER_CONCURRENCY", "many")])).unwrap_err();
+        assert_eq!(err.problems[0].field.as_deref(), Some("worker.concurrency"), "{err}");
+    }
+
+    #[test]
+    fn the_example_config_parses() {
+        let text = include_str!("../config/agentd.example.toml");
+        let config = parse(text, "agentd.example.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(config.models.contains_key("anthropic"));
+    }
+
+    #[test]
+    fn the_example_documents_every_key() {
+        let text = include_str!("../config/agentd.example.toml");
+        let documented = |key: &str| {
+            text.lines().any(|line| {
+                let line = line.trim_start_matches('#').trim();
+                line.starts_with(&format!("{key} =")) || line.starts_with(&format!("[{key}"))
+            })
+        };
+        let mut config = Config::default();
+        config.models.insert("anthropic".into(), ModelConfig::default());
+        let value = serde_json::to_value(&config).unwrap();
+        let mut missing = Vec::new();
+        for (section, inner) in value.as_object().unwrap() {
+            if !documented(section) {
+                missing.push(section.clone());
+            }
+            let keys: Vec<String> = match section.as_str() {
+                "models" => inner["anthropic"].as_object().unwrap().keys().cloned().collect(),
+                _ => inner.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default(),
+            };
+            missing.extend(keys.into_iter().filter(|k| !documented(k)).map(|k| format!("{section}.{k}")));
+        }
+        assert!(missing.is_empty(), "undocumented keys: {missing:?}");
+    }
+}
