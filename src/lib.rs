@@ -5,6 +5,8 @@
 
 pub mod agent;
 pub mod artifacts;
+pub mod backends;
+pub mod cli;
 pub mod config;
 pub mod model;
 pub mod record;

@@ -147,40 +147,128 @@ impl<'de> Deserialize<'de> for LabelKey {
     }
 }
 
-/// Which computer the task operates (§3 `computer`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "provider", rename_all = "kebab-case", deny_unknown_fields)]
+/// Which computer the task operates (§3 `computer`), tagged by `provider`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "provider", rename_all = "kebab-case")]
 pub enum ComputerSpec {
-    /// The built-in mock desktop. `scene` is a built-in scene name or a path to a scene file.
-    Mock {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        scene: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        width: Option<ScreenDimension>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        height: Option<ScreenDimension>,
-    },
-    /// The desktop agentd runs on.
-    Local {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        display: Option<String>,
-    },
-    /// A machine serving RFB (VNC) at `address` (`host:port`).
-    Vnc {
-        address: String,
-        /// The name of an environment variable on the worker that holds the VNC password.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        password_env: Option<String>,
-    },
+    Mock(MockSpec),
+    Local(LocalSpec),
+    Vnc(VncSpec),
+}
+
+/// The built-in mock desktop. `scene` is a built-in scene name or a path to a scene file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scene: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<ScreenDimension>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<ScreenDimension>,
+}
+
+/// The desktop agentd runs on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
+}
+
+/// A machine serving RFB (VNC) at `address` (`host:port`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VncSpec {
+    pub address: String,
+    /// The name of an environment variable on the worker that holds the VNC password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
 }
 
 impl ComputerSpec {
     pub fn provider(&self) -> &'static str {
         match self {
-            Self::Mock { .. } => "mock",
-            Self::Local { .. } => "local",
-            Self::Vnc { .. } => "vnc",
+            Self::Mock(_) => "mock",
+            Self::Local(_) => "local",
+            Self::Vnc(_) => "vnc",
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for ComputerSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (provider, rest) = tagged(d, &["mock", "local", "vnc"])?;
+        match provider.as_str() {
+            "mock" => variant(rest).map(Self::Mock),
+            "local" => variant(rest).map(Self::Local),
+            _ => variant(rest).map(Self::Vnc),
+        }
+    }
+}
+
+/// Splits a `{"provider": …, …}` object into its tag and the remaining fields. Internally tagged enums
+/// derived by serde buffer their content and lose the path of errors inside it; deserializing the variant
+/// with [`variant`] keeps it (as a `field `…`: ` prefix that [`parse_json`] folds into the field path).
+fn tagged<'de, D: Deserializer<'de>>(
+    d: D,
+    known: &[&'static str],
+) -> Result<(String, serde_json::Map<String, serde_json::Value>), D::Error> {
+    use serde::de::Error;
+    let mut map = match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Object(map) => map,
+        other => {
+            return Err(D::Error::custom(format!(
+                "invalid type: {}, expected an object with a \"provider\"",
+                json_kind(&other)
+            )));
+        }
+    };
+    let provider = match map.remove("provider") {
+        Some(serde_json::Value::String(p)) => p,
+        Some(other) => {
+            return Err(D::Error::custom(format!(
+                "field `provider`: invalid type: {}, expected a string",
+                json_kind(&other)
+            )));
+        }
+        None => return Err(D::Error::missing_field("provider")),
+    };
+    if !known.contains(&provider.as_str()) {
+        return Err(D::Error::custom(format!(
+            "field `provider`: unknown provider `{provider}`, expected one of {}",
+            known
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok((provider, map))
+}
+
+fn variant<T: serde::de::DeserializeOwned, E: serde::de::Error>(
+    rest: serde_json::Map<String, serde_json::Value>,
+) -> Result<T, E> {
+    serde_path_to_error::deserialize(serde_json::Value::Object(rest)).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        if path == "." || path.is_empty() {
+            E::custom(message)
+        } else {
+            E::custom(format!("field `{path}`: {message}"))
+        }
+    })
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
     }
 }
 
@@ -207,96 +295,109 @@ impl<'de> Deserialize<'de> for ScreenDimension {
     }
 }
 
-/// Which model drives the task (§3 `model`). Vendor variants share the per-task options `model`,
-/// `max_tokens` and `temperature` (see [`ModelSpec::options`]); fields are spelled out per variant because
-/// serde cannot combine `flatten` with `deny_unknown_fields`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "provider", rename_all = "kebab-case", deny_unknown_fields)]
+/// Which model drives the task (§3 `model`), tagged by `provider`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "provider", rename_all = "kebab-case")]
 pub enum ModelSpec {
-    Anthropic {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        model: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        max_tokens: Option<Positive<u32>>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        temperature: Option<Temperature>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        tool_version: Option<String>,
-    },
-    Openai {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        model: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        max_tokens: Option<Positive<u32>>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        temperature: Option<Temperature>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        tool_version: Option<String>,
-    },
-    Gemini {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        model: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        max_tokens: Option<Positive<u32>>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        temperature: Option<Temperature>,
-    },
-    OpenaiCompatible {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        base_url: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        model: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        max_tokens: Option<Positive<u32>>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        temperature: Option<Temperature>,
-    },
-    /// Plays a fixed script (§6): `script` is a path or the script itself.
-    Scripted { script: ScriptSource },
+    Anthropic(VendorModelSpec),
+    Openai(VendorModelSpec),
+    Gemini(GeminiSpec),
+    OpenaiCompatible(CompatibleSpec),
+    Scripted(ScriptedSpec),
+}
+
+/// Per-task options of the Anthropic and OpenAI adapters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VendorModelSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<Positive<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<Temperature>,
+    /// The computer tool version (default: the newest the model supports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_version: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeminiSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<Positive<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<Temperature>,
+}
+
+/// A vision model behind an OpenAI-compatible Chat Completions endpoint (vLLM and similar).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompatibleSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<Positive<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<Temperature>,
+}
+
+/// Plays a fixed script (§6): `script` is a path or the script itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedSpec {
+    pub script: ScriptSource,
+}
+
+impl<'de> Deserialize<'de> for ModelSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (provider, rest) = tagged(
+            d,
+            &[
+                "anthropic",
+                "openai",
+                "gemini",
+                "openai-compatible",
+                "scripted",
+            ],
+        )?;
+        match provider.as_str() {
+            "anthropic" => variant(rest).map(Self::Anthropic),
+            "openai" => variant(rest).map(Self::Openai),
+            "gemini" => variant(rest).map(Self::Gemini),
+            "openai-compatible" => variant(rest).map(Self::OpenaiCompatible),
+            _ => variant(rest).map(Self::Scripted),
+        }
+    }
 }
 
 impl ModelSpec {
     pub fn provider(&self) -> &'static str {
         match self {
-            Self::Anthropic { .. } => "anthropic",
-            Self::Openai { .. } => "openai",
-            Self::Gemini { .. } => "gemini",
-            Self::OpenaiCompatible { .. } => "openai-compatible",
-            Self::Scripted { .. } => "scripted",
+            Self::Anthropic(_) => "anthropic",
+            Self::Openai(_) => "openai",
+            Self::Gemini(_) => "gemini",
+            Self::OpenaiCompatible(_) => "openai-compatible",
+            Self::Scripted(_) => "scripted",
         }
     }
 
     /// The per-task options of a vendor model (empty for `scripted`).
     pub fn options(&self) -> ModelOptions {
-        match self {
-            Self::Anthropic {
-                model,
-                max_tokens,
-                temperature,
-                ..
-            }
-            | Self::Openai {
-                model,
-                max_tokens,
-                temperature,
-                ..
-            }
-            | Self::Gemini {
-                model,
-                max_tokens,
-                temperature,
-            }
-            | Self::OpenaiCompatible {
-                model,
-                max_tokens,
-                temperature,
-                ..
-            } => ModelOptions {
-                model: model.clone(),
-                max_tokens: max_tokens.map(Positive::get),
-                temperature: temperature.map(Temperature::get),
-            },
-            Self::Scripted { .. } => ModelOptions::default(),
+        let (model, max_tokens, temperature) = match self {
+            Self::Anthropic(s) | Self::Openai(s) => (&s.model, s.max_tokens, s.temperature),
+            Self::Gemini(s) => (&s.model, s.max_tokens, s.temperature),
+            Self::OpenaiCompatible(s) => (&s.model, s.max_tokens, s.temperature),
+            Self::Scripted(_) => return ModelOptions::default(),
+        };
+        ModelOptions {
+            model: model.clone(),
+            max_tokens: max_tokens.map(Positive::get),
+            temperature: temperature.map(Temperature::get),
         }
     }
 }
@@ -508,7 +609,7 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let de = &mut serde_json::Deserializer::from_str(text);
     let invalid = |path: String, inner: serde_json::Error| {
-        let message = clean_serde_message(&inner.to_string());
+        let (path, message) = fold_inner_path(path, clean_serde_message(&inner.to_string()));
         let field = field_from(&path, &message);
         TaskFileError::Invalid {
             source_name: source_name.to_string(),
@@ -525,6 +626,21 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(
     // Trailing characters after the document are an error too.
     de.end().map_err(|e| invalid(String::new(), e))?;
     Ok(value)
+}
+
+/// Moves `field `a.b`: ` prefixes (from [`variant`]) out of the message and onto the path.
+fn fold_inner_path(mut path: String, mut message: String) -> (String, String) {
+    while let Some(rest) = message.strip_prefix("field `")
+        && let Some((inner, tail)) = rest.split_once("`: ")
+    {
+        path = if path == "." || path.is_empty() {
+            inner.to_string()
+        } else {
+            format!("{path}.{inner}")
+        };
+        message = tail.to_string();
+    }
+    (path, message)
 }
 
 /// serde_json appends " at line L column C" to its messages; we print the location our own way.
@@ -559,6 +675,27 @@ fn field_from(path: &str, message: &str) -> Option<String> {
 impl TaskSpec {
     /// Parses a task file's text; `source_name` is how errors name it (a path, or `<stdin>`).
     pub fn parse(text: &str, source_name: &str) -> Result<Self, TaskFileError> {
+        let first = text
+            .trim_start_matches('\u{feff}')
+            .trim_start()
+            .chars()
+            .next();
+        if matches!(first, Some('[' | '"' | '0'..='9' | '-' | 't' | 'f' | 'n')) {
+            // Valid JSON that is not an object: say what a task file is instead of serde's struct-as-array talk.
+            if serde_json::from_str::<serde_json::Value>(text.trim_start_matches('\u{feff}'))
+                .is_ok()
+            {
+                return Err(TaskFileError::Invalid {
+                    source_name: source_name.to_string(),
+                    field: None,
+                    line: 1,
+                    column: 1,
+                    message:
+                        "invalid type: a task file must be a JSON object {\"instructions\": …}"
+                            .into(),
+                });
+            }
+        }
         parse_json(text, source_name)
     }
 
@@ -681,21 +818,12 @@ impl TaskSpec {
             .computer
             .clone()
             .or_else(|| defaults.computer.clone())
-            .unwrap_or(ComputerSpec::Mock {
-                scene: None,
-                width: None,
-                height: None,
-            });
+            .unwrap_or_else(|| ComputerSpec::Mock(MockSpec::default()));
         let model = self
             .model
             .clone()
             .or_else(|| defaults.model.clone())
-            .unwrap_or(ModelSpec::Anthropic {
-                model: None,
-                max_tokens: None,
-                temperature: None,
-                tool_version: None,
-            });
+            .unwrap_or_else(|| ModelSpec::Anthropic(VendorModelSpec::default()));
         let limits = Limits {
             max_steps: self
                 .limits

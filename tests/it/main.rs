@@ -1,1 +1,6 @@
-//! Integration tests: one binary, a module per area.
+//! Integration tests: one binary, a module per area. Tests that run the real `agentd` binary use
+//! [`support::Agentd`], which gives each test its own data directory and config file.
+
+mod agent_loop;
+mod bad_input;
+mod support;

@@ -1,0 +1,98 @@
+//! Human-readable live progress on stderr: one line per step with its actions and time, then the outcome.
+
+use std::io::Write;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::agent::events::{Event, EventKind};
+use crate::record::TaskState;
+
+/// Prints events as they arrive until the channel closes.
+pub async fn print(mut events: UnboundedReceiver<Event>, mut out: impl Write) {
+    let mut printer = Printer::default();
+    while let Some(event) = events.recv().await {
+        if let Some(line) = printer.line(&event) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+}
+
+/// Turns events into progress lines; keeps what a step line needs until the step ends.
+#[derive(Default)]
+pub struct Printer {
+    actions: Vec<String>,
+    failures: Vec<String>,
+}
+
+impl Printer {
+    pub fn line(&mut self, event: &Event) -> Option<String> {
+        match &event.kind {
+            EventKind::TaskQueued {} => Some(format!("task {} queued", event.task_id)),
+            EventKind::TaskStarted { attempt, worker } => Some(format!(
+                "task {} started (attempt {attempt}, worker {worker})",
+                event.task_id
+            )),
+            EventKind::StepStarted { .. } => {
+                self.actions.clear();
+                self.failures.clear();
+                None
+            }
+            EventKind::ActionStarted { action, .. } => {
+                self.actions.push(action.summary());
+                None
+            }
+            EventKind::ActionFinished {
+                ok: false, message, ..
+            } => {
+                self.failures.push(message.clone());
+                None
+            }
+            EventKind::StepFinished {
+                step,
+                duration_ms,
+                usage,
+            } => {
+                let actions = if self.actions.is_empty() {
+                    "(no actions)".to_string()
+                } else {
+                    self.actions.join(" ")
+                };
+                let mut line = format!("step {step:>3}  {actions}  {duration_ms} ms");
+                if usage.input_tokens + usage.output_tokens > 0 {
+                    line.push_str(&format!(
+                        "  {}→{} tok",
+                        usage.input_tokens, usage.output_tokens
+                    ));
+                }
+                for failure in &self.failures {
+                    line.push_str(&format!("\n           ✗ {failure}"));
+                }
+                Some(line)
+            }
+            EventKind::WaitingForHuman { reason } => Some(format!("waiting for a human: {reason}")),
+            EventKind::TaskFinished {
+                state,
+                outcome,
+                usage,
+            } => {
+                let mark = if *state == TaskState::Succeeded {
+                    "✓"
+                } else {
+                    "✗"
+                };
+                Some(format!(
+                    "{mark} {}: {} ({:?}; {} input / {} output tokens, ${:.4})",
+                    state.as_str(),
+                    outcome.summary,
+                    outcome.reason,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cost_usd
+                ))
+            }
+            EventKind::ModelDelta { .. }
+            | EventKind::ActionFinished { .. }
+            | EventKind::ScreenshotSaved { .. } => None,
+        }
+    }
+}

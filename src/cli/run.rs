@@ -1,0 +1,218 @@
+//! `agentd run TASK.json`: one task in the foreground, no daemon.
+//!
+//! Builds the computer and model the task names (relative script and scene paths resolve against the task
+//! file's directory), runs the agent loop with live progress on stderr, waits for every screenshot to be
+//! stored, writes the task record to `data_dir/runs/{id}.json`, and prints the result on stdout: the §8
+//! document with `--json`, a short summary otherwise. Ctrl-C cancels the task at the next safe point; a
+//! second Ctrl-C exits at once.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::exit::{CliError, CliResult, Exit};
+use crate::agent::events::{EventKind, EventSink};
+use crate::agent::journal::MemoryJournal;
+use crate::agent::{self, LoopEnd, LoopInput};
+use crate::artifacts::Uploader;
+use crate::artifacts::fs::write_atomically;
+use crate::backends::{self, BuildError, ComputerContext};
+use crate::config::Config;
+use crate::record::{EndReason, Outcome, RECORD_VERSION, TaskRecord};
+use crate::task::{TaskId, TaskSpec};
+
+/// How long `run` waits for outstanding uploads before giving up (they stay in the spool).
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
+    let (spec, source) = TaskSpec::read(task_path)?;
+    let resolved = spec.resolve(&config.defaults);
+    let task_id = spec.id.clone().unwrap_or_else(TaskId::generate);
+    let build_error = |e: BuildError| match e {
+        BuildError::Invalid(message) => {
+            CliError::invalid(anyhow::anyhow!("{}: {message}", source.name))
+        }
+        BuildError::Unreachable(message) => {
+            CliError::unreachable(anyhow::anyhow!("{}: {message}", source.name))
+        }
+    };
+    let model =
+        backends::model(&resolved.model, config, Some(&source.base_dir)).map_err(build_error)?;
+    let computer_ctx = ComputerContext {
+        base_dir: Some(&source.base_dir),
+        persist_dir: None,
+    };
+    let computer = backends::computer(&resolved.computer, &computer_ctx)
+        .await
+        .map_err(build_error)?;
+    let store = backends::artifact_store(config)
+        .await
+        .map_err(build_error)?;
+
+    let tracker = TaskTracker::new();
+    let background = CancellationToken::new();
+    let uploader = Uploader::start(
+        store.clone(),
+        config.spool_dir(),
+        64,
+        &tracker,
+        background.clone(),
+    );
+    let (events, receiver) = EventSink::channel(task_id.as_str(), 1);
+    let printer = tokio::spawn(super::progress::print(receiver, std::io::stderr()));
+
+    let cancel = CancellationToken::new();
+    let signals = watch_interrupts(cancel.clone());
+    let worker = format!("run@{}", crate::config::host_name());
+    let created_at = OffsetDateTime::now_utc();
+    events.emit(EventKind::TaskStarted {
+        attempt: 1,
+        worker: worker.clone(),
+    });
+    eprintln!(
+        "agentd: task {task_id}: {} on {} with {}",
+        source.name,
+        describe_computer(&resolved.computer),
+        model.describe()
+    );
+
+    let output = agent::run(LoopInput {
+        task_id: task_id.to_string(),
+        attempt: 1,
+        task: resolved,
+        computer,
+        model,
+        uploader: uploader.clone(),
+        journal: Arc::new(MemoryJournal::default()),
+        events: events.clone(),
+        cancel,
+        shutdown: CancellationToken::new(),
+        resume: Vec::new(),
+        elapsed_before: Duration::ZERO,
+        context_chunk: 1,
+    })
+    .await;
+    signals.abort();
+
+    let outcome = match output.end {
+        LoopEnd::Finished(outcome) | LoopEnd::Retryable(outcome) => outcome,
+        LoopEnd::Interrupted => Outcome {
+            success: false,
+            summary: "interrupted".into(),
+            reason: EndReason::Cancelled,
+        },
+        LoopEnd::LeaseLost(why) => Outcome {
+            success: false,
+            summary: why,
+            reason: EndReason::Error,
+        },
+    };
+    let pending = uploader.flush(FLUSH_TIMEOUT).await;
+    let state = outcome.state();
+    events.emit(EventKind::TaskFinished {
+        state,
+        outcome: outcome.clone(),
+        usage: output.usage,
+    });
+    drop(events);
+    let _ = printer.await;
+    background.cancel();
+    tracker.close();
+    tracker.wait().await;
+
+    let record = TaskRecord {
+        version: RECORD_VERSION,
+        id: task_id.to_string(),
+        state,
+        created_at,
+        started_at: Some(created_at),
+        finished_at: Some(OffsetDateTime::now_utc()),
+        attempt: 1,
+        worker: Some(worker),
+        task: spec,
+        outcome: Some(outcome.clone()),
+        usage: output.usage,
+        steps: output.steps,
+        final_screenshot: output.final_screenshot,
+        computer_state: output.computer_state,
+    };
+    let document = serde_json::to_vec_pretty(&record)
+        .context("serializing the task record")
+        .map_err(CliError::failed)?;
+    let record_path = config.data_dir.join("runs").join(format!("{task_id}.json"));
+    if let Err(e) = write_atomically(&record_path, &document) {
+        eprintln!(
+            "agentd: warning: cannot write {}: {e}",
+            record_path.display()
+        );
+    }
+    let screenshots = store.url(&format!("tasks/{task_id}/1"));
+    if pending > 0 {
+        eprintln!(
+            "agentd: {pending} screenshot(s) not stored yet; they stay in {} and upload on the next start",
+            config.spool_dir().display()
+        );
+    }
+    eprintln!(
+        "agentd: screenshots: {screenshots}/  record: {}",
+        record_path.display()
+    );
+    if json {
+        println!("{}", String::from_utf8_lossy(&document));
+    } else {
+        println!(
+            "{}: {} ({} steps)",
+            state.as_str(),
+            outcome.summary,
+            record.steps.len()
+        );
+    }
+    Ok(if outcome.success {
+        Exit::Success
+    } else {
+        Exit::Unsuccessful
+    })
+}
+
+fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
+    match spec {
+        crate::task::ComputerSpec::Mock(mock) => {
+            format!("mock({})", mock.scene.as_deref().unwrap_or("blank"))
+        }
+        crate::task::ComputerSpec::Local(local) => {
+            format!("local({})", local.display.as_deref().unwrap_or("$DISPLAY"))
+        }
+        crate::task::ComputerSpec::Vnc(vnc) => format!("vnc({})", vnc.address),
+    }
+}
+
+/// First Ctrl-C or SIGTERM: cancel the task at its next safe point. Second: exit at once.
+fn watch_interrupts(cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return,
+            };
+        for round in 0..2 {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            if round == 0 {
+                eprintln!(
+                    "agentd: cancelling the task at its next safe point (again to quit at once)"
+                );
+                cancel.cancel();
+            } else {
+                eprintln!("agentd: quitting");
+                std::process::exit(130);
+            }
+        }
+    })
+}
