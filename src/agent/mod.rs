@@ -8,4 +8,4 @@ pub mod image;
 pub mod journal;
 pub mod runner;
 
-pub use runner::{LoopEnd, LoopInput, LoopOutput, run};
+pub use runner::{LoopEnd, LoopInput, LoopOutput, run, run_isolated};

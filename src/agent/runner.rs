@@ -76,6 +76,46 @@ pub struct LoopOutput {
 pub const RESUME_NOTE: &str = "Note: this task was interrupted and has been resumed. The last actions you asked \
 for may or may not have happened; look at the current screenshot before you continue.";
 
+/// How long a single action may take beyond its own duration before the computer is deemed stuck.
+pub const ACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn action_duration(action: &Action) -> Duration {
+    match action {
+        Action::Wait { duration_ms } | Action::HoldKey { duration_ms, .. } => {
+            Duration::from_millis(*duration_ms)
+        }
+        _ => Duration::ZERO,
+    }
+}
+
+/// Runs [`run`] on its own task so that a panic anywhere inside (a provider, a model adapter) becomes an
+/// `error` outcome instead of taking the caller down.
+pub async fn run_isolated(input: LoopInput) -> LoopOutput {
+    match tokio::spawn(run(input)).await {
+        Ok(output) => output,
+        Err(e) => {
+            let message = match e.try_into_panic() {
+                Ok(payload) => payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into()),
+                Err(e) => e.to_string(),
+            };
+            tracing::error!(%message, "agent loop panicked");
+            LoopOutput {
+                end: LoopEnd::Finished(error_outcome(&format!(
+                    "internal error: the task panicked: {message}"
+                ))),
+                steps: Vec::new(),
+                usage: Usage::default(),
+                final_screenshot: None,
+                computer_state: None,
+            }
+        }
+    }
+}
+
 /// What the model is told when it replied without calling any tool.
 pub const NO_TOOL_NOTE: &str = "You did not call a tool. Use the computer tool to act, or call task_completion \
 when the task is done or cannot be done.";
@@ -640,7 +680,22 @@ impl Loop {
     }
 
     async fn provider_perform(&self, action: &Action) -> Result<Done, ActionFailure> {
-        match self.input.computer.perform(action).await {
+        // An action is never cut short on purpose; one that outlives this bound means the computer is stuck,
+        // and the attempt ends so that another one can start on a fresh connection.
+        let bound = ACTION_TIMEOUT + action_duration(action);
+        let result = match tokio::time::timeout(bound, self.input.computer.perform(action)).await {
+            Ok(result) => result,
+            Err(_) => {
+                return Err(ActionFailure::Fatal(LoopEnd::Retryable(error_outcome(
+                    &format!(
+                        "the computer did not finish {} within {} s",
+                        action.summary(),
+                        bound.as_secs()
+                    ),
+                ))));
+            }
+        };
+        match result {
             Ok(report) => {
                 let mut message = report.message.unwrap_or_default();
                 if let Some(cursor) = report.cursor {

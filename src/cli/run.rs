@@ -81,7 +81,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         model.describe()
     );
 
-    let output = agent::run(LoopInput {
+    let output = agent::run_isolated(LoopInput {
         task_id: task_id.to_string(),
         attempt: 1,
         task: resolved,

@@ -1,1 +1,619 @@
-//! The agent loop in-process, against test doubles that each fail in one named way.
+//! The agent loop in-process: limits, tool errors, context policy, coordinates, resume, cancellation and
+//! shutdown, against the doubles of `doubles.rs` and the real scripted model and artifact store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentd::agent::events::{Event, EventSink};
+use agentd::agent::journal::{Journal, JournalError, MemoryJournal};
+use agentd::agent::runner::{NO_TOOL_NOTE, RESUME_NOTE};
+use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
+use agentd::artifacts::{ArtifactStore, FsStore, Uploader};
+use agentd::model::Model;
+use agentd::model::scripted::{Script, ScriptedModel};
+use agentd::record::{EndReason, StepRecord};
+use agentd::task::{
+    ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec,
+};
+use agentd_computer::{Action, ComputerProvider, Point, Size};
+use async_trait::async_trait;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::doubles::*;
+
+const SCREEN: Size = Size::new(640, 400);
+
+fn script(json: serde_json::Value) -> ScriptedModel {
+    ScriptedModel::new(Script::parse(&json.to_string(), "test script").expect("valid script"))
+}
+
+fn task(max_steps: u32, timeout_secs: u64, max_cost_usd: f64, keep: u32) -> ResolvedTask {
+    ResolvedTask {
+        instructions: "test task".into(),
+        computer: ComputerSpec::Mock(MockSpec::default()),
+        model: ModelSpec::Scripted(ScriptedSpec {
+            script: ScriptSource::Path("unused".into()),
+        }),
+        limits: Limits {
+            max_steps,
+            timeout_secs,
+            max_cost_usd,
+        },
+        keep_screenshots: keep,
+    }
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    store: Arc<FsStore>,
+    uploader: Uploader,
+    tracker: TaskTracker,
+    background: CancellationToken,
+    journal: Arc<MemoryJournal>,
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
+        let tracker = TaskTracker::new();
+        let background = CancellationToken::new();
+        let uploader = Uploader::start(
+            store.clone(),
+            dir.path().join("spool"),
+            16,
+            &tracker,
+            background.clone(),
+        );
+        Self {
+            dir,
+            store,
+            uploader,
+            tracker,
+            background,
+            journal: Arc::new(MemoryJournal::default()),
+            cancel: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    fn input(
+        &self,
+        task: ResolvedTask,
+        computer: Arc<dyn ComputerProvider>,
+        model: Arc<dyn Model>,
+    ) -> (LoopInput, UnboundedReceiver<Event>) {
+        let (events, rx) = EventSink::channel("t1", 1);
+        let input = LoopInput {
+            task_id: "t1".into(),
+            attempt: 1,
+            task,
+            computer,
+            model,
+            uploader: self.uploader.clone(),
+            journal: self.journal.clone(),
+            events,
+            cancel: self.cancel.clone(),
+            shutdown: self.shutdown.clone(),
+            resume: Vec::new(),
+            elapsed_before: Duration::ZERO,
+            context_chunk: 1,
+        };
+        (input, rx)
+    }
+
+    async fn finish(self) -> tempfile::TempDir {
+        assert_eq!(self.uploader.flush(Duration::from_secs(10)).await, 0);
+        self.background.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+        self.dir
+    }
+}
+
+fn drain(mut rx: UnboundedReceiver<Event>) -> Vec<Event> {
+    let mut out = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        out.push(event);
+    }
+    out
+}
+
+fn outcome(output: &LoopOutput) -> (bool, EndReason) {
+    match &output.end {
+        LoopEnd::Finished(o) | LoopEnd::Retryable(o) => (o.success, o.reason),
+        other => panic!("not finished: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn completes_records_every_step_and_emits_ordered_events() {
+    let harness = Harness::new();
+    let screen = RecordingScreen::new(SCREEN);
+    let model = Arc::new(script(serde_json::json!({"turns": [
+        {"say": "first", "actions": [{"type": "click", "x": 10, "y": 20}, {"type": "type", "text": "héllo"}]},
+        {"say": "second", "actions": [{"type": "scroll", "x": 5, "y": 5, "scroll_x": 0, "scroll_y": 100}]},
+        {"say": "done", "complete": {"success": true, "summary": "all good"}}
+    ]})));
+    let (input, rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model);
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (true, EndReason::Completed));
+    assert_eq!(output.steps.len(), 3);
+    assert_eq!(output.steps[0].model_text, "first");
+    assert_eq!(output.steps[0].actions.len(), 2);
+    assert!(output.steps[0].results.iter().all(|r| r.ok));
+    assert!(output.steps.iter().all(|s| s.finished));
+    assert_eq!(
+        output.steps[1].screen_changed,
+        Some(true),
+        "the screen changed after two actions"
+    );
+    assert_eq!(screen.received().len(), 3);
+    // The final screenshot is taken when the last step acted; here it did not.
+    assert!(output.final_screenshot.is_none());
+    assert_eq!(
+        output.computer_state,
+        Some(serde_json::json!({"actions_received": 3}))
+    );
+
+    // Journal holds the same steps.
+    assert_eq!(harness.journal.steps(), output.steps);
+    let store = harness.store.clone();
+    let dir = harness.finish().await;
+    for step in &output.steps {
+        assert_eq!(
+            step.screenshot.key,
+            format!("tasks/t1/1/{:05}.png", step.index)
+        );
+        let bytes = store
+            .get(&step.screenshot.key)
+            .await
+            .expect("screenshot stored");
+        assert_eq!(&bytes[1..4], b"PNG");
+    }
+    drop(dir);
+
+    let events = drain(rx);
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.type_name()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "step_started").count(), 3);
+    assert_eq!(kinds.iter().filter(|k| **k == "action_started").count(), 3);
+    assert_eq!(kinds.iter().filter(|k| **k == "action_finished").count(), 3);
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "screenshot_saved").count(),
+        3
+    );
+    assert_eq!(kinds.iter().filter(|k| **k == "model_delta").count(), 3);
+    let first_step_end = kinds
+        .iter()
+        .position(|k| *k == "step_finished")
+        .expect("step_finished");
+    assert!(kinds[..first_step_end].contains(&"action_finished"));
+}
+
+#[tokio::test]
+async fn tool_errors_go_back_to_the_model_and_stop_the_rest_of_the_turn() {
+    let harness = Harness::new();
+    let screen = RecordingScreen::new(SCREEN);
+    let model = Observed::new(script(serde_json::json!({"turns": [
+        {"actions": [{"type": "click", "x": 10, "y": 10}, {"type": "click", "x": 640, "y": 10}, {"type": "type", "text": "never"}]},
+        {"actions": [{"type": "keypress", "keys": ["ctrl", "hyperdrive"]}]},
+        {"actions": [{"type": "move", "x": 33, "y": 44}, {"type": "cursor_position"}]},
+        {"complete": {"success": false, "summary": "gave up"}}
+    ]})));
+    let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (false, EndReason::Completed));
+    // Only the first click reached the screen from turn 1; the unknown key never did.
+    let received = screen.received();
+    assert_eq!(
+        received[0],
+        Action::Click {
+            x: 10,
+            y: 10,
+            button: Default::default(),
+            keys: vec![]
+        }
+    );
+    assert!(!received.iter().any(|a| matches!(a, Action::Type { .. })));
+    assert!(
+        !received
+            .iter()
+            .any(|a| matches!(a, Action::Keypress { .. }))
+    );
+    let seen = model.seen();
+    let (ok, message) = &seen[1].last_results[0];
+    assert!(
+        !ok && message.contains("off the screen") && message.contains("not run"),
+        "{message}"
+    );
+    let (ok, message) = &seen[2].last_results[0];
+    assert!(!ok && message.contains("hyperdrive"), "{message}");
+    let (ok, message) = &seen[3].last_results[0];
+    assert!(*ok && message.contains("X=33,Y=44"), "{message}");
+    // The record keeps one result per attempted action.
+    assert_eq!(output.steps[0].actions.len(), 2);
+    assert!(output.steps[0].results[0].ok && !output.steps[0].results[1].ok);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn max_steps_ends_the_task() {
+    let harness = Harness::new();
+    let turns: Vec<_> = (0..10)
+        .map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]}))
+        .collect();
+    let model = Arc::new(script(serde_json::json!({ "turns": turns })));
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(task(3, 60, 1.0, 3), screen.clone(), model);
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (false, EndReason::MaxSteps));
+    assert_eq!(output.steps.len(), 3);
+    assert_eq!(screen.received().len(), 3);
+    assert!(
+        output.final_screenshot.is_some(),
+        "the last step acted, so the final screen is recorded"
+    );
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn budget_is_checked_before_actions_and_model_calls() {
+    let harness = Harness::new();
+    let model = Observed::new(script(serde_json::json!({"turns": [
+        {"actions": [{"type": "move", "x": 1, "y": 1}], "usage": {"input_tokens": 1000, "cost_usd": 0.6}},
+        {"actions": [{"type": "move", "x": 2, "y": 2}], "usage": {"input_tokens": 1000, "cost_usd": 0.6}},
+        {"actions": [{"type": "move", "x": 3, "y": 3}], "usage": {"input_tokens": 1000, "cost_usd": 0.6}},
+        {"complete": {"success": true, "summary": "x"}}
+    ]})));
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (false, EndReason::Budget));
+    assert_eq!(
+        model.calls.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "no third model call"
+    );
+    assert_eq!(
+        screen.received(),
+        vec![Action::Move { x: 1, y: 1 }],
+        "turn 2's action crossed the budget"
+    );
+    assert!((output.usage.cost_usd - 1.2).abs() < 1e-9);
+    assert_eq!(output.usage.input_tokens, 2000);
+    harness.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_model_hits_the_timeout() {
+    let harness = Harness::new();
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(
+        task(10, 30, 1.0, 3),
+        screen,
+        Arc::new(BrokenModel(ModelBreakage::Hangs)),
+    );
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (false, EndReason::Timeout));
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn cancellation_during_a_model_call_ends_the_task() {
+    let harness = Harness::new();
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(
+        task(10, 600, 1.0, 3),
+        screen,
+        Arc::new(BrokenModel(ModelBreakage::Hangs)),
+    );
+    let cancel = harness.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        cancel.cancel();
+    });
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (false, EndReason::Cancelled));
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn model_failures_are_classified() {
+    let harness = Harness::new();
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(
+        task(10, 60, 1.0, 3),
+        screen.clone(),
+        Arc::new(BrokenModel(ModelBreakage::Unavailable)),
+    );
+    let output = run(input).await;
+    assert!(
+        matches!(&output.end, LoopEnd::Retryable(o) if o.reason == EndReason::Error && o.summary.contains("529"))
+    );
+    let (input, _rx) = harness.input(
+        task(10, 60, 1.0, 3),
+        screen,
+        Arc::new(BrokenModel(ModelBreakage::Rejects)),
+    );
+    let output = run(input).await;
+    assert!(
+        matches!(&output.end, LoopEnd::Finished(o) if o.reason == EndReason::Error && o.summary.contains("400"))
+    );
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_computer_is_a_retryable_error() {
+    let harness = Harness::new();
+    let broken = Arc::new(BrokenScreen {
+        inner: RecordingScreen::new(SCREEN),
+        breakage: Breakage::Unreachable,
+    });
+    let model = Arc::new(script(
+        serde_json::json!({"turns": [{"complete": {"success": true, "summary": "x"}}]}),
+    ));
+    let (input, _rx) = harness.input(task(10, 60, 1.0, 3), broken, model);
+    let output = run(input).await;
+    assert!(
+        matches!(&output.end, LoopEnd::Retryable(o) if o.summary.contains("connection refused")),
+        "{:?}",
+        output.end
+    );
+    harness.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stuck_action_ends_the_attempt_as_retryable() {
+    // An action is never cut short on purpose, but one that hangs far past any sane duration means the
+    // computer is stuck: the attempt ends (retryable) instead of holding its worker forever.
+    let harness = Harness::new();
+    let broken = Arc::new(BrokenScreen {
+        inner: RecordingScreen::new(SCREEN),
+        breakage: Breakage::HangsOnAction,
+    });
+    let model = Arc::new(script(
+        serde_json::json!({"turns": [{"actions": [{"type": "move", "x": 1, "y": 1}]}]}),
+    ));
+    let (input, _rx) = harness.input(task(10, 600, 1.0, 3), broken, model);
+    let output = run(input).await;
+    assert!(
+        matches!(&output.end, LoopEnd::Retryable(o) if o.summary.contains("did not finish")),
+        "{:?}",
+        output.end
+    );
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn a_panicking_provider_does_not_take_the_caller_down() {
+    let harness = Harness::new();
+    let broken = Arc::new(BrokenScreen {
+        inner: RecordingScreen::new(SCREEN),
+        breakage: Breakage::PanicsOnAction,
+    });
+    let model = Arc::new(script(
+        serde_json::json!({"turns": [{"actions": [{"type": "move", "x": 1, "y": 1}]}]}),
+    ));
+    let (input, _rx) = harness.input(task(10, 60, 1.0, 3), broken, model);
+    let output = agentd::agent::run_isolated(input).await;
+    assert!(
+        matches!(&output.end, LoopEnd::Finished(o) if o.reason == EndReason::Error && o.summary.contains("panicked")),
+        "{:?}",
+        output.end
+    );
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn old_screenshots_leave_the_context() {
+    let harness = Harness::new();
+    let turns: Vec<_> = (0..8)
+        .map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]}))
+        .collect();
+    let model = Observed::new(script(serde_json::json!({ "turns": turns })));
+    let (input, _rx) = harness.input(
+        task(8, 60, 1.0, 3),
+        RecordingScreen::new(SCREEN),
+        model.clone(),
+    );
+    let output = run(input).await;
+    assert_eq!(output.steps.len(), 8);
+    let seen = model.seen();
+    let images: Vec<usize> = seen.iter().map(|s| s.images_in_history).collect();
+    assert_eq!(
+        images,
+        vec![0, 1, 2, 2, 2, 2, 2, 2],
+        "history images plus the current one never exceed 3"
+    );
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn a_model_that_calls_no_tool_is_told_to() {
+    let harness = Harness::new();
+    let model = Observed::new(script(serde_json::json!({"turns": [
+        {"say": "thinking out loud"},
+        {"complete": {"success": true, "summary": "ok"}}
+    ]})));
+    let (input, _rx) = harness.input(
+        task(5, 60, 1.0, 3),
+        RecordingScreen::new(SCREEN),
+        model.clone(),
+    );
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (true, EndReason::Completed));
+    assert_eq!(model.seen()[1].notes, vec![NO_TOOL_NOTE.to_string()]);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn model_coordinates_are_converted_to_screen_pixels() {
+    let harness = Harness::new();
+    let screen = RecordingScreen::new(Size::new(1280, 800));
+    // The model works on a 640x400 image: every coordinate doubles on the screen.
+    let model = Observed::scaled(
+        script(serde_json::json!({"turns": [
+            {"actions": [{"type": "click", "x": 100, "y": 50}, {"type": "drag", "path": [{"x": 0, "y": 0}, {"x": 639, "y": 399}]}]},
+            {"actions": [{"type": "click", "x": 640, "y": 10}]},
+            {"complete": {"success": true, "summary": "ok"}}
+        ]})),
+        Size::new(640, 400),
+    );
+    let (input, _rx) = harness.input(task(5, 60, 1.0, 3), screen.clone(), model.clone());
+    let output = run(input).await;
+    let received = screen.received();
+    assert_eq!(
+        received[0],
+        Action::Click {
+            x: 201,
+            y: 101,
+            button: Default::default(),
+            keys: vec![]
+        }
+    );
+    assert_eq!(
+        received[1].points(),
+        vec![Point::new(1, 1), Point::new(1279, 799)]
+    );
+    assert_eq!(received.len(), 2);
+    // The model saw a 640x400 image and its off-screen error in its own coordinates.
+    let seen = model.seen();
+    assert_eq!(seen[0].screenshot_size, Size::new(640, 400));
+    let (_, message) = &seen[2].last_results[0];
+    assert!(
+        message.contains("(640, 10)") && message.contains("640x400"),
+        "{message}"
+    );
+    // The record stores screen pixels.
+    assert_eq!(output.steps[0].actions[0], received[0]);
+    assert_eq!(output.steps[0].screenshot.width, 1280);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn a_resumed_task_continues_without_replaying_actions() {
+    let harness = Harness::new();
+    let script_json = serde_json::json!({"turns": [
+        {"actions": [{"type": "move", "x": 1, "y": 1}]},
+        {"actions": [{"type": "move", "x": 2, "y": 2}]},
+        {"actions": [{"type": "move", "x": 3, "y": 3}]},
+        {"complete": {"success": true, "summary": "ok"}}
+    ]});
+    // First attempt: stop it at the boundary after two steps (as a crash after step 1 was journaled).
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(
+        task(2, 60, 1.0, 3),
+        screen.clone(),
+        Arc::new(script(script_json.clone())),
+    );
+    let first = run(input).await;
+    assert_eq!(first.steps.len(), 2);
+    // Pretend the second step's actions were interrupted: journaled before, never after.
+    let mut steps = first.steps.clone();
+    steps[1].finished = false;
+    steps[1].results.clear();
+    steps[1].call_results.clear();
+
+    let model = Observed::new(script(script_json));
+    let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
+    input.resume = steps;
+    input.attempt = 2;
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (true, EndReason::Completed));
+    // Moves 1 and 2 from the first attempt, then only move 3: nothing replayed.
+    assert_eq!(
+        screen.received(),
+        vec![
+            Action::Move { x: 1, y: 1 },
+            Action::Move { x: 2, y: 2 },
+            Action::Move { x: 3, y: 3 }
+        ]
+    );
+    let seen = model.seen();
+    assert_eq!(seen[0].history_len, 2);
+    assert_eq!(seen[0].notes, vec![RESUME_NOTE.to_string()]);
+    assert!(
+        seen[0]
+            .last_results
+            .iter()
+            .all(|(ok, m)| !ok && m.contains("may or may not"))
+    );
+    assert_eq!(output.steps.len(), 4);
+    assert_eq!(output.steps[2].screenshot.key, "tasks/t1/2/00002.png");
+    assert!(output.steps[1].finished && !output.steps[1].results[0].ok);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn shutdown_stops_at_a_step_boundary() {
+    let harness = Harness::new();
+    let turns: Vec<_> = (0..50).map(|i| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 20}, {"type": "move", "x": i, "y": i}]})).collect();
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(
+        task(50, 60, 1.0, 3),
+        screen.clone(),
+        Arc::new(script(serde_json::json!({"turns": turns}))),
+    );
+    let shutdown = harness.shutdown.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        shutdown.cancel();
+    });
+    let output = run(input).await;
+    assert_eq!(output.end, LoopEnd::Interrupted);
+    assert!(
+        output
+            .steps
+            .iter()
+            .all(|s| s.finished && s.results.iter().all(|r| r.ok)),
+        "every started step finished"
+    );
+    assert_eq!(screen.received().len(), output.steps.len());
+    harness.finish().await;
+}
+
+/// A journal that refuses writes after the first step, as when another worker took the lease.
+struct FencedJournal {
+    inner: MemoryJournal,
+}
+
+#[async_trait]
+impl Journal for FencedJournal {
+    async fn record_step(&self, step: &StepRecord) -> Result<(), JournalError> {
+        if step.index >= 1 {
+            return Err(JournalError::LeaseLost("fencing token 1 is stale".into()));
+        }
+        self.inner.record_step(step).await
+    }
+}
+
+#[tokio::test]
+async fn a_lost_lease_stops_before_any_further_action() {
+    let harness = Harness::new();
+    let turns: Vec<_> = (0..5)
+        .map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]}))
+        .collect();
+    let screen = RecordingScreen::new(SCREEN);
+    let (mut input, _rx) = harness.input(
+        task(5, 60, 1.0, 3),
+        screen.clone(),
+        Arc::new(script(serde_json::json!({"turns": turns}))),
+    );
+    input.journal = Arc::new(FencedJournal {
+        inner: MemoryJournal::default(),
+    });
+    let output = run(input).await;
+    assert!(
+        matches!(output.end, LoopEnd::LeaseLost(_)),
+        "{:?}",
+        output.end
+    );
+    assert_eq!(screen.received(), vec![Action::Move { x: 0, y: 0 }]);
+    harness.finish().await;
+}

@@ -3,4 +3,5 @@
 
 mod agent_loop;
 mod bad_input;
+mod doubles;
 mod support;
