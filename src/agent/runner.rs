@@ -183,6 +183,7 @@ impl Loop {
                 calls: step.calls.clone(),
                 usage: step.usage,
                 raw: step.raw.clone(),
+                approval: None,
             };
             // A step journaled before its actions ran has no results: the actions may or may not have
             // happened, and they are not run again.

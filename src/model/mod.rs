@@ -119,6 +119,21 @@ pub struct ModelTurn {
     /// Vendor data the adapter needs to replay this turn exactly; opaque to everything else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<serde_json::Value>,
+    /// Set when the turn's calls must not run before a human approves them (an OpenAI
+    /// `pending_safety_checks`, a Gemini `require_confirmation`, a scripted `ask_human`). The loop records
+    /// the step, parks the task in `waiting_for_human`, and runs the calls only after approval. When an
+    /// adapter later renders this turn from the history with results present, the approval was given and it
+    /// must acknowledge the checks the way its API requires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRequest>,
+}
+
+/// Why a turn needs a human, and the vendor's details (kept for the record and the acknowledgement).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub details: serde_json::Value,
 }
 
 /// The answer to one tool call, as the model will see it.

@@ -183,6 +183,7 @@ impl Model for ScriptedModel {
             calls,
             usage,
             raw: None,
+            approval: None,
         })
     }
 }
