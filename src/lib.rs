@@ -9,6 +9,7 @@ pub mod backends;
 pub mod cli;
 pub mod config;
 pub mod model;
+pub mod queue;
 pub mod record;
 pub mod task;
 pub mod tools;

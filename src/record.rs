@@ -12,7 +12,7 @@ use crate::task::TaskSpec;
 /// The shape version of stored records and status documents.
 pub const RECORD_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
     Queued,
@@ -153,4 +153,7 @@ pub struct TaskRecord {
     pub final_screenshot: Option<ScreenshotRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub computer_state: Option<serde_json::Value>,
+    /// Why the task waits for a human (in `waiting_for_human`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<String>,
 }

@@ -140,6 +140,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         steps: output.steps,
         final_screenshot: output.final_screenshot,
         computer_state: output.computer_state,
+        waiting_reason: None,
     };
     let document = serde_json::to_vec_pretty(&record)
         .context("serializing the task record")

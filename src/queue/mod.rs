@@ -1,0 +1,239 @@
+//! The task queue: durable task state, leases, the step journal and the event log, behind one trait.
+//!
+//! Lease-based: a worker [`Queue::claim`]s a task and holds it by [`Queue::heartbeat`] (separate from
+//! claiming); every write a worker makes carries the lease's fencing token, and a write with a stale token
+//! is refused with [`QueueError::LeaseLost`], so a worker that was paused past its lease cannot act on a
+//! task another worker now owns. [`Queue::rescue_expired`] hands tasks of dead workers back. Backends:
+//! [`sqlite::SqliteQueue`] (embedded, default); PostgreSQL for fleets follows the same [`suite`].
+
+pub mod sqlite;
+pub mod suite;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use thiserror::Error;
+use time::OffsetDateTime;
+
+use crate::agent::events::Event;
+use crate::model::Usage;
+use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskRecord, TaskState};
+use crate::task::TaskSpec;
+
+#[derive(Debug, Error)]
+pub enum QueueError {
+    /// The same task id was submitted before with a different body.
+    #[error("task {0} exists with a different body")]
+    Conflict(String),
+    #[error("task {0} not found")]
+    NotFound(String),
+    /// The operation does not apply to the task's current state.
+    #[error("task {id} is {state}: {message}")]
+    WrongState { id: String, state: &'static str, message: String },
+    /// This worker's lease is gone (expired and taken, or the task was finished elsewhere).
+    #[error("lease lost on task {0}")]
+    LeaseLost(String),
+    /// The database cannot be reached or failed.
+    #[error("queue unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data could not be read back.
+    #[error("queue data corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// A task to enqueue. `spec.id` is set (a generated id when the client gave none).
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub spec: TaskSpec,
+    pub max_attempts: u32,
+}
+
+impl NewTask {
+    pub fn id(&self) -> &str {
+        self.spec.id.as_ref().map_or("", |id| id.as_str())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Submitted {
+    Created(TaskRecord),
+    /// The same id and body were submitted before: here is that task.
+    Existing(TaskRecord),
+}
+
+impl Submitted {
+    pub fn record(&self) -> &TaskRecord {
+        match self {
+            Self::Created(r) | Self::Existing(r) => r,
+        }
+    }
+}
+
+/// Who is claiming.
+#[derive(Debug, Clone)]
+pub struct WorkerIdentity {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A claimed task: what a worker needs to run (or resume) it, and the token every write must carry.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub task_id: String,
+    pub token: i64,
+    pub attempt: u32,
+    pub spec: TaskSpec,
+    /// Steps recorded by earlier attempts.
+    pub steps: Vec<StepRecord>,
+    /// The seq the next event of this task gets.
+    pub next_seq: u64,
+    /// Time the task ran in earlier attempts.
+    pub elapsed: Duration,
+    /// A human approved the step the task was waiting on.
+    pub approved: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseStatus {
+    Held { cancel_requested: bool },
+    Lost,
+}
+
+/// How a finished attempt ends the task.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    pub outcome: Outcome,
+    pub usage: Usage,
+    pub final_screenshot: Option<ScreenshotRef>,
+    pub computer_state: Option<serde_json::Value>,
+}
+
+/// How a worker hands a task back without finishing it.
+#[derive(Debug, Clone)]
+pub enum Release {
+    /// Back to `queued`. `count_attempt: false` for a graceful shutdown (the attempt did not fail).
+    Requeue { count_attempt: bool, delay: Duration, reason: String },
+    /// Park in `waiting_for_human` until approved or rejected.
+    WaitForHuman { reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It was queued or waiting: it is cancelled now.
+    Now,
+    /// It is running: its worker stops at the next safe point.
+    Requested,
+}
+
+/// A human's answer to a task waiting for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Reject { reason: String },
+}
+
+/// Filter for [`Queue::list`].
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub state: Option<TaskState>,
+    pub limit: u32,
+}
+
+/// What the rescuer did with one expired lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rescued {
+    pub task_id: String,
+    pub new_state: TaskState,
+}
+
+#[async_trait]
+pub trait Queue: Send + Sync {
+    /// For logs and `config check`.
+    fn describe(&self) -> String;
+
+    /// Enqueues a task (writing its `task_queued` event), or returns the existing task with that id.
+    async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError>;
+
+    /// A task with its steps.
+    async fn get(&self, id: &str) -> Result<TaskRecord, QueueError>;
+
+    /// Tasks newest first, without their steps.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError>;
+
+    /// Claims the oldest queued task whose labels the worker has, leasing it for `lease_for`.
+    async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError>;
+
+    /// Extends a lease; tells whether it is still held and whether a cancel was requested.
+    async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError>;
+
+    /// Journals a step (fenced). `elapsed` is the task's total run time so far.
+    async fn record_step(&self, task_id: &str, token: i64, step: &StepRecord, elapsed: Duration) -> Result<(), QueueError>;
+
+    /// Appends events. With a token the write is fenced (a worker's events); without, it is the daemon's own.
+    async fn append_events(&self, task_id: &str, token: Option<i64>, events: &[Event]) -> Result<(), QueueError>;
+
+    /// Events with `seq > after`, in order, at most `limit`.
+    async fn events_after(&self, task_id: &str, after: u64, limit: u32) -> Result<Vec<Event>, QueueError>;
+
+    /// Ends the task (fenced).
+    async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError>;
+
+    /// Hands the task back unfinished (fenced).
+    async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError>;
+
+    /// Cancels a queued, waiting or running task.
+    async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError>;
+
+    /// Answers a task in `waiting_for_human`.
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError>;
+
+    /// Hands back tasks whose lease expired; a task out of attempts fails.
+    async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError>;
+
+    /// Number of tasks in each state.
+    async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError>;
+
+    /// Whether the database answers.
+    async fn health(&self) -> Result<(), QueueError>;
+}
+
+/// A task runs on a worker only if every label of the task is a label of the worker with the same value.
+pub fn labels_match(task: &BTreeMap<String, String>, worker: &BTreeMap<String, String>) -> bool {
+    task.iter().all(|(k, v)| worker.get(k) == Some(v))
+}
+
+/// A stable hash of a task body, for idempotent submission (same id, same body → same task).
+pub fn body_hash(spec: &TaskSpec) -> String {
+    let json = serde_json::to_string(spec).unwrap_or_default();
+    // FNV-1a 64: stable across versions and platforms, and this is not a security boundary.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in json.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+pub fn now_ms() -> i64 {
+    (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+pub fn from_ms(ms: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_a_subset_match() {
+        let worker: BTreeMap<String, String> =
+            [("os".to_string(), "ubuntu".to_string()), ("gpu".to_string(), "no".to_string())].into();
+        assert!(labels_match(&BTreeMap::new(), &worker));
+        assert!(labels_match(&[("os".to_string(), "ubuntu".to_string())].into(), &worker));
+        assert!(!labels_match(&[("os".to_string(), "windows".to_string())].into(), &worker));
+        assert!(!labels_match(&[("arch".to_string(), "arm".to_string())].into(), &worker));
+    }
+}

@@ -1,0 +1,622 @@
+//! The embedded queue: SQLite in WAL mode under `data_dir`, durable across restarts.
+//!
+//! One database file holds tasks, the step journal and the event log. Claims run in `BEGIN IMMEDIATE`
+//! transactions (SQLite has one writer, so a claim can never race another); every worker write checks the
+//! lease token in the same statement. Times are milliseconds since the epoch, read from one clock (this
+//! process's; a SQLite queue is never shared across machines).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+use super::{
+    Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
+    Submitted, WorkerIdentity, body_hash, from_ms, labels_match, now_ms,
+};
+use crate::agent::events::{Event, EventKind};
+use crate::model::Usage;
+use crate::record::{EndReason, Outcome, RECORD_VERSION, StepRecord, TaskRecord, TaskState};
+use crate::task::TaskSpec;
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS tasks (
+        id TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        body_hash TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        started_ms INTEGER,
+        finished_ms INTEGER,
+        attempt INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL,
+        worker TEXT,
+        lease_token INTEGER NOT NULL DEFAULT 0,
+        lease_until_ms INTEGER,
+        not_before_ms INTEGER NOT NULL DEFAULT 0,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        approved INTEGER NOT NULL DEFAULT 0,
+        waiting_reason TEXT,
+        elapsed_ms INTEGER NOT NULL DEFAULT 0,
+        outcome TEXT,
+        usage TEXT,
+        final_screenshot TEXT,
+        computer_state TEXT
+    )",
+    "CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks(state, created_ms)",
+    "CREATE TABLE IF NOT EXISTS steps (
+        task_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (task_id, idx)
+    )",
+    "CREATE TABLE IF NOT EXISTS events (
+        task_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        PRIMARY KEY (task_id, seq)
+    )",
+];
+
+pub struct SqliteQueue {
+    pool: SqlitePool,
+    path: String,
+}
+
+fn db_error(e: sqlx::Error) -> QueueError {
+    QueueError::Unavailable(e.to_string())
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> QueueError {
+    QueueError::Corrupt(format!("{what}: {e}"))
+}
+
+impl SqliteQueue {
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    pub async fn open(path: &Path) -> Result<Self, QueueError> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| QueueError::Unavailable(format!("{}: {e}", parent.display())))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(db_error)?;
+        for statement in SCHEMA {
+            sqlx::query(*statement).execute(&pool).await.map_err(db_error)?;
+        }
+        Ok(Self { pool, path: path.display().to_string() })
+    }
+
+    fn record_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord, QueueError> {
+        let get_json = |column: &str| -> Result<Option<serde_json::Value>, QueueError> {
+            let text: Option<String> = row.try_get(column).map_err(db_error)?;
+            text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(column, e))).transpose()
+        };
+        let spec_text: String = row.try_get("spec").map_err(db_error)?;
+        let task: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
+        let state_text: String = row.try_get("state").map_err(db_error)?;
+        let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
+        let outcome = get_json("outcome")?.map(serde_json::from_value).transpose().map_err(|e| corrupt("outcome", e))?;
+        let usage = get_json("usage")?
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| corrupt("usage", e))?
+            .unwrap_or_default();
+        let final_screenshot =
+            get_json("final_screenshot")?.map(serde_json::from_value).transpose().map_err(|e| corrupt("final_screenshot", e))?;
+        let started: Option<i64> = row.try_get("started_ms").map_err(db_error)?;
+        let finished: Option<i64> = row.try_get("finished_ms").map_err(db_error)?;
+        let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
+        Ok(TaskRecord {
+            version: RECORD_VERSION,
+            id: row.try_get("id").map_err(db_error)?,
+            state,
+            created_at: from_ms(row.try_get("created_ms").map_err(db_error)?),
+            started_at: started.map(from_ms),
+            finished_at: finished.map(from_ms),
+            attempt: attempt as u32,
+            worker: row.try_get("worker").map_err(db_error)?,
+            task,
+            outcome,
+            usage,
+            steps: Vec::new(),
+            final_screenshot,
+            computer_state: get_json("computer_state")?,
+            waiting_reason: row.try_get("waiting_reason").map_err(db_error)?,
+        })
+    }
+
+    async fn steps(&self, executor: impl sqlx::SqliteExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
+        let rows = sqlx::query("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx")
+            .bind(id)
+            .fetch_all(executor)
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                let text: String = row.try_get("record").map_err(db_error)?;
+                serde_json::from_str(&text).map_err(|e| corrupt("step", e))
+            })
+            .collect()
+    }
+
+    /// Appends an event the queue itself emits, numbered after the task's last event.
+    async fn own_event(
+        tx: &mut sqlx::SqliteConnection,
+        task_id: &str,
+        kind: EventKind,
+    ) -> Result<(), QueueError> {
+        let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM events WHERE task_id = ?1")
+            .bind(task_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .try_get("next")
+            .map_err(db_error)?;
+        let event = Event { seq: next as u64, task_id: task_id.to_string(), ts: from_ms(now_ms()), kind };
+        let text = serde_json::to_string(&event).map_err(|e| corrupt("event", e))?;
+        sqlx::query("INSERT INTO events (task_id, seq, event) VALUES (?1, ?2, ?3)")
+            .bind(task_id)
+            .bind(next)
+            .bind(text)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, QueueError> {
+    serde_json::to_string(value).map_err(|e| corrupt("serialize", e))
+}
+
+fn finished_event(outcome: &Outcome, usage: Usage) -> EventKind {
+    EventKind::TaskFinished { state: outcome.state(), outcome: outcome.clone(), usage }
+}
+
+#[async_trait]
+impl Queue for SqliteQueue {
+    fn describe(&self) -> String {
+        format!("sqlite:{}", self.path)
+    }
+
+    async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError> {
+        let id = task.id().to_string();
+        let hash = body_hash(&task.spec);
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let existing = sqlx::query("SELECT body_hash FROM tasks WHERE id = ?1")
+            .bind(&id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if let Some(row) = existing {
+            let stored: String = row.try_get("body_hash").map_err(db_error)?;
+            drop(tx);
+            if stored != hash {
+                return Err(QueueError::Conflict(id));
+            }
+            return Ok(Submitted::Existing(self.get(&id).await?));
+        }
+        let labels: BTreeMap<&str, &str> = task.spec.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        sqlx::query(
+            "INSERT INTO tasks (id, spec, body_hash, labels, state, created_ms, max_attempts)
+             VALUES (?1, ?2, ?3, ?4, 'queued', ?5, ?6)",
+        )
+        .bind(&id)
+        .bind(json(&task.spec)?)
+        .bind(&hash)
+        .bind(json(&labels)?)
+        .bind(now_ms())
+        .bind(i64::from(task.max_attempts.max(1)))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        Self::own_event(&mut tx, &id, EventKind::TaskQueued {}).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Submitted::Created(self.get(&id).await?))
+    }
+
+    async fn get(&self, id: &str) -> Result<TaskRecord, QueueError> {
+        let row = sqlx::query("SELECT * FROM tasks WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        let mut record = Self::record_from_row(&row)?;
+        record.steps = self.steps(&self.pool, id).await?;
+        Ok(record)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+        let limit = i64::from(if filter.limit == 0 { 100 } else { filter.limit.min(10_000) });
+        let rows = match filter.state {
+            Some(state) => sqlx::query("SELECT * FROM tasks WHERE state = ?1 ORDER BY created_ms DESC, id DESC LIMIT ?2")
+                .bind(state.as_str())
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await,
+            None => sqlx::query("SELECT * FROM tasks ORDER BY created_ms DESC, id DESC LIMIT ?1")
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await,
+        }
+        .map_err(db_error)?;
+        rows.iter().map(Self::record_from_row).collect()
+    }
+
+    async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
+        let now = now_ms();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let candidates = sqlx::query(
+            "SELECT id, labels FROM tasks WHERE state = 'queued' AND not_before_ms <= ?1
+             ORDER BY created_ms, id LIMIT 200",
+        )
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let mut chosen = None;
+        for row in &candidates {
+            let labels_text: String = row.try_get("labels").map_err(db_error)?;
+            let labels: BTreeMap<String, String> = serde_json::from_str(&labels_text).map_err(|e| corrupt("labels", e))?;
+            if labels_match(&labels, &worker.labels) {
+                chosen = Some(row.try_get::<String, _>("id").map_err(db_error)?);
+                break;
+            }
+        }
+        let Some(id) = chosen else {
+            return Ok(None);
+        };
+        let row = sqlx::query(
+            "UPDATE tasks SET state = 'running', attempt = attempt + 1, worker = ?2, lease_token = lease_token + 1,
+                lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
+                waiting_reason = NULL
+             WHERE id = ?1 AND state = 'queued'
+             RETURNING spec, attempt, lease_token, elapsed_ms, approved",
+        )
+        .bind(&id)
+        .bind(&worker.name)
+        .bind(now + lease_for.as_millis() as i64)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let spec_text: String = row.try_get("spec").map_err(db_error)?;
+        let spec: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
+        let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
+        let token: i64 = row.try_get("lease_token").map_err(db_error)?;
+        let elapsed: i64 = row.try_get("elapsed_ms").map_err(db_error)?;
+        let approved: i64 = row.try_get("approved").map_err(db_error)?;
+        let steps = self.steps(&mut *tx, &id).await?;
+        let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM events WHERE task_id = ?1")
+            .bind(&id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .try_get("next")
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(Lease {
+            task_id: id,
+            token,
+            attempt: attempt as u32,
+            spec,
+            steps,
+            next_seq: next as u64,
+            elapsed: Duration::from_millis(elapsed.max(0) as u64),
+            approved: approved != 0,
+        }))
+    }
+
+    async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
+        let row = sqlx::query(
+            "UPDATE tasks SET lease_until_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
+             RETURNING cancel_requested",
+        )
+        .bind(task_id)
+        .bind(token)
+        .bind(now_ms() + lease_for.as_millis() as i64)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(match row {
+            Some(row) => {
+                let cancel: i64 = row.try_get("cancel_requested").map_err(db_error)?;
+                LeaseStatus::Held { cancel_requested: cancel != 0 }
+            }
+            None => LeaseStatus::Lost,
+        })
+    }
+
+    async fn record_step(&self, task_id: &str, token: i64, step: &StepRecord, elapsed: Duration) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let held = sqlx::query("UPDATE tasks SET elapsed_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'")
+            .bind(task_id)
+            .bind(token)
+            .bind(elapsed.as_millis() as i64)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        if held == 0 {
+            return Err(QueueError::LeaseLost(task_id.to_string()));
+        }
+        sqlx::query(
+            "INSERT INTO steps (task_id, idx, record) VALUES (?1, ?2, ?3)
+             ON CONFLICT (task_id, idx) DO UPDATE SET record = excluded.record",
+        )
+        .bind(task_id)
+        .bind(i64::from(step.index))
+        .bind(json(step)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn append_events(&self, task_id: &str, token: Option<i64>, events: &[Event]) -> Result<(), QueueError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        if let Some(token) = token {
+            let held = sqlx::query("SELECT 1 FROM tasks WHERE id = ?1 AND lease_token = ?2")
+                .bind(task_id)
+                .bind(token)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            if held.is_none() {
+                return Err(QueueError::LeaseLost(task_id.to_string()));
+            }
+        }
+        for event in events {
+            sqlx::query("INSERT OR REPLACE INTO events (task_id, seq, event) VALUES (?1, ?2, ?3)")
+                .bind(task_id)
+                .bind(event.seq as i64)
+                .bind(json(event)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn events_after(&self, task_id: &str, after: u64, limit: u32) -> Result<Vec<Event>, QueueError> {
+        let rows = sqlx::query("SELECT event FROM events WHERE task_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")
+            .bind(task_id)
+            .bind(after as i64)
+            .bind(i64::from(limit.max(1)))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                let text: String = row.try_get("event").map_err(db_error)?;
+                serde_json::from_str(&text).map_err(|e| corrupt("event", e))
+            })
+            .collect()
+    }
+
+    async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = ?3, finished_ms = ?4, outcome = ?5, usage = ?6, final_screenshot = ?7,
+                computer_state = ?8, lease_until_ms = NULL, waiting_reason = NULL
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+        )
+        .bind(task_id)
+        .bind(token)
+        .bind(finish.outcome.state().as_str())
+        .bind(now_ms())
+        .bind(json(&finish.outcome)?)
+        .bind(json(&finish.usage)?)
+        .bind(finish.final_screenshot.as_ref().map(json).transpose()?)
+        .bind(finish.computer_state.as_ref().map(json).transpose()?)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        if done == 0 { Err(QueueError::LeaseLost(task_id.to_string())) } else { Ok(()) }
+    }
+
+    async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
+        let result = match release {
+            Release::Requeue { count_attempt, delay, .. } => sqlx::query(
+                "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
+                    attempt = CASE WHEN ?3 THEN attempt ELSE attempt - 1 END, not_before_ms = ?4
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+            )
+            .bind(task_id)
+            .bind(token)
+            .bind(*count_attempt)
+            .bind(now_ms() + delay.as_millis() as i64)
+            .execute(&self.pool)
+            .await,
+            Release::WaitForHuman { reason } => sqlx::query(
+                "UPDATE tasks SET state = 'waiting_for_human', lease_until_ms = NULL, worker = NULL,
+                    waiting_reason = ?3, approved = 0
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+            )
+            .bind(task_id)
+            .bind(token)
+            .bind(reason)
+            .execute(&self.pool)
+            .await,
+        };
+        if result.map_err(db_error)?.rows_affected() == 0 {
+            return Err(QueueError::LeaseLost(task_id.to_string()));
+        }
+        Ok(())
+    }
+
+    async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let row = sqlx::query("SELECT state, usage FROM tasks WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        let state_text: String = row.try_get("state").map_err(db_error)?;
+        let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
+        match state {
+            TaskState::Queued | TaskState::WaitingForHuman => {
+                let outcome = Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled };
+                sqlx::query(
+                    "UPDATE tasks SET state = 'cancelled', finished_ms = ?2, outcome = ?3, waiting_reason = NULL
+                     WHERE id = ?1",
+                )
+                .bind(id)
+                .bind(now_ms())
+                .bind(json(&outcome)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                Self::own_event(&mut tx, id, finished_event(&outcome, Usage::default())).await?;
+                tx.commit().await.map_err(db_error)?;
+                Ok(Cancelled::Now)
+            }
+            TaskState::Running => {
+                sqlx::query("UPDATE tasks SET cancel_requested = 1 WHERE id = ?1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                tx.commit().await.map_err(db_error)?;
+                Ok(Cancelled::Requested)
+            }
+            other => Err(QueueError::WrongState {
+                id: id.to_string(),
+                state: other.as_str(),
+                message: "it has already finished".into(),
+            }),
+        }
+    }
+
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let row = sqlx::query("SELECT state FROM tasks WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        let state_text: String = row.try_get("state").map_err(db_error)?;
+        let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
+        if state != TaskState::WaitingForHuman {
+            return Err(QueueError::WrongState {
+                id: id.to_string(),
+                state: state.as_str(),
+                message: "only a task waiting for a human can be approved or rejected".into(),
+            });
+        }
+        match decision {
+            Decision::Approve => {
+                sqlx::query(
+                    "UPDATE tasks SET state = 'queued', approved = 1, waiting_reason = NULL, not_before_ms = 0
+                     WHERE id = ?1 AND state = 'waiting_for_human'",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            }
+            Decision::Reject { reason } => {
+                let summary = if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
+                let outcome = Outcome { success: false, summary, reason: EndReason::Rejected };
+                sqlx::query(
+                    "UPDATE tasks SET state = 'failed', finished_ms = ?2, outcome = ?3, waiting_reason = NULL
+                     WHERE id = ?1 AND state = 'waiting_for_human'",
+                )
+                .bind(id)
+                .bind(now_ms())
+                .bind(json(&outcome)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                Self::own_event(&mut tx, id, finished_event(&outcome, Usage::default())).await?;
+            }
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
+        let now = now_ms();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let expired = sqlx::query(
+            "SELECT id, attempt, max_attempts, usage FROM tasks WHERE state = 'running' AND lease_until_ms < ?1",
+        )
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let mut rescued = Vec::new();
+        for row in expired {
+            let id: String = row.try_get("id").map_err(db_error)?;
+            let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
+            let max_attempts: i64 = row.try_get("max_attempts").map_err(db_error)?;
+            if attempt >= max_attempts {
+                let outcome = Outcome {
+                    success: false,
+                    summary: format!("the worker running this task was lost {attempt} time(s)"),
+                    reason: EndReason::Error,
+                };
+                sqlx::query(
+                    "UPDATE tasks SET state = 'failed', finished_ms = ?2, outcome = ?3, lease_until_ms = NULL,
+                        lease_token = lease_token + 1
+                     WHERE id = ?1",
+                )
+                .bind(&id)
+                .bind(now)
+                .bind(json(&outcome)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                Self::own_event(&mut tx, &id, finished_event(&outcome, Usage::default())).await?;
+                rescued.push(Rescued { task_id: id, new_state: TaskState::Failed });
+            } else {
+                // Bumping the token fences the lost worker out even before anyone claims the task again.
+                sqlx::query(
+                    "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
+                        lease_token = lease_token + 1
+                     WHERE id = ?1",
+                )
+                .bind(&id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                rescued.push(Rescued { task_id: id, new_state: TaskState::Queued });
+            }
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(rescued)
+    }
+
+    async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM tasks GROUP BY state")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        let mut counts = BTreeMap::new();
+        for row in rows {
+            let state: String = row.try_get("state").map_err(db_error)?;
+            let n: i64 = row.try_get("n").map_err(db_error)?;
+            counts.insert(TaskState::from_str(&state).map_err(|e| corrupt("state", e))?, n as u64);
+        }
+        Ok(counts)
+    }
+
+    async fn health(&self) -> Result<(), QueueError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(db_error).map(drop)
+    }
+}
