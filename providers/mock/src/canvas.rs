@@ -329,17 +329,9 @@ impl Canvas {
         }
     }
 
-    /// Blends a `w`×`h` coverage mask (one byte per pixel, row-major) at (x, y) in `color`.
-    pub fn blend_mask(
-        &mut self,
-        x: i32,
-        y: i32,
-        w: i32,
-        h: i32,
-        mask: &[u8],
-        color: Color,
-        clip: Rect,
-    ) {
+    /// Blends a coverage mask (one byte per pixel, row-major) covering `at` in `color`.
+    pub fn blend_mask(&mut self, at: Rect, mask: &[u8], color: Color, clip: Rect) {
+        let Rect { x, y, w, h } = at;
         let target = Rect::new(x, y, w, h).intersect(self.clip(clip));
         if target.is_empty() || mask.len() < (w * h) as usize {
             return;
@@ -379,14 +371,12 @@ mod tests {
     #[test]
     fn masks_blend_by_coverage() {
         let mut c = Canvas::new(Size::new(4, 1), Color::rgb(0, 0, 0));
+        let all = c.bounds();
         c.blend_mask(
-            0,
-            0,
-            4,
-            1,
+            Rect::new(0, 0, 4, 1),
             &[0, 128, 255, 64],
             Color::rgb(255, 255, 255),
-            c.bounds(),
+            all,
         );
         assert_eq!(c.pixel(0, 0), Some(Color::rgb(0, 0, 0)));
         assert_eq!(c.pixel(1, 0), Some(Color::rgb(128, 128, 128)));

@@ -188,6 +188,32 @@ impl MockDesktop {
         self.lock().world.report()
     }
 
+    /// Where a widget of the current screen is: the top-left corner and size of its interactive part (the
+    /// field box, the button, the checkbox row, …), clipped to what is visible; `None` when the widget is not
+    /// on the current screen or is scrolled out of view. Meant for tests and scripts that drive the mock.
+    pub fn widget_bounds(&self, id: &str) -> Option<(Point, Size)> {
+        let inner = self.lock();
+        let widget = inner.world.scene.widget(id)?;
+        let layout = inner.world.layout();
+        let (w, item) = layout.item(widget)?;
+        let visible = item.control.intersect(layout.windows[w].body);
+        (!visible.is_empty()).then(|| {
+            (
+                Point::new(visible.x, visible.y),
+                Size::new(visible.w as u32, visible.h as u32),
+            )
+        })
+    }
+
+    /// The centre of [`Self::widget_bounds`].
+    pub fn widget_center(&self, id: &str) -> Option<Point> {
+        let (p, size) = self.widget_bounds(id)?;
+        Some(Point::new(
+            p.x + size.width as i32 / 2,
+            p.y + size.height as i32 / 2,
+        ))
+    }
+
     /// The current frame (rendered if anything changed since the last one).
     pub fn frame(&self) -> Frame {
         let mut inner = self.lock();

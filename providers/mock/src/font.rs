@@ -192,10 +192,7 @@ impl GlyphCache {
                 let gx = start + glyph.xmin;
                 let gy = baseline - glyph.ymin - glyph.height;
                 canvas.blend_mask(
-                    gx,
-                    gy,
-                    glyph.width,
-                    glyph.height,
+                    Rect::new(gx, gy, glyph.width, glyph.height),
                     &glyph.coverage,
                     color,
                     clip,

@@ -1089,7 +1089,7 @@ mod tests {
             path,
             "screens[0].windows[0].widgets[0].button.on_click[0].goto"
         );
-        assert_eq!((line, column), (4, 66));
+        assert_eq!((line, column), (4, 67));
         assert!(message.contains("nowhere"), "{message}");
 
         let dup = r#"{"screens": [{"id": "a", "windows": [{"widgets": [

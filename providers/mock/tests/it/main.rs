@@ -1,0 +1,8 @@
+//! Integration tests of the mock desktop, driven only through its public API and the `ComputerProvider` trait.
+
+mod flows;
+mod persistence;
+mod rendering;
+mod scenes;
+mod support;
+mod widgets;
