@@ -145,3 +145,25 @@ fn builtin_scene_files_are_the_embedded_ones() {
         assert_eq!(loaded.name(), name);
     }
 }
+
+#[test]
+fn the_example_in_scenes_md_is_a_valid_scene() {
+    let doc = include_str!("../../SCENES.md");
+    let start = doc
+        .find("## A complete example")
+        .unwrap_or_else(|| panic!("no example section"));
+    let body = &doc[start..];
+    let open = body
+        .find("```json\n")
+        .unwrap_or_else(|| panic!("no json block"))
+        + "```json\n".len();
+    let close = body[open..]
+        .find("```")
+        .unwrap_or_else(|| panic!("unclosed block"))
+        + open;
+    let d = custom(&body[open..close]);
+    type_text(&d, "me@example.com");
+    click(&d, "agree");
+    keys(&d, "Return");
+    assert_eq!(state(&d).screen, "thanks");
+}
