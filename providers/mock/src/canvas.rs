@@ -119,9 +119,8 @@ impl Canvas {
     }
 
     pub fn clear(&mut self, color: Color) {
-        for px in self.pixels.chunks_exact_mut(3) {
-            px.copy_from_slice(&color.0);
-        }
+        let all = self.bounds();
+        self.fill_rect(all, color, all);
     }
 
     fn index(&self, x: i32, y: i32) -> usize {
@@ -187,6 +186,26 @@ impl Canvas {
                 self.blend(x, y, color, u32::from(alpha));
             }
         }
+    }
+
+    /// A drop shadow of `rect` offset by (dx, dy) ≥ 0, drawn only where it shows around `rect` (which the
+    /// caller paints over next).
+    pub fn shadow(&mut self, rect: Rect, dx: i32, dy: i32, alpha: u8, clip: Rect) {
+        let shadow = rect.translate(dx, dy);
+        let right = Rect::new(
+            rect.right(),
+            shadow.y,
+            shadow.right() - rect.right(),
+            shadow.h,
+        );
+        let bottom = Rect::new(
+            shadow.x,
+            rect.bottom(),
+            rect.right() - shadow.x,
+            shadow.bottom() - rect.bottom(),
+        );
+        self.shade_rect(right, Color::rgb(0, 0, 0), alpha, clip);
+        self.shade_rect(bottom, Color::rgb(0, 0, 0), alpha, clip);
     }
 
     /// A filled rectangle with anti-aliased round corners of `radius` pixels.

@@ -119,10 +119,8 @@ impl Painter<'_> {
         };
         let all = self.canvas.bounds();
         let frame = window.frame;
-        self.canvas
-            .shade_rect(frame.translate(3, 5), BLACK, 40, all);
-        self.canvas
-            .shade_rect(frame.translate(1, 2), BLACK, 40, all);
+        self.canvas.shadow(frame, 3, 5, 40, all);
+        self.canvas.shadow(frame, 1, 2, 40, all);
         match def.style {
             WindowStyle::Note => {
                 self.canvas
@@ -539,7 +537,7 @@ impl Painter<'_> {
         };
         let all = self.canvas.bounds();
         let r = popup.rect;
-        self.canvas.shade_rect(r.translate(2, 4), BLACK, 50, all);
+        self.canvas.shadow(r, 2, 4, 50, all);
         self.canvas.bordered_round_rect(r, 4, BORDER, WHITE, all);
         let overflow = popup.max_scroll > 0;
         let rows_w = r.w - 2 - if overflow { SCROLLBAR_W + 4 } else { 0 };

@@ -614,8 +614,15 @@ fn build(file: SceneFile, default_name: &str) -> Result<Scene, Invalid> {
         let mut windows = Vec::new();
         for (w, window) in screen.windows.iter().enumerate() {
             let window_path = format!("screens[{s}].windows[{w}]");
-            if window.width == Some(0) || window.height == Some(0) {
-                return Err(invalid(window_path, "width and height must be positive"));
+            pixels(window.width, &format!("{window_path}.width"))?;
+            pixels(window.height, &format!("{window_path}.height"))?;
+            for (name, value) in [("x", window.x), ("y", window.y)] {
+                if value.is_some_and(|v| v.unsigned_abs() > MAX_PIXELS) {
+                    return Err(invalid(
+                        format!("{window_path}.{name}"),
+                        format!("must be within ±{MAX_PIXELS}"),
+                    ));
+                }
             }
             let mut indices = Vec::new();
             for (i, widget) in window.widgets.iter().enumerate() {
@@ -724,6 +731,22 @@ fn build(file: SceneFile, default_name: &str) -> Result<Scene, Invalid> {
     })
 }
 
+/// The largest width, height or offset a scene may give in pixels.
+const MAX_PIXELS: u32 = 10_000;
+/// The most rows a list or dropdown popup may show.
+const MAX_ROWS: u32 = 200;
+/// The largest magnitude of a slider's ends (keeps every step computation far from overflow).
+const MAX_SLIDER: i64 = 1_000_000_000_000;
+
+fn pixels(value: Option<u32>, path: &str) -> Result<(), Invalid> {
+    match value {
+        Some(v) if v == 0 || v > MAX_PIXELS => {
+            Err(invalid(path, format!("must be 1..={MAX_PIXELS} pixels")))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn check_id(id: &str, path: &str) -> Result<(), Invalid> {
     let ok = !id.is_empty()
         && id
@@ -763,11 +786,7 @@ impl Checker<'_> {
     }
 
     fn width(&self, width: Option<u32>, path: &str) -> Result<(), Invalid> {
-        if width == Some(0) {
-            Err(invalid(format!("{path}.width"), "width must be positive"))
-        } else {
-            Ok(())
-        }
+        pixels(width, &format!("{path}.width"))
     }
 
     fn widget_fields(&self, widget: &WidgetDef, path: &str) -> Result<(), Invalid> {
@@ -799,8 +818,11 @@ impl Checker<'_> {
                         "needs at least one option",
                     ));
                 }
-                if d.rows == Some(0) {
-                    return Err(invalid(format!("{path}.rows"), "rows must be positive"));
+                if d.rows.is_some_and(|r| r == 0 || r > MAX_ROWS) {
+                    return Err(invalid(
+                        format!("{path}.rows"),
+                        format!("rows must be 1..={MAX_ROWS}"),
+                    ));
                 }
                 if let Some(value) = &d.value
                     && !d.options.contains(value)
@@ -814,21 +836,30 @@ impl Checker<'_> {
             }
             WidgetDef::TextBox(d) => {
                 self.width(d.width, path)?;
-                if d.height == Some(0) {
-                    return Err(invalid(format!("{path}.height"), "height must be positive"));
-                }
+                pixels(d.height, &format!("{path}.height"))?;
                 self.template(&d.text, &format!("{path}.text"))
             }
             WidgetDef::Slider(d) => {
                 self.width(d.width, path)?;
+                for (name, value) in [("min", d.min), ("max", d.max)] {
+                    if value.unsigned_abs() > MAX_SLIDER.unsigned_abs() {
+                        return Err(invalid(
+                            format!("{path}.{name}"),
+                            format!("must be within ±{MAX_SLIDER}"),
+                        ));
+                    }
+                }
                 if d.max <= d.min {
                     return Err(invalid(
                         format!("{path}.max"),
                         format!("max ({}) must be greater than min ({})", d.max, d.min),
                     ));
                 }
-                if d.step <= 0 {
-                    return Err(invalid(format!("{path}.step"), "step must be positive"));
+                if d.step <= 0 || d.step > d.max - d.min {
+                    return Err(invalid(
+                        format!("{path}.step"),
+                        "step must be positive and at most max - min",
+                    ));
                 }
                 if let Some(v) = d.value
                     && !(d.min..=d.max).contains(&v)
@@ -1107,6 +1138,17 @@ mod tests {
         );
         assert_eq!(path, "screens[0].windows[0].widgets[0].label.text");
         assert!(message.contains("who"), "{message}");
+        let (path, _, _, _) = err(
+            r#"{"screens": [{"id": "a", "windows": [{"widgets": [{"list": {"id": "l", "options": ["x"], "rows": 100000}}]}]}]}"#,
+        );
+        assert_eq!(path, "screens[0].windows[0].widgets[0].list.rows");
+        let (path, _, _, _) =
+            err(r#"{"screens": [{"id": "a", "windows": [{"width": 4000000000}]}]}"#);
+        assert_eq!(path, "screens[0].windows[0].width");
+        let (path, _, _, _) = err(
+            r#"{"screens": [{"id": "a", "windows": [{"widgets": [{"slider": {"id": "s", "min": -9223372036854775808}}]}]}]}"#,
+        );
+        assert_eq!(path, "screens[0].windows[0].widgets[0].slider.min");
         let (_, _, _, message) = err("{\"screens\": []}");
         assert!(message.contains("at least one screen"));
     }

@@ -3,6 +3,7 @@
 mod flows;
 mod persistence;
 mod rendering;
+mod robustness;
 mod scenes;
 mod support;
 mod widgets;
