@@ -334,13 +334,15 @@ impl World {
             return;
         }
         let was_focused = self.state.focus == Some(widget);
+        // Where in a field's text the press lands depends on how it was drawn, before it took the focus.
+        let field_index = self.field_index(layout, widget, p.x);
         self.state.focus = Some(widget);
         match def {
             WidgetDef::Button(_) | WidgetDef::Checkbox(_) => {
                 self.state.press = Press::Widget(widget)
             }
             WidgetDef::TextField(_) => {
-                let index = self.field_index(layout, widget, p.x).unwrap_or(0);
+                let index = field_index.unwrap_or(0);
                 let Some(edit) = self.edit(widget) else {
                     return;
                 };
@@ -967,6 +969,8 @@ impl World {
     // ------------------------------------------------------------------------------------------------------
     // Widget actions and effects.
 
+    /// The caret position under pixel `x` in a text field, as the field is drawn now (focused fields are
+    /// shifted to keep their caret visible; unfocused ones show their start).
     fn field_index(&self, layout: &Layout, widget: usize, x: i32) -> Option<usize> {
         let (_, item) = layout.item(widget)?;
         let WidgetDef::TextField(d) = self.def(widget)? else {
@@ -977,7 +981,11 @@ impl World {
         };
         let display = field_display(&edit.text, d.password);
         let inner_w = item.control.w - 2 * layout::FIELD_PAD;
-        let shift = field_shift(&display, edit.caret, inner_w);
+        let shift = if self.state.focus == Some(widget) {
+            field_shift(&display, edit.caret, inner_w)
+        } else {
+            0
+        };
         Some(field_index_at(
             &display,
             x - (item.control.x + layout::FIELD_PAD) + shift,

@@ -78,3 +78,23 @@ fn a_directory_of_another_scene_or_size_is_refused() {
     let login = Scene::builtin("login").unwrap_or_else(|| panic!("login"));
     assert!(MockDesktop::open_persistent(login, Some(Size::new(800, 600)), dir.path()).is_err());
 }
+
+#[test]
+fn a_snapshot_one_action_behind_the_log_catches_up() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let state_path = dir.path().join(STATE_FILE);
+    let expected = {
+        let d = open(dir.path());
+        click(&d, "username");
+        type_text(&d, "alice");
+        let older = std::fs::read(&state_path).unwrap_or_default();
+        keys(&d, "Tab");
+        // Killed after the log append of the Tab but before its snapshot replaced the old one.
+        std::fs::write(&state_path, older).unwrap_or_else(|e| panic!("{e}"));
+        state(&d)
+    };
+    let d = open(dir.path());
+    assert_eq!(state(&d), expected);
+    assert_eq!(state(&d).focused.as_deref(), Some("password"));
+    assert_eq!(d.actions().len(), 3);
+}

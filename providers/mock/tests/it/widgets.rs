@@ -499,3 +499,19 @@ fn small_screens_scroll_the_window_to_reach_everything() {
     click_at(&d, Point::new(p2.x + 30, p2.y + 1 + 3 * 26 + 5));
     assert_eq!(state(&d).selections["plan"].as_deref(), Some("Enterprise"));
 }
+
+#[test]
+fn clicking_into_a_long_unfocused_field_puts_the_caret_where_the_text_is_drawn() {
+    let d = desktop("form");
+    click(&d, "company");
+    let long = "abcdefghij".repeat(8);
+    type_text(&d, &long);
+    click(&d, "email");
+    // Unfocused, the company field shows the start of its text; a click near its left edge lands there.
+    let (p, size) = d
+        .widget_bounds("company")
+        .unwrap_or_else(|| panic!("company not visible"));
+    click_at(&d, Point::new(p.x + 10, p.y + size.height as i32 / 2));
+    type_text(&d, "<");
+    assert_eq!(field(&d, "company"), format!("<{long}"));
+}
