@@ -660,7 +660,7 @@ impl World {
         match focus.and_then(|f| self.def(f).cloned()) {
             Some(WidgetDef::TextField(d)) => {
                 if let Some(f) = focus {
-                    self.field_key(f, &d.password, d.max_length, keysym, key, mods);
+                    self.field_key(f, d.password, d.max_length, keysym, key, mods);
                 }
             }
             Some(WidgetDef::Checkbox(_)) if keysym == 0x20 && !mods.command() => {
@@ -728,13 +728,12 @@ impl World {
     fn field_key(
         &mut self,
         f: usize,
-        password: &bool,
+        password: bool,
         max_length: Option<usize>,
         keysym: u32,
         key: Key,
         mods: Mods,
     ) {
-        let password = *password;
         let Some(edit) = self.edit(f) else { return };
         match keysym {
             keysym::BACKSPACE => edit.backspace(mods.ctrl),
