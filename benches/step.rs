@@ -156,8 +156,7 @@ async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
     let (mut starts, bytes, rss_mid) = collector.await.expect("collector");
     starts.push(end_ts);
     // Skip the first two steps (warm-up: glyph caches, allocator).
-    let mut step_ms: Vec<f64> =
-        starts.windows(2).skip(2).map(|w| (w[1] - w[0]).as_seconds_f64() * 1000.0).collect();
+    let mut step_ms: Vec<f64> = starts.windows(2).skip(2).map(|w| (w[1] - w[0]).as_seconds_f64() * 1000.0).collect();
     step_ms.sort_by(f64::total_cmp);
     Figures { step_ms, bytes, rss_mid_kib: rss_mid, rss_end_kib: rss_end }
 }
@@ -196,7 +195,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200u32);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    println!("agentd step overhead: mock desktop (form scene) + scripted model, {steps} steps, {} cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "agentd step overhead: mock desktop (form scene) + scripted model, {steps} steps, {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     let cases = [
         ("1280x800", Size::new(1280, 800), None),
         ("1920x1080", Size::new(1920, 1080), None),

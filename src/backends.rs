@@ -35,16 +35,9 @@ pub struct ComputerContext<'a> {
 }
 
 /// Opens the computer a task names.
-pub async fn computer(
-    spec: &ComputerSpec,
-    ctx: &ComputerContext<'_>,
-) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     match spec {
-        ComputerSpec::Mock(MockSpec {
-            scene,
-            width,
-            height,
-        }) => {
+        ComputerSpec::Mock(MockSpec { scene, width, height }) => {
             let name = scene.as_deref().unwrap_or("blank");
             let scene = agentd_mock::Scene::resolve(name, ctx.base_dir)
                 .map_err(|e| BuildError::Invalid(format!("field `computer.scene`: {e}")))?;
@@ -56,33 +49,24 @@ pub async fn computer(
                 )),
             };
             let desktop = match ctx.persist_dir {
-                Some(dir) => {
-                    agentd_mock::MockDesktop::open_persistent(scene, size, dir).map_err(|e| {
-                        BuildError::Unreachable(format!(
-                            "mock desktop state in {}: {e}",
-                            dir.display()
-                        ))
-                    })?
-                }
-                None => agentd_mock::MockDesktop::new(scene, size),
+                Some(dir) => agentd_mock::MockDesktop::open_persistent(scene, size, dir)
+                    .map_err(|e| BuildError::Unreachable(format!("mock desktop state in {}: {e}", dir.display())))?,
+                None => agentd_mock::MockDesktop::new(scene, size)
+                    .map_err(|e| BuildError::Invalid(format!("field `computer`: {e}")))?,
             };
             Ok(Arc::new(desktop))
         }
         ComputerSpec::Local(_) => Err(BuildError::Invalid(
             "field `computer.provider`: the local provider is not part of this build yet".into(),
         )),
-        ComputerSpec::Vnc(_) => Err(BuildError::Invalid(
-            "field `computer.provider`: the vnc provider is not part of this build yet".into(),
-        )),
+        ComputerSpec::Vnc(_) => {
+            Err(BuildError::Invalid("field `computer.provider`: the vnc provider is not part of this build yet".into()))
+        }
     }
 }
 
 /// Builds the model a task names. Script paths resolve against `base_dir`.
-pub fn model(
-    spec: &ModelSpec,
-    _config: &Config,
-    base_dir: Option<&Path>,
-) -> Result<Arc<dyn Model>, BuildError> {
+pub fn model(spec: &ModelSpec, _config: &Config, base_dir: Option<&Path>) -> Result<Arc<dyn Model>, BuildError> {
     match spec {
         ModelSpec::Scripted(ScriptedSpec { script }) => {
             let script = match script {
@@ -92,8 +76,7 @@ pub fn model(
                         Some(base) if Path::new(path).is_relative() => base.join(path),
                         _ => Path::new(path).to_path_buf(),
                     };
-                    Script::load(&path)
-                        .map_err(|e| BuildError::Invalid(format!("field `model.script`: {e}")))?
+                    Script::load(&path).map_err(|e| BuildError::Invalid(format!("field `model.script`: {e}")))?
                 }
             };
             Ok(Arc::new(ScriptedModel::new(script)))
@@ -109,8 +92,8 @@ pub fn model(
 pub async fn artifact_store(config: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError> {
     match config.artifacts.backend {
         ArtifactsBackend::Fs => Ok(Arc::new(FsStore::new(config.artifacts_dir()))),
-        ArtifactsBackend::S3 => Err(BuildError::Invalid(
-            "artifacts.backend: the s3 store is not part of this build yet".into(),
-        )),
+        ArtifactsBackend::S3 => {
+            Err(BuildError::Invalid("artifacts.backend: the s3 store is not part of this build yet".into()))
+        }
     }
 }

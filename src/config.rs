@@ -50,13 +50,7 @@ pub struct ApiConfig {
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self {
-            socket: None,
-            listen: None,
-            token_file: None,
-            max_body_bytes: 1024 * 1024,
-            allowed_hosts: Vec::new(),
-        }
+        Self { socket: None, listen: None, token_file: None, max_body_bytes: 1024 * 1024, allowed_hosts: Vec::new() }
     }
 }
 
@@ -115,12 +109,7 @@ pub struct WorkerConfig {
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self {
-            concurrency: 2,
-            labels: BTreeMap::new(),
-            name: None,
-            shutdown_grace_secs: 30,
-        }
+        Self { concurrency: 2, labels: BTreeMap::new(), name: None, shutdown_grace_secs: 30 }
     }
 }
 
@@ -229,9 +218,7 @@ pub fn host_name() -> String {
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 /// `$STATE_DIRECTORY` (systemd), else `/var/lib/agentd` as root, else `$XDG_DATA_HOME/agentd`, else
@@ -239,12 +226,7 @@ fn env_path(name: &str) -> Option<PathBuf> {
 pub fn default_data_dir() -> PathBuf {
     if let Some(dir) = env_path("STATE_DIRECTORY") {
         // systemd may list several, colon-separated; the first is ours.
-        let first = dir
-            .to_string_lossy()
-            .split(':')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let first = dir.to_string_lossy().split(':').next().unwrap_or_default().to_string();
         return PathBuf::from(first);
     }
     if is_root() {
@@ -265,12 +247,7 @@ impl Config {
             return socket.clone();
         }
         if let Some(dir) = env_path("RUNTIME_DIRECTORY") {
-            let first = dir
-                .to_string_lossy()
-                .split(':')
-                .next()
-                .unwrap_or_default()
-                .to_string();
+            let first = dir.to_string_lossy().split(':').next().unwrap_or_default().to_string();
             return PathBuf::from(first).join("agentd.sock");
         }
         if is_root() {
@@ -283,17 +260,11 @@ impl Config {
     }
 
     pub fn queue_path(&self) -> PathBuf {
-        self.queue
-            .path
-            .clone()
-            .unwrap_or_else(|| self.data_dir.join("queue.db"))
+        self.queue.path.clone().unwrap_or_else(|| self.data_dir.join("queue.db"))
     }
 
     pub fn artifacts_dir(&self) -> PathBuf {
-        self.artifacts
-            .dir
-            .clone()
-            .unwrap_or_else(|| self.data_dir.join("artifacts"))
+        self.artifacts.dir.clone().unwrap_or_else(|| self.data_dir.join("artifacts"))
     }
 
     pub fn spool_dir(&self) -> PathBuf {
@@ -331,15 +302,7 @@ impl fmt::Display for ConfigError {
         let lines: Vec<String> = self
             .problems
             .iter()
-            .map(|p| {
-                crate::task::format_location(
-                    &self.source_name,
-                    &p.field,
-                    p.line,
-                    p.column,
-                    &p.message,
-                )
-            })
+            .map(|p| crate::task::format_location(&self.source_name, &p.field, p.line, p.column, &p.message))
             .collect();
         f.write_str(&lines.join("\n"))
     }
@@ -409,25 +372,11 @@ const MODEL_KEYS: &[&str] = &[
 ];
 
 /// Parses config text with environment overrides (`env` as (name, value) pairs).
-pub fn parse(
-    text: &str,
-    source_name: &str,
-    env: &[(String, String)],
-) -> Result<Config, ConfigError> {
-    let error = |problems| ConfigError {
-        source_name: source_name.to_string(),
-        problems,
-    };
+pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<Config, ConfigError> {
+    let error = |problems| ConfigError { source_name: source_name.to_string(), problems };
     let mut table: toml::Table = toml::from_str(text).map_err(|e| {
-        let (line, column) = e
-            .span()
-            .map_or((0, 0), |span| line_column(text, span.start));
-        error(vec![ConfigProblem {
-            field: None,
-            line,
-            column,
-            message: e.message().trim().to_string(),
-        }])
+        let (line, column) = e.span().map_or((0, 0), |span| line_column(text, span.start));
+        error(vec![ConfigProblem { field: None, line, column, message: e.message().trim().to_string() }])
     })?;
     let mut problems = Vec::new();
     apply_env(&mut table, env, &mut problems);
@@ -447,10 +396,7 @@ pub fn parse(
             other => {
                 section_problems.push((
                     other.to_string(),
-                    format!(
-                        "unknown key `{other}`; expected data_dir or one of the sections {}",
-                        SECTIONS.join(", ")
-                    ),
+                    format!("unknown key `{other}`; expected data_dir or one of the sections {}", SECTIONS.join(", ")),
                 ));
                 None
             }
@@ -458,18 +404,9 @@ pub fn parse(
     }
     for (field, message) in section_problems.into_iter().chain(validate(&config)) {
         let (line, column) = locate(&field);
-        problems.push(ConfigProblem {
-            field: Some(field),
-            line,
-            column,
-            message,
-        });
+        problems.push(ConfigProblem { field: Some(field), line, column, message });
     }
-    if problems.is_empty() {
-        Ok(config)
-    } else {
-        Err(error(problems))
-    }
+    if problems.is_empty() { Ok(config) } else { Err(error(problems)) }
 }
 
 /// Deserializes a section key by key (each alone, the others defaulted), so every bad key is reported,
@@ -495,10 +432,7 @@ fn keyed<T: serde::de::DeserializeOwned>(
 }
 
 /// `[models.NAME]` tables, each checked key by key.
-fn models(
-    value: toml::Value,
-    problems: &mut Vec<(String, String)>,
-) -> Option<BTreeMap<String, ModelConfig>> {
+fn models(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTreeMap<String, ModelConfig>> {
     let toml::Value::Table(table) = value else {
         return section(value, "models", problems);
     };
@@ -522,23 +456,9 @@ fn section<T: serde::de::DeserializeOwned>(
         Err(e) => {
             let path = e.path().to_string();
             // toml appends "\nin `key`" lines; the path already says where.
-            let message = e
-                .into_inner()
-                .to_string()
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_string();
-            let mut field = if path == "." || path.is_empty() {
-                key.to_string()
-            } else {
-                format!("{key}.{path}")
-            };
-            if let Some(name) = message
-                .strip_prefix("missing field `")
-                .and_then(|m| m.split('`').next())
-            {
+            let message = e.into_inner().to_string().lines().next().unwrap_or_default().trim().to_string();
+            let mut field = if path == "." || path.is_empty() { key.to_string() } else { format!("{key}.{path}") };
+            if let Some(name) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
                 field = format!("{field}.{name}");
             }
             problems.push((field, message));
@@ -554,22 +474,12 @@ fn validate(config: &Config) -> Vec<(String, String)> {
         problem("data_dir", "must not be empty".into());
     }
     if config.worker.concurrency == 0 || config.worker.concurrency > 256 {
-        problem(
-            "worker.concurrency",
-            format!(
-                "must be between 1 and 256, got {}",
-                config.worker.concurrency
-            ),
-        );
+        problem("worker.concurrency", format!("must be between 1 and 256, got {}", config.worker.concurrency));
     }
     if config.queue.lease_secs < 2 {
-        problem(
-            "queue.lease_secs",
-            format!("must be at least 2, got {}", config.queue.lease_secs),
-        );
+        problem("queue.lease_secs", format!("must be at least 2, got {}", config.queue.lease_secs));
     }
-    if config.queue.heartbeat_secs == 0 || config.queue.heartbeat_secs * 2 > config.queue.lease_secs
-    {
+    if config.queue.heartbeat_secs == 0 || config.queue.heartbeat_secs * 2 > config.queue.lease_secs {
         problem(
             "queue.heartbeat_secs",
             format!(
@@ -585,40 +495,28 @@ fn validate(config: &Config) -> Vec<(String, String)> {
         problem("queue.poll_ms", "must be at least 1".into());
     }
     match config.queue.backend {
-        QueueBackend::Postgres if config.queue.url.is_none() => problem(
-            "queue.url",
-            "backend \"postgres\" needs url (postgres://user@host/db)".into(),
-        ),
-        QueueBackend::Postgres if config.queue.path.is_some() => problem(
-            "queue.path",
-            "path is for backend \"sqlite\"; postgres uses url".into(),
-        ),
-        QueueBackend::Sqlite if config.queue.url.is_some() => problem(
-            "queue.url",
-            "url is for backend \"postgres\"; sqlite uses path".into(),
-        ),
+        QueueBackend::Postgres if config.queue.url.is_none() => {
+            problem("queue.url", "backend \"postgres\" needs url (postgres://user@host/db)".into())
+        }
+        QueueBackend::Postgres if config.queue.path.is_some() => {
+            problem("queue.path", "path is for backend \"sqlite\"; postgres uses url".into())
+        }
+        QueueBackend::Sqlite if config.queue.url.is_some() => {
+            problem("queue.url", "url is for backend \"postgres\"; sqlite uses path".into())
+        }
         _ => {}
     }
     if let Some(url) = &config.queue.url
         && !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
     {
-        problem(
-            "queue.url",
-            "must start with postgres:// or postgresql://".into(),
-        );
+        problem("queue.url", "must start with postgres:// or postgresql://".into());
     }
     if let Some(listen) = &config.api.listen {
         if listen.parse::<std::net::SocketAddr>().is_err() {
-            problem(
-                "api.listen",
-                format!("{listen:?} is not an address like 127.0.0.1:8787"),
-            );
+            problem("api.listen", format!("{listen:?} is not an address like 127.0.0.1:8787"));
         }
         if config.api.token_file.is_none() {
-            problem(
-                "api.token_file",
-                "a TCP listener (api.listen) needs a bearer token file".into(),
-            );
+            problem("api.token_file", "a TCP listener (api.listen) needs a bearer token file".into());
         }
     }
     if config.api.max_body_bytes < 1024 {
@@ -628,32 +526,22 @@ fn validate(config: &Config) -> Vec<(String, String)> {
         ArtifactsBackend::S3 if config.artifacts.bucket.is_none() => {
             problem("artifacts.bucket", "backend \"s3\" needs a bucket".into())
         }
-        ArtifactsBackend::Fs if config.artifacts.bucket.is_some() => problem(
-            "artifacts.bucket",
-            "bucket is for backend \"s3\"; fs uses dir".into(),
-        ),
+        ArtifactsBackend::Fs if config.artifacts.bucket.is_some() => {
+            problem("artifacts.bucket", "bucket is for backend \"s3\"; fs uses dir".into())
+        }
         _ => {}
     }
-    if !matches!(
-        config.artifacts.checksum.as_str(),
-        "when_supported" | "when_required"
-    ) {
+    if !matches!(config.artifacts.checksum.as_str(), "when_supported" | "when_required") {
         problem(
             "artifacts.checksum",
-            format!(
-                "must be \"when_supported\" or \"when_required\", got {:?}",
-                config.artifacts.checksum
-            ),
+            format!("must be \"when_supported\" or \"when_required\", got {:?}", config.artifacts.checksum),
         );
     }
     for name in config.models.keys() {
         if !MODEL_PROVIDERS.contains(&name.as_str()) {
             problem(
                 &format!("models.{name}"),
-                format!(
-                    "unknown model provider; expected one of {}",
-                    MODEL_PROVIDERS.join(", ")
-                ),
+                format!("unknown model provider; expected one of {}", MODEL_PROVIDERS.join(", ")),
             );
         }
     }
@@ -661,10 +549,7 @@ fn validate(config: &Config) -> Vec<(String, String)> {
         if let Some(url) = &model.base_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
-            problem(
-                &format!("models.{name}.base_url"),
-                format!("{url:?} must start with http:// or https://"),
-            );
+            problem(&format!("models.{name}.base_url"), format!("{url:?} must start with http:// or https://"));
         }
     }
     problems
@@ -683,19 +568,12 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut V
             continue;
         }
         if let Some(model_rest) = rest.strip_prefix("models_") {
-            match MODEL_KEYS
-                .iter()
-                .find(|k| model_rest.ends_with(&format!("_{k}")))
-            {
+            match MODEL_KEYS.iter().find(|k| model_rest.ends_with(&format!("_{k}"))) {
                 Some(key) => {
                     let provider = model_rest[..model_rest.len() - key.len() - 1].replace('_', "-");
-                    let models = table
-                        .entry("models")
-                        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                    let models = table.entry("models").or_insert_with(|| toml::Value::Table(toml::Table::new()));
                     if let toml::Value::Table(models) = models {
-                        let entry = models
-                            .entry(provider)
-                            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                        let entry = models.entry(provider).or_insert_with(|| toml::Value::Table(toml::Table::new()));
                         if let toml::Value::Table(entry) = entry {
                             entry.insert((*key).to_string(), value);
                         }
@@ -718,9 +596,7 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut V
             continue;
         };
         let key = rest[section.len() + 1..].to_string();
-        let entry = table
-            .entry(section)
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let entry = table.entry(section).or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let toml::Value::Table(entry) = entry {
             entry.insert(key, value);
         }
@@ -756,10 +632,7 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 /// Finds the line of a dotted key (`worker.concurrency`, `models.openai.base_url`) in TOML text: the key's
 /// line inside its `[section]`, else the section header, else 0 (the value came from the environment).
 fn locate_key(text: &str, field: &str) -> (usize, usize) {
-    let parts: Vec<&str> = field
-        .split('.')
-        .map(|p| p.split('[').next().unwrap_or(p))
-        .collect();
+    let parts: Vec<&str> = field.split('.').map(|p| p.split('[').next().unwrap_or(p)).collect();
     let mut best = (0, 0);
     let mut current_section = String::new();
     for (n, line) in text.lines().enumerate() {
@@ -775,11 +648,7 @@ fn locate_key(text: &str, field: &str) -> (usize, usize) {
             continue;
         };
         let key = key.trim().trim_matches('"');
-        let full = if current_section.is_empty() {
-            key.to_string()
-        } else {
-            format!("{current_section}.{key}")
-        };
+        let full = if current_section.is_empty() { key.to_string() } else { format!("{current_section}.{key}") };
         let wanted = parts.join(".");
         if full == wanted || wanted.starts_with(&format!("{full}.")) {
             let column = line.find(key).map_or(1, |c| c + 1);
@@ -794,10 +663,7 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect()
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
 
     #[test]
@@ -809,26 +675,16 @@ mod tests {
 
     #[test]
     fn every_problem_is_reported_with_its_line() {
-        let text = "data_dir = \"/tmp/a\"\n[worker]\nconcurrency = 0\ncolour = 1\n[queue]\nbackend = \"postgres\"\n[bogus]\n";
+        let text =
+            "data_dir = \"/tmp/a\"\n[worker]\nconcurrency = 0\ncolour = 1\n[queue]\nbackend = \"postgres\"\n[bogus]\n";
         let err = parse(text, "x.toml", &[]).unwrap_err();
-        let fields: Vec<_> = err
-            .problems
-            .iter()
-            .filter_map(|p| p.field.clone())
-            .collect();
+        let fields: Vec<_> = err.problems.iter().filter_map(|p| p.field.clone()).collect();
         assert!(fields.contains(&"worker.colour".to_string()), "{err}");
         assert!(fields.contains(&"bogus".to_string()), "{err}");
         assert!(fields.contains(&"queue.url".to_string()), "{err}");
-        let colour = err
-            .problems
-            .iter()
-            .find(|p| p.field.as_deref() == Some("worker.colour"))
-            .unwrap();
+        let colour = err.problems.iter().find(|p| p.field.as_deref() == Some("worker.colour")).unwrap();
         assert_eq!(colour.line, 4, "{err}");
-        assert!(
-            err.to_string().contains("x.toml: field `worker.colour`"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("x.toml: field `worker.colour`"), "{err}");
     }
 
     #[test]
@@ -847,34 +703,21 @@ mod tests {
                 ("AGENTD_WORKER_CONCURRENCY", "8"),
                 ("AGENTD_DATA_DIR", "/srv/agentd"),
                 ("AGENTD_WORKER_LABELS", "{os = \"ubuntu\"}"),
-                (
-                    "AGENTD_MODELS_OPENAI_COMPATIBLE_BASE_URL",
-                    "http://127.0.0.1:8000/v1",
-                ),
+                ("AGENTD_MODELS_OPENAI_COMPATIBLE_BASE_URL", "http://127.0.0.1:8000/v1"),
                 ("AGENTD_SOCKET", "/ignored"),
             ]),
         )
         .unwrap();
         assert_eq!(config.worker.concurrency, 8);
         assert_eq!(config.data_dir, PathBuf::from("/srv/agentd"));
-        assert_eq!(
-            config.worker.labels.get("os").map(String::as_str),
-            Some("ubuntu")
-        );
-        assert_eq!(
-            config.models["openai-compatible"].base_url.as_deref(),
-            Some("http://127.0.0.1:8000/v1")
-        );
+        assert_eq!(config.worker.labels.get("os").map(String::as_str), Some("ubuntu"));
+        assert_eq!(config.models["openai-compatible"].base_url.as_deref(), Some("http://127.0.0.1:8000/v1"));
     }
 
     #[test]
     fn bad_environment_values_are_named() {
         let err = parse("", "x.toml", &env(&[("AGENTD_WORKER_CONCURRENCY", "many")])).unwrap_err();
-        assert_eq!(
-            err.problems[0].field.as_deref(),
-            Some("worker.concurrency"),
-            "{err}"
-        );
+        assert_eq!(err.problems[0].field.as_deref(), Some("worker.concurrency"), "{err}");
     }
 
     #[test]
@@ -894,9 +737,7 @@ mod tests {
             })
         };
         let mut config = Config::default();
-        config
-            .models
-            .insert("anthropic".into(), ModelConfig::default());
+        config.models.insert("anthropic".into(), ModelConfig::default());
         let value = serde_json::to_value(&config).unwrap();
         let mut missing = Vec::new();
         for (section, inner) in value.as_object().unwrap() {
@@ -904,22 +745,10 @@ mod tests {
                 missing.push(section.clone());
             }
             let keys: Vec<String> = match section.as_str() {
-                "models" => inner["anthropic"]
-                    .as_object()
-                    .unwrap()
-                    .keys()
-                    .cloned()
-                    .collect(),
-                _ => inner
-                    .as_object()
-                    .map(|o| o.keys().cloned().collect())
-                    .unwrap_or_default(),
+                "models" => inner["anthropic"].as_object().unwrap().keys().cloned().collect(),
+                _ => inner.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default(),
             };
-            missing.extend(
-                keys.into_iter()
-                    .filter(|k| !documented(k))
-                    .map(|k| format!("{section}.{k}")),
-            );
+            missing.extend(keys.into_iter().filter(|k| !documented(k)).map(|k| format!("{section}.{k}")));
         }
         assert!(missing.is_empty(), "undocumented keys: {missing:?}");
     }

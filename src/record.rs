@@ -127,8 +127,21 @@ pub struct StepRecord {
     /// Vendor data to replay the model's turn exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<serde_json::Value>,
-    /// False while the step's actions are running (the journal wrote it before them).
+    /// False while the step's actions are running (the journal wrote it before them) or wait for a human.
     pub finished: bool,
+    /// Set when the step's calls needed a human's approval before they could run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<StepApproval>,
+}
+
+/// A step that asked for a human: why, and whether the answer was yes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepApproval {
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub details: serde_json::Value,
+    /// `None` while waiting.
+    pub approved: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

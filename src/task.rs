@@ -48,9 +48,7 @@ pub struct TaskId(String);
 
 impl TaskId {
     pub fn parse(s: &str) -> Result<Self, String> {
-        let ok_chars = s
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        let ok_chars = s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
         if s.is_empty() || s.len() > 128 || !ok_chars || s.starts_with('.') {
             return Err(format!(
                 "invalid task id {s:?}: use 1-128 characters of A-Z a-z 0-9 . _ - (not starting with '.')"
@@ -124,13 +122,9 @@ pub struct LabelKey(String);
 
 impl LabelKey {
     pub fn parse(s: &str) -> Result<Self, String> {
-        let ok_chars = s
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+        let ok_chars = s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
         if s.is_empty() || s.len() > 63 || !ok_chars {
-            return Err(format!(
-                "invalid label key {s:?}: use 1-63 characters of A-Z a-z 0-9 . _ - /"
-            ));
+            return Err(format!("invalid label key {s:?}: use 1-63 characters of A-Z a-z 0-9 . _ - /"));
         }
         Ok(Self(s.to_string()))
     }
@@ -237,11 +231,7 @@ fn tagged<'de, D: Deserializer<'de>>(
     if !known.contains(&provider.as_str()) {
         return Err(D::Error::custom(format!(
             "field `provider`: unknown provider `{provider}`, expected one of {}",
-            known
-                .iter()
-                .map(|k| format!("`{k}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
         )));
     }
     Ok((provider, map))
@@ -287,9 +277,7 @@ impl<'de> Deserialize<'de> for ScreenDimension {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = u32::deserialize(d)?;
         if !(64..=7680).contains(&v) {
-            return Err(serde::de::Error::custom(format!(
-                "screen dimension {v} is out of range 64..=7680"
-            )));
+            return Err(serde::de::Error::custom(format!("screen dimension {v} is out of range 64..=7680")));
         }
         Ok(Self(v))
     }
@@ -355,16 +343,7 @@ pub struct ScriptedSpec {
 
 impl<'de> Deserialize<'de> for ModelSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (provider, rest) = tagged(
-            d,
-            &[
-                "anthropic",
-                "openai",
-                "gemini",
-                "openai-compatible",
-                "scripted",
-            ],
-        )?;
+        let (provider, rest) = tagged(d, &["anthropic", "openai", "gemini", "openai-compatible", "scripted"])?;
         match provider.as_str() {
             "anthropic" => variant(rest).map(Self::Anthropic),
             "openai" => variant(rest).map(Self::Openai),
@@ -425,9 +404,7 @@ impl<'de> Deserialize<'de> for Temperature {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = f64::deserialize(d)?;
         if !(0.0..=2.0).contains(&v) {
-            return Err(serde::de::Error::custom(format!(
-                "temperature must be between 0 and 2, got {v}"
-            )));
+            return Err(serde::de::Error::custom(format!("temperature must be between 0 and 2, got {v}")));
         }
         Ok(Self(v))
     }
@@ -455,15 +432,9 @@ impl<'de> Deserialize<'de> for ScriptSource {
                 }
                 Ok(ScriptSource::Path(v.to_string()))
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<ScriptSource, A::Error> {
-                let script =
-                    Script::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                script
-                    .check("script")
-                    .map_err(|e| serde::de::Error::custom(e.to_string()))?;
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ScriptSource, A::Error> {
+                let script = Script::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                script.check("script").map_err(|e| serde::de::Error::custom(e.to_string()))?;
                 Ok(ScriptSource::Inline(script))
             }
         }
@@ -522,9 +493,7 @@ where
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = T::deserialize(d)?;
         if v < T::from(1u8) {
-            return Err(serde::de::Error::custom(format!(
-                "must be at least 1, got {v}"
-            )));
+            return Err(serde::de::Error::custom(format!("must be at least 1, got {v}")));
         }
         Ok(Self(v))
     }
@@ -545,9 +514,7 @@ impl<'de> Deserialize<'de> for Cost {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = f64::deserialize(d)?;
         if !v.is_finite() || v < 0.0 {
-            return Err(serde::de::Error::custom(format!(
-                "must be a non-negative number of dollars, got {v}"
-            )));
+            return Err(serde::de::Error::custom(format!("must be a non-negative number of dollars, got {v}")));
         }
         Ok(Self(v))
     }
@@ -557,18 +524,9 @@ impl<'de> Deserialize<'de> for Cost {
 #[derive(Debug, Error)]
 pub enum TaskFileError {
     #[error("{source_name}: cannot read: {error}")]
-    Read {
-        source_name: String,
-        error: std::io::Error,
-    },
+    Read { source_name: String, error: std::io::Error },
     #[error("{}", format_location(source_name, field, *line, *column, message))]
-    Invalid {
-        source_name: String,
-        field: Option<String>,
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    Invalid { source_name: String, field: Option<String>, line: usize, column: usize, message: String },
 }
 
 impl TaskFileError {
@@ -582,13 +540,7 @@ impl TaskFileError {
 }
 
 /// `file: field `a.b`: message (line L, column C)` — the one shape every input error in agentd has.
-pub fn format_location(
-    source: &str,
-    field: &Option<String>,
-    line: usize,
-    column: usize,
-    message: &str,
-) -> String {
+pub fn format_location(source: &str, field: &Option<String>, line: usize, column: usize, message: &str) -> String {
     let mut out = source.to_string();
     if let Some(field) = field {
         out.push_str(&format!(": field `{field}`"));
@@ -602,10 +554,7 @@ pub fn format_location(
 
 /// Parses JSON text into `T`, turning any failure into a message with the field path and line/column.
 /// Used for every JSON input agentd reads (task files, scripts, API bodies).
-pub fn parse_json<T: serde::de::DeserializeOwned>(
-    text: &str,
-    source_name: &str,
-) -> Result<T, TaskFileError> {
+pub fn parse_json<T: serde::de::DeserializeOwned>(text: &str, source_name: &str) -> Result<T, TaskFileError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let de = &mut serde_json::Deserializer::from_str(text);
     let invalid = |path: String, inner: serde_json::Error| {
@@ -633,11 +582,7 @@ fn fold_inner_path(mut path: String, mut message: String) -> (String, String) {
     while let Some(rest) = message.strip_prefix("field `")
         && let Some((inner, tail)) = rest.split_once("`: ")
     {
-        path = if path == "." || path.is_empty() {
-            inner.to_string()
-        } else {
-            format!("{path}.{inner}")
-        };
+        path = if path == "." || path.is_empty() { inner.to_string() } else { format!("{path}.{inner}") };
         message = tail.to_string();
     }
     (path, message)
@@ -653,19 +598,13 @@ fn clean_serde_message(message: &str) -> String {
 
 /// The field to name: the path serde saw, or for a missing or unknown field the field itself.
 fn field_from(path: &str, message: &str) -> Option<String> {
-    let base = if path == "." || path.is_empty() {
-        None
-    } else {
-        Some(path.to_string())
-    };
+    let base = if path == "." || path.is_empty() { None } else { Some(path.to_string()) };
     let quoted = message
         .split('`')
         .nth(1)
         .filter(|_| message.starts_with("missing field") || message.starts_with("unknown field"));
     match (base, quoted) {
-        (Some(base), Some(name)) if base == name || base.ends_with(&format!(".{name}")) => {
-            Some(base)
-        }
+        (Some(base), Some(name)) if base == name || base.ends_with(&format!(".{name}")) => Some(base),
         (Some(base), Some(name)) => Some(format!("{base}.{name}")),
         (None, Some(name)) => Some(name.to_string()),
         (base, None) => base,
@@ -675,24 +614,16 @@ fn field_from(path: &str, message: &str) -> Option<String> {
 impl TaskSpec {
     /// Parses a task file's text; `source_name` is how errors name it (a path, or `<stdin>`).
     pub fn parse(text: &str, source_name: &str) -> Result<Self, TaskFileError> {
-        let first = text
-            .trim_start_matches('\u{feff}')
-            .trim_start()
-            .chars()
-            .next();
+        let first = text.trim_start_matches('\u{feff}').trim_start().chars().next();
         if matches!(first, Some('[' | '"' | '0'..='9' | '-' | 't' | 'f' | 'n')) {
             // Valid JSON that is not an object: say what a task file is instead of serde's struct-as-array talk.
-            if serde_json::from_str::<serde_json::Value>(text.trim_start_matches('\u{feff}'))
-                .is_ok()
-            {
+            if serde_json::from_str::<serde_json::Value>(text.trim_start_matches('\u{feff}')).is_ok() {
                 return Err(TaskFileError::Invalid {
                     source_name: source_name.to_string(),
                     field: None,
                     line: 1,
                     column: 1,
-                    message:
-                        "invalid type: a task file must be a JSON object {\"instructions\": …}"
-                            .into(),
+                    message: "invalid type: a task file must be a JSON object {\"instructions\": …}".into(),
                 });
             }
         }
@@ -720,21 +651,13 @@ impl TaskSource {
     pub fn of(path: &Path) -> Self {
         if path == Path::new("-") {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            return Self {
-                name: "<stdin>".into(),
-                path: None,
-                base_dir: cwd,
-            };
+            return Self { name: "<stdin>".into(), path: None, base_dir: cwd };
         }
         let base_dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        Self {
-            name: path.display().to_string(),
-            path: Some(path.to_path_buf()),
-            base_dir,
-        }
+        Self { name: path.display().to_string(), path: Some(path.to_path_buf()), base_dir }
     }
 
     pub fn read_text(&self) -> Result<String, TaskFileError> {
@@ -745,10 +668,7 @@ impl TaskSource {
                 std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
             }
         };
-        let bytes = read.map_err(|error| TaskFileError::Read {
-            source_name: self.name.clone(),
-            error,
-        })?;
+        let bytes = read.map_err(|error| TaskFileError::Read { source_name: self.name.clone(), error })?;
         String::from_utf8(bytes).map_err(|e| {
             let (line, column) = line_column(e.as_bytes(), e.utf8_error().valid_up_to());
             TaskFileError::Invalid {
@@ -764,11 +684,7 @@ impl TaskSource {
     /// Resolves a path written inside the task file.
     pub fn resolve(&self, path: &str) -> PathBuf {
         let p = Path::new(path);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.base_dir.join(p)
-        }
+        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
     }
 }
 
@@ -825,11 +741,7 @@ impl TaskSpec {
             .or_else(|| defaults.model.clone())
             .unwrap_or_else(|| ModelSpec::Anthropic(VendorModelSpec::default()));
         let limits = Limits {
-            max_steps: self
-                .limits
-                .max_steps
-                .or(defaults.limits.max_steps)
-                .map_or(DEFAULT_MAX_STEPS, Positive::get),
+            max_steps: self.limits.max_steps.or(defaults.limits.max_steps).map_or(DEFAULT_MAX_STEPS, Positive::get),
             timeout_secs: self
                 .limits
                 .timeout_secs
@@ -846,13 +758,7 @@ impl TaskSpec {
             .keep_screenshots
             .or(defaults.context.keep_screenshots)
             .map_or(DEFAULT_KEEP_SCREENSHOTS, Positive::get);
-        ResolvedTask {
-            instructions: self.instructions.as_str().to_string(),
-            computer,
-            model,
-            limits,
-            keep_screenshots,
-        }
+        ResolvedTask { instructions: self.instructions.as_str().to_string(), computer, model, limits, keep_screenshots }
     }
 }
 
@@ -877,10 +783,7 @@ mod tests {
           "metadata": { "ticket": "QA-123" }
         }"#;
         let task = TaskSpec::parse(text, "t.json").unwrap();
-        assert_eq!(
-            task.id.as_ref().unwrap().as_str(),
-            "optional-client-chosen-id"
-        );
+        assert_eq!(task.id.as_ref().unwrap().as_str(), "optional-client-chosen-id");
         assert_eq!(task.limits.max_steps.unwrap().get(), 50);
         let back = serde_json::to_string(&task).unwrap();
         assert_eq!(TaskSpec::parse(&back, "x").unwrap(), task);
@@ -912,9 +815,7 @@ mod tests {
         assert_eq!(e.field(), Some("computer.provider"), "{e}");
         assert!(e.to_string().contains("amiga"));
 
-        let e = err(
-            r#"{"instructions":"x","computer":{"provider":"mock","scene":"login","colour":1}}"#,
-        );
+        let e = err(r#"{"instructions":"x","computer":{"provider":"mock","scene":"login","colour":1}}"#);
         assert_eq!(e.field(), Some("computer.colour"), "{e}");
 
         let e = err(r#"{"instructions":"x","id":"../../etc"}"#);

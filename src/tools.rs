@@ -24,19 +24,11 @@ pub struct ToolOutcome {
 
 impl ToolOutcome {
     pub fn ok(message: impl Into<String>) -> Self {
-        Self {
-            ok: true,
-            message: message.into(),
-            details: None,
-        }
+        Self { ok: true, message: message.into(), details: None }
     }
 
     pub fn error(message: impl Into<String>) -> Self {
-        Self {
-            ok: false,
-            message: message.into(),
-            details: None,
-        }
+        Self { ok: false, message: message.into(), details: None }
     }
 }
 
@@ -79,10 +71,7 @@ pub fn handle_function(name: &str, arguments: &serde_json::Value) -> (ToolOutcom
         TASK_COMPLETION => match CompletionArgs::deserialize(arguments) {
             Ok(args) => (
                 ToolOutcome::ok("Task completion recorded."),
-                Some(Effect::Complete {
-                    success: args.success,
-                    summary: args.summary,
-                }),
+                Some(Effect::Complete { success: args.success, summary: args.summary }),
             ),
             Err(e) => (
                 ToolOutcome::error(format!(
@@ -101,18 +90,9 @@ mod tests {
 
     #[test]
     fn completion_is_parsed_and_validated() {
-        let (outcome, effect) = handle_function(
-            TASK_COMPLETION,
-            &json!({"success": true, "summary": "done"}),
-        );
+        let (outcome, effect) = handle_function(TASK_COMPLETION, &json!({"success": true, "summary": "done"}));
         assert!(outcome.ok);
-        assert_eq!(
-            effect,
-            Some(Effect::Complete {
-                success: true,
-                summary: "done".into()
-            })
-        );
+        assert_eq!(effect, Some(Effect::Complete { success: true, summary: "done".into() }));
         let (outcome, effect) = handle_function(TASK_COMPLETION, &json!({"success": "yes"}));
         assert!(!outcome.ok && effect.is_none());
         let (outcome, _) = handle_function("rm_rf", &json!({}));

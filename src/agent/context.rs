@@ -20,10 +20,7 @@ pub struct ContextPolicy {
 
 impl ContextPolicy {
     pub fn new(keep: u32, chunk: u32) -> Self {
-        Self {
-            keep: keep.max(1),
-            chunk: chunk.max(1),
-        }
+        Self { keep: keep.max(1), chunk: chunk.max(1) }
     }
 
     /// Frees the oldest screenshots of `history` so that, with the current screenshot, at most `keep`
@@ -55,11 +52,7 @@ mod tests {
         (0..n)
             .map(|step| Exchange {
                 step,
-                screenshot: Some(ModelImage::new(
-                    Size::new(1, 1),
-                    "image/png",
-                    vec![0u8].into(),
-                )),
+                screenshot: Some(ModelImage::new(Size::new(1, 1), "image/png", vec![0u8].into())),
                 notes: vec![],
                 turn: ModelTurn::default(),
                 results: vec![],
@@ -68,10 +61,7 @@ mod tests {
     }
 
     fn held(h: &[Exchange]) -> Vec<u32> {
-        h.iter()
-            .filter(|e| e.screenshot.is_some())
-            .map(|e| e.step)
-            .collect()
+        h.iter().filter(|e| e.screenshot.is_some()).map(|e| e.step).collect()
     }
 
     #[test]

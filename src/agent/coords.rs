@@ -19,10 +19,7 @@ pub struct CoordinateMap {
 impl CoordinateMap {
     /// The model works in screen pixels.
     pub fn identity(screen: Size) -> Self {
-        Self {
-            screen,
-            model: screen,
-        }
+        Self { screen, model: screen }
     }
 
     /// The model works in the pixels of an image of `model` size showing the whole screen.
@@ -33,10 +30,7 @@ impl CoordinateMap {
 
     /// The model works on a `grid` × `grid` lattice over the screen (Gemini: 1000, coordinates 0–999).
     pub fn normalized(screen: Size, grid: u32) -> Self {
-        Self {
-            screen,
-            model: Size::new(grid.max(1), grid.max(1)),
-        }
+        Self { screen, model: Size::new(grid.max(1), grid.max(1)) }
     }
 
     pub fn screen(&self) -> Size {
@@ -77,10 +71,7 @@ impl CoordinateMap {
             return out;
         }
         out.map_points(|p| self.to_screen(p));
-        if let Action::Scroll {
-            scroll_x, scroll_y, ..
-        } = &mut out
-        {
+        if let Action::Scroll { scroll_x, scroll_y, .. } = &mut out {
             *scroll_x = scale_distance(*scroll_x, self.model.width, self.screen.width);
             *scroll_y = scale_distance(*scroll_y, self.model.height, self.screen.height);
         }
@@ -119,8 +110,7 @@ pub fn fit_within(screen: Size, max: Size) -> Size {
     if screen.width <= max.width && screen.height <= max.height {
         return screen;
     }
-    let scale = (f64::from(max.width) / f64::from(screen.width))
-        .min(f64::from(max.height) / f64::from(screen.height));
+    let scale = (f64::from(max.width) / f64::from(screen.width)).min(f64::from(max.height) / f64::from(screen.height));
     Size::new(
         ((f64::from(screen.width) * scale).round() as u32).clamp(1, max.width),
         ((f64::from(screen.height) * scale).round() as u32).clamp(1, max.height),
@@ -163,57 +153,24 @@ mod tests {
     #[test]
     fn scroll_and_drag_are_converted() {
         let map = CoordinateMap::scaled(Size::new(2048, 1536), Size::new(1024, 768));
-        let action = Action::Scroll {
-            x: 100,
-            y: 100,
-            scroll_x: 0,
-            scroll_y: 50,
-        };
-        assert_eq!(
-            map.action_to_screen(&action),
-            Action::Scroll {
-                x: 201,
-                y: 201,
-                scroll_x: 0,
-                scroll_y: 100
-            }
-        );
-        let drag = Action::Drag {
-            path: vec![Point::new(0, 0), Point::new(1023, 767)],
-        };
-        assert_eq!(
-            map.action_to_screen(&drag).points(),
-            vec![Point::new(1, 1), Point::new(2047, 1535)]
-        );
+        let action = Action::Scroll { x: 100, y: 100, scroll_x: 0, scroll_y: 50 };
+        assert_eq!(map.action_to_screen(&action), Action::Scroll { x: 201, y: 201, scroll_x: 0, scroll_y: 100 });
+        let drag = Action::Drag { path: vec![Point::new(0, 0), Point::new(1023, 767)] };
+        assert_eq!(map.action_to_screen(&drag).points(), vec![Point::new(1, 1), Point::new(2047, 1535)]);
     }
 
     #[test]
     fn fit_within_keeps_aspect() {
-        assert_eq!(
-            fit_within(Size::new(1920, 1080), Size::new(1366, 768)),
-            Size::new(1365, 768)
-        );
-        assert_eq!(
-            fit_within(Size::new(1280, 800), Size::new(1280, 800)),
-            Size::new(1280, 800)
-        );
-        assert_eq!(
-            fit_within(Size::new(800, 600), Size::new(1280, 800)),
-            Size::new(800, 600)
-        );
-        assert_eq!(
-            fit_within(Size::new(2560, 1600), Size::new(1280, 800)),
-            Size::new(1280, 800)
-        );
+        assert_eq!(fit_within(Size::new(1920, 1080), Size::new(1366, 768)), Size::new(1365, 768));
+        assert_eq!(fit_within(Size::new(1280, 800), Size::new(1280, 800)), Size::new(1280, 800));
+        assert_eq!(fit_within(Size::new(800, 600), Size::new(1280, 800)), Size::new(800, 600));
+        assert_eq!(fit_within(Size::new(2560, 1600), Size::new(1280, 800)), Size::new(1280, 800));
     }
 
     fn sizes() -> impl Strategy<Value = (Size, Size)> {
         // A screen, and a model space no more than 2x smaller or larger on each axis.
         (64u32..4000, 64u32..4000).prop_flat_map(|(w, h)| {
-            (
-                (Just(w), Just(h)),
-                ((w / 2).max(1)..=w * 2, (h / 2).max(1)..=h * 2),
-            )
+            ((Just(w), Just(h)), ((w / 2).max(1)..=w * 2, (h / 2).max(1)..=h * 2))
                 .prop_map(|((w, h), (mw, mh))| (Size::new(w, h), Size::new(mw, mh)))
         })
     }

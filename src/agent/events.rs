@@ -36,51 +36,15 @@ pub enum DeltaKind {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     TaskQueued {},
-    TaskStarted {
-        attempt: u32,
-        worker: String,
-    },
-    StepStarted {
-        step: u32,
-    },
-    ModelDelta {
-        step: u32,
-        kind: DeltaKind,
-        text: String,
-    },
-    ActionStarted {
-        step: u32,
-        index: u32,
-        action: Action,
-    },
-    ActionFinished {
-        step: u32,
-        index: u32,
-        ok: bool,
-        message: String,
-        duration_ms: u64,
-    },
-    ScreenshotSaved {
-        step: u32,
-        key: String,
-        url: String,
-        width: u32,
-        height: u32,
-        bytes: u64,
-    },
-    StepFinished {
-        step: u32,
-        duration_ms: u64,
-        usage: Usage,
-    },
-    WaitingForHuman {
-        reason: String,
-    },
-    TaskFinished {
-        state: TaskState,
-        outcome: Outcome,
-        usage: Usage,
-    },
+    TaskStarted { attempt: u32, worker: String },
+    StepStarted { step: u32 },
+    ModelDelta { step: u32, kind: DeltaKind, text: String },
+    ActionStarted { step: u32, index: u32, action: Action },
+    ActionFinished { step: u32, index: u32, ok: bool, message: String, duration_ms: u64 },
+    ScreenshotSaved { step: u32, key: String, url: String, width: u32, height: u32, bytes: u64 },
+    StepFinished { step: u32, duration_ms: u64, usage: Usage },
+    WaitingForHuman { reason: String },
+    TaskFinished { state: TaskState, outcome: Outcome, usage: Usage },
 }
 
 impl EventKind {
@@ -112,21 +76,12 @@ impl EventSink {
     /// A sink whose first event gets `next_seq`, and the receiving end.
     pub fn channel(task_id: &str, next_seq: u64) -> (Self, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (
-            Self {
-                task_id: task_id.into(),
-                inner: Arc::new(Mutex::new((next_seq, Some(tx)))),
-            },
-            rx,
-        )
+        (Self { task_id: task_id.into(), inner: Arc::new(Mutex::new((next_seq, Some(tx)))) }, rx)
     }
 
     /// A sink that numbers events and drops them (for embedding without observers).
     pub fn discard(task_id: &str) -> Self {
-        Self {
-            task_id: task_id.into(),
-            inner: Arc::new(Mutex::new((1, None))),
-        }
+        Self { task_id: task_id.into(), inner: Arc::new(Mutex::new((1, None))) }
     }
 
     pub fn emit(&self, kind: EventKind) {
@@ -137,12 +92,7 @@ impl EventSink {
         let seq = guard.0;
         guard.0 += 1;
         if let Some(tx) = &guard.1 {
-            let event = Event {
-                seq,
-                task_id: self.task_id.to_string(),
-                ts: OffsetDateTime::now_utc(),
-                kind,
-            };
+            let event = Event { seq, task_id: self.task_id.to_string(), ts: OffsetDateTime::now_utc(), kind };
             // A closed receiver means nobody listens any more; the task goes on regardless.
             let _ = tx.send(event);
         }

@@ -18,11 +18,7 @@ pub const PNG: &str = "image/png";
 #[derive(Debug, Error)]
 pub enum ImageError {
     #[error("cannot scale a {from} frame to {to}: {message}")]
-    Scale {
-        from: Size,
-        to: Size,
-        message: String,
-    },
+    Scale { from: Size, to: Size, message: String },
     #[error("cannot encode PNG: {0}")]
     Encode(String),
 }
@@ -48,23 +44,12 @@ pub fn scale(frame: &Frame, to: Size) -> Result<Frame, ImageError> {
     if frame.size() == to {
         return Ok(frame.clone());
     }
-    let error = |message: String| ImageError::Scale {
-        from: frame.size(),
-        to,
-        message,
-    };
-    let src = ImageRef::new(
-        frame.width(),
-        frame.height(),
-        frame.as_rgb(),
-        PixelType::U8x3,
-    )
-    .map_err(|e| error(e.to_string()))?;
+    let error = |message: String| ImageError::Scale { from: frame.size(), to, message };
+    let src = ImageRef::new(frame.width(), frame.height(), frame.as_rgb(), PixelType::U8x3)
+        .map_err(|e| error(e.to_string()))?;
     let mut dst = Image::new(to.width, to.height, PixelType::U8x3);
     let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
-    Resizer::new()
-        .resize(&src, &mut dst, &options)
-        .map_err(|e| error(e.to_string()))?;
+    Resizer::new().resize(&src, &mut dst, &options).map_err(|e| error(e.to_string()))?;
     Frame::from_rgb(to, dst.into_vec()).map_err(|e| error(e.to_string()))
 }
 
@@ -76,15 +61,9 @@ pub fn encode_png(frame: &Frame) -> Result<Vec<u8>, ImageError> {
         encoder.set_color(png::ColorType::Rgb);
         encoder.set_depth(png::BitDepth::Eight);
         encoder.set_compression(png::Compression::Fast);
-        let mut writer = encoder
-            .write_header()
-            .map_err(|e| ImageError::Encode(e.to_string()))?;
-        writer
-            .write_image_data(frame.as_rgb())
-            .map_err(|e| ImageError::Encode(e.to_string()))?;
-        writer
-            .finish()
-            .map_err(|e| ImageError::Encode(e.to_string()))?;
+        let mut writer = encoder.write_header().map_err(|e| ImageError::Encode(e.to_string()))?;
+        writer.write_image_data(frame.as_rgb()).map_err(|e| ImageError::Encode(e.to_string()))?;
+        writer.finish().map_err(|e| ImageError::Encode(e.to_string()))?;
     }
     Ok(out)
 }
@@ -94,21 +73,13 @@ pub fn decode_png(bytes: &[u8]) -> Result<Frame, ImageError> {
     let err = |e: &dyn std::fmt::Display| ImageError::Encode(format!("decode: {e}"));
     let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
     let mut reader = decoder.read_info().map_err(|e| err(&e))?;
-    let mut buf = vec![
-        0;
-        reader
-            .output_buffer_size()
-            .ok_or_else(|| err(&"image too large"))?
-    ];
+    let mut buf = vec![0; reader.output_buffer_size().ok_or_else(|| err(&"image too large"))?];
     let info = reader.next_frame(&mut buf).map_err(|e| err(&e))?;
     buf.truncate(info.buffer_size());
     let size = Size::new(info.width, info.height);
     let rgb = match (info.color_type, info.bit_depth) {
         (png::ColorType::Rgb, png::BitDepth::Eight) => buf,
-        (png::ColorType::Rgba, png::BitDepth::Eight) => buf
-            .chunks_exact(4)
-            .flat_map(|p| [p[0], p[1], p[2]])
-            .collect(),
+        (png::ColorType::Rgba, png::BitDepth::Eight) => buf.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect(),
         other => return Err(err(&format!("unsupported PNG format {other:?}"))),
     };
     Frame::from_rgb(size, rgb).map_err(|e| err(&e))
@@ -118,12 +89,7 @@ pub fn decode_png(bytes: &[u8]) -> Result<Frame, ImageError> {
 /// sizes match).
 pub fn prepare(frame: &Frame, model_size: Size) -> Result<Prepared, ImageError> {
     let artifact_bytes: Arc<[u8]> = encode_png(frame)?.into();
-    let artifact = Encoded {
-        size: frame.size(),
-        media_type: PNG,
-        extension: "png",
-        bytes: artifact_bytes.clone(),
-    };
+    let artifact = Encoded { size: frame.size(), media_type: PNG, extension: "png", bytes: artifact_bytes.clone() };
     let model = if model_size == frame.size() {
         ModelImage::new(frame.size(), PNG, artifact_bytes)
     } else {
@@ -172,9 +138,6 @@ mod tests {
         assert!(Arc::ptr_eq(&same.artifact.bytes, &same.model.bytes));
         let smaller = prepare(&frame, Size::new(32, 32)).unwrap();
         assert_eq!(smaller.model.size, Size::new(32, 32));
-        assert_eq!(
-            decode_png(&smaller.model.bytes).unwrap().size(),
-            Size::new(32, 32)
-        );
+        assert_eq!(decode_png(&smaller.model.bytes).unwrap().size(), Size::new(32, 32));
     }
 }

@@ -40,10 +40,7 @@ impl MemoryJournal {
 #[async_trait]
 impl Journal for MemoryJournal {
     async fn record_step(&self, step: &StepRecord) -> Result<(), JournalError> {
-        let mut steps = self
-            .steps
-            .lock()
-            .map_err(|_| JournalError::Unavailable("poisoned".into()))?;
+        let mut steps = self.steps.lock().map_err(|_| JournalError::Unavailable("poisoned".into()))?;
         match steps.iter_mut().find(|s| s.index == step.index) {
             Some(existing) => *existing = step.clone(),
             None => steps.push(step.clone()),

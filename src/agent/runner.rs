@@ -20,8 +20,7 @@ use super::image::{self, Prepared};
 use super::journal::{Journal, JournalError};
 use crate::artifacts::{Uploader, artifact_key};
 use crate::model::{
-    CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult,
-    Usage,
+    CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult, Usage,
 };
 use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepRecord};
 use crate::task::ResolvedTask;
@@ -81,9 +80,7 @@ pub const ACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn action_duration(action: &Action) -> Duration {
     match action {
-        Action::Wait { duration_ms } | Action::HoldKey { duration_ms, .. } => {
-            Duration::from_millis(*duration_ms)
-        }
+        Action::Wait { duration_ms } | Action::HoldKey { duration_ms, .. } => Duration::from_millis(*duration_ms),
         _ => Duration::ZERO,
     }
 }
@@ -104,9 +101,7 @@ pub async fn run_isolated(input: LoopInput) -> LoopOutput {
             };
             tracing::error!(%message, "agent loop panicked");
             LoopOutput {
-                end: LoopEnd::Finished(error_outcome(&format!(
-                    "internal error: the task panicked: {message}"
-                ))),
+                end: LoopEnd::Finished(error_outcome(&format!("internal error: the task panicked: {message}"))),
                 steps: Vec::new(),
                 usage: Usage::default(),
                 final_screenshot: None,
@@ -142,8 +137,7 @@ enum Stop {
 /// Runs one attempt of a task to its end.
 pub async fn run(input: LoopInput) -> LoopOutput {
     let started = Instant::now();
-    let remaining =
-        Duration::from_secs(input.task.limits.timeout_secs).saturating_sub(input.elapsed_before);
+    let remaining = Duration::from_secs(input.task.limits.timeout_secs).saturating_sub(input.elapsed_before);
     let deadline = started + remaining;
     let policy = ContextPolicy::new(input.task.keep_screenshots, input.context_chunk);
     let mut input = input;
@@ -190,31 +184,19 @@ impl Loop {
             let results = step
                 .calls
                 .iter()
-                .map(
-                    |call| match step.call_results.iter().find(|r| r.call_id == call.id) {
-                        Some(r) => ToolResult {
-                            call_id: r.call_id.clone(),
-                            ok: r.ok,
-                            message: r.message.clone(),
-                            image: None,
-                        },
-                        None => ToolResult {
-                            call_id: call.id.clone(),
-                            ok: false,
-                            message: "interrupted: this call may or may not have been carried out"
-                                .into(),
-                            image: None,
-                        },
+                .map(|call| match step.call_results.iter().find(|r| r.call_id == call.id) {
+                    Some(r) => {
+                        ToolResult { call_id: r.call_id.clone(), ok: r.ok, message: r.message.clone(), image: None }
+                    }
+                    None => ToolResult {
+                        call_id: call.id.clone(),
+                        ok: false,
+                        message: "interrupted: this call may or may not have been carried out".into(),
+                        image: None,
                     },
-                )
+                })
                 .collect();
-            self.history.push(Exchange {
-                step: step.index,
-                screenshot: None,
-                notes: Vec::new(),
-                turn,
-                results,
-            });
+            self.history.push(Exchange { step: step.index, screenshot: None, notes: Vec::new(), turn, results });
         }
         // Unfinished steps are kept in the record as they were journaled, marked finished with what is known.
         self.steps = resume
@@ -224,10 +206,7 @@ impl Loop {
                     step.finished = true;
                     step.results.resize(
                         step.actions.len(),
-                        ActionResult {
-                            ok: false,
-                            message: "interrupted: outcome unknown".into(),
-                        },
+                        ActionResult { ok: false, message: "interrupted: outcome unknown".into() },
                     );
                 }
                 step
@@ -237,12 +216,7 @@ impl Loop {
     }
 
     async fn prepare_screen(&mut self) -> Result<(), LoopEnd> {
-        let screen = self
-            .input
-            .computer
-            .screen_size()
-            .await
-            .map_err(|e| provider_end(&e))?;
+        let screen = self.input.computer.screen_size().await.map_err(|e| provider_end(&e))?;
         self.screen = screen;
         self.coords = self.input.model.coordinates(screen);
         // Grid models (0–999) are shown the screen scaled to the model's preferred image size; image-space
@@ -258,10 +232,7 @@ impl Loop {
         if Instant::now() >= self.deadline {
             return Err(finished(
                 false,
-                &format!(
-                    "time limit of {} s reached",
-                    self.input.task.limits.timeout_secs
-                ),
+                &format!("time limit of {} s reached", self.input.task.limits.timeout_secs),
                 EndReason::Timeout,
             ));
         }
@@ -270,10 +241,7 @@ impl Loop {
         if spent > 0.0 && spent >= self.input.task.limits.max_cost_usd {
             return Err(finished(
                 false,
-                &format!(
-                    "cost limit of ${:.4} reached (spent ${spent:.4})",
-                    self.input.task.limits.max_cost_usd
-                ),
+                &format!("cost limit of ${:.4} reached (spent ${spent:.4})", self.input.task.limits.max_cost_usd),
                 EndReason::Budget,
             ));
         }
@@ -306,24 +274,14 @@ impl Loop {
 
     /// Captures and prepares the screen, and hands the artifact to the uploader under `step`'s key.
     async fn capture(&mut self, step: u32) -> Result<(Frame, Prepared, ScreenshotRef), Stop> {
-        let frame = self
-            .input
-            .computer
-            .screenshot()
-            .await
-            .map_err(|e| Stop::End(provider_end(&e)))?;
+        let frame = self.input.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?;
         let image_size = self.image_size;
         let for_encode = frame.clone();
         let prepared = tokio::task::spawn_blocking(move || image::prepare(&for_encode, image_size))
             .await
             .map_err(|e| Stop::End(error_end(&format!("screenshot processing panicked: {e}"))))?
             .map_err(|e| Stop::End(error_end(&e.to_string())))?;
-        let key = artifact_key(
-            &self.input.task_id,
-            self.input.attempt,
-            step,
-            prepared.artifact.extension,
-        );
+        let key = artifact_key(&self.input.task_id, self.input.attempt, step, prepared.artifact.extension);
         let reference = ScreenshotRef {
             url: self.input.uploader.store().url(&key),
             width: prepared.artifact.size.width,
@@ -331,11 +289,8 @@ impl Loop {
             key: key.clone(),
         };
         let events = self.input.events.clone();
-        let (width, height, bytes) = (
-            prepared.artifact.size.width,
-            prepared.artifact.size.height,
-            prepared.artifact.bytes.len() as u64,
-        );
+        let (width, height, bytes) =
+            (prepared.artifact.size.width, prepared.artifact.size.height, prepared.artifact.bytes.len() as u64);
         let saved_key = key.clone();
         self.input.uploader.submit(
             key,
@@ -359,9 +314,7 @@ impl Loop {
         let index = self.steps.len() as u32;
         let started_at = OffsetDateTime::now_utc();
         let started = Instant::now();
-        self.input
-            .events
-            .emit(EventKind::StepStarted { step: index });
+        self.input.events.emit(EventKind::StepStarted { step: index });
 
         let (frame, prepared, screenshot) = self.capture(index).await?;
         let digest = frame.digest();
@@ -388,16 +341,14 @@ impl Loop {
             call_results: Vec::new(),
             raw: turn.raw.clone(),
             finished: false,
+            approval: None,
         };
         // Screen-space actions are known before anything runs, so the journal shows what was about to happen.
         record.actions = turn
             .calls
             .iter()
             .flat_map(|call| match &call.kind {
-                CallKind::Computer { actions } => actions
-                    .iter()
-                    .map(|a| self.coords.action_to_screen(a))
-                    .collect(),
+                CallKind::Computer { actions } => actions.iter().map(|a| self.coords.action_to_screen(a)).collect(),
                 CallKind::Function { .. } => Vec::new(),
             })
             .collect();
@@ -409,11 +360,7 @@ impl Loop {
         record.call_results = executed
             .tool_results
             .iter()
-            .map(|r| CallResult {
-                call_id: r.call_id.clone(),
-                ok: r.ok,
-                message: r.message.clone(),
-            })
+            .map(|r| CallResult { call_id: r.call_id.clone(), ok: r.ok, message: r.message.clone() })
             .collect();
         record.duration_ms = started.elapsed().as_millis() as u64;
         record.finished = true;
@@ -459,11 +406,7 @@ impl Loop {
                 Delta::Text(t) => (DeltaKind::Text, t),
                 Delta::Thinking(t) => (DeltaKind::Thinking, t),
             };
-            events.emit(EventKind::ModelDelta {
-                step,
-                kind,
-                text: text.to_string(),
-            });
+            events.emit(EventKind::ModelDelta { step, kind, text: text.to_string() });
         };
         let model = self.input.model.clone();
         let call = model.next_turn(request, &deltas);
@@ -483,9 +426,9 @@ impl Loop {
         match self.input.journal.record_step(record).await {
             Ok(()) => Ok(()),
             Err(JournalError::LeaseLost(why)) => Err(Stop::End(LoopEnd::LeaseLost(why))),
-            Err(e @ JournalError::Unavailable(_)) => Err(Stop::End(LoopEnd::Retryable(
-                error_outcome(&format!("cannot record step: {e}")),
-            ))),
+            Err(e @ JournalError::Unavailable(_)) => {
+                Err(Stop::End(LoopEnd::Retryable(error_outcome(&format!("cannot record step: {e}")))))
+            }
         }
     }
 
@@ -498,17 +441,14 @@ impl Loop {
                 out.tool_results.push(ToolResult {
                     call_id: call.id.clone(),
                     ok: false,
-                    message: "not run: an earlier call in this turn failed or the task stopped"
-                        .into(),
+                    message: "not run: an earlier call in this turn failed or the task stopped".into(),
                     image: None,
                 });
                 continue;
             }
             match &call.kind {
                 CallKind::Computer { actions } => {
-                    let result = self
-                        .run_actions(step, &call.id, actions, &mut action_index, &mut out)
-                        .await;
+                    let result = self.run_actions(step, &call.id, actions, &mut action_index, &mut out).await;
                     failed = !result.ok;
                     out.tool_results.push(result);
                 }
@@ -516,11 +456,7 @@ impl Loop {
                     let (outcome, effect) = tools::handle_function(name, arguments);
                     failed = !outcome.ok;
                     if let Some(Effect::Complete { success, summary }) = effect {
-                        out.completion = Some(Outcome {
-                            success,
-                            summary,
-                            reason: EndReason::Completed,
-                        });
+                        out.completion = Some(Outcome { success, summary, reason: EndReason::Completed });
                     }
                     out.tool_results.push(ToolResult {
                         call_id: call.id.clone(),
@@ -552,20 +488,14 @@ impl Loop {
                 return ToolResult {
                     call_id: call_id.to_string(),
                     ok: false,
-                    message: format!(
-                        "stopped before {skipped} action(s): the task reached a limit or was cancelled"
-                    ),
+                    message: format!("stopped before {skipped} action(s): the task reached a limit or was cancelled"),
                     image: None,
                 };
             }
             let index = *action_index;
             *action_index += 1;
             let screen_action = self.coords.action_to_screen(model_action);
-            self.input.events.emit(EventKind::ActionStarted {
-                step,
-                index,
-                action: screen_action.clone(),
-            });
+            self.input.events.emit(EventKind::ActionStarted { step, index, action: screen_action.clone() });
             let started = Instant::now();
             let result = self.perform(model_action, &screen_action).await;
             let duration_ms = started.elapsed().as_millis() as u64;
@@ -585,10 +515,7 @@ impl Loop {
                 duration_ms,
             });
             out.actions.push(screen_action);
-            out.action_results.push(ActionResult {
-                ok,
-                message: message.clone(),
-            });
+            out.action_results.push(ActionResult { ok, message: message.clone() });
             match result {
                 Ok(done) => {
                     if !done.message.is_empty() {
@@ -600,53 +527,25 @@ impl Loop {
                 }
                 Err(_) => {
                     let rest = actions.len() - position - 1;
-                    let mut text = format!(
-                        "action {} ({}) failed: {message}",
-                        position + 1,
-                        model_action.summary()
-                    );
+                    let mut text = format!("action {} ({}) failed: {message}", position + 1, model_action.summary());
                     if rest > 0 {
                         text.push_str(&format!("; the {rest} action(s) after it were not run"));
                     }
-                    return ToolResult {
-                        call_id: call_id.to_string(),
-                        ok: false,
-                        message: text,
-                        image: None,
-                    };
+                    return ToolResult { call_id: call_id.to_string(), ok: false, message: text, image: None };
                 }
             }
         }
-        let message = if messages.is_empty() {
-            "ok".to_string()
-        } else {
-            messages.join("\n")
-        };
-        ToolResult {
-            call_id: call_id.to_string(),
-            ok: true,
-            message,
-            image,
-        }
+        let message = if messages.is_empty() { "ok".to_string() } else { messages.join("\n") };
+        ToolResult { call_id: call_id.to_string(), ok: true, message, image }
     }
 
     /// Performs one action: validation in the model's space (so errors speak its coordinates), then in
     /// screen space, then the provider (or the loop itself for observations).
-    async fn perform(
-        &self,
-        model_action: &Action,
-        screen_action: &Action,
-    ) -> Result<Done, ActionFailure> {
-        model_action
-            .validate(self.coords.model())
-            .map_err(|e| ActionFailure::Tool(e.to_string()))?;
-        screen_action
-            .validate(self.screen)
-            .map_err(|e| ActionFailure::Tool(e.to_string()))?;
+    async fn perform(&self, model_action: &Action, screen_action: &Action) -> Result<Done, ActionFailure> {
+        model_action.validate(self.coords.model()).map_err(|e| ActionFailure::Tool(e.to_string()))?;
+        screen_action.validate(self.screen).map_err(|e| ActionFailure::Tool(e.to_string()))?;
         match screen_action {
-            Action::Screenshot {} => Ok(Done::text(
-                "screenshot taken; it is attached to this result",
-            )),
+            Action::Screenshot {} => Ok(Done::text("screenshot taken; it is attached to this result")),
             Action::Zoom { x1, y1, x2, y2 } => {
                 let current = match self.input.computer.screenshot().await {
                     Ok(current) => current,
@@ -669,11 +568,9 @@ impl Loop {
             }
             Action::Wait { duration_ms } => {
                 // A wait never outlives the task's deadline.
-                let wait = Duration::from_millis(*duration_ms)
-                    .min(self.deadline.saturating_duration_since(Instant::now()));
-                let shortened = Action::Wait {
-                    duration_ms: wait.as_millis() as u64,
-                };
+                let wait =
+                    Duration::from_millis(*duration_ms).min(self.deadline.saturating_duration_since(Instant::now()));
+                let shortened = Action::Wait { duration_ms: wait.as_millis() as u64 };
                 self.provider_perform(&shortened).await
             }
             _ => self.provider_perform(screen_action).await,
@@ -687,13 +584,11 @@ impl Loop {
         let result = match tokio::time::timeout(bound, self.input.computer.perform(action)).await {
             Ok(result) => result,
             Err(_) => {
-                return Err(ActionFailure::Fatal(LoopEnd::Retryable(error_outcome(
-                    &format!(
-                        "the computer did not finish {} within {} s",
-                        action.summary(),
-                        bound.as_secs()
-                    ),
-                ))));
+                return Err(ActionFailure::Fatal(LoopEnd::Retryable(error_outcome(&format!(
+                    "the computer did not finish {} within {} s",
+                    action.summary(),
+                    bound.as_secs()
+                )))));
             }
         };
         match result {
@@ -703,10 +598,7 @@ impl Loop {
                     let p = self.coords.to_model(cursor);
                     message = format!("cursor at X={},Y={}", p.x, p.y);
                 }
-                Ok(Done {
-                    message,
-                    image: None,
-                })
+                Ok(Done { message, image: None })
             }
             Err(e) if e.is_tool_error() => Err(ActionFailure::Tool(e.to_string())),
             Err(e) => Err(ActionFailure::Fatal(provider_end(&e))),
@@ -716,27 +608,15 @@ impl Loop {
     /// Ends the attempt: final screenshot, computer state, `task_finished` for finished tasks.
     async fn finish(mut self, end: LoopEnd) -> LoopOutput {
         let mut final_screenshot = None;
-        let acted_last = self
-            .steps
-            .last()
-            .is_some_and(|s| s.actions.iter().any(Action::is_input));
-        if matches!(end, LoopEnd::Finished(_) | LoopEnd::Interrupted)
-            && acted_last
-            && self.screen.width > 0
-        {
+        let acted_last = self.steps.last().is_some_and(|s| s.actions.iter().any(Action::is_input));
+        if matches!(end, LoopEnd::Finished(_) | LoopEnd::Interrupted) && acted_last && self.screen.width > 0 {
             let index = self.steps.len() as u32;
             if let Ok((_, _, reference)) = self.capture(index).await {
                 final_screenshot = Some(reference);
             }
         }
         let computer_state = self.input.computer.state().await;
-        LoopOutput {
-            end,
-            steps: self.steps,
-            usage: self.usage,
-            final_screenshot,
-            computer_state,
-        }
+        LoopOutput { end, steps: self.steps, usage: self.usage, final_screenshot, computer_state }
     }
 }
 
@@ -756,10 +636,7 @@ struct Done {
 
 impl Done {
     fn text(message: &str) -> Self {
-        Self {
-            message: message.to_string(),
-            image: None,
-        }
+        Self { message: message.to_string(), image: None }
     }
 }
 
@@ -782,19 +659,11 @@ fn zoom_size(region: Size, max: Size) -> Size {
 }
 
 fn finished(success: bool, summary: &str, reason: EndReason) -> LoopEnd {
-    LoopEnd::Finished(Outcome {
-        success,
-        summary: summary.to_string(),
-        reason,
-    })
+    LoopEnd::Finished(Outcome { success, summary: summary.to_string(), reason })
 }
 
 fn error_outcome(summary: &str) -> Outcome {
-    Outcome {
-        success: false,
-        summary: summary.to_string(),
-        reason: EndReason::Error,
-    }
+    Outcome { success: false, summary: summary.to_string(), reason: EndReason::Error }
 }
 
 fn error_end(summary: &str) -> LoopEnd {
@@ -802,17 +671,9 @@ fn error_end(summary: &str) -> LoopEnd {
 }
 
 fn provider_end(e: &ProviderError) -> LoopEnd {
-    if e.is_retryable() {
-        LoopEnd::Retryable(error_outcome(&e.to_string()))
-    } else {
-        error_end(&e.to_string())
-    }
+    if e.is_retryable() { LoopEnd::Retryable(error_outcome(&e.to_string())) } else { error_end(&e.to_string()) }
 }
 
 fn model_end(e: &ModelError) -> LoopEnd {
-    if e.is_retryable() {
-        LoopEnd::Retryable(error_outcome(&e.to_string()))
-    } else {
-        error_end(&e.to_string())
-    }
+    if e.is_retryable() { LoopEnd::Retryable(error_outcome(&e.to_string())) } else { error_end(&e.to_string()) }
 }

@@ -97,23 +97,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FsStore::new(dir.path());
         store.health().await.unwrap();
-        store
-            .put("tasks/t/1/00000.png", b"one", "image/png")
-            .await
-            .unwrap();
-        store
-            .put("tasks/t/1/00000.png", b"two", "image/png")
-            .await
-            .unwrap();
+        store.put("tasks/t/1/00000.png", b"one", "image/png").await.unwrap();
+        store.put("tasks/t/1/00000.png", b"two", "image/png").await.unwrap();
         assert_eq!(store.get("tasks/t/1/00000.png").await.unwrap(), b"two");
-        assert!(matches!(
-            store.get("tasks/t/1/00001.png").await,
-            Err(ArtifactError::NotFound(_))
-        ));
-        assert!(matches!(
-            store.put("../x", b"", "").await,
-            Err(ArtifactError::InvalidKey(_))
-        ));
+        assert!(matches!(store.get("tasks/t/1/00001.png").await, Err(ArtifactError::NotFound(_))));
+        assert!(matches!(store.put("../x", b"", "").await, Err(ArtifactError::InvalidKey(_))));
         assert!(store.url("tasks/t/1/00000.png").starts_with("file:///"));
     }
 }

@@ -69,14 +69,8 @@ pub fn check_key(key: &str) -> Result<(), ArtifactError> {
     let bad = key.is_empty()
         || key.starts_with('/')
         || key.contains('\\')
-        || key
-            .split('/')
-            .any(|part| part.is_empty() || part == "." || part == "..");
-    if bad {
-        Err(ArtifactError::InvalidKey(key.to_string()))
-    } else {
-        Ok(())
-    }
+        || key.split('/').any(|part| part.is_empty() || part == "." || part == "..");
+    if bad { Err(ArtifactError::InvalidKey(key.to_string())) } else { Ok(()) }
 }
 
 #[cfg(test)]

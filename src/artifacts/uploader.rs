@@ -92,11 +92,7 @@ impl Uploader {
     /// Hands an artifact over; returns at once.
     pub fn submit(&self, key: String, bytes: Arc<[u8]>, on_stored: Option<OnStored>) {
         self.shared.pending.fetch_add(1, Ordering::SeqCst);
-        match self.tx.try_send(Job {
-            key,
-            bytes,
-            on_stored,
-        }) {
+        match self.tx.try_send(Job { key, bytes, on_stored }) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
                 spool(&self.shared, job);
@@ -156,11 +152,7 @@ fn spool(shared: &Arc<Shared>, job: Job) {
     }
     let path = shared.spool_dir.join(&job.key);
     // Register the callback before the file exists, so the retrier cannot store it and miss the callback.
-    let Job {
-        key,
-        bytes,
-        on_stored,
-    } = job;
+    let Job { key, bytes, on_stored } = job;
     if let Some(callback) = on_stored
         && let Ok(mut waiting) = shared.waiting.lock()
     {
@@ -168,9 +160,7 @@ fn spool(shared: &Arc<Shared>, job: Job) {
     }
     match write_atomically(&path, &bytes) {
         Ok(()) => {
-            shared
-                .spooled_bytes
-                .fetch_add(bytes.len() as u64, Ordering::SeqCst);
+            shared.spooled_bytes.fetch_add(bytes.len() as u64, Ordering::SeqCst);
             shared.spool_added.notify_one();
         }
         Err(e) => {
@@ -208,11 +198,7 @@ async fn drain_queue(shared: Arc<Shared>, mut rx: mpsc::Receiver<Job>, cancel: C
                 return;
             }
         };
-        match shared
-            .store
-            .put(&job.key, &job.bytes, content_type(&job.key))
-            .await
-        {
+        match shared.store.put(&job.key, &job.bytes, content_type(&job.key)).await {
             Ok(()) => done(&shared, &job.key, job.on_stored),
             Err(e) if e.is_retryable() => {
                 shared.upload_errors.fetch_add(1, Ordering::SeqCst);
@@ -232,9 +218,7 @@ async fn retry_spool(shared: Arc<Shared>, cancel: CancellationToken) {
     loop {
         let files = {
             let dir = shared.spool_dir.clone();
-            tokio::task::spawn_blocking(move || spooled_files(&dir))
-                .await
-                .unwrap_or_default()
+            tokio::task::spawn_blocking(move || spooled_files(&dir)).await.unwrap_or_default()
         };
         let mut failed = false;
         for (key, path) in files {
@@ -247,9 +231,7 @@ async fn retry_spool(shared: Arc<Shared>, cancel: CancellationToken) {
             match shared.store.put(&key, &bytes, content_type(&key)).await {
                 Ok(()) => {
                     let _ = tokio::fs::remove_file(&path).await;
-                    shared
-                        .spooled_bytes
-                        .fetch_sub(bytes.len() as u64, Ordering::SeqCst);
+                    shared.spooled_bytes.fetch_sub(bytes.len() as u64, Ordering::SeqCst);
                     let callback = shared.waiting.lock().ok().and_then(|mut w| w.remove(&key));
                     done(&shared, &key, callback);
                 }
@@ -261,9 +243,7 @@ async fn retry_spool(shared: Arc<Shared>, cancel: CancellationToken) {
                 }
                 Err(e) => {
                     let _ = tokio::fs::remove_file(&path).await;
-                    shared
-                        .spooled_bytes
-                        .fetch_sub(bytes.len() as u64, Ordering::SeqCst);
+                    shared.spooled_bytes.fetch_sub(bytes.len() as u64, Ordering::SeqCst);
                     dropped(&shared, &key, &e);
                 }
             }
@@ -309,11 +289,7 @@ fn spooled_files(dir: &Path) -> Vec<(String, PathBuf)> {
 
 fn spool_inventory(dir: &Path) -> (u64, u64) {
     let files = spooled_files(dir);
-    let bytes = files
-        .iter()
-        .filter_map(|(_, p)| std::fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum();
+    let bytes = files.iter().filter_map(|(_, p)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
     (files.len() as u64, bytes)
 }
 
@@ -355,19 +331,10 @@ mod tests {
     #[tokio::test]
     async fn outage_spools_then_everything_arrives() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Flaky {
-            inner: FsStore::new(dir.path().join("store")),
-            down: AtomicBool::new(true),
-        });
+        let store = Arc::new(Flaky { inner: FsStore::new(dir.path().join("store")), down: AtomicBool::new(true) });
         let tracker = TaskTracker::new();
         let cancel = CancellationToken::new();
-        let uploader = Uploader::start(
-            store.clone(),
-            dir.path().join("spool"),
-            2,
-            &tracker,
-            cancel.clone(),
-        );
+        let uploader = Uploader::start(store.clone(), dir.path().join("spool"), 2, &tracker, cancel.clone());
         let stored = Arc::new(AtomicU64::new(0));
         for i in 0..10u32 {
             let stored = stored.clone();
@@ -385,10 +352,7 @@ mod tests {
         assert_eq!(uploader.flush(Duration::from_secs(10)).await, 0);
         assert_eq!(stored.load(Ordering::SeqCst), 10);
         for i in 0..10u32 {
-            assert_eq!(
-                store.get(&format!("tasks/t/1/{i:05}.png")).await.unwrap(),
-                vec![i as u8; 100]
-            );
+            assert_eq!(store.get(&format!("tasks/t/1/{i:05}.png")).await.unwrap(), vec![i as u8; 100]);
         }
         assert_eq!(uploader.stats().spooled_bytes, 0);
         cancel.cancel();
@@ -403,13 +367,7 @@ mod tests {
         let store = Arc::new(FsStore::new(dir.path().join("store")));
         let tracker = TaskTracker::new();
         let cancel = CancellationToken::new();
-        let uploader = Uploader::start(
-            store.clone(),
-            dir.path().join("spool"),
-            4,
-            &tracker,
-            cancel.clone(),
-        );
+        let uploader = Uploader::start(store.clone(), dir.path().join("spool"), 4, &tracker, cancel.clone());
         assert_eq!(uploader.flush(Duration::from_secs(10)).await, 0);
         assert_eq!(store.get("tasks/t/1/00003.png").await.unwrap(), b"left");
         cancel.cancel();

@@ -27,24 +27,15 @@ pub struct CliError {
 
 impl CliError {
     pub fn invalid(error: impl Into<anyhow::Error>) -> Self {
-        Self {
-            exit: Exit::InvalidInput,
-            error: error.into(),
-        }
+        Self { exit: Exit::InvalidInput, error: error.into() }
     }
 
     pub fn unreachable(error: impl Into<anyhow::Error>) -> Self {
-        Self {
-            exit: Exit::Unreachable,
-            error: error.into(),
-        }
+        Self { exit: Exit::Unreachable, error: error.into() }
     }
 
     pub fn failed(error: impl Into<anyhow::Error>) -> Self {
-        Self {
-            exit: Exit::Unsuccessful,
-            error: error.into(),
-        }
+        Self { exit: Exit::Unsuccessful, error: error.into() }
     }
 }
 

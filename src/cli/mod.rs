@@ -14,11 +14,7 @@ pub use exit::{CliError, CliResult, Exit};
 use crate::config::{Config, ConfigSource};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "agentd",
-    version,
-    about = "A daemon that lets a vision model operate a computer"
-)]
+#[command(name = "agentd", version, about = "A daemon that lets a vision model operate a computer")]
 pub struct Cli {
     /// Configuration file (default: $AGENTD_CONFIG, else /etc/agentd/agentd.toml when it exists, else built-in
     /// defaults).
@@ -59,19 +55,12 @@ pub fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            let code = if e.use_stderr() {
-                Exit::InvalidInput
-            } else {
-                Exit::Success
-            };
+            let code = if e.use_stderr() { Exit::InvalidInput } else { Exit::Success };
             return std::process::ExitCode::from(code.code());
         }
     };
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("agentd: cannot start the async runtime: {e}");
@@ -92,10 +81,7 @@ pub fn main() -> std::process::ExitCode {
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGENTD_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 async fn dispatch(cli: Cli) -> CliResult {
@@ -105,23 +91,19 @@ async fn dispatch(cli: Cli) -> CliResult {
             let config = source.load()?;
             run::run(&config, &task, cli.json).await
         }
-        Command::Config {
-            command: ConfigCommand::Check,
-        } => config_check(&source, cli.json).await,
+        Command::Config { command: ConfigCommand::Check } => config_check(&source, cli.json).await,
     }
 }
 
 async fn config_check(source: &ConfigSource, json: bool) -> CliResult {
     let config: Config = source.load()?;
-    let store = crate::backends::artifact_store(&config)
+    let store = crate::backends::artifact_store(&config).await.map_err(CliError::invalid)?;
+    store
+        .health()
         .await
-        .map_err(CliError::invalid)?;
-    store.health().await.map_err(|e| {
-        CliError::unreachable(anyhow::anyhow!("artifact store {}: {e}", store.describe()))
-    })?;
+        .map_err(|e| CliError::unreachable(anyhow::anyhow!("artifact store {}: {e}", store.describe())))?;
     if json {
-        let doc =
-            serde_json::json!({"ok": true, "config": source.name(), "artifacts": store.describe()});
+        let doc = serde_json::json!({"ok": true, "config": source.name(), "artifacts": store.describe()});
         println!("{doc}");
     } else {
         eprintln!("{}: ok (artifacts: {})", source.name(), store.describe());

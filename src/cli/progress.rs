@@ -28,10 +28,9 @@ impl Printer {
     pub fn line(&mut self, event: &Event) -> Option<String> {
         match &event.kind {
             EventKind::TaskQueued {} => Some(format!("task {} queued", event.task_id)),
-            EventKind::TaskStarted { attempt, worker } => Some(format!(
-                "task {} started (attempt {attempt}, worker {worker})",
-                event.task_id
-            )),
+            EventKind::TaskStarted { attempt, worker } => {
+                Some(format!("task {} started (attempt {attempt}, worker {worker})", event.task_id))
+            }
             EventKind::StepStarted { .. } => {
                 self.actions.clear();
                 self.failures.clear();
@@ -41,28 +40,15 @@ impl Printer {
                 self.actions.push(action.summary());
                 None
             }
-            EventKind::ActionFinished {
-                ok: false, message, ..
-            } => {
+            EventKind::ActionFinished { ok: false, message, .. } => {
                 self.failures.push(message.clone());
                 None
             }
-            EventKind::StepFinished {
-                step,
-                duration_ms,
-                usage,
-            } => {
-                let actions = if self.actions.is_empty() {
-                    "(no actions)".to_string()
-                } else {
-                    self.actions.join(" ")
-                };
+            EventKind::StepFinished { step, duration_ms, usage } => {
+                let actions = if self.actions.is_empty() { "(no actions)".to_string() } else { self.actions.join(" ") };
                 let mut line = format!("step {step:>3}  {actions}  {duration_ms} ms");
                 if usage.input_tokens + usage.output_tokens > 0 {
-                    line.push_str(&format!(
-                        "  {}→{} tok",
-                        usage.input_tokens, usage.output_tokens
-                    ));
+                    line.push_str(&format!("  {}→{} tok", usage.input_tokens, usage.output_tokens));
                 }
                 for failure in &self.failures {
                     line.push_str(&format!("\n           ✗ {failure}"));
@@ -70,16 +56,8 @@ impl Printer {
                 Some(line)
             }
             EventKind::WaitingForHuman { reason } => Some(format!("waiting for a human: {reason}")),
-            EventKind::TaskFinished {
-                state,
-                outcome,
-                usage,
-            } => {
-                let mark = if *state == TaskState::Succeeded {
-                    "✓"
-                } else {
-                    "✗"
-                };
+            EventKind::TaskFinished { state, outcome, usage } => {
+                let mark = if *state == TaskState::Succeeded { "✓" } else { "✗" };
                 Some(format!(
                     "{mark} {}: {} ({:?}; {} input / {} output tokens, ${:.4})",
                     state.as_str(),
@@ -90,9 +68,7 @@ impl Printer {
                     usage.cost_usd
                 ))
             }
-            EventKind::ModelDelta { .. }
-            | EventKind::ActionFinished { .. }
-            | EventKind::ScreenshotSaved { .. } => None,
+            EventKind::ModelDelta { .. } | EventKind::ActionFinished { .. } | EventKind::ScreenshotSaved { .. } => None,
         }
     }
 }

@@ -34,35 +34,17 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let resolved = spec.resolve(&config.defaults);
     let task_id = spec.id.clone().unwrap_or_else(TaskId::generate);
     let build_error = |e: BuildError| match e {
-        BuildError::Invalid(message) => {
-            CliError::invalid(anyhow::anyhow!("{}: {message}", source.name))
-        }
-        BuildError::Unreachable(message) => {
-            CliError::unreachable(anyhow::anyhow!("{}: {message}", source.name))
-        }
+        BuildError::Invalid(message) => CliError::invalid(anyhow::anyhow!("{}: {message}", source.name)),
+        BuildError::Unreachable(message) => CliError::unreachable(anyhow::anyhow!("{}: {message}", source.name)),
     };
-    let model =
-        backends::model(&resolved.model, config, Some(&source.base_dir)).map_err(build_error)?;
-    let computer_ctx = ComputerContext {
-        base_dir: Some(&source.base_dir),
-        persist_dir: None,
-    };
-    let computer = backends::computer(&resolved.computer, &computer_ctx)
-        .await
-        .map_err(build_error)?;
-    let store = backends::artifact_store(config)
-        .await
-        .map_err(build_error)?;
+    let model = backends::model(&resolved.model, config, Some(&source.base_dir)).map_err(build_error)?;
+    let computer_ctx = ComputerContext { base_dir: Some(&source.base_dir), persist_dir: None };
+    let computer = backends::computer(&resolved.computer, &computer_ctx).await.map_err(build_error)?;
+    let store = backends::artifact_store(config).await.map_err(build_error)?;
 
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
-    let uploader = Uploader::start(
-        store.clone(),
-        config.spool_dir(),
-        64,
-        &tracker,
-        background.clone(),
-    );
+    let uploader = Uploader::start(store.clone(), config.spool_dir(), 64, &tracker, background.clone());
     let (events, receiver) = EventSink::channel(task_id.as_str(), 1);
     let printer = tokio::spawn(super::progress::print(receiver, std::io::stderr()));
 
@@ -70,10 +52,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let signals = watch_interrupts(cancel.clone());
     let worker = format!("run@{}", crate::config::host_name());
     let created_at = OffsetDateTime::now_utc();
-    events.emit(EventKind::TaskStarted {
-        attempt: 1,
-        worker: worker.clone(),
-    });
+    events.emit(EventKind::TaskStarted { attempt: 1, worker: worker.clone() });
     eprintln!(
         "agentd: task {task_id}: {} on {} with {}",
         source.name,
@@ -101,24 +80,12 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
 
     let outcome = match output.end {
         LoopEnd::Finished(outcome) | LoopEnd::Retryable(outcome) => outcome,
-        LoopEnd::Interrupted => Outcome {
-            success: false,
-            summary: "interrupted".into(),
-            reason: EndReason::Cancelled,
-        },
-        LoopEnd::LeaseLost(why) => Outcome {
-            success: false,
-            summary: why,
-            reason: EndReason::Error,
-        },
+        LoopEnd::Interrupted => Outcome { success: false, summary: "interrupted".into(), reason: EndReason::Cancelled },
+        LoopEnd::LeaseLost(why) => Outcome { success: false, summary: why, reason: EndReason::Error },
     };
     let pending = uploader.flush(FLUSH_TIMEOUT).await;
     let state = outcome.state();
-    events.emit(EventKind::TaskFinished {
-        state,
-        outcome: outcome.clone(),
-        usage: output.usage,
-    });
+    events.emit(EventKind::TaskFinished { state, outcome: outcome.clone(), usage: output.usage });
     drop(events);
     let _ = printer.await;
     background.cancel();
@@ -142,15 +109,11 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         computer_state: output.computer_state,
         waiting_reason: None,
     };
-    let document = serde_json::to_vec_pretty(&record)
-        .context("serializing the task record")
-        .map_err(CliError::failed)?;
+    let document =
+        serde_json::to_vec_pretty(&record).context("serializing the task record").map_err(CliError::failed)?;
     let record_path = config.data_dir.join("runs").join(format!("{task_id}.json"));
     if let Err(e) = write_atomically(&record_path, &document) {
-        eprintln!(
-            "agentd: warning: cannot write {}: {e}",
-            record_path.display()
-        );
+        eprintln!("agentd: warning: cannot write {}: {e}", record_path.display());
     }
     let screenshots = store.url(&format!("tasks/{task_id}/1"));
     if pending > 0 {
@@ -159,25 +122,13 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
             config.spool_dir().display()
         );
     }
-    eprintln!(
-        "agentd: screenshots: {screenshots}/  record: {}",
-        record_path.display()
-    );
+    eprintln!("agentd: screenshots: {screenshots}/  record: {}", record_path.display());
     if json {
         println!("{}", String::from_utf8_lossy(&document));
     } else {
-        println!(
-            "{}: {} ({} steps)",
-            state.as_str(),
-            outcome.summary,
-            record.steps.len()
-        );
+        println!("{}: {} ({} steps)", state.as_str(), outcome.summary, record.steps.len());
     }
-    Ok(if outcome.success {
-        Exit::Success
-    } else {
-        Exit::Unsuccessful
-    })
+    Ok(if outcome.success { Exit::Success } else { Exit::Unsuccessful })
 }
 
 fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
@@ -195,20 +146,17 @@ fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
 /// First Ctrl-C or SIGTERM: cancel the task at its next safe point. Second: exit at once.
 fn watch_interrupts(cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => return,
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => return,
+        };
         for round in 0..2 {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
             }
             if round == 0 {
-                eprintln!(
-                    "agentd: cancelling the task at its next safe point (again to quit at once)"
-                );
+                eprintln!("agentd: cancelling the task at its next safe point (again to quit at once)");
                 cancel.cancel();
             } else {
                 eprintln!("agentd: quitting");

@@ -30,12 +30,7 @@ pub struct ModelImage {
 
 impl ModelImage {
     pub fn new(size: Size, media_type: &'static str, bytes: Arc<[u8]>) -> Self {
-        Self {
-            size,
-            media_type,
-            bytes,
-            base64: Arc::new(OnceLock::new()),
-        }
+        Self { size, media_type, bytes, base64: Arc::new(OnceLock::new()) }
     }
 
     pub fn base64(&self) -> &str {
@@ -48,13 +43,7 @@ impl ModelImage {
 
 impl std::fmt::Debug for ModelImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "ModelImage({}, {}, {} bytes)",
-            self.size,
-            self.media_type,
-            self.bytes.len()
-        )
+        write!(f, "ModelImage({}, {}, {} bytes)", self.size, self.media_type, self.bytes.len())
     }
 }
 
@@ -102,10 +91,7 @@ pub enum CallKind {
     /// Computer actions in the model's coordinate space, to run in order.
     Computer { actions: Vec<Action> },
     /// A declared function tool.
-    Function {
-        name: String,
-        arguments: serde_json::Value,
-    },
+    Function { name: String, arguments: serde_json::Value },
 }
 
 /// What the model answered in one call.
@@ -225,9 +211,5 @@ pub trait Model: Send + Sync {
     }
 
     /// The next turn.
-    async fn next_turn(
-        &self,
-        request: ModelRequest<'_>,
-        deltas: DeltaSink<'_>,
-    ) -> Result<ModelTurn, ModelError>;
+    async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError>;
 }

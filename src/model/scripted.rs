@@ -16,9 +16,7 @@ use agentd_computer::{Action, Size};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    CallKind, Delta, DeltaSink, Model, ModelError, ModelRequest, ModelTurn, ToolCall, Usage,
-};
+use super::{CallKind, Delta, DeltaSink, Model, ModelError, ModelRequest, ModelTurn, ToolCall, Usage};
 use crate::agent::coords::CoordinateMap;
 use crate::task::{TaskFileError, parse_json};
 use crate::tools::TASK_COMPLETION;
@@ -75,10 +73,8 @@ impl Script {
 
     pub fn load(path: &Path) -> Result<Self, TaskFileError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| TaskFileError::Read {
-            source_name: name.clone(),
-            error,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|error| TaskFileError::Read { source_name: name.clone(), error })?;
         Self::parse(&text, &name)
     }
 
@@ -96,18 +92,12 @@ impl Script {
         }
         for (i, turn) in self.turns.iter().enumerate() {
             if turn.say.is_none() && turn.actions.is_empty() && turn.complete.is_none() {
-                return Err(invalid(
-                    format!("turns[{i}]"),
-                    "a turn needs `say`, `actions` or `complete`",
-                ));
+                return Err(invalid(format!("turns[{i}]"), "a turn needs `say`, `actions` or `complete`"));
             }
             if let Some(usage) = &turn.usage
                 && (!usage.cost_usd.is_finite() || usage.cost_usd < 0.0)
             {
-                return Err(invalid(
-                    format!("turns[{i}].usage.cost_usd"),
-                    "must be a non-negative number",
-                ));
+                return Err(invalid(format!("turns[{i}].usage.cost_usd"), "must be a non-negative number"));
             }
         }
         Ok(())
@@ -135,11 +125,7 @@ impl Model for ScriptedModel {
         CoordinateMap::identity(screen)
     }
 
-    async fn next_turn(
-        &self,
-        request: ModelRequest<'_>,
-        deltas: DeltaSink<'_>,
-    ) -> Result<ModelTurn, ModelError> {
+    async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError> {
         let index = request.history.len();
         let turn = self.script.turns.get(index).ok_or_else(|| {
             ModelError::Script(format!(
@@ -156,9 +142,7 @@ impl Model for ScriptedModel {
         if !turn.actions.is_empty() {
             calls.push(ToolCall {
                 id: format!("script_{index}_computer"),
-                kind: CallKind::Computer {
-                    actions: turn.actions.clone(),
-                },
+                kind: CallKind::Computer { actions: turn.actions.clone() },
             });
         }
         if let Some(complete) = &turn.complete {
@@ -177,14 +161,7 @@ impl Model for ScriptedModel {
             cache_write_tokens: u.cache_write_tokens,
             cost_usd: u.cost_usd,
         });
-        Ok(ModelTurn {
-            text,
-            thinking: String::new(),
-            calls,
-            usage,
-            raw: None,
-            approval: None,
-        })
+        Ok(ModelTurn { text, thinking: String::new(), calls, usage, raw: None, approval: None })
     }
 }
 
@@ -194,11 +171,8 @@ mod tests {
 
     #[test]
     fn script_errors_name_the_field() {
-        let err = Script::parse(
-            r#"{"turns":[{"say":"hi","actions":[{"type":"click","x":1}]}]}"#,
-            "s.json",
-        )
-        .unwrap_err();
+        let err =
+            Script::parse(r#"{"turns":[{"say":"hi","actions":[{"type":"click","x":1}]}]}"#, "s.json").unwrap_err();
         assert_eq!(err.field(), Some("turns[0].actions[0].y"), "{err}");
         let err = Script::parse(r#"{"turns":[]}"#, "s.json").unwrap_err();
         assert_eq!(err.field(), Some("turns"));

@@ -168,7 +168,13 @@ pub trait Queue: Send + Sync {
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError>;
 
     /// Journals a step (fenced). `elapsed` is the task's total run time so far.
-    async fn record_step(&self, task_id: &str, token: i64, step: &StepRecord, elapsed: Duration) -> Result<(), QueueError>;
+    async fn record_step(
+        &self,
+        task_id: &str,
+        token: i64,
+        step: &StepRecord,
+        elapsed: Duration,
+    ) -> Result<(), QueueError>;
 
     /// Appends events. With a token the write is fenced (a worker's events); without, it is the daemon's own.
     async fn append_events(&self, task_id: &str, token: Option<i64>, events: &[Event]) -> Result<(), QueueError>;

@@ -80,7 +80,8 @@ impl SqliteQueue {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub async fn open(path: &Path) -> Result<Self, QueueError> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| QueueError::Unavailable(format!("{}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| QueueError::Unavailable(format!("{}: {e}", parent.display())))?;
         }
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -105,14 +106,17 @@ impl SqliteQueue {
         let task: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
         let state_text: String = row.try_get("state").map_err(db_error)?;
         let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
-        let outcome = get_json("outcome")?.map(serde_json::from_value).transpose().map_err(|e| corrupt("outcome", e))?;
+        let outcome =
+            get_json("outcome")?.map(serde_json::from_value).transpose().map_err(|e| corrupt("outcome", e))?;
         let usage = get_json("usage")?
             .map(serde_json::from_value)
             .transpose()
             .map_err(|e| corrupt("usage", e))?
             .unwrap_or_default();
-        let final_screenshot =
-            get_json("final_screenshot")?.map(serde_json::from_value).transpose().map_err(|e| corrupt("final_screenshot", e))?;
+        let final_screenshot = get_json("final_screenshot")?
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| corrupt("final_screenshot", e))?;
         let started: Option<i64> = row.try_get("started_ms").map_err(db_error)?;
         let finished: Option<i64> = row.try_get("finished_ms").map_err(db_error)?;
         let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
@@ -150,11 +154,7 @@ impl SqliteQueue {
     }
 
     /// Appends an event the queue itself emits, numbered after the task's last event.
-    async fn own_event(
-        tx: &mut sqlx::SqliteConnection,
-        task_id: &str,
-        kind: EventKind,
-    ) -> Result<(), QueueError> {
+    async fn own_event(tx: &mut sqlx::SqliteConnection, task_id: &str, kind: EventKind) -> Result<(), QueueError> {
         let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM events WHERE task_id = ?1")
             .bind(task_id)
             .fetch_one(&mut *tx)
@@ -240,15 +240,19 @@ impl Queue for SqliteQueue {
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
         let limit = i64::from(if filter.limit == 0 { 100 } else { filter.limit.min(10_000) });
         let rows = match filter.state {
-            Some(state) => sqlx::query("SELECT * FROM tasks WHERE state = ?1 ORDER BY created_ms DESC, id DESC LIMIT ?2")
-                .bind(state.as_str())
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await,
-            None => sqlx::query("SELECT * FROM tasks ORDER BY created_ms DESC, id DESC LIMIT ?1")
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await,
+            Some(state) => {
+                sqlx::query("SELECT * FROM tasks WHERE state = ?1 ORDER BY created_ms DESC, id DESC LIMIT ?2")
+                    .bind(state.as_str())
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            None => {
+                sqlx::query("SELECT * FROM tasks ORDER BY created_ms DESC, id DESC LIMIT ?1")
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+            }
         }
         .map_err(db_error)?;
         rows.iter().map(Self::record_from_row).collect()
@@ -268,7 +272,8 @@ impl Queue for SqliteQueue {
         let mut chosen = None;
         for row in &candidates {
             let labels_text: String = row.try_get("labels").map_err(db_error)?;
-            let labels: BTreeMap<String, String> = serde_json::from_str(&labels_text).map_err(|e| corrupt("labels", e))?;
+            let labels: BTreeMap<String, String> =
+                serde_json::from_str(&labels_text).map_err(|e| corrupt("labels", e))?;
             if labels_match(&labels, &worker.labels) {
                 chosen = Some(row.try_get::<String, _>("id").map_err(db_error)?);
                 break;
@@ -338,16 +343,23 @@ impl Queue for SqliteQueue {
         })
     }
 
-    async fn record_step(&self, task_id: &str, token: i64, step: &StepRecord, elapsed: Duration) -> Result<(), QueueError> {
+    async fn record_step(
+        &self,
+        task_id: &str,
+        token: i64,
+        step: &StepRecord,
+        elapsed: Duration,
+    ) -> Result<(), QueueError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let held = sqlx::query("UPDATE tasks SET elapsed_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'")
-            .bind(task_id)
-            .bind(token)
-            .bind(elapsed.as_millis() as i64)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .rows_affected();
+        let held =
+            sqlx::query("UPDATE tasks SET elapsed_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'")
+                .bind(task_id)
+                .bind(token)
+                .bind(elapsed.as_millis() as i64)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .rows_affected();
         if held == 0 {
             return Err(QueueError::LeaseLost(task_id.to_string()));
         }
@@ -431,27 +443,31 @@ impl Queue for SqliteQueue {
 
     async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
         let result = match release {
-            Release::Requeue { count_attempt, delay, .. } => sqlx::query(
-                "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
+            Release::Requeue { count_attempt, delay, .. } => {
+                sqlx::query(
+                    "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
                     attempt = CASE WHEN ?3 THEN attempt ELSE attempt - 1 END, not_before_ms = ?4
                  WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
-            )
-            .bind(task_id)
-            .bind(token)
-            .bind(*count_attempt)
-            .bind(now_ms() + delay.as_millis() as i64)
-            .execute(&self.pool)
-            .await,
-            Release::WaitForHuman { reason } => sqlx::query(
-                "UPDATE tasks SET state = 'waiting_for_human', lease_until_ms = NULL, worker = NULL,
+                )
+                .bind(task_id)
+                .bind(token)
+                .bind(*count_attempt)
+                .bind(now_ms() + delay.as_millis() as i64)
+                .execute(&self.pool)
+                .await
+            }
+            Release::WaitForHuman { reason } => {
+                sqlx::query(
+                    "UPDATE tasks SET state = 'waiting_for_human', lease_until_ms = NULL, worker = NULL,
                     waiting_reason = ?3, approved = 0
                  WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
-            )
-            .bind(task_id)
-            .bind(token)
-            .bind(reason)
-            .execute(&self.pool)
-            .await,
+                )
+                .bind(task_id)
+                .bind(token)
+                .bind(reason)
+                .execute(&self.pool)
+                .await
+            }
         };
         if result.map_err(db_error)?.rows_affected() == 0 {
             return Err(QueueError::LeaseLost(task_id.to_string()));
@@ -532,7 +548,8 @@ impl Queue for SqliteQueue {
                 .map_err(db_error)?;
             }
             Decision::Reject { reason } => {
-                let summary = if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
+                let summary =
+                    if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
                 let outcome = Outcome { success: false, summary, reason: EndReason::Rejected };
                 sqlx::query(
                     "UPDATE tasks SET state = 'failed', finished_ms = ?2, outcome = ?3, waiting_reason = NULL
@@ -618,5 +635,30 @@ impl Queue for SqliteQueue {
 
     async fn health(&self) -> Result<(), QueueError> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(db_error).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_queue_suite_passes_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = SqliteQueue::open(&dir.path().join("queue.db")).await.unwrap();
+        crate::queue::suite::run_all(&queue).await;
+    }
+
+    #[tokio::test]
+    async fn tasks_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.db");
+        {
+            let queue = SqliteQueue::open(&path).await.unwrap();
+            let spec = TaskSpec::parse(r#"{"id": "durable", "instructions": "x"}"#, "t").unwrap();
+            queue.submit(NewTask { spec, max_attempts: 3 }).await.unwrap();
+        }
+        let queue = SqliteQueue::open(&path).await.unwrap();
+        assert_eq!(queue.get("durable").await.unwrap().state, TaskState::Queued);
     }
 }

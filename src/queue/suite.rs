@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::{Cancelled, Decision, Finish, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Submitted, WorkerIdentity};
+use super::{
+    Cancelled, Decision, Finish, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Submitted,
+    WorkerIdentity,
+};
 use crate::agent::events::{Event, EventKind};
 use crate::model::Usage;
 use crate::record::{EndReason, Outcome, ScreenshotRef, StepRecord, TaskState};
@@ -61,9 +64,7 @@ async fn claim_id(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> super::L
         match queue.claim(who, LEASE).await {
             Ok(Some(lease)) if lease.task_id == id => return lease,
             Ok(Some(other)) => {
-                let _ = queue
-                    .finish(&other.task_id, other.token, &finish(true))
-                    .await;
+                let _ = queue.finish(&other.task_id, other.token, &finish(true)).await;
             }
             Ok(None) => break,
             Err(e) => panic!("claim: {e}"),
@@ -121,11 +122,19 @@ async fn claims_follow_labels_and_order(queue: &dyn Queue) {
     queue.submit(new_task("labels-a", &[("os", "ubuntu")])).await.unwrap_or_else(|e| panic!("{e}"));
     queue.submit(new_task("labels-b", &[])).await.unwrap_or_else(|e| panic!("{e}"));
     let ubuntu = worker("w-ubuntu", &[("os", "ubuntu"), ("gpu", "no")]);
-    let a = queue.claim(&ubuntu, LEASE).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("nothing claimed"));
+    let a = queue
+        .claim(&ubuntu, LEASE)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("nothing claimed"));
     assert_eq!(a.task_id, "labels-a", "oldest matching first; the windows task is skipped");
     assert_eq!(a.attempt, 1);
     assert_eq!(a.next_seq, 2, "after task_queued");
-    let b = queue.claim(&ubuntu, LEASE).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("nothing claimed"));
+    let b = queue
+        .claim(&ubuntu, LEASE)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("nothing claimed"));
     assert_eq!(b.task_id, "labels-b");
     assert!(queue.claim(&ubuntu, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(), "windows task stays queued");
     let running = queue.get("labels-a").await.unwrap_or_else(|e| panic!("{e}"));
@@ -149,26 +158,45 @@ async fn fencing_rejects_a_stale_worker(queue: &dyn Queue) {
     let slow = worker("w-slow", &[("fence", "yes")]);
     let fast = worker("w-fast", &[("fence", "yes")]);
     // A lease that is over at once, as if the worker froze past it.
-    let stale = queue.claim(&slow, Duration::ZERO).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("no claim"));
+    let stale = queue
+        .claim(&slow, Duration::ZERO)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no claim"));
     tokio::time::sleep(Duration::from_millis(20)).await;
     let rescued = queue.rescue_expired().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(rescued.iter().any(|r| r.task_id == "fence-1" && r.new_state == TaskState::Queued), "{rescued:?}");
     // Fenced out before anyone else claims it.
-    assert_eq!(queue.heartbeat("fence-1", stale.token, LEASE).await.unwrap_or_else(|e| panic!("{e}")), LeaseStatus::Lost);
+    assert_eq!(
+        queue.heartbeat("fence-1", stale.token, LEASE).await.unwrap_or_else(|e| panic!("{e}")),
+        LeaseStatus::Lost
+    );
     let fresh = claim_id(queue, &fast, "fence-1").await;
     assert!(fresh.token > stale.token);
     assert_eq!(fresh.attempt, 2, "a lost worker uses an attempt");
-    assert!(matches!(queue.record_step("fence-1", stale.token, &step(0), Duration::ZERO).await, Err(QueueError::LeaseLost(_))));
+    assert!(matches!(
+        queue.record_step("fence-1", stale.token, &step(0), Duration::ZERO).await,
+        Err(QueueError::LeaseLost(_))
+    ));
     assert!(matches!(queue.finish("fence-1", stale.token, &finish(true)).await, Err(QueueError::LeaseLost(_))));
     assert!(matches!(
         queue.append_events("fence-1", Some(stale.token), &[event("fence-1", 50, 0)]).await,
         Err(QueueError::LeaseLost(_))
     ));
     assert!(matches!(
-        queue.release("fence-1", stale.token, &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "x".into() }).await,
+        queue
+            .release(
+                "fence-1",
+                stale.token,
+                &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "x".into() }
+            )
+            .await,
         Err(QueueError::LeaseLost(_))
     ));
-    assert!(matches!(queue.heartbeat("fence-1", fresh.token, LEASE).await, Ok(LeaseStatus::Held { cancel_requested: false })));
+    assert!(matches!(
+        queue.heartbeat("fence-1", fresh.token, LEASE).await,
+        Ok(LeaseStatus::Held { cancel_requested: false })
+    ));
     queue.record_step("fence-1", fresh.token, &step(0), Duration::from_secs(3)).await.unwrap_or_else(|e| panic!("{e}"));
     // Out of attempts: the rescuer fails the task instead of queueing it a third time.
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -211,13 +239,21 @@ async fn release_and_attempts(queue: &dyn Queue) {
     let who = worker("w", &[("r", "1")]);
     let first = claim_id(queue, &who, "release-1").await;
     queue
-        .release("release-1", first.token, &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "shutdown".into() })
+        .release(
+            "release-1",
+            first.token,
+            &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "shutdown".into() },
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let again = claim_id(queue, &who, "release-1").await;
     assert_eq!(again.attempt, 1, "a graceful hand-back does not use an attempt");
     queue
-        .release("release-1", again.token, &Release::Requeue { count_attempt: true, delay: Duration::from_secs(3600), reason: "retry".into() })
+        .release(
+            "release-1",
+            again.token,
+            &Release::Requeue { count_attempt: true, delay: Duration::from_secs(3600), reason: "retry".into() },
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(), "held back by the retry delay");
@@ -231,7 +267,10 @@ async fn humans_approve_and_reject(queue: &dyn Queue) {
         queue.submit(new_task(id, &[("h", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
         let lease = claim_id(queue, &who, id).await;
         assert!(!lease.approved);
-        assert!(matches!(queue.decide(id, &Decision::Approve).await, Err(QueueError::WrongState { .. })), "not waiting yet");
+        assert!(
+            matches!(queue.decide(id, &Decision::Approve).await, Err(QueueError::WrongState { .. })),
+            "not waiting yet"
+        );
         queue
             .release(id, lease.token, &Release::WaitForHuman { reason: "confirm the purchase".into() })
             .await
@@ -239,14 +278,20 @@ async fn humans_approve_and_reject(queue: &dyn Queue) {
         let waiting = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(waiting.state, TaskState::WaitingForHuman);
         assert_eq!(waiting.waiting_reason.as_deref(), Some("confirm the purchase"));
-        assert!(queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(), "a waiting task holds no worker");
+        assert!(
+            queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(),
+            "a waiting task holds no worker"
+        );
         if approve {
             queue.decide(id, &Decision::Approve).await.unwrap_or_else(|e| panic!("{e}"));
             let resumed = claim_id(queue, &who, id).await;
             assert!(resumed.approved);
             queue.finish(id, resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
         } else {
-            queue.decide(id, &Decision::Reject { reason: "too expensive".into() }).await.unwrap_or_else(|e| panic!("{e}"));
+            queue
+                .decide(id, &Decision::Reject { reason: "too expensive".into() })
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
             let rejected = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(rejected.state, TaskState::Failed);
             let outcome = rejected.outcome.unwrap_or_else(|| panic!("outcome"));
@@ -282,9 +327,16 @@ async fn steps_are_journaled_and_returned(queue: &dyn Queue) {
     assert_eq!(record.steps.len(), 2);
     assert!(!record.steps[1].finished);
     queue.record_step("steps-1", lease.token, &step(1), Duration::from_secs(3)).await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(queue.get("steps-1").await.unwrap_or_else(|e| panic!("{e}")).steps[1].finished, "a second write replaces the first");
+    assert!(
+        queue.get("steps-1").await.unwrap_or_else(|e| panic!("{e}")).steps[1].finished,
+        "a second write replaces the first"
+    );
     queue
-        .release("steps-1", lease.token, &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "x".into() })
+        .release(
+            "steps-1",
+            lease.token,
+            &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "x".into() },
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let resumed = claim_id(queue, &who, "steps-1").await;
@@ -299,7 +351,8 @@ async fn listing_and_counts(queue: &dyn Queue) {
     let newest = queue.list(&ListFilter { state: None, limit: 1 }).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(newest.len(), 1);
     assert_eq!(newest[0].id, id.as_str(), "newest first");
-    let queued = queue.list(&ListFilter { state: Some(TaskState::Queued), limit: 100 }).await.unwrap_or_else(|e| panic!("{e}"));
+    let queued =
+        queue.list(&ListFilter { state: Some(TaskState::Queued), limit: 100 }).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(queued.iter().all(|t| t.state == TaskState::Queued));
     assert!(queued.iter().any(|t| t.id == id.as_str()));
     let counts = queue.counts().await.unwrap_or_else(|e| panic!("{e}"));

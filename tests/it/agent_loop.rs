@@ -12,9 +12,7 @@ use agentd::artifacts::{ArtifactStore, FsStore, Uploader};
 use agentd::model::Model;
 use agentd::model::scripted::{Script, ScriptedModel};
 use agentd::record::{EndReason, StepRecord};
-use agentd::task::{
-    ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec,
-};
+use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};
 use agentd_computer::{Action, ComputerProvider, Point, Size};
 use async_trait::async_trait;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -33,14 +31,8 @@ fn task(max_steps: u32, timeout_secs: u64, max_cost_usd: f64, keep: u32) -> Reso
     ResolvedTask {
         instructions: "test task".into(),
         computer: ComputerSpec::Mock(MockSpec::default()),
-        model: ModelSpec::Scripted(ScriptedSpec {
-            script: ScriptSource::Path("unused".into()),
-        }),
-        limits: Limits {
-            max_steps,
-            timeout_secs,
-            max_cost_usd,
-        },
+        model: ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path("unused".into()) }),
+        limits: Limits { max_steps, timeout_secs, max_cost_usd },
         keep_screenshots: keep,
     }
 }
@@ -62,13 +54,7 @@ impl Harness {
         let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
         let tracker = TaskTracker::new();
         let background = CancellationToken::new();
-        let uploader = Uploader::start(
-            store.clone(),
-            dir.path().join("spool"),
-            16,
-            &tracker,
-            background.clone(),
-        );
+        let uploader = Uploader::start(store.clone(), dir.path().join("spool"), 16, &tracker, background.clone());
         Self {
             dir,
             store,
@@ -147,32 +133,19 @@ async fn completes_records_every_step_and_emits_ordered_events() {
     assert_eq!(output.steps[0].actions.len(), 2);
     assert!(output.steps[0].results.iter().all(|r| r.ok));
     assert!(output.steps.iter().all(|s| s.finished));
-    assert_eq!(
-        output.steps[1].screen_changed,
-        Some(true),
-        "the screen changed after two actions"
-    );
+    assert_eq!(output.steps[1].screen_changed, Some(true), "the screen changed after two actions");
     assert_eq!(screen.received().len(), 3);
     // The final screenshot is taken when the last step acted; here it did not.
     assert!(output.final_screenshot.is_none());
-    assert_eq!(
-        output.computer_state,
-        Some(serde_json::json!({"actions_received": 3}))
-    );
+    assert_eq!(output.computer_state, Some(serde_json::json!({"actions_received": 3})));
 
     // Journal holds the same steps.
     assert_eq!(harness.journal.steps(), output.steps);
     let store = harness.store.clone();
     let dir = harness.finish().await;
     for step in &output.steps {
-        assert_eq!(
-            step.screenshot.key,
-            format!("tasks/t1/1/{:05}.png", step.index)
-        );
-        let bytes = store
-            .get(&step.screenshot.key)
-            .await
-            .expect("screenshot stored");
+        assert_eq!(step.screenshot.key, format!("tasks/t1/1/{:05}.png", step.index));
+        let bytes = store.get(&step.screenshot.key).await.expect("screenshot stored");
         assert_eq!(&bytes[1..4], b"PNG");
     }
     drop(dir);
@@ -184,15 +157,9 @@ async fn completes_records_every_step_and_emits_ordered_events() {
     assert_eq!(kinds.iter().filter(|k| **k == "step_started").count(), 3);
     assert_eq!(kinds.iter().filter(|k| **k == "action_started").count(), 3);
     assert_eq!(kinds.iter().filter(|k| **k == "action_finished").count(), 3);
-    assert_eq!(
-        kinds.iter().filter(|k| **k == "screenshot_saved").count(),
-        3
-    );
+    assert_eq!(kinds.iter().filter(|k| **k == "screenshot_saved").count(), 3);
     assert_eq!(kinds.iter().filter(|k| **k == "model_delta").count(), 3);
-    let first_step_end = kinds
-        .iter()
-        .position(|k| *k == "step_finished")
-        .expect("step_finished");
+    let first_step_end = kinds.iter().position(|k| *k == "step_finished").expect("step_finished");
     assert!(kinds[..first_step_end].contains(&"action_finished"));
 }
 
@@ -211,27 +178,12 @@ async fn tool_errors_go_back_to_the_model_and_stop_the_rest_of_the_turn() {
     assert_eq!(outcome(&output), (false, EndReason::Completed));
     // Only the first click reached the screen from turn 1; the unknown key never did.
     let received = screen.received();
-    assert_eq!(
-        received[0],
-        Action::Click {
-            x: 10,
-            y: 10,
-            button: Default::default(),
-            keys: vec![]
-        }
-    );
+    assert_eq!(received[0], Action::Click { x: 10, y: 10, button: Default::default(), keys: vec![] });
     assert!(!received.iter().any(|a| matches!(a, Action::Type { .. })));
-    assert!(
-        !received
-            .iter()
-            .any(|a| matches!(a, Action::Keypress { .. }))
-    );
+    assert!(!received.iter().any(|a| matches!(a, Action::Keypress { .. })));
     let seen = model.seen();
     let (ok, message) = &seen[1].last_results[0];
-    assert!(
-        !ok && message.contains("off the screen") && message.contains("not run"),
-        "{message}"
-    );
+    assert!(!ok && message.contains("off the screen") && message.contains("not run"), "{message}");
     let (ok, message) = &seen[2].last_results[0];
     assert!(!ok && message.contains("hyperdrive"), "{message}");
     let (ok, message) = &seen[3].last_results[0];
@@ -245,9 +197,7 @@ async fn tool_errors_go_back_to_the_model_and_stop_the_rest_of_the_turn() {
 #[tokio::test]
 async fn max_steps_ends_the_task() {
     let harness = Harness::new();
-    let turns: Vec<_> = (0..10)
-        .map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]}))
-        .collect();
+    let turns: Vec<_> = (0..10).map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]})).collect();
     let model = Arc::new(script(serde_json::json!({ "turns": turns })));
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) = harness.input(task(3, 60, 1.0, 3), screen.clone(), model);
@@ -255,10 +205,7 @@ async fn max_steps_ends_the_task() {
     assert_eq!(outcome(&output), (false, EndReason::MaxSteps));
     assert_eq!(output.steps.len(), 3);
     assert_eq!(screen.received().len(), 3);
-    assert!(
-        output.final_screenshot.is_some(),
-        "the last step acted, so the final screen is recorded"
-    );
+    assert!(output.final_screenshot.is_some(), "the last step acted, so the final screen is recorded");
     harness.finish().await;
 }
 
@@ -275,16 +222,8 @@ async fn budget_is_checked_before_actions_and_model_calls() {
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
     let output = run(input).await;
     assert_eq!(outcome(&output), (false, EndReason::Budget));
-    assert_eq!(
-        model.calls.load(std::sync::atomic::Ordering::SeqCst),
-        2,
-        "no third model call"
-    );
-    assert_eq!(
-        screen.received(),
-        vec![Action::Move { x: 1, y: 1 }],
-        "turn 2's action crossed the budget"
-    );
+    assert_eq!(model.calls.load(std::sync::atomic::Ordering::SeqCst), 2, "no third model call");
+    assert_eq!(screen.received(), vec![Action::Move { x: 1, y: 1 }], "turn 2's action crossed the budget");
     assert!((output.usage.cost_usd - 1.2).abs() < 1e-9);
     assert_eq!(output.usage.input_tokens, 2000);
     harness.finish().await;
@@ -294,11 +233,7 @@ async fn budget_is_checked_before_actions_and_model_calls() {
 async fn a_hanging_model_hits_the_timeout() {
     let harness = Harness::new();
     let screen = RecordingScreen::new(SCREEN);
-    let (input, _rx) = harness.input(
-        task(10, 30, 1.0, 3),
-        screen,
-        Arc::new(BrokenModel(ModelBreakage::Hangs)),
-    );
+    let (input, _rx) = harness.input(task(10, 30, 1.0, 3), screen, Arc::new(BrokenModel(ModelBreakage::Hangs)));
     let output = run(input).await;
     assert_eq!(outcome(&output), (false, EndReason::Timeout));
     harness.finish().await;
@@ -308,11 +243,7 @@ async fn a_hanging_model_hits_the_timeout() {
 async fn cancellation_during_a_model_call_ends_the_task() {
     let harness = Harness::new();
     let screen = RecordingScreen::new(SCREEN);
-    let (input, _rx) = harness.input(
-        task(10, 600, 1.0, 3),
-        screen,
-        Arc::new(BrokenModel(ModelBreakage::Hangs)),
-    );
+    let (input, _rx) = harness.input(task(10, 600, 1.0, 3), screen, Arc::new(BrokenModel(ModelBreakage::Hangs)));
     let cancel = harness.cancel.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -327,37 +258,21 @@ async fn cancellation_during_a_model_call_ends_the_task() {
 async fn model_failures_are_classified() {
     let harness = Harness::new();
     let screen = RecordingScreen::new(SCREEN);
-    let (input, _rx) = harness.input(
-        task(10, 60, 1.0, 3),
-        screen.clone(),
-        Arc::new(BrokenModel(ModelBreakage::Unavailable)),
-    );
+    let (input, _rx) =
+        harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(BrokenModel(ModelBreakage::Unavailable)));
     let output = run(input).await;
-    assert!(
-        matches!(&output.end, LoopEnd::Retryable(o) if o.reason == EndReason::Error && o.summary.contains("529"))
-    );
-    let (input, _rx) = harness.input(
-        task(10, 60, 1.0, 3),
-        screen,
-        Arc::new(BrokenModel(ModelBreakage::Rejects)),
-    );
+    assert!(matches!(&output.end, LoopEnd::Retryable(o) if o.reason == EndReason::Error && o.summary.contains("529")));
+    let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen, Arc::new(BrokenModel(ModelBreakage::Rejects)));
     let output = run(input).await;
-    assert!(
-        matches!(&output.end, LoopEnd::Finished(o) if o.reason == EndReason::Error && o.summary.contains("400"))
-    );
+    assert!(matches!(&output.end, LoopEnd::Finished(o) if o.reason == EndReason::Error && o.summary.contains("400")));
     harness.finish().await;
 }
 
 #[tokio::test]
 async fn an_unreachable_computer_is_a_retryable_error() {
     let harness = Harness::new();
-    let broken = Arc::new(BrokenScreen {
-        inner: RecordingScreen::new(SCREEN),
-        breakage: Breakage::Unreachable,
-    });
-    let model = Arc::new(script(
-        serde_json::json!({"turns": [{"complete": {"success": true, "summary": "x"}}]}),
-    ));
+    let broken = Arc::new(BrokenScreen { inner: RecordingScreen::new(SCREEN), breakage: Breakage::Unreachable });
+    let model = Arc::new(script(serde_json::json!({"turns": [{"complete": {"success": true, "summary": "x"}}]})));
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), broken, model);
     let output = run(input).await;
     assert!(
@@ -373,33 +288,19 @@ async fn a_stuck_action_ends_the_attempt_as_retryable() {
     // An action is never cut short on purpose, but one that hangs far past any sane duration means the
     // computer is stuck: the attempt ends (retryable) instead of holding its worker forever.
     let harness = Harness::new();
-    let broken = Arc::new(BrokenScreen {
-        inner: RecordingScreen::new(SCREEN),
-        breakage: Breakage::HangsOnAction,
-    });
-    let model = Arc::new(script(
-        serde_json::json!({"turns": [{"actions": [{"type": "move", "x": 1, "y": 1}]}]}),
-    ));
+    let broken = Arc::new(BrokenScreen { inner: RecordingScreen::new(SCREEN), breakage: Breakage::HangsOnAction });
+    let model = Arc::new(script(serde_json::json!({"turns": [{"actions": [{"type": "move", "x": 1, "y": 1}]}]})));
     let (input, _rx) = harness.input(task(10, 600, 1.0, 3), broken, model);
     let output = run(input).await;
-    assert!(
-        matches!(&output.end, LoopEnd::Retryable(o) if o.summary.contains("did not finish")),
-        "{:?}",
-        output.end
-    );
+    assert!(matches!(&output.end, LoopEnd::Retryable(o) if o.summary.contains("did not finish")), "{:?}", output.end);
     harness.finish().await;
 }
 
 #[tokio::test]
 async fn a_panicking_provider_does_not_take_the_caller_down() {
     let harness = Harness::new();
-    let broken = Arc::new(BrokenScreen {
-        inner: RecordingScreen::new(SCREEN),
-        breakage: Breakage::PanicsOnAction,
-    });
-    let model = Arc::new(script(
-        serde_json::json!({"turns": [{"actions": [{"type": "move", "x": 1, "y": 1}]}]}),
-    ));
+    let broken = Arc::new(BrokenScreen { inner: RecordingScreen::new(SCREEN), breakage: Breakage::PanicsOnAction });
+    let model = Arc::new(script(serde_json::json!({"turns": [{"actions": [{"type": "move", "x": 1, "y": 1}]}]})));
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), broken, model);
     let output = agentd::agent::run_isolated(input).await;
     assert!(
@@ -413,24 +314,14 @@ async fn a_panicking_provider_does_not_take_the_caller_down() {
 #[tokio::test]
 async fn old_screenshots_leave_the_context() {
     let harness = Harness::new();
-    let turns: Vec<_> = (0..8)
-        .map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]}))
-        .collect();
+    let turns: Vec<_> = (0..8).map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]})).collect();
     let model = Observed::new(script(serde_json::json!({ "turns": turns })));
-    let (input, _rx) = harness.input(
-        task(8, 60, 1.0, 3),
-        RecordingScreen::new(SCREEN),
-        model.clone(),
-    );
+    let (input, _rx) = harness.input(task(8, 60, 1.0, 3), RecordingScreen::new(SCREEN), model.clone());
     let output = run(input).await;
     assert_eq!(output.steps.len(), 8);
     let seen = model.seen();
     let images: Vec<usize> = seen.iter().map(|s| s.images_in_history).collect();
-    assert_eq!(
-        images,
-        vec![0, 1, 2, 2, 2, 2, 2, 2],
-        "history images plus the current one never exceed 3"
-    );
+    assert_eq!(images, vec![0, 1, 2, 2, 2, 2, 2, 2], "history images plus the current one never exceed 3");
     harness.finish().await;
 }
 
@@ -441,11 +332,7 @@ async fn a_model_that_calls_no_tool_is_told_to() {
         {"say": "thinking out loud"},
         {"complete": {"success": true, "summary": "ok"}}
     ]})));
-    let (input, _rx) = harness.input(
-        task(5, 60, 1.0, 3),
-        RecordingScreen::new(SCREEN),
-        model.clone(),
-    );
+    let (input, _rx) = harness.input(task(5, 60, 1.0, 3), RecordingScreen::new(SCREEN), model.clone());
     let output = run(input).await;
     assert_eq!(outcome(&output), (true, EndReason::Completed));
     assert_eq!(model.seen()[1].notes, vec![NO_TOOL_NOTE.to_string()]);
@@ -468,28 +355,14 @@ async fn model_coordinates_are_converted_to_screen_pixels() {
     let (input, _rx) = harness.input(task(5, 60, 1.0, 3), screen.clone(), model.clone());
     let output = run(input).await;
     let received = screen.received();
-    assert_eq!(
-        received[0],
-        Action::Click {
-            x: 201,
-            y: 101,
-            button: Default::default(),
-            keys: vec![]
-        }
-    );
-    assert_eq!(
-        received[1].points(),
-        vec![Point::new(1, 1), Point::new(1279, 799)]
-    );
+    assert_eq!(received[0], Action::Click { x: 201, y: 101, button: Default::default(), keys: vec![] });
+    assert_eq!(received[1].points(), vec![Point::new(1, 1), Point::new(1279, 799)]);
     assert_eq!(received.len(), 2);
     // The model saw a 640x400 image and its off-screen error in its own coordinates.
     let seen = model.seen();
     assert_eq!(seen[0].screenshot_size, Size::new(640, 400));
     let (_, message) = &seen[2].last_results[0];
-    assert!(
-        message.contains("(640, 10)") && message.contains("640x400"),
-        "{message}"
-    );
+    assert!(message.contains("(640, 10)") && message.contains("640x400"), "{message}");
     // The record stores screen pixels.
     assert_eq!(output.steps[0].actions[0], received[0]);
     assert_eq!(output.steps[0].screenshot.width, 1280);
@@ -507,11 +380,7 @@ async fn a_resumed_task_continues_without_replaying_actions() {
     ]});
     // First attempt: stop it at the boundary after two steps (as a crash after step 1 was journaled).
     let screen = RecordingScreen::new(SCREEN);
-    let (input, _rx) = harness.input(
-        task(2, 60, 1.0, 3),
-        screen.clone(),
-        Arc::new(script(script_json.clone())),
-    );
+    let (input, _rx) = harness.input(task(2, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
     let first = run(input).await;
     assert_eq!(first.steps.len(), 2);
     // Pretend the second step's actions were interrupted: journaled before, never after.
@@ -529,21 +398,12 @@ async fn a_resumed_task_continues_without_replaying_actions() {
     // Moves 1 and 2 from the first attempt, then only move 3: nothing replayed.
     assert_eq!(
         screen.received(),
-        vec![
-            Action::Move { x: 1, y: 1 },
-            Action::Move { x: 2, y: 2 },
-            Action::Move { x: 3, y: 3 }
-        ]
+        vec![Action::Move { x: 1, y: 1 }, Action::Move { x: 2, y: 2 }, Action::Move { x: 3, y: 3 }]
     );
     let seen = model.seen();
     assert_eq!(seen[0].history_len, 2);
     assert_eq!(seen[0].notes, vec![RESUME_NOTE.to_string()]);
-    assert!(
-        seen[0]
-            .last_results
-            .iter()
-            .all(|(ok, m)| !ok && m.contains("may or may not"))
-    );
+    assert!(seen[0].last_results.iter().all(|(ok, m)| !ok && m.contains("may or may not")));
     assert_eq!(output.steps.len(), 4);
     assert_eq!(output.steps[2].screenshot.key, "tasks/t1/2/00002.png");
     assert!(output.steps[1].finished && !output.steps[1].results[0].ok);
@@ -553,13 +413,14 @@ async fn a_resumed_task_continues_without_replaying_actions() {
 #[tokio::test]
 async fn shutdown_stops_at_a_step_boundary() {
     let harness = Harness::new();
-    let turns: Vec<_> = (0..50).map(|i| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 20}, {"type": "move", "x": i, "y": i}]})).collect();
+    let turns: Vec<_> = (0..50)
+        .map(
+            |i| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 20}, {"type": "move", "x": i, "y": i}]}),
+        )
+        .collect();
     let screen = RecordingScreen::new(SCREEN);
-    let (input, _rx) = harness.input(
-        task(50, 60, 1.0, 3),
-        screen.clone(),
-        Arc::new(script(serde_json::json!({"turns": turns}))),
-    );
+    let (input, _rx) =
+        harness.input(task(50, 60, 1.0, 3), screen.clone(), Arc::new(script(serde_json::json!({"turns": turns}))));
     let shutdown = harness.shutdown.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -567,13 +428,7 @@ async fn shutdown_stops_at_a_step_boundary() {
     });
     let output = run(input).await;
     assert_eq!(output.end, LoopEnd::Interrupted);
-    assert!(
-        output
-            .steps
-            .iter()
-            .all(|s| s.finished && s.results.iter().all(|r| r.ok)),
-        "every started step finished"
-    );
+    assert!(output.steps.iter().all(|s| s.finished && s.results.iter().all(|r| r.ok)), "every started step finished");
     assert_eq!(screen.received().len(), output.steps.len());
     harness.finish().await;
 }
@@ -596,24 +451,13 @@ impl Journal for FencedJournal {
 #[tokio::test]
 async fn a_lost_lease_stops_before_any_further_action() {
     let harness = Harness::new();
-    let turns: Vec<_> = (0..5)
-        .map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]}))
-        .collect();
+    let turns: Vec<_> = (0..5).map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]})).collect();
     let screen = RecordingScreen::new(SCREEN);
-    let (mut input, _rx) = harness.input(
-        task(5, 60, 1.0, 3),
-        screen.clone(),
-        Arc::new(script(serde_json::json!({"turns": turns}))),
-    );
-    input.journal = Arc::new(FencedJournal {
-        inner: MemoryJournal::default(),
-    });
+    let (mut input, _rx) =
+        harness.input(task(5, 60, 1.0, 3), screen.clone(), Arc::new(script(serde_json::json!({"turns": turns}))));
+    input.journal = Arc::new(FencedJournal { inner: MemoryJournal::default() });
     let output = run(input).await;
-    assert!(
-        matches!(output.end, LoopEnd::LeaseLost(_)),
-        "{:?}",
-        output.end
-    );
+    assert!(matches!(output.end, LoopEnd::LeaseLost(_)), "{:?}", output.end);
     assert_eq!(screen.received(), vec![Action::Move { x: 0, y: 0 }]);
     harness.finish().await;
 }

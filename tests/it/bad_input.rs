@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use crate::support::{Agentd, files_under, fixtures};
 
 fn corpus() -> BTreeMap<String, Vec<String>> {
-    let text =
-        std::fs::read_to_string(fixtures().join("bad-tasks/expected.json")).expect("expected.json");
+    let text = std::fs::read_to_string(fixtures().join("bad-tasks/expected.json")).expect("expected.json");
     serde_json::from_str(&text).expect("expected.json is valid")
 }
 
@@ -39,19 +38,10 @@ fn every_malformed_task_exits_2_naming_the_problem() {
             problems.push("printed on stdout".into());
         }
         if !problems.is_empty() {
-            failures.push(format!(
-                "{file}: {}\n    stderr: {}",
-                problems.join("; "),
-                run.stderr.trim()
-            ));
+            failures.push(format!("{file}: {}\n    stderr: {}", problems.join("; "), run.stderr.trim()));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} case(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
     // Nothing was recorded for any of them.
     assert!(files_under(&agentd.data_dir().join("runs")).is_empty());
     assert!(files_under(&agentd.data_dir().join("artifacts")).is_empty());
@@ -60,15 +50,10 @@ fn every_malformed_task_exits_2_naming_the_problem() {
 #[test]
 fn malformed_task_on_stdin_names_stdin() {
     let agentd = Agentd::new();
-    let run = agentd.run_with_stdin(
-        &["run", "-"],
-        b"{\"instructions\": \"x\",\n \"limits\": {\"max_steps\": 0}}",
-    );
+    let run = agentd.run_with_stdin(&["run", "-"], b"{\"instructions\": \"x\",\n \"limits\": {\"max_steps\": 0}}");
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
-        run.stderr.contains("<stdin>")
-            && run.stderr.contains("`limits.max_steps`")
-            && run.stderr.contains("line 2"),
+        run.stderr.contains("<stdin>") && run.stderr.contains("`limits.max_steps`") && run.stderr.contains("line 2"),
         "{}",
         run.stderr
     );
@@ -79,20 +64,12 @@ fn missing_task_file_and_bad_config_exit_2() {
     let agentd = Agentd::new();
     let run = agentd.run(&["run", "no/such/task.json"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("no/such/task.json") && run.stderr.contains("cannot read"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("no/such/task.json") && run.stderr.contains("cannot read"), "{}", run.stderr);
 
     let bad = Agentd::with_config("[worker]\nconcurrency = \"lots\"\nsurprise = 1\n");
     let run = bad.run(&["run", "config/tasks/mock-login.json"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("`worker.concurrency`") && run.stderr.contains("`worker.surprise`"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("`worker.concurrency`") && run.stderr.contains("`worker.surprise`"), "{}", run.stderr);
 }
 
 #[test]

@@ -20,11 +20,7 @@ pub struct RecordingScreen {
 
 impl RecordingScreen {
     pub fn new(size: Size) -> Arc<Self> {
-        Arc::new(Self {
-            size,
-            actions: Mutex::new(Vec::new()),
-            pointer: Mutex::new(Point::new(0, 0)),
-        })
+        Arc::new(Self { size, actions: Mutex::new(Vec::new()), pointer: Mutex::new(Point::new(0, 0)) })
     }
 
     pub fn received(&self) -> Vec<Action> {
@@ -62,16 +58,10 @@ impl ComputerProvider for RecordingScreen {
         {
             *p = Point::new(*x, *y);
         }
-        self.actions
-            .lock()
-            .map_err(|_| ProviderError::Failed("poisoned".into()))?
-            .push(action.clone());
+        self.actions.lock().map_err(|_| ProviderError::Failed("poisoned".into()))?.push(action.clone());
         let cursor = matches!(action, Action::CursorPosition {})
             .then(|| self.pointer.lock().map(|p| *p).unwrap_or(Point::new(0, 0)));
-        Ok(ActionReport {
-            message: None,
-            cursor,
-        })
+        Ok(ActionReport { message: None, cursor })
     }
     async fn state(&self) -> Option<serde_json::Value> {
         Some(serde_json::json!({ "actions_received": self.received().len() }))
@@ -135,20 +125,11 @@ impl Model for BrokenModel {
     fn coordinates(&self, screen: Size) -> CoordinateMap {
         CoordinateMap::identity(screen)
     }
-    async fn next_turn(
-        &self,
-        _request: ModelRequest<'_>,
-        _deltas: DeltaSink<'_>,
-    ) -> Result<ModelTurn, ModelError> {
+    async fn next_turn(&self, _request: ModelRequest<'_>, _deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError> {
         match self.0 {
             ModelBreakage::Hangs => std::future::pending().await,
-            ModelBreakage::Unavailable => Err(ModelError::Unavailable(
-                "HTTP 529 overloaded, retries exhausted".into(),
-            )),
-            ModelBreakage::Rejects => Err(ModelError::Rejected {
-                status: 400,
-                message: "bad request".into(),
-            }),
+            ModelBreakage::Unavailable => Err(ModelError::Unavailable("HTTP 529 overloaded, retries exhausted".into())),
+            ModelBreakage::Rejects => Err(ModelError::Rejected { status: 400, message: "bad request".into() }),
         }
     }
 }
@@ -173,21 +154,11 @@ pub struct Observed<M> {
 
 impl<M> Observed<M> {
     pub fn new(inner: M) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            seen: Mutex::new(Vec::new()),
-            space: None,
-            calls: AtomicU32::new(0),
-        })
+        Arc::new(Self { inner, seen: Mutex::new(Vec::new()), space: None, calls: AtomicU32::new(0) })
     }
 
     pub fn scaled(inner: M, space: Size) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            seen: Mutex::new(Vec::new()),
-            space: Some(space),
-            calls: AtomicU32::new(0),
-        })
+        Arc::new(Self { inner, seen: Mutex::new(Vec::new()), space: Some(space), calls: AtomicU32::new(0) })
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -206,30 +177,17 @@ impl<M: Model> Model for Observed<M> {
             None => self.inner.coordinates(screen),
         }
     }
-    async fn next_turn(
-        &self,
-        request: ModelRequest<'_>,
-        deltas: DeltaSink<'_>,
-    ) -> Result<ModelTurn, ModelError> {
+    async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let seen = Seen {
             history_len: request.history.len(),
-            images_in_history: request
-                .history
-                .iter()
-                .filter(|e| e.screenshot.is_some())
-                .count(),
+            images_in_history: request.history.iter().filter(|e| e.screenshot.is_some()).count(),
             notes: request.notes.to_vec(),
             screenshot_size: request.screenshot.size,
             last_results: request
                 .history
                 .last()
-                .map(|e| {
-                    e.results
-                        .iter()
-                        .map(|r| (r.ok, r.message.clone()))
-                        .collect()
-                })
+                .map(|e| e.results.iter().map(|r| (r.ok, r.message.clone())).collect())
                 .unwrap_or_default(),
         };
         if let Ok(mut all) = self.seen.lock() {

@@ -25,10 +25,7 @@ impl Agentd {
     /// `extra` is appended to a config that sets `data_dir` to the private directory.
     pub fn with_config(extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = format!(
-            "data_dir = {:?}\n{extra}",
-            dir.path().join("data").display().to_string()
-        );
+        let config = format!("data_dir = {:?}\n{extra}", dir.path().join("data").display().to_string());
         std::fs::write(dir.path().join("agentd.toml"), config).expect("write config");
         Self { dir }
     }
@@ -51,12 +48,7 @@ impl Agentd {
 
     /// Runs `agentd ARGS` and returns its output.
     pub fn run(&self, args: &[&str]) -> Run {
-        let output = self
-            .command()
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("spawn agentd");
+        let output = self.command().args(args).stdin(Stdio::null()).output().expect("spawn agentd");
         Run::from(output)
     }
 
@@ -71,12 +63,7 @@ impl Agentd {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn agentd");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(stdin)
-            .expect("write stdin");
+        child.stdin.take().expect("stdin").write_all(stdin).expect("write stdin");
         Run::from(child.wait_with_output().expect("wait agentd"))
     }
 }
@@ -99,12 +86,8 @@ impl From<Output> for Run {
 
 impl Run {
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
-                self.stdout, self.stderr
-            )
-        })
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
     }
 }
 
@@ -117,11 +100,7 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.is_dir() {
-                stack.push(path)
-            } else {
-                out.push(path)
-            }
+            if path.is_dir() { stack.push(path) } else { out.push(path) }
         }
     }
     out.sort();

@@ -39,10 +39,7 @@ impl Size {
 
     /// Whether `point` lies on a screen of this size.
     pub fn contains(&self, point: Point) -> bool {
-        point.x >= 0
-            && point.y >= 0
-            && (point.x as i64) < self.width as i64
-            && (point.y as i64) < self.height as i64
+        point.x >= 0 && point.y >= 0 && (point.x as i64) < self.width as i64 && (point.y as i64) < self.height as i64
     }
 
     pub fn area(&self) -> u64 {
@@ -254,18 +251,12 @@ impl Action {
 
     /// Parses the action's keys into keysyms.
     pub fn keys(&self) -> Result<Vec<Key>, KeyError> {
-        self.key_names()
-            .iter()
-            .map(|name| Key::parse(name))
-            .collect()
+        self.key_names().iter().map(|name| Key::parse(name)).collect()
     }
 
     /// Whether the action changes what is on the screen or the input state (everything but observing and waiting).
     pub fn is_input(&self) -> bool {
-        !matches!(
-            self,
-            Self::Wait { .. } | Self::Screenshot {} | Self::CursorPosition {} | Self::Zoom { .. }
-        )
+        !matches!(self, Self::Wait { .. } | Self::Screenshot {} | Self::CursorPosition {} | Self::Zoom { .. })
     }
 
     /// Checks that the action can be attempted on a screen of `screen` size: coordinates on the screen, keys
@@ -273,45 +264,33 @@ impl Action {
     pub fn validate(&self, screen: Size) -> Result<(), ActionError> {
         for point in self.points() {
             if !screen.contains(point) {
-                return Err(ActionError::OffScreen {
-                    x: point.x,
-                    y: point.y,
-                    size: screen,
-                });
+                return Err(ActionError::OffScreen { x: point.x, y: point.y, size: screen });
             }
         }
         self.keys()?;
         match self {
-            Self::Keypress { keys } | Self::HoldKey { keys, .. } if keys.is_empty() => Err(
-                ActionError::Invalid(format!("{} needs at least one key", self.kind())),
-            ),
-            Self::HoldKey { duration_ms, .. } | Self::Wait { duration_ms }
-                if *duration_ms > MAX_DURATION_MS =>
-            {
+            Self::Keypress { keys } | Self::HoldKey { keys, .. } if keys.is_empty() => {
+                Err(ActionError::Invalid(format!("{} needs at least one key", self.kind())))
+            }
+            Self::HoldKey { duration_ms, .. } | Self::Wait { duration_ms } if *duration_ms > MAX_DURATION_MS => {
                 Err(ActionError::Invalid(format!(
                     "{} duration_ms {duration_ms} is over the limit of {MAX_DURATION_MS}",
                     self.kind()
                 )))
             }
-            Self::Drag { path } if path.len() < 2 => Err(ActionError::Invalid(
-                "drag needs a path of at least 2 points".into(),
-            )),
-            Self::Drag { path } if path.len() > MAX_DRAG_POINTS => {
-                Err(ActionError::Invalid(format!(
-                    "drag path has {} points; at most {MAX_DRAG_POINTS} are allowed",
-                    path.len()
-                )))
+            Self::Drag { path } if path.len() < 2 => {
+                Err(ActionError::Invalid("drag needs a path of at least 2 points".into()))
             }
+            Self::Drag { path } if path.len() > MAX_DRAG_POINTS => Err(ActionError::Invalid(format!(
+                "drag path has {} points; at most {MAX_DRAG_POINTS} are allowed",
+                path.len()
+            ))),
             Self::Type { text } if text.chars().count() > MAX_TYPE_CHARS => {
-                Err(ActionError::Invalid(format!(
-                    "type text is longer than {MAX_TYPE_CHARS} characters"
-                )))
+                Err(ActionError::Invalid(format!("type text is longer than {MAX_TYPE_CHARS} characters")))
             }
-            Self::Zoom { x1, y1, x2, y2 } if x2 <= x1 || y2 <= y1 => {
-                Err(ActionError::Invalid(format!(
-                    "zoom region ({x1}, {y1})-({x2}, {y2}) is empty; x2 must be greater than x1 and y2 than y1"
-                )))
-            }
+            Self::Zoom { x1, y1, x2, y2 } if x2 <= x1 || y2 <= y1 => Err(ActionError::Invalid(format!(
+                "zoom region ({x1}, {y1})-({x2}, {y2}) is empty; x2 must be greater than x1 and y2 than y1"
+            ))),
             _ => Ok(()),
         }
     }
@@ -339,19 +318,10 @@ impl Action {
                 (Some(a), Some(b)) => format!("drag({},{}→{},{})", a.x, a.y, b.x, b.y),
                 _ => "drag()".into(),
             },
-            Self::Scroll {
-                x,
-                y,
-                scroll_x,
-                scroll_y,
-            } => format!("scroll({x},{y},{scroll_x},{scroll_y})"),
+            Self::Scroll { x, y, scroll_x, scroll_y } => format!("scroll({x},{y},{scroll_x},{scroll_y})"),
             Self::Type { text } => {
                 let shown: String = text.chars().take(24).collect();
-                if text.chars().count() > 24 {
-                    format!("type({shown:?}…)")
-                } else {
-                    format!("type({shown:?})")
-                }
+                if text.chars().count() > 24 { format!("type({shown:?}…)") } else { format!("type({shown:?})") }
             }
             Self::Keypress { keys } => format!("keypress({})", keys.join("+")),
             Self::HoldKey { keys, duration_ms } => {
@@ -412,90 +382,31 @@ mod tests {
     #[test]
     fn validation_names_the_problem() {
         let screen = Size::new(100, 50);
-        let off = Action::Click {
-            x: 100,
-            y: 10,
-            button: MouseButton::Left,
-            keys: vec![],
-        };
+        let off = Action::Click { x: 100, y: 10, button: MouseButton::Left, keys: vec![] };
         let err = off.validate(screen).unwrap_err().to_string();
-        assert!(
-            err.contains("(100, 10)") && err.contains("off the screen"),
-            "{err}"
-        );
+        assert!(err.contains("(100, 10)") && err.contains("off the screen"), "{err}");
         let neg = Action::Move { x: -1, y: 0 };
-        assert!(matches!(
-            neg.validate(screen),
-            Err(ActionError::OffScreen { .. })
-        ));
-        let key = Action::Keypress {
-            keys: vec!["ctrl".into(), "nosuchkey".into()],
-        };
-        assert!(
-            key.validate(screen)
-                .unwrap_err()
-                .to_string()
-                .contains("nosuchkey")
-        );
-        assert!(
-            Action::Drag {
-                path: vec![Point::new(1, 1)]
-            }
-            .validate(screen)
-            .is_err()
-        );
-        assert!(
-            Action::Zoom {
-                x1: 5,
-                y1: 5,
-                x2: 5,
-                y2: 9
-            }
-            .validate(screen)
-            .is_err()
-        );
-        assert!(
-            Action::Wait {
-                duration_ms: MAX_DURATION_MS + 1
-            }
-            .validate(screen)
-            .is_err()
-        );
+        assert!(matches!(neg.validate(screen), Err(ActionError::OffScreen { .. })));
+        let key = Action::Keypress { keys: vec!["ctrl".into(), "nosuchkey".into()] };
+        assert!(key.validate(screen).unwrap_err().to_string().contains("nosuchkey"));
+        assert!(Action::Drag { path: vec![Point::new(1, 1)] }.validate(screen).is_err());
+        assert!(Action::Zoom { x1: 5, y1: 5, x2: 5, y2: 9 }.validate(screen).is_err());
+        assert!(Action::Wait { duration_ms: MAX_DURATION_MS + 1 }.validate(screen).is_err());
         assert!(Action::Keypress { keys: vec![] }.validate(screen).is_err());
         assert!(
-            Action::Click {
-                x: 99,
-                y: 49,
-                button: MouseButton::Right,
-                keys: vec!["Shift".into()]
-            }
-            .validate(screen)
-            .is_ok()
+            Action::Click { x: 99, y: 49, button: MouseButton::Right, keys: vec!["Shift".into()] }
+                .validate(screen)
+                .is_ok()
         );
     }
 
     #[test]
     fn map_points_touches_every_coordinate() {
-        let mut drag = Action::Drag {
-            path: vec![Point::new(1, 2), Point::new(3, 4)],
-        };
+        let mut drag = Action::Drag { path: vec![Point::new(1, 2), Point::new(3, 4)] };
         drag.map_points(|p| Point::new(p.x * 10, p.y * 10));
         assert_eq!(drag.points(), vec![Point::new(10, 20), Point::new(30, 40)]);
-        let mut zoom = Action::Zoom {
-            x1: 1,
-            y1: 2,
-            x2: 3,
-            y2: 4,
-        };
+        let mut zoom = Action::Zoom { x1: 1, y1: 2, x2: 3, y2: 4 };
         zoom.map_points(|p| Point::new(p.x + 1, p.y + 1));
-        assert_eq!(
-            zoom,
-            Action::Zoom {
-                x1: 2,
-                y1: 3,
-                x2: 4,
-                y2: 5
-            }
-        );
+        assert_eq!(zoom, Action::Zoom { x1: 2, y1: 3, x2: 4, y2: 5 });
     }
 }

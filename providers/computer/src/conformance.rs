@@ -27,11 +27,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self {
-            static_screen: false,
-            tracks_cursor: true,
-            action_timeout: Duration::from_secs(10),
-        }
+        Self { static_screen: false, tracks_cursor: true, action_timeout: Duration::from_secs(10) }
     }
 }
 
@@ -45,16 +41,8 @@ impl Report {
     /// Panics with every failed check listed (for use in tests).
     pub fn assert_passed(&self) {
         if !self.failed.is_empty() {
-            let lines: Vec<String> = self
-                .failed
-                .iter()
-                .map(|(name, why)| format!("  {name}: {why}"))
-                .collect();
-            panic!(
-                "{} conformance check(s) failed:\n{}",
-                self.failed.len(),
-                lines.join("\n")
-            );
+            let lines: Vec<String> = self.failed.iter().map(|(name, why)| format!("  {name}: {why}")).collect();
+            panic!("{} conformance check(s) failed:\n{}", self.failed.len(), lines.join("\n"));
         }
     }
 
@@ -66,11 +54,7 @@ impl Report {
     }
 }
 
-async fn timed<T>(
-    options: &Options,
-    what: &str,
-    fut: impl Future<Output = T>,
-) -> Result<T, String> {
+async fn timed<T>(options: &Options, what: &str, fut: impl Future<Output = T>) -> Result<T, String> {
     tokio::time::timeout(options.action_timeout, fut)
         .await
         .map_err(|_| format!("{what} did not finish within {:?}", options.action_timeout))
@@ -81,82 +65,28 @@ pub fn sample_actions(size: Size) -> Vec<Action> {
     let cx = (size.width / 2) as i32;
     let cy = (size.height / 2) as i32;
     let mut actions = Vec::new();
-    for button in [
-        MouseButton::Left,
-        MouseButton::Right,
-        MouseButton::Middle,
-        MouseButton::Back,
-        MouseButton::Forward,
-    ] {
-        actions.push(Action::Click {
-            x: cx,
-            y: cy,
-            button,
-            keys: vec![],
-        });
+    for button in [MouseButton::Left, MouseButton::Right, MouseButton::Middle, MouseButton::Back, MouseButton::Forward]
+    {
+        actions.push(Action::Click { x: cx, y: cy, button, keys: vec![] });
     }
     actions.extend([
-        Action::Click {
-            x: 1,
-            y: 1,
-            button: MouseButton::Left,
-            keys: vec!["shift".into(), "ctrl".into()],
-        },
+        Action::Click { x: 1, y: 1, button: MouseButton::Left, keys: vec!["shift".into(), "ctrl".into()] },
         Action::DoubleClick { x: cx, y: cy },
         Action::TripleClick { x: cx, y: cy },
         Action::Move { x: 0, y: 0 },
-        Action::Move {
-            x: size.width as i32 - 1,
-            y: size.height as i32 - 1,
-        },
-        Action::MouseDown {
-            button: MouseButton::Left,
-        },
+        Action::Move { x: size.width as i32 - 1, y: size.height as i32 - 1 },
+        Action::MouseDown { button: MouseButton::Left },
         Action::Move { x: cx, y: cy },
-        Action::MouseUp {
-            button: MouseButton::Left,
-        },
-        Action::Drag {
-            path: vec![
-                Point::new(cx - 10, cy - 10),
-                Point::new(cx, cy),
-                Point::new(cx + 10, cy + 5),
-            ],
-        },
-        Action::Scroll {
-            x: cx,
-            y: cy,
-            scroll_x: 0,
-            scroll_y: 120,
-        },
-        Action::Scroll {
-            x: cx,
-            y: cy,
-            scroll_x: 0,
-            scroll_y: -120,
-        },
-        Action::Scroll {
-            x: cx,
-            y: cy,
-            scroll_x: 60,
-            scroll_y: 0,
-        },
-        Action::Type {
-            text: "Hello, wörld €".into(),
-        },
-        Action::Keypress {
-            keys: vec!["ctrl".into(), "a".into()],
-        },
-        Action::Keypress {
-            keys: vec!["BackSpace".into()],
-        },
-        Action::Keypress {
-            keys: vec!["Escape".into()],
-        },
-        Action::HoldKey {
-            keys: vec!["shift".into()],
-            duration_ms: 20,
-        },
+        Action::MouseUp { button: MouseButton::Left },
+        Action::Drag { path: vec![Point::new(cx - 10, cy - 10), Point::new(cx, cy), Point::new(cx + 10, cy + 5)] },
+        Action::Scroll { x: cx, y: cy, scroll_x: 0, scroll_y: 120 },
+        Action::Scroll { x: cx, y: cy, scroll_x: 0, scroll_y: -120 },
+        Action::Scroll { x: cx, y: cy, scroll_x: 60, scroll_y: 0 },
+        Action::Type { text: "Hello, wörld €".into() },
+        Action::Keypress { keys: vec!["ctrl".into(), "a".into()] },
+        Action::Keypress { keys: vec!["BackSpace".into()] },
+        Action::Keypress { keys: vec!["Escape".into()] },
+        Action::HoldKey { keys: vec!["shift".into()], duration_ms: 20 },
         Action::Wait { duration_ms: 10 },
         Action::CursorPosition {},
     ]);
@@ -173,9 +103,7 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
             size
         }
         Ok(Ok(size)) => {
-            report
-                .failed
-                .push(("screen_size", format!("empty screen {size}")));
+            report.failed.push(("screen_size", format!("empty screen {size}")));
             return report;
         }
         Ok(Err(e)) => {
@@ -188,16 +116,11 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
         }
     };
 
-    let health = timed(options, "health", provider.health())
-        .await
-        .and_then(|r| r.map_err(|e| e.to_string()));
+    let health = timed(options, "health", provider.health()).await.and_then(|r| r.map_err(|e| e.to_string()));
     report.record("health", health);
 
     let first = capture_matches(provider, options, size).await;
-    report.record(
-        "screenshot_matches_screen_size",
-        first.as_ref().map(drop).map_err(Clone::clone),
-    );
+    report.record("screenshot_matches_screen_size", first.as_ref().map(drop).map_err(Clone::clone));
 
     if options.static_screen
         && let Ok(first) = &first
@@ -207,11 +130,7 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
             "static_screen_is_stable",
             second.and_then(|second| {
                 let changed = first.changed_pixels(&second);
-                if changed == 0 {
-                    Ok(())
-                } else {
-                    Err(format!("{changed} pixels changed with no action"))
-                }
+                if changed == 0 { Ok(()) } else { Err(format!("{changed} pixels changed with no action")) }
             }),
         );
     }
@@ -232,36 +151,20 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
     }
     report.record("every_action_performs_or_is_unsupported", every_action);
 
-    report.record(
-        "screenshot_after_actions",
-        capture_matches(provider, options, size).await.map(drop),
-    );
+    report.record("screenshot_after_actions", capture_matches(provider, options, size).await.map(drop));
 
     if options.tracks_cursor {
         let target = Point::new((size.width / 3) as i32, (size.height / 4) as i32);
         let result = async {
-            timed(
-                options,
-                "move",
-                provider.perform(&Action::Move {
-                    x: target.x,
-                    y: target.y,
-                }),
-            )
-            .await?
-            .map_err(|e| e.to_string())?;
-            let report = timed(
-                options,
-                "cursor_position",
-                provider.perform(&Action::CursorPosition {}),
-            )
-            .await?
-            .map_err(|e| e.to_string())?;
+            timed(options, "move", provider.perform(&Action::Move { x: target.x, y: target.y }))
+                .await?
+                .map_err(|e| e.to_string())?;
+            let report = timed(options, "cursor_position", provider.perform(&Action::CursorPosition {}))
+                .await?
+                .map_err(|e| e.to_string())?;
             match report.cursor {
                 Some(p) if p == target => Ok(()),
-                other => Err(format!(
-                    "moved to {target:?}, cursor_position said {other:?}"
-                )),
+                other => Err(format!("moved to {target:?}, cursor_position said {other:?}")),
             }
         }
         .await;
@@ -269,32 +172,17 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
     }
 
     let off_screen = [
-        Action::Click {
-            x: size.width as i32,
-            y: 0,
-            button: MouseButton::Left,
-            keys: vec![],
-        },
+        Action::Click { x: size.width as i32, y: 0, button: MouseButton::Left, keys: vec![] },
         Action::Move { x: -1, y: 5 },
-        Action::Scroll {
-            x: 0,
-            y: size.height as i32 + 10,
-            scroll_x: 0,
-            scroll_y: 10,
-        },
-        Action::Drag {
-            path: vec![Point::new(1, 1), Point::new(1, size.height as i32)],
-        },
+        Action::Scroll { x: 0, y: size.height as i32 + 10, scroll_x: 0, scroll_y: 10 },
+        Action::Drag { path: vec![Point::new(1, 1), Point::new(1, size.height as i32)] },
     ];
     let mut rejects = Ok(());
     for action in off_screen {
         match timed(options, action.kind(), provider.perform(&action)).await {
             Ok(Err(ProviderError::InvalidAction(_))) => {}
             Ok(other) => {
-                rejects = Err(format!(
-                    "{} gave {other:?}, expected InvalidAction",
-                    action.summary()
-                ));
+                rejects = Err(format!("{} gave {other:?}, expected InvalidAction", action.summary()));
                 break;
             }
             Err(e) => {
@@ -305,14 +193,10 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
     }
     report.record("off_screen_coordinates_rejected", rejects);
 
-    let bad_key = Action::Keypress {
-        keys: vec!["ctrl".into(), "no_such_key".into()],
-    };
+    let bad_key = Action::Keypress { keys: vec!["ctrl".into(), "no_such_key".into()] };
     let bad_key_result = match timed(options, "keypress", provider.perform(&bad_key)).await {
         Ok(Err(ProviderError::InvalidAction(msg))) if msg.contains("no_such_key") => Ok(()),
-        Ok(other) => Err(format!(
-            "gave {other:?}, expected InvalidAction naming the key"
-        )),
+        Ok(other) => Err(format!("gave {other:?}, expected InvalidAction naming the key")),
         Err(e) => Err(e),
     };
     report.record("unknown_key_rejected", bad_key_result);
@@ -336,9 +220,7 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
 
     report.record(
         "health_after_everything",
-        timed(options, "health", provider.health())
-            .await
-            .and_then(|r| r.map_err(|e| e.to_string())),
+        timed(options, "health", provider.health()).await.and_then(|r| r.map_err(|e| e.to_string())),
     );
     report
 }
@@ -348,14 +230,9 @@ async fn capture_matches(
     options: &Options,
     size: Size,
 ) -> Result<crate::Frame, String> {
-    let frame = timed(options, "screenshot", provider.screenshot())
-        .await?
-        .map_err(|e| e.to_string())?;
+    let frame = timed(options, "screenshot", provider.screenshot()).await?.map_err(|e| e.to_string())?;
     if frame.size() != size {
-        return Err(format!(
-            "screenshot is {} but screen_size is {size}",
-            frame.size()
-        ));
+        return Err(format!("screenshot is {} but screen_size is {size}", frame.size()));
     }
     if frame.as_rgb().len() != size.width as usize * size.height as usize * 3 {
         return Err("frame buffer has the wrong length".into());

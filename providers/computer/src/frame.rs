@@ -14,10 +14,7 @@ pub struct Frame {
 
 impl std::fmt::Debug for Frame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Frame")
-            .field("size", &self.size)
-            .field("bytes", &self.pixels.len())
-            .finish()
+        f.debug_struct("Frame").field("size", &self.size).field("bytes", &self.pixels.len()).finish()
     }
 }
 
@@ -35,23 +32,14 @@ impl Frame {
     pub fn from_rgb(size: Size, pixels: Vec<u8>) -> Result<Self, FrameSizeError> {
         let expected = size.width as usize * size.height as usize * 3;
         if pixels.len() != expected {
-            return Err(FrameSizeError {
-                size,
-                expected,
-                actual: pixels.len(),
-            });
+            return Err(FrameSizeError { size, expected, actual: pixels.len() });
         }
         Ok(Self { size, pixels })
     }
 
     /// A frame of one colour.
     pub fn filled(size: Size, rgb: [u8; 3]) -> Self {
-        let pixels = rgb
-            .iter()
-            .copied()
-            .cycle()
-            .take(size.width as usize * size.height as usize * 3)
-            .collect();
+        let pixels = rgb.iter().copied().cycle().take(size.width as usize * size.height as usize * 3).collect();
         Self { size, pixels }
     }
 
@@ -95,10 +83,7 @@ impl Frame {
         for row in y0..y1 {
             pixels.extend_from_slice(&self.pixels[row * stride + x0 * 3..row * stride + x1 * 3]);
         }
-        Frame {
-            size: Size::new((x1 - x0) as u32, (y1 - y0) as u32),
-            pixels,
-        }
+        Frame { size: Size::new((x1 - x0) as u32, (y1 - y0) as u32), pixels }
     }
 
     /// A fast 64-bit fingerprint of the pixels (not cryptographic), for "did the screen change" checks.
@@ -122,11 +107,7 @@ impl Frame {
         if self.size != other.size {
             return self.size.area().max(other.size.area());
         }
-        self.pixels
-            .chunks_exact(3)
-            .zip(other.pixels.chunks_exact(3))
-            .filter(|(a, b)| a != b)
-            .count() as u64
+        self.pixels.chunks_exact(3).zip(other.pixels.chunks_exact(3)).filter(|(a, b)| a != b).count() as u64
     }
 
     /// Whether every pixel has the same colour.

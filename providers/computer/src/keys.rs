@@ -325,20 +325,14 @@ impl Key {
         if let Some(n) = lower.strip_prefix('f').and_then(|n| n.parse::<u32>().ok())
             && (1..=35).contains(&n)
         {
-            return Ok(Key {
-                keysym: 0xffbe + n - 1,
-            });
+            return Ok(Key { keysym: 0xffbe + n - 1 });
         }
-        if let Some(n) = lower
-            .strip_prefix("kp_")
-            .and_then(|n| n.parse::<u32>().ok())
+        if let Some(n) = lower.strip_prefix("kp_").and_then(|n| n.parse::<u32>().ok())
             && n <= 9
         {
             return Ok(Key { keysym: 0xffb0 + n });
         }
-        if let Some(hex) = lower
-            .strip_prefix("u+")
-            .or_else(|| lower.strip_prefix("0x"))
+        if let Some(hex) = lower.strip_prefix("u+").or_else(|| lower.strip_prefix("0x"))
             && let Ok(code) = u32::from_str_radix(hex, 16)
             && let Some(c) = char::from_u32(code)
         {
@@ -413,9 +407,7 @@ mod tests {
     use super::*;
 
     fn sym(name: &str) -> u32 {
-        Key::parse(name)
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .keysym
+        Key::parse(name).unwrap_or_else(|e| panic!("{name}: {e}")).keysym
     }
 
     #[test]

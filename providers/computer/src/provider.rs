@@ -23,11 +23,7 @@ pub struct ActionReport {
 pub enum ProviderError {
     /// The provider cannot perform this kind of action at all.
     #[error("{action} is not supported by the {provider} provider: {reason}")]
-    Unsupported {
-        provider: &'static str,
-        action: &'static str,
-        reason: String,
-    },
+    Unsupported { provider: &'static str, action: &'static str, reason: String },
     /// The action's arguments are not acceptable (off-screen coordinates, unknown key, …).
     #[error("{0}")]
     InvalidAction(String),
@@ -96,7 +92,5 @@ pub async fn sleep_for(action: &Action) -> Option<ActionReport> {
 
 /// The check every provider makes before acting: coordinates on the screen and keys known.
 pub fn check_action(action: &Action, screen: Size) -> Result<(), ProviderError> {
-    action
-        .validate(screen)
-        .map_err(|e| ProviderError::InvalidAction(e.to_string()))
+    action.validate(screen).map_err(|e| ProviderError::InvalidAction(e.to_string()))
 }

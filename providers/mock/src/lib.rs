@@ -1,88 +1,29 @@
-//! TEMPORARY stand-in for the mock desktop (replaced by the real crate on merge): a flat screen that records
-//! actions. Lets the agent core compile and be tested while the mock desktop is built.
+//! The mock desktop of agentd: a deterministic virtual desktop rendered in memory, with real pixels and real
+//! text, for testing automations in CI.
+//!
+//! A [`Scene`] (a built-in name or a JSON file, see `SCENES.md`) describes screens of windows and widgets —
+//! labels, buttons, text fields, checkboxes, dropdowns, lists, scrolling text boxes, sliders — and what buttons
+//! do. A [`MockDesktop`] operates a scene as the [`agentd_computer::ComputerProvider`] of kind `mock`: it
+//! reacts to clicks, drags, scrolling, keys and typing as a user would expect, records every action, and
+//! reports its state ([`MockState`], the task result's `computer_state`). Same actions, same frames, byte for
+//! byte.
+//!
+//! Module map: `scene` (format, validation, built-ins) and `locate` (error positions); `widgets` (values and
+//! text editing); `world` (behaviour: input and effects); `layout` (geometry); `render`, `canvas` and `font`
+//! (pixels); `desktop` (the provider); `persist` (saving to a directory).
 
-use std::path::Path;
-use std::sync::Mutex;
+mod canvas;
+mod desktop;
+mod font;
+mod layout;
+mod locate;
+mod persist;
+mod render;
+mod scene;
+mod widgets;
+mod world;
 
-use agentd_computer::provider::{check_action, sleep_for};
-use agentd_computer::{Action, ActionReport, ComputerProvider, Frame, Point, ProviderError, Size};
-use async_trait::async_trait;
-
-pub const DEFAULT_SIZE: Size = Size::new(1280, 800);
-
-#[derive(Debug, Clone)]
-pub struct Scene {
-    pub name: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct SceneError(String);
-
-impl Scene {
-    pub fn resolve(name: &str, _base: Option<&Path>) -> Result<Scene, SceneError> {
-        match name {
-            "blank" | "login" | "form" => Ok(Scene { name: name.into() }),
-            other => Err(SceneError(format!("unknown scene {other:?}"))),
-        }
-    }
-}
-
-pub struct MockDesktop {
-    size: Size,
-    state: Mutex<(Vec<Action>, Point, u8)>,
-}
-
-impl MockDesktop {
-    pub fn new(_scene: Scene, size: Option<Size>) -> Self {
-        Self {
-            size: size.unwrap_or(DEFAULT_SIZE),
-            state: Mutex::new((Vec::new(), Point::new(0, 0), 0)),
-        }
-    }
-
-    pub fn open_persistent(
-        scene: Scene,
-        size: Option<Size>,
-        _dir: &Path,
-    ) -> Result<Self, std::io::Error> {
-        Ok(Self::new(scene, size))
-    }
-}
-
-#[async_trait]
-impl ComputerProvider for MockDesktop {
-    fn kind(&self) -> &'static str {
-        "mock"
-    }
-    async fn screen_size(&self) -> Result<Size, ProviderError> {
-        Ok(self.size)
-    }
-    async fn screenshot(&self) -> Result<Frame, ProviderError> {
-        let shade = self.state.lock().map(|s| s.2).unwrap_or(0);
-        Ok(Frame::filled(self.size, [shade, 100, 200]))
-    }
-    async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError> {
-        check_action(action, self.size)?;
-        if let Some(done) = sleep_for(action).await {
-            return Ok(done);
-        }
-        let mut state = self
-            .state
-            .lock()
-            .map_err(|_| ProviderError::Failed("poisoned".into()))?;
-        state.0.push(action.clone());
-        state.2 = state.2.wrapping_add(10);
-        if let Action::Move { x, y } = action {
-            state.1 = Point::new(*x, *y);
-        }
-        Ok(ActionReport {
-            message: None,
-            cursor: matches!(action, Action::CursorPosition {}).then_some(state.1),
-        })
-    }
-    async fn state(&self) -> Option<serde_json::Value> {
-        let count = self.state.lock().map(|s| s.0.len()).unwrap_or(0);
-        Some(serde_json::json!({"actions_received": count}))
-    }
-}
+pub use desktop::{DEFAULT_SIZE, MAX_SIZE, MIN_SIZE, MockDesktop, MockError};
+pub use persist::{ACTIONS_FILE, STATE_FILE};
+pub use scene::{Scene, SceneError};
+pub use world::MockState;

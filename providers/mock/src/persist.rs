@@ -1,0 +1,167 @@
+//! Saving a desktop to a directory so that it survives its process: `actions.jsonl` (every action received,
+//! one JSON line each, appended and flushed before the action returns) and `state.json` (a snapshot of the
+//! whole desktop state, replaced atomically by write-then-rename after every action).
+//!
+//! A process killed at any point leaves a usable directory: a partly written last line of the log is dropped
+//! on open, and actions in the log past the snapshot (killed between append and rename) are replayed by the
+//! desktop. Writes are flushed to the operating system, not fsynced: they survive the process, not a power cut.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use agentd_computer::{Action, Size};
+use serde::{Deserialize, Serialize};
+
+use crate::desktop::MockError;
+use crate::world::WorldState;
+
+pub const STATE_FILE: &str = "state.json";
+pub const ACTIONS_FILE: &str = "actions.jsonl";
+const FORMAT_VERSION: u32 = 1;
+
+/// What `state.json` holds.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Saved {
+    pub version: u32,
+    pub scene: String,
+    pub size: Size,
+    pub state: WorldState,
+}
+
+impl Saved {
+    pub fn new(scene: &str, size: Size, state: &WorldState) -> Saved {
+        Saved { version: FORMAT_VERSION, scene: scene.to_string(), size, state: state.clone() }
+    }
+}
+
+/// An open save directory.
+#[derive(Debug)]
+pub(crate) struct Store {
+    dir: PathBuf,
+    log: File,
+}
+
+/// What a save directory held when it was opened.
+pub(crate) struct Loaded {
+    pub saved: Option<Saved>,
+    pub actions: Vec<Action>,
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> MockError + '_ {
+    move |source| MockError::Persist { path: path.to_path_buf(), source }
+}
+
+impl Store {
+    /// Opens (creating if needed) a save directory and reads what it holds.
+    pub fn open(dir: &Path) -> Result<(Store, Loaded), MockError> {
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let state_path = dir.join(STATE_FILE);
+        let saved = match std::fs::read_to_string(&state_path) {
+            Ok(text) => Some(serde_json::from_str::<Saved>(&text).map_err(|e| MockError::Resume {
+                path: state_path.clone(),
+                message: format!("not a saved mock state: {e}"),
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error(&state_path)(e)),
+        };
+        if let Some(saved) = &saved
+            && saved.version != FORMAT_VERSION
+        {
+            return Err(MockError::Resume {
+                path: state_path,
+                message: format!("saved by format version {}, this build reads {FORMAT_VERSION}", saved.version),
+            });
+        }
+
+        let log_path = dir.join(ACTIONS_FILE);
+        let actions = read_log(&log_path)?;
+        let log = OpenOptions::new().create(true).append(true).open(&log_path).map_err(io_error(&log_path))?;
+        Ok((Store { dir: dir.to_path_buf(), log }, Loaded { saved, actions }))
+    }
+
+    /// Appends one action to the log and flushes it.
+    pub fn append(&mut self, action: &Action) -> Result<(), MockError> {
+        let path = self.dir.join(ACTIONS_FILE);
+        let mut line = serde_json::to_string(action)
+            .map_err(|e| MockError::Persist { path: path.clone(), source: std::io::Error::other(e) })?;
+        line.push('\n');
+        self.log.write_all(line.as_bytes()).map_err(io_error(&path))?;
+        self.log.flush().map_err(io_error(&path))
+    }
+
+    /// Replaces the snapshot atomically.
+    pub fn save(&self, saved: &Saved) -> Result<(), MockError> {
+        let path = self.dir.join(STATE_FILE);
+        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
+        let text = serde_json::to_vec(saved)
+            .map_err(|e| MockError::Persist { path: path.clone(), source: std::io::Error::other(e) })?;
+        std::fs::write(&tmp, text).map_err(io_error(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_error(&path))
+    }
+}
+
+/// Reads the action log, dropping (and truncating away) a last line that was cut short by a crash.
+fn read_log(path: &Path) -> Result<Vec<Action>, MockError> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(path)(e)),
+    };
+    let mut reader = BufReader::new(file);
+    let mut actions = Vec::new();
+    let mut good_len = 0u64;
+    let mut line = String::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        let read = reader.read_line(&mut line).map_err(io_error(path))?;
+        if read == 0 {
+            break;
+        }
+        number += 1;
+        if !line.ends_with('\n') {
+            // A partial last line: the process died while writing it. The action never returned.
+            break;
+        }
+        let action = serde_json::from_str::<Action>(line.trim_end()).map_err(|e| MockError::Resume {
+            path: path.to_path_buf(),
+            message: format!("line {number} is not an action: {e}"),
+        })?;
+        actions.push(action);
+        good_len += read as u64;
+    }
+    let file_len = std::fs::metadata(path).map_err(io_error(path))?.len();
+    if file_len != good_len {
+        let file = OpenOptions::new().write(true).open(path).map_err(io_error(path))?;
+        file.set_len(good_len).map_err(io_error(path))?;
+    }
+    Ok(actions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_last_line_is_dropped() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let log = dir.path().join(ACTIONS_FILE);
+        std::fs::write(&log, "{\"type\":\"move\",\"x\":1,\"y\":2}\n{\"type\":\"cli").unwrap_or_default();
+        let (mut store, loaded) = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.actions, vec![Action::Move { x: 1, y: 2 }]);
+        assert!(loaded.saved.is_none());
+        store.append(&Action::Move { x: 3, y: 4 }).unwrap_or_else(|e| panic!("{e}"));
+        let (_, again) = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again.actions, vec![Action::Move { x: 1, y: 2 }, Action::Move { x: 3, y: 4 }]);
+    }
+
+    #[test]
+    fn a_corrupt_line_in_the_middle_is_an_error() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join(ACTIONS_FILE), "garbage\n{\"type\":\"move\",\"x\":1,\"y\":2}\n")
+            .unwrap_or_default();
+        let err = Store::open(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("line 1"), "{err}");
+    }
+}
