@@ -62,6 +62,20 @@ pub enum EndReason {
     Error,
 }
 
+impl EndReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::MaxSteps => "max_steps",
+            Self::Timeout => "timeout",
+            Self::Budget => "budget",
+            Self::Cancelled => "cancelled",
+            Self::Rejected => "rejected",
+            Self::Error => "error",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     pub success: bool,

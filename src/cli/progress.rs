@@ -59,10 +59,10 @@ impl Printer {
             EventKind::TaskFinished { state, outcome, usage } => {
                 let mark = if *state == TaskState::Succeeded { "✓" } else { "✗" };
                 Some(format!(
-                    "{mark} {}: {} ({:?}; {} input / {} output tokens, ${:.4})",
+                    "{mark} {}: {} ({}; {} input / {} output tokens, ${:.4})",
                     state.as_str(),
                     outcome.summary,
-                    outcome.reason,
+                    outcome.reason.as_str(),
                     usage.input_tokens,
                     usage.output_tokens,
                     usage.cost_usd
