@@ -44,8 +44,6 @@ pub struct LoopInput {
     pub resume: Vec<StepRecord>,
     /// Time the task already ran in earlier attempts (counts against `timeout_secs`).
     pub elapsed_before: Duration,
-    /// Drop old screenshots in chunks of this many (see [`ContextPolicy`]).
-    pub context_chunk: u32,
 }
 
 /// How an attempt ended.
@@ -139,7 +137,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
     let started = Instant::now();
     let remaining = Duration::from_secs(input.task.limits.timeout_secs).saturating_sub(input.elapsed_before);
     let deadline = started + remaining;
-    let policy = ContextPolicy::new(input.task.keep_screenshots, input.context_chunk);
+    let policy = ContextPolicy::new(input.task.keep_screenshots, input.model.context_chunk());
     let mut input = input;
     let resume = std::mem::take(&mut input.resume);
     let mut state = Loop {

@@ -73,7 +73,6 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         shutdown: CancellationToken::new(),
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
-        context_chunk: 1,
     })
     .await;
     signals.abort();

@@ -210,6 +210,12 @@ pub trait Model: Send + Sync {
         self.coordinates(screen).model()
     }
 
+    /// Old screenshots leave the context in chunks of this many (see `agent::context::ContextPolicy`), so a
+    /// prompt-cache prefix stays valid for several turns. 1 drops exactly down to `keep_screenshots`.
+    fn context_chunk(&self) -> u32 {
+        1
+    }
+
     /// The next turn.
     async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError>;
 }

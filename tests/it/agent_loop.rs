@@ -87,7 +87,6 @@ impl Harness {
             shutdown: self.shutdown.clone(),
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
-            context_chunk: 1,
         };
         (input, rx)
     }
