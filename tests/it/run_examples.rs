@@ -1,0 +1,158 @@
+//! `agentd run` end to end on the shipped examples: the real binary, the mock desktop, the scripted model,
+//! the filesystem artifact store. Checks the result document, the step records, the screenshots (decoded)
+//! and the mock desktop's final state.
+
+use std::path::Path;
+
+use agentd::agent::image::decode_png;
+use agentd_computer::{Frame, Point};
+
+use crate::support::{Agentd, Run, repo};
+
+fn screenshot(agentd: &Agentd, url: &str) -> Frame {
+    let path = url.strip_prefix("file://").unwrap_or_else(|| panic!("not a file URL: {url}"));
+    assert!(Path::new(path).starts_with(agentd.data_dir()), "{path} is outside the data dir");
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    decode_png(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn run_example(agentd: &Agentd, task: &str) -> (Run, serde_json::Value) {
+    let run = agentd.run(&["run", task, "--json"]);
+    let doc = run.json();
+    (run, doc)
+}
+
+#[test]
+fn the_login_example_logs_in_and_records_everything() {
+    let agentd = Agentd::new();
+    let (run, doc) = run_example(&agentd, "config/tasks/mock-login.json");
+    assert_eq!(run.code, 0, "stderr:\n{}", run.stderr);
+    // Progress on stderr: one line per step, then the outcome and where the screenshots went.
+    assert_eq!(run.stderr.lines().filter(|l| l.trim_start().starts_with("step ")).count(), 4, "{}", run.stderr);
+    assert!(run.stderr.contains("click(640,370) type(\"alice\")"), "{}", run.stderr);
+    assert!(run.stderr.contains("screenshots: file://"), "{}", run.stderr);
+
+    assert_eq!(doc["state"], "succeeded");
+    assert_eq!(doc["outcome"]["success"], true);
+    assert_eq!(doc["outcome"]["reason"], "completed");
+    assert_eq!(doc["outcome"]["summary"], "Logged in as alice and opened Reports");
+    assert_eq!(doc["attempt"], 1);
+    assert_eq!(doc["task"]["computer"]["scene"], "login");
+    for key in ["id", "created_at", "started_at", "finished_at", "worker", "usage"] {
+        assert!(!doc[key].is_null(), "missing {key}");
+    }
+    let state = &doc["computer_state"];
+    assert_eq!(state["screen"], "reports");
+    assert_eq!(state["fields"]["username"], "alice");
+    assert_eq!(state["screens_visited"], serde_json::json!(["login", "welcome", "reports"]));
+
+    let steps = doc["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 4);
+    let id = doc["id"].as_str().expect("id");
+    let mut frames = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        assert_eq!(step["index"], i);
+        for key in ["started_at", "duration_ms", "model_text", "actions", "results", "usage"] {
+            assert!(!step[key].is_null(), "step {i} lacks {key}");
+        }
+        assert_eq!(step["actions"].as_array().map(Vec::len), step["results"].as_array().map(Vec::len));
+        assert!(step["results"].as_array().into_iter().flatten().all(|r| r["ok"] == true), "step {i}: {step}");
+        let shot = &step["screenshot"];
+        assert_eq!((shot["width"].as_u64(), shot["height"].as_u64()), (Some(1280), Some(800)));
+        let url = shot["url"].as_str().expect("url");
+        assert!(url.ends_with(&format!("tasks/{id}/1/{i:05}.png")), "{url}");
+        let frame = screenshot(&agentd, url);
+        assert_eq!((frame.width(), frame.height()), (1280, 800));
+        assert!(!frame.is_uniform(), "step {i} screenshot is blank");
+        frames.push(frame);
+    }
+    assert_eq!(steps[0]["actions"][0], serde_json::json!({"type": "click", "x": 640, "y": 370}));
+    // Every step acted on the screen, so each screenshot differs from the one before.
+    for i in 1..frames.len() {
+        assert!(frames[i].changed_pixels(&frames[i - 1]) > 100, "step {i} looks like step {}", i - 1);
+        assert_eq!(steps[i]["screen_changed"], true);
+    }
+    // After typing "alice", the username field shows text where it was empty.
+    let field = Point::new(560, 370);
+    let region = |f: &Frame| f.crop(Point::new(field.x - 100, field.y - 10), agentd_computer::Size::new(200, 20));
+    assert!(region(&frames[1]).changed_pixels(&region(&frames[0])) > 20);
+
+    // The record on disk is the same document.
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(agentd.data_dir().join(format!("runs/{id}.json"))).expect("record file"),
+    )
+    .expect("record JSON");
+    assert_eq!(record, doc);
+}
+
+#[test]
+fn the_form_example_fills_every_kind_of_widget() {
+    let agentd = Agentd::new();
+    let (run, doc) = run_example(&agentd, "config/tasks/mock-form.json");
+    assert_eq!(run.code, 0, "stderr:\n{}", run.stderr);
+    assert_eq!(doc["id"], "example-form");
+    let state = &doc["computer_state"];
+    assert_eq!(state["screen"], "confirmation");
+    assert_eq!(state["fields"]["full_name"], "Zoë Martín");
+    assert_eq!(state["fields"]["email"], "zoe@example.com");
+    assert_eq!(state["selections"]["country"], "Canada");
+    assert_eq!(state["selections"]["plan"], "Team");
+    assert_eq!(state["sliders"]["seats"], 10);
+    assert_eq!(state["checkboxes"]["terms"], true);
+    assert!(state["scroll"]["terms_text"].as_u64().unwrap_or(0) > 0, "the terms were scrolled");
+    let drag = &doc["steps"][3]["actions"][1];
+    assert_eq!(drag["type"], "drag");
+    assert_eq!(drag["path"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn a_task_on_stdin_runs_and_a_failed_task_exits_1() {
+    let agentd = Agentd::new();
+    let task = serde_json::json!({
+        "instructions": "try to log in with a wrong password",
+        "computer": {"provider": "mock", "scene": "login", "width": 1024, "height": 768},
+        "model": {"provider": "scripted", "script": {"turns": [
+            {"actions": [{"type": "click", "x": 512, "y": 354}, {"type": "type", "text": "alice"},
+                         {"type": "keypress", "keys": ["Tab"]}, {"type": "type", "text": "wrong"},
+                         {"type": "keypress", "keys": ["enter"]}]},
+            {"say": "The form says the password is wrong.", "complete": {"success": false, "summary": "wrong password"}}
+        ]}}
+    });
+    let run = agentd.run_with_stdin(&["run", "-", "--json"], task.to_string().as_bytes());
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let doc = run.json();
+    assert_eq!(doc["state"], "failed");
+    assert_eq!(doc["outcome"]["reason"], "completed");
+    assert_eq!(doc["computer_state"]["screen"], "login");
+    assert_eq!(doc["computer_state"]["labels"]["error"], "Invalid username or password");
+    assert_eq!(doc["steps"][0]["screenshot"]["width"], 1024);
+}
+
+#[test]
+fn limits_end_a_task_with_their_reason_and_exit_1() {
+    let agentd = Agentd::new();
+    let turns: Vec<_> = (0..20).map(|i| serde_json::json!({"actions": [{"type": "move", "x": 10 + i, "y": 10}]})).collect();
+    let task = serde_json::json!({
+        "instructions": "wander",
+        "computer": {"provider": "mock", "scene": "blank"},
+        "model": {"provider": "scripted", "script": {"turns": turns}},
+        "limits": {"max_steps": 4}
+    });
+    let path = agentd.dir.path().join("wander.json");
+    std::fs::write(&path, task.to_string()).expect("write task");
+    let run = agentd.run(&["run", path.to_str().expect("path"), "--json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let doc = run.json();
+    assert_eq!(doc["outcome"]["reason"], "max_steps");
+    assert_eq!(doc["steps"].as_array().map(Vec::len), Some(4));
+    assert_eq!(doc["computer_state"]["actions_received"], 4);
+    assert!(doc["final_screenshot"]["url"].as_str().is_some_and(|u| u.ends_with("00004.png")));
+}
+
+#[test]
+fn without_json_the_result_is_a_human_line_on_stdout() {
+    let agentd = Agentd::new();
+    let run = agentd.run(&["run", repo().join("config/tasks/mock-login.json").to_str().expect("path")]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "succeeded: Logged in as alice and opened Reports (4 steps)");
+}
