@@ -125,6 +125,7 @@ async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
         shutdown: CancellationToken::new(),
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
+        approved: false,
     };
     let collector = tokio::spawn(async move {
         let mut starts = Vec::new();

@@ -22,7 +22,7 @@ use crate::artifacts::{Uploader, artifact_key};
 use crate::model::{
     CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult, Usage,
 };
-use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepRecord};
+use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepApproval, StepRecord};
 use crate::task::ResolvedTask;
 use crate::tools::{self, Effect};
 
@@ -44,6 +44,8 @@ pub struct LoopInput {
     pub resume: Vec<StepRecord>,
     /// Time the task already ran in earlier attempts (counts against `timeout_secs`).
     pub elapsed_before: Duration,
+    /// A human approved the step the task was waiting on (the last of `resume`).
+    pub approved: bool,
 }
 
 /// How an attempt ended.
@@ -55,6 +57,8 @@ pub enum LoopEnd {
     Interrupted,
     /// The journal refused a write: another worker owns the task now. Nothing more may be done.
     LeaseLost(String),
+    /// The last step's calls wait for a human; the step is journaled, nothing of it has run.
+    WaitingForHuman { reason: String },
     /// A failure a later attempt may not hit (the computer or model was unreachable).
     Retryable(Outcome),
 }
@@ -125,6 +129,8 @@ struct Loop {
     notes: Vec<String>,
     previous_digest: Option<u64>,
     policy: ContextPolicy,
+    /// The resumed step that waits for a human's answer, if any.
+    pending_approval: Option<StepRecord>,
 }
 
 /// Why the loop stopped early inside a step.
@@ -151,6 +157,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         notes: Vec::new(),
         previous_digest: None,
         policy,
+        pending_approval: None,
         input,
     };
     state.restore(resume);
@@ -163,20 +170,15 @@ pub async fn run(input: LoopInput) -> LoopOutput {
 
 impl Loop {
     /// Rebuilds the model's history from the steps an earlier attempt recorded.
-    fn restore(&mut self, resume: Vec<StepRecord>) {
-        if resume.is_empty() {
-            return;
+    /// Rebuilds the model's history from the steps an earlier attempt recorded. A last step that waits for a
+    /// human's approval is kept aside in `pending_approval`; its calls never ran.
+    fn restore(&mut self, mut resume: Vec<StepRecord>) {
+        if resume.last().is_some_and(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none())) {
+            self.pending_approval = resume.pop();
         }
+        let mut interrupted = false;
         for step in &resume {
             self.usage.add(&step.usage);
-            let turn = ModelTurn {
-                text: step.model_text.clone(),
-                thinking: step.thinking.clone(),
-                calls: step.calls.clone(),
-                usage: step.usage,
-                raw: step.raw.clone(),
-                approval: None,
-            };
             // A step journaled before its actions ran has no results: the actions may or may not have
             // happened, and they are not run again.
             let results = step
@@ -194,13 +196,20 @@ impl Loop {
                     },
                 })
                 .collect();
-            self.history.push(Exchange { step: step.index, screenshot: None, notes: Vec::new(), turn, results });
+            self.history.push(Exchange {
+                step: step.index,
+                screenshot: None,
+                notes: Vec::new(),
+                turn: turn_of(step),
+                results,
+            });
         }
         // Unfinished steps are kept in the record as they were journaled, marked finished with what is known.
         self.steps = resume
             .into_iter()
             .map(|mut step| {
                 if !step.finished {
+                    interrupted = true;
                     step.finished = true;
                     step.results.resize(
                         step.actions.len(),
@@ -210,7 +219,45 @@ impl Loop {
                 step
             })
             .collect();
-        self.notes.push(RESUME_NOTE.to_string());
+        if let Some(pending) = &self.pending_approval {
+            self.usage.add(&pending.usage);
+        }
+        if interrupted {
+            self.notes.push(RESUME_NOTE.to_string());
+        }
+    }
+
+    /// Runs the calls of the step that waited for a human, now that the answer is known. They never ran
+    /// before, so this is not a replay.
+    async fn settle_pending_approval(&mut self) -> Result<Option<Outcome>, Stop> {
+        let Some(mut record) = self.pending_approval.take() else {
+            return Ok(None);
+        };
+        let reason = record.approval.as_ref().map(|a| a.reason.clone()).unwrap_or_default();
+        if !self.input.approved {
+            // Still no answer (a lease without approval): go back to waiting.
+            self.steps.push(record);
+            return Err(Stop::End(LoopEnd::WaitingForHuman { reason }));
+        }
+        if let Some(approval) = record.approval.as_mut() {
+            approval.approved = Some(true);
+        }
+        let started = Instant::now();
+        let turn = turn_of(&record);
+        let executed = self.run_calls(record.index, &turn).await;
+        self.complete_step(&mut record, &executed, started).await?;
+        self.history.push(Exchange {
+            step: record.index,
+            screenshot: None,
+            notes: vec![format!("A human approved: {reason}")],
+            turn,
+            results: executed.tool_results,
+        });
+        self.steps.push(record);
+        if let Some(end) = executed.stop {
+            return Err(Stop::End(end));
+        }
+        Ok(executed.completion)
     }
 
     async fn prepare_screen(&mut self) -> Result<(), LoopEnd> {
@@ -254,6 +301,11 @@ impl Loop {
     }
 
     async fn steps_until_end(&mut self) -> LoopEnd {
+        match self.settle_pending_approval().await {
+            Ok(Some(outcome)) => return LoopEnd::Finished(outcome),
+            Ok(None) => {}
+            Err(Stop::End(end)) => return end,
+        }
         loop {
             if self.input.shutdown.is_cancelled() {
                 return LoopEnd::Interrupted;
@@ -350,24 +402,22 @@ impl Loop {
                 CallKind::Function { .. } => Vec::new(),
             })
             .collect();
+        record.approval = turn.approval.as_ref().map(|request| StepApproval {
+            reason: request.reason.clone(),
+            details: request.details.clone(),
+            approved: None,
+        });
         self.journal(&record).await?;
 
+        if let Some(request) = &turn.approval {
+            // The calls wait for a human: the step is journaled as waiting; park the task.
+            self.input.events.emit(EventKind::WaitingForHuman { reason: request.reason.clone() });
+            self.steps.push(record);
+            return Err(Stop::End(LoopEnd::WaitingForHuman { reason: request.reason.clone() }));
+        }
+
         let executed = self.run_calls(index, &turn).await;
-        record.actions = executed.actions;
-        record.results = executed.action_results;
-        record.call_results = executed
-            .tool_results
-            .iter()
-            .map(|r| CallResult { call_id: r.call_id.clone(), ok: r.ok, message: r.message.clone() })
-            .collect();
-        record.duration_ms = started.elapsed().as_millis() as u64;
-        record.finished = true;
-        self.journal(&record).await?;
-        self.input.events.emit(EventKind::StepFinished {
-            step: index,
-            duration_ms: record.duration_ms,
-            usage: turn.usage,
-        });
+        self.complete_step(&mut record, &executed, started).await?;
 
         let no_calls = turn.calls.is_empty();
         self.history.push(Exchange {
@@ -385,6 +435,31 @@ impl Loop {
             return Err(Stop::End(end));
         }
         Ok(executed.completion)
+    }
+
+    /// Fills in a step's results, journals it as finished and emits `step_finished`.
+    async fn complete_step(
+        &mut self,
+        record: &mut StepRecord,
+        executed: &Executed,
+        started: Instant,
+    ) -> Result<(), Stop> {
+        record.actions = executed.actions.clone();
+        record.results = executed.action_results.clone();
+        record.call_results = executed
+            .tool_results
+            .iter()
+            .map(|r| CallResult { call_id: r.call_id.clone(), ok: r.ok, message: r.message.clone() })
+            .collect();
+        record.duration_ms = started.elapsed().as_millis() as u64;
+        record.finished = true;
+        self.journal(record).await?;
+        self.input.events.emit(EventKind::StepFinished {
+            step: record.index,
+            duration_ms: record.duration_ms,
+            usage: record.usage,
+        });
+        Ok(())
     }
 
     async fn call_model(&mut self, step: u32, screenshot: &ModelImage) -> Result<ModelTurn, Stop> {
@@ -654,6 +729,21 @@ fn zoom_size(region: Size, max: Size) -> Size {
         ((f64::from(region.height) * scale).round() as u32).max(1),
     );
     fit_within(scaled, max)
+}
+
+/// The model turn a journaled step recorded.
+fn turn_of(step: &StepRecord) -> ModelTurn {
+    ModelTurn {
+        text: step.model_text.clone(),
+        thinking: step.thinking.clone(),
+        calls: step.calls.clone(),
+        usage: step.usage,
+        raw: step.raw.clone(),
+        approval: step
+            .approval
+            .as_ref()
+            .map(|a| crate::model::ApprovalRequest { reason: a.reason.clone(), details: a.details.clone() }),
+    }
 }
 
 fn finished(success: bool, summary: &str, reason: EndReason) -> LoopEnd {

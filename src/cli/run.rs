@@ -73,6 +73,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         shutdown: CancellationToken::new(),
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
+        approved: false,
     })
     .await;
     signals.abort();
@@ -81,6 +82,11 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         LoopEnd::Finished(outcome) | LoopEnd::Retryable(outcome) => outcome,
         LoopEnd::Interrupted => Outcome { success: false, summary: "interrupted".into(), reason: EndReason::Cancelled },
         LoopEnd::LeaseLost(why) => Outcome { success: false, summary: why, reason: EndReason::Error },
+        LoopEnd::WaitingForHuman { reason } => Outcome {
+            success: false,
+            summary: format!("needs a human's approval ({reason}); submit it to the daemon to approve it"),
+            reason: EndReason::Rejected,
+        },
     };
     let pending = uploader.flush(FLUSH_TIMEOUT).await;
     let state = outcome.state();

@@ -5,7 +5,9 @@
 //! - `actions`: actions of §4, in screen pixels, run in order as one computer call;
 //! - `complete`: `{"success": bool, "summary": "…"}` — calls `task_completion` (after the turn's actions);
 //! - `usage`: `{"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd"}`
-//!   to report for the turn (all optional, default 0) — lets budgets be tested without a vendor model.
+//!   to report for the turn (all optional, default 0) — lets budgets be tested without a vendor model;
+//! - `ask_human`: a reason — the turn's actions wait until a human approves them (`agentd approve`), as a
+//!   vendor safety check would make them; a rejection ends the task (reason `rejected`).
 //!
 //! The model plays turn N at step N (it counts the exchanges in the history), so a task resumed after a
 //! crash continues with the turn after the last recorded step and never replays one.
@@ -16,7 +18,7 @@ use agentd_computer::{Action, Size};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::{CallKind, Delta, DeltaSink, Model, ModelError, ModelRequest, ModelTurn, ToolCall, Usage};
+use super::{ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelRequest, ModelTurn, ToolCall, Usage};
 use crate::agent::coords::CoordinateMap;
 use crate::task::{TaskFileError, parse_json};
 use crate::tools::TASK_COMPLETION;
@@ -38,6 +40,9 @@ pub struct ScriptTurn {
     pub complete: Option<Completion>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ScriptUsage>,
+    /// Ask a human before the turn's actions run (the task waits in `waiting_for_human`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_human: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,7 +96,7 @@ impl Script {
             return Err(invalid("turns".into(), "a script needs at least one turn"));
         }
         for (i, turn) in self.turns.iter().enumerate() {
-            if turn.say.is_none() && turn.actions.is_empty() && turn.complete.is_none() {
+            if turn.say.is_none() && turn.actions.is_empty() && turn.complete.is_none() && turn.ask_human.is_none() {
                 return Err(invalid(format!("turns[{i}]"), "a turn needs `say`, `actions` or `complete`"));
             }
             if let Some(usage) = &turn.usage
@@ -161,7 +166,11 @@ impl Model for ScriptedModel {
             cache_write_tokens: u.cache_write_tokens,
             cost_usd: u.cost_usd,
         });
-        Ok(ModelTurn { text, thinking: String::new(), calls, usage, raw: None, approval: None })
+        let approval = turn
+            .ask_human
+            .as_ref()
+            .map(|reason| ApprovalRequest { reason: reason.clone(), details: serde_json::Value::Null });
+        Ok(ModelTurn { text, thinking: String::new(), calls, usage, raw: None, approval })
     }
 }
 

@@ -87,6 +87,7 @@ impl Harness {
             shutdown: self.shutdown.clone(),
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
+            approved: false,
         };
         (input, rx)
     }
@@ -458,5 +459,54 @@ async fn a_lost_lease_stops_before_any_further_action() {
     let output = run(input).await;
     assert!(matches!(output.end, LoopEnd::LeaseLost(_)), "{:?}", output.end);
     assert_eq!(screen.received(), vec![Action::Move { x: 0, y: 0 }]);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
+    let harness = Harness::new();
+    let script_json = serde_json::json!({"turns": [
+        {"actions": [{"type": "move", "x": 1, "y": 1}]},
+        {"say": "About to buy", "ask_human": "confirm the purchase", "actions": [{"type": "click", "x": 5, "y": 5}]},
+        {"complete": {"success": true, "summary": "bought"}}
+    ]});
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
+    let first = run(input).await;
+    assert_eq!(first.end, LoopEnd::WaitingForHuman { reason: "confirm the purchase".into() });
+    assert_eq!(screen.received(), vec![Action::Move { x: 1, y: 1 }], "the asking turn's click has not run");
+    let waiting = first.steps.last().expect("the waiting step is recorded");
+    assert!(!waiting.finished);
+    assert_eq!(
+        waiting.approval.as_ref().map(|a| (a.reason.as_str(), a.approved)),
+        Some(("confirm the purchase", None))
+    );
+    assert_eq!(harness.journal.steps().last(), Some(waiting));
+    assert!(drain(rx).iter().any(|e| matches!(&e.kind, agentd::agent::events::EventKind::WaitingForHuman { reason } if reason == "confirm the purchase")));
+
+    // Leased again without an answer: back to waiting, nothing runs.
+    let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
+    input.resume = first.steps.clone();
+    let again = run(input).await;
+    assert!(matches!(again.end, LoopEnd::WaitingForHuman { .. }));
+    assert_eq!(screen.received().len(), 1);
+
+    // Approved: the click runs once, then the task goes on to completion.
+    let model = Observed::new(script(script_json));
+    let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
+    input.resume = first.steps.clone();
+    input.approved = true;
+    let done = run(input).await;
+    assert_eq!(outcome(&done), (true, EndReason::Completed));
+    assert_eq!(
+        screen.received(),
+        vec![Action::Move { x: 1, y: 1 }, Action::Click { x: 5, y: 5, button: Default::default(), keys: vec![] }]
+    );
+    assert_eq!(done.steps.len(), 3);
+    assert_eq!(done.steps[1].approval.as_ref().and_then(|a| a.approved), Some(true));
+    assert!(done.steps[1].finished && done.steps[1].results[0].ok);
+    let seen = model.seen();
+    assert_eq!(seen.len(), 1, "only the turn after the approved one was asked for");
+    assert_eq!(seen[0].history_len, 2);
     harness.finish().await;
 }

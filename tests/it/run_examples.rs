@@ -78,10 +78,9 @@ fn the_login_example_logs_in_and_records_everything() {
     assert!(region(&frames[1]).changed_pixels(&region(&frames[0])) > 20);
 
     // The record on disk is the same document.
-    let record: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(agentd.data_dir().join(format!("runs/{id}.json"))).expect("record file"),
-    )
-    .expect("record JSON");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(agentd.data_dir().join(format!("runs/{id}.json"))).expect("record file"))
+            .expect("record JSON");
     assert_eq!(record, doc);
 }
 
@@ -131,7 +130,8 @@ fn a_task_on_stdin_runs_and_a_failed_task_exits_1() {
 #[test]
 fn limits_end_a_task_with_their_reason_and_exit_1() {
     let agentd = Agentd::new();
-    let turns: Vec<_> = (0..20).map(|i| serde_json::json!({"actions": [{"type": "move", "x": 10 + i, "y": 10}]})).collect();
+    let turns: Vec<_> =
+        (0..20).map(|i| serde_json::json!({"actions": [{"type": "move", "x": 10 + i, "y": 10}]})).collect();
     let task = serde_json::json!({
         "instructions": "wander",
         "computer": {"provider": "mock", "scene": "blank"},
