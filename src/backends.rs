@@ -88,6 +88,31 @@ pub fn model(spec: &ModelSpec, _config: &Config, base_dir: Option<&Path>) -> Res
     }
 }
 
+/// Checks, without opening anything, that a task submitted to the daemon can be built: its scene resolves,
+/// its script loads. Paths must be absolute (the daemon has no task file to resolve them against; `agentd
+/// submit` inlines scripts and absolutizes scene paths). Returns the field at fault and why.
+pub fn check(task: &crate::task::ResolvedTask) -> Result<(), (&'static str, String)> {
+    if let ComputerSpec::Mock(MockSpec { scene: Some(scene), .. }) = &task.computer {
+        if scene.contains('/') && Path::new(scene).is_relative() {
+            return Err((
+                "computer.scene",
+                format!("scene path {scene:?} must be absolute when submitted to the daemon"),
+            ));
+        }
+        agentd_mock::Scene::resolve(scene, None).map_err(|e| ("computer.scene", e.to_string()))?;
+    }
+    if let ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) = &task.model {
+        if Path::new(path).is_relative() {
+            return Err((
+                "model.script",
+                format!("script path {path:?} must be absolute when submitted to the daemon"),
+            ));
+        }
+        Script::load(Path::new(path)).map_err(|e| ("model.script", e.to_string()))?;
+    }
+    Ok(())
+}
+
 /// Builds the artifact store the config names.
 pub async fn artifact_store(config: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError> {
     match config.artifacts.backend {

@@ -4,10 +4,12 @@
 //! See ARCHITECTURE.md for the code map.
 
 pub mod agent;
+pub mod api;
 pub mod artifacts;
 pub mod backends;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod model;
 pub mod queue;
 pub mod record;

@@ -98,6 +98,14 @@ impl EventSink {
         }
     }
 
+    /// The seq of the last event emitted (0 before the first of this sink, or the seq before `next_seq`).
+    pub fn last_seq(&self) -> u64 {
+        match self.inner.lock() {
+            Ok(guard) => guard.0.saturating_sub(1),
+            Err(poisoned) => poisoned.into_inner().0.saturating_sub(1),
+        }
+    }
+
     pub fn task_id(&self) -> &str {
         &self.task_id
     }

@@ -71,6 +71,8 @@ pub struct LoopOutput {
     pub usage: Usage,
     pub final_screenshot: Option<ScreenshotRef>,
     pub computer_state: Option<serde_json::Value>,
+    /// Model calls that failed (after the adapter's own retries).
+    pub model_errors: u32,
 }
 
 /// Text the model sees when a task continues after its worker died mid-step.
@@ -108,6 +110,7 @@ pub async fn run_isolated(input: LoopInput) -> LoopOutput {
                 usage: Usage::default(),
                 final_screenshot: None,
                 computer_state: None,
+                model_errors: 0,
             }
         }
     }
@@ -131,6 +134,7 @@ struct Loop {
     policy: ContextPolicy,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
+    model_errors: u32,
 }
 
 /// Why the loop stopped early inside a step.
@@ -158,6 +162,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         previous_digest: None,
         policy,
         pending_approval: None,
+        model_errors: 0,
         input,
     };
     state.restore(resume);
@@ -484,14 +489,23 @@ impl Loop {
         let model = self.input.model.clone();
         let call = model.next_turn(request, &deltas);
         let timeout_secs = self.input.task.limits.timeout_secs;
-        tokio::select! {
-            result = call => result.map_err(|e| Stop::End(model_end(&e))),
-            () = self.input.cancel.cancelled() => Err(Stop::End(finished(false, "cancelled", EndReason::Cancelled))),
-            () = tokio::time::sleep_until(self.deadline.into()) => Err(Stop::End(finished(
+        let result = tokio::select! {
+            result = call => Ok(result),
+            () = self.input.cancel.cancelled() => Err(finished(false, "cancelled", EndReason::Cancelled)),
+            () = tokio::time::sleep_until(self.deadline.into()) => Err(finished(
                 false,
                 &format!("time limit of {timeout_secs} s reached while waiting for the model"),
                 EndReason::Timeout,
-            ))),
+            )),
+        };
+        match result {
+            Ok(Ok(turn)) => Ok(turn),
+            Ok(Err(e)) => {
+                self.model_errors += 1;
+                tracing::warn!(error = %e, "model call failed");
+                Err(Stop::End(model_end(&e)))
+            }
+            Err(end) => Err(Stop::End(end)),
         }
     }
 
@@ -689,7 +703,14 @@ impl Loop {
             }
         }
         let computer_state = self.input.computer.state().await;
-        LoopOutput { end, steps: self.steps, usage: self.usage, final_screenshot, computer_state }
+        LoopOutput {
+            end,
+            steps: self.steps,
+            usage: self.usage,
+            final_screenshot,
+            computer_state,
+            model_errors: self.model_errors,
+        }
     }
 }
 

@@ -51,7 +51,7 @@ pub struct Uploader {
 }
 
 /// Uploader figures for `/metrics` and health.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UploaderStats {
     pub pending: u64,
     pub spooled_bytes: u64,

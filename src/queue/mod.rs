@@ -83,6 +83,7 @@ pub struct Lease {
     pub task_id: String,
     pub token: i64,
     pub attempt: u32,
+    pub max_attempts: u32,
     pub spec: TaskSpec,
     /// Steps recorded by earlier attempts.
     pub steps: Vec<StepRecord>,

@@ -287,7 +287,7 @@ impl Queue for SqliteQueue {
                 lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
                 waiting_reason = NULL
              WHERE id = ?1 AND state = 'queued'
-             RETURNING spec, attempt, lease_token, elapsed_ms, approved",
+             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, approved",
         )
         .bind(&id)
         .bind(&worker.name)
@@ -299,6 +299,7 @@ impl Queue for SqliteQueue {
         let spec_text: String = row.try_get("spec").map_err(db_error)?;
         let spec: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
         let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
+        let max_attempts: i64 = row.try_get("max_attempts").map_err(db_error)?;
         let token: i64 = row.try_get("lease_token").map_err(db_error)?;
         let elapsed: i64 = row.try_get("elapsed_ms").map_err(db_error)?;
         let approved: i64 = row.try_get("approved").map_err(db_error)?;
@@ -315,6 +316,7 @@ impl Queue for SqliteQueue {
             task_id: id,
             token,
             attempt: attempt as u32,
+            max_attempts: max_attempts as u32,
             spec,
             steps,
             next_seq: next as u64,

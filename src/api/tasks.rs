@@ -1,0 +1,187 @@
+//! Task endpoints: submit, list, status, cancel, approve, reject, screenshots; and `/healthz`, `/metrics`.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{ApiError, ApiState};
+use crate::backends;
+use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Submitted};
+use crate::record::{TaskRecord, TaskState};
+use crate::task::{TaskFileError, TaskId, TaskSpec};
+
+fn body_text(body: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        let status = rejection.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "payload_too_large" } else { "invalid_body" };
+        ApiError::new(status, code, rejection.body_text())
+    })?;
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_task", "request body: not valid UTF-8"))
+}
+
+fn invalid_task(e: TaskFileError) -> ApiError {
+    let field = e.field().map(str::to_string);
+    ApiError { status: StatusCode::BAD_REQUEST, code: "invalid_task", message: e.to_string(), field }
+}
+
+pub async fn submit(
+    State(state): State<Arc<ApiState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<TaskRecord>), ApiError> {
+    if state.stopping.is_cancelled() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "agentd is shutting down"));
+    }
+    let text = body_text(body)?;
+    let mut spec = TaskSpec::parse(&text, "request body").map_err(invalid_task)?;
+    let resolved = spec.resolve(&state.config.defaults);
+    backends::check(&resolved).map_err(|(field, message)| ApiError {
+        status: StatusCode::BAD_REQUEST,
+        code: "invalid_task",
+        message: format!("request body: field `{field}`: {message}"),
+        field: Some(field.to_string()),
+    })?;
+    if spec.id.is_none() {
+        spec.id = Some(TaskId::generate());
+    }
+    let submitted = state.queue.submit(NewTask { spec, max_attempts: state.config.queue.max_attempts }).await?;
+    state.workers.wake.notify_one();
+    Ok(match submitted {
+        Submitted::Created(record) => (StatusCode::CREATED, Json(record)),
+        Submitted::Existing(record) => (StatusCode::OK, Json(record)),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    state: Option<String>,
+    limit: Option<u32>,
+}
+
+pub async fn list(
+    State(state): State<Arc<ApiState>>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
+    let filter_state = query.state.as_deref().map(TaskState::from_str).transpose().map_err(|e| ApiError {
+        field: Some("state".into()),
+        ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e)
+    })?;
+    let tasks = state.queue.list(&ListFilter { state: filter_state, limit: query.limit.unwrap_or(100) }).await?;
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+pub async fn status(State(state): State<Arc<ApiState>>, Path(id): Path<String>) -> Result<Json<TaskRecord>, ApiError> {
+    Ok(Json(state.queue.get(&id).await?))
+}
+
+pub async fn cancel(
+    State(state): State<Arc<ApiState>>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    match state.queue.cancel(&id).await? {
+        Cancelled::Now => {
+            state.workers.events_stored.notify_waiters();
+            Ok((StatusCode::OK, Json(json!({"id": id, "state": "cancelled"}))))
+        }
+        Cancelled::Requested => {
+            // When this process runs the task, stop it now rather than at the next heartbeat.
+            state.workers.cancel_local(&id);
+            Ok((StatusCode::ACCEPTED, Json(json!({"id": id, "state": "running", "cancel": "requested"}))))
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RejectBody {
+    #[serde(default)]
+    reason: String,
+}
+
+pub async fn approve(
+    State(state): State<Arc<ApiState>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    state.queue.decide(&id, &Decision::Approve).await?;
+    state.workers.wake.notify_one();
+    Ok(Json(json!({"id": id, "state": "queued", "approved": true})))
+}
+
+pub async fn reject(
+    State(state): State<Arc<ApiState>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let text = body_text(body)?;
+    let body: RejectBody = if text.trim().is_empty() {
+        RejectBody::default()
+    } else {
+        crate::task::parse_json(&text, "request body").map_err(invalid_task)?
+    };
+    state.queue.decide(&id, &Decision::Reject { reason: body.reason }).await?;
+    state.workers.events_stored.notify_waiters();
+    Ok(Json(json!({"id": id, "state": "failed", "reason": "rejected"})))
+}
+
+pub async fn screenshot(
+    State(state): State<Arc<ApiState>>,
+    Path((id, index)): Path<(String, u32)>,
+) -> Result<Response, ApiError> {
+    let record = state.queue.get(&id).await?;
+    let reference = match record.steps.iter().find(|s| s.index == index) {
+        Some(step) => step.screenshot.clone(),
+        None => record.final_screenshot.filter(|_| index as usize == record.steps.len()).ok_or_else(|| {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("task {id} has no step {index}"))
+        })?,
+    };
+    let bytes = state.store.get(&reference.key).await.map_err(|e| match e {
+        crate::artifacts::ArtifactError::NotFound(_) => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_stored_yet",
+            format!("screenshot of step {index} is not stored yet"),
+        ),
+        other => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", other.to_string()),
+    })?;
+    Ok(([(header::CONTENT_TYPE, crate::artifacts::content_type(&reference.key))], bytes).into_response())
+}
+
+pub async fn health(State(state): State<Arc<ApiState>>) -> (StatusCode, Json<serde_json::Value>) {
+    let queue = state.queue.health().await.map_err(|e| e.to_string());
+    let artifacts = state.store.health().await.map_err(|e| e.to_string());
+    let claim_age_ms = crate::queue::now_ms() - state.workers.claim_loop_alive_ms.load(Ordering::Relaxed);
+    let workers_alive = state.stopping.is_cancelled() || claim_age_ms < 30_000 + state.config.queue.poll_ms as i64;
+    let uploads = state.uploader.stats();
+    let ok = queue.is_ok() && artifacts.is_ok() && workers_alive;
+    let describe = |r: &Result<(), String>| match r {
+        Ok(()) => json!("ok"),
+        Err(e) => json!(e),
+    };
+    let body = json!({
+        "status": if ok { "ok" } else { "unhealthy" },
+        "queue": describe(&queue),
+        "artifacts": describe(&artifacts),
+        "workers": if workers_alive { json!("ok") } else { json!(format!("claim loop silent for {claim_age_ms} ms")) },
+        "running": state.workers.running(),
+        "uploads_pending": uploads.pending,
+        "spool_bytes": uploads.spooled_bytes,
+        "stopping": state.stopping.is_cancelled(),
+    });
+    (if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body))
+}
+
+pub async fn metrics(State(state): State<Arc<ApiState>>) -> Result<Response, ApiError> {
+    let counts = state.queue.counts().await?;
+    let text = state.metrics.render(&counts, state.workers.running(), state.uploader.stats());
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}

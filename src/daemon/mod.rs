@@ -1,0 +1,155 @@
+//! `agentd serve`: the daemon. Opens the queue and the artifact store, starts the workers, the heartbeat,
+//! the rescuer and the HTTP API (Unix socket, optionally TCP), tells systemd when it is ready, feeds the
+//! watchdog while the claim loop is alive, and shuts down in two phases.
+//!
+//! Shutdown (first SIGTERM/SIGINT): stop claiming and accepting tasks (`STOPPING=1`), let running tasks
+//! reach the end of their step and hand them back to the queue without counting an attempt, flush artifacts,
+//! exit. After `worker.shutdown_grace_secs`, whatever still runs is abandoned (its lease expires and another
+//! start resumes it). A second signal exits at once.
+
+pub mod metrics;
+pub mod notify;
+pub mod worker;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::{self, ApiState};
+use crate::artifacts::Uploader;
+use crate::config::{Config, QueueBackend};
+use crate::queue::Queue;
+use crate::queue::sqlite::SqliteQueue;
+use metrics::Metrics;
+use worker::Workers;
+
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// Opens the queue the config names.
+pub async fn open_queue(config: &Config) -> Result<Arc<dyn Queue>, DaemonError> {
+    match config.queue.backend {
+        QueueBackend::Sqlite => {
+            let path = config.queue_path();
+            let queue = SqliteQueue::open(&path)
+                .await
+                .map_err(|e| DaemonError::Unreachable(format!("queue {}: {e}", path.display())))?;
+            Ok(Arc::new(queue))
+        }
+        QueueBackend::Postgres => {
+            Err(DaemonError::Invalid("queue.backend: postgres is not part of this build yet".into()))
+        }
+    }
+}
+
+/// Runs the daemon until a signal stops it.
+pub async fn serve(config: Config) -> Result<(), DaemonError> {
+    let config = Arc::new(config);
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| DaemonError::Unreachable(format!("data_dir {}: {e}", config.data_dir.display())))?;
+    let queue = open_queue(&config).await?;
+    let store = crate::backends::artifact_store(&config).await.map_err(|e| DaemonError::Invalid(e.to_string()))?;
+    store.health().await.map_err(|e| DaemonError::Unreachable(format!("artifact store {}: {e}", store.describe())))?;
+
+    let tracker = TaskTracker::new();
+    let background = CancellationToken::new();
+    let uploader = Uploader::start(store.clone(), config.spool_dir(), 256, &tracker, background.clone());
+    let metrics = Arc::new(Metrics::default());
+    let workers = Workers::new(config.clone(), queue.clone(), uploader.clone(), metrics.clone());
+
+    let stop_claiming = CancellationToken::new();
+    let shutdown_tasks = CancellationToken::new();
+    let state = Arc::new(ApiState {
+        config: config.clone(),
+        queue: queue.clone(),
+        store,
+        uploader: uploader.clone(),
+        metrics,
+        workers: workers.clone(),
+        stopping: stop_claiming.clone(),
+    });
+    let servers = api::bind(&state).await.map_err(|e| DaemonError::Unreachable(e.to_string()))?;
+    let api_stop = CancellationToken::new();
+    for server in servers {
+        let stop = api_stop.clone();
+        tracker.spawn(server.run(state.clone(), stop));
+    }
+
+    let runners = TaskTracker::new();
+    tracker.spawn(workers.clone().claim_loop(runners.clone(), stop_claiming.clone(), shutdown_tasks.clone()));
+    tracker.spawn(workers.clone().heartbeat_loop(background.clone()));
+    tracker.spawn(workers.clone().rescue_loop(background.clone()));
+    if let Some(interval) = notify::watchdog_interval() {
+        tracker.spawn(feed_watchdog(workers.clone(), interval, background.clone()));
+    }
+    notify::notify(&format!("READY=1\nSTATUS=serving on {}", config.socket_path().display()));
+    tracing::info!(socket = %config.socket_path().display(), queue = queue.describe(), worker = %workers.identity.name, "agentd ready");
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: no new tasks; running tasks finish their step");
+    notify::notify("STOPPING=1\nSTATUS=finishing running steps");
+    stop_claiming.cancel();
+    shutdown_tasks.cancel();
+    runners.close();
+    let grace = Duration::from_secs(config.worker.shutdown_grace_secs);
+    tokio::select! {
+        () = runners.wait() => {}
+        () = tokio::time::sleep(grace) => {
+            tracing::warn!(running = workers.running(), "grace period over; abandoning running tasks (their leases will expire)");
+        }
+        () = wait_for_signal() => {
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(130);
+        }
+    }
+    let pending = uploader.flush(Duration::from_secs(10)).await;
+    if pending > 0 {
+        tracing::warn!(pending, "artifacts left in the spool; they upload on the next start");
+    }
+    api_stop.cancel();
+    background.cancel();
+    tracker.close();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+    api::remove_socket(&config);
+    tracing::info!("agentd stopped");
+    Ok(())
+}
+
+/// Pings the systemd watchdog at half its interval, but only while the claim loop keeps going round: a
+/// wedged worker must not be hidden by a timer that keeps ticking.
+async fn feed_watchdog(workers: Arc<Workers>, interval: Duration, stop: CancellationToken) {
+    let every = interval / 2;
+    let stale_after_ms = (interval.as_millis() / 2).max(1) as i64 + workers.config.queue.poll_ms as i64;
+    loop {
+        let age = crate::queue::now_ms() - workers.claim_loop_alive_ms.load(Ordering::Relaxed);
+        if age <= stale_after_ms {
+            notify::notify("WATCHDOG=1");
+        } else {
+            tracing::error!(age_ms = age, "claim loop is not making progress; not feeding the watchdog");
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

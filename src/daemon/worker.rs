@@ -1,0 +1,506 @@
+//! Workers: the claim loop, one runner per leased task, the heartbeat that keeps leases alive (and carries
+//! cancellations and lease losses back to the runners), and the rescuer of expired leases.
+//!
+//! Concurrency is a semaphore of `worker.concurrency` permits; a runner holds one for the whole attempt. A
+//! task that waits for a human is released back to the queue and holds nothing. Every runner is spawned on
+//! the daemon's `TaskTracker` and runs the loop through `run_isolated`, so a panic fails that task only.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::metrics::Metrics;
+use crate::agent::events::{Event, EventKind, EventSink};
+use crate::agent::journal::{Journal, JournalError};
+use crate::agent::{LoopEnd, LoopInput, run_isolated};
+use crate::artifacts::Uploader;
+use crate::backends::{self, BuildError, ComputerContext};
+use crate::config::Config;
+use crate::model::Usage;
+use crate::queue::{Finish, Lease, LeaseStatus, Queue, QueueError, Release, WorkerIdentity, now_ms};
+use crate::record::{EndReason, Outcome};
+
+/// What the claim loop and runners share.
+pub struct Workers {
+    pub config: Arc<Config>,
+    pub queue: Arc<dyn Queue>,
+    pub uploader: Uploader,
+    pub metrics: Arc<Metrics>,
+    pub identity: WorkerIdentity,
+    /// Wakes the claim loop (a task was submitted or a slot freed).
+    pub wake: Arc<Notify>,
+    /// Fires when events of a task were stored (SSE followers wait on it).
+    pub events_stored: Arc<Notify>,
+    /// Leases held by this process: task id → (token, the runner's cancel token).
+    active: Mutex<HashMap<String, ActiveLease>>,
+    slots: Arc<Semaphore>,
+    /// Milliseconds since the epoch when the claim loop last went round (the systemd watchdog feeds on it).
+    pub claim_loop_alive_ms: AtomicI64,
+}
+
+struct ActiveLease {
+    token: i64,
+    cancel: CancellationToken,
+    lost: CancellationToken,
+}
+
+impl Workers {
+    pub fn new(config: Arc<Config>, queue: Arc<dyn Queue>, uploader: Uploader, metrics: Arc<Metrics>) -> Arc<Self> {
+        let name = config
+            .worker
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", crate::config::host_name(), std::process::id()));
+        let identity = WorkerIdentity { name, labels: config.worker.labels.clone() };
+        let concurrency = config.worker.concurrency.max(1) as usize;
+        Arc::new(Self {
+            config,
+            queue,
+            uploader,
+            metrics,
+            identity,
+            wake: Arc::new(Notify::new()),
+            events_stored: Arc::new(Notify::new()),
+            active: Mutex::new(HashMap::new()),
+            slots: Arc::new(Semaphore::new(concurrency)),
+            claim_loop_alive_ms: AtomicI64::new(now_ms()),
+        })
+    }
+
+    /// Cancels a task this process is running now (the queue already records the request).
+    pub fn cancel_local(&self, task_id: &str) {
+        if let Ok(active) = self.active.lock()
+            && let Some(lease) = active.get(task_id)
+        {
+            lease.cancel.cancel();
+        }
+    }
+
+    pub fn running(&self) -> usize {
+        self.active.lock().map(|a| a.len()).unwrap_or(0)
+    }
+
+    fn lease_for(&self) -> Duration {
+        Duration::from_secs(self.config.queue.lease_secs)
+    }
+
+    /// Claims tasks while there are free slots, until `stop` fires. `shutdown` is handed to runners: they
+    /// stop at their next step boundary when it fires.
+    pub async fn claim_loop(
+        self: Arc<Self>,
+        tracker: TaskTracker,
+        stop: CancellationToken,
+        shutdown: CancellationToken,
+    ) {
+        let poll = Duration::from_millis(self.config.queue.poll_ms);
+        loop {
+            self.claim_loop_alive_ms.store(now_ms(), Ordering::Relaxed);
+            if stop.is_cancelled() {
+                return;
+            }
+            let permit = tokio::select! {
+                () = stop.cancelled() => return,
+                permit = tokio::time::timeout(poll, self.slots.clone().acquire_owned()) => match permit {
+                    Ok(Ok(permit)) => permit,
+                    Ok(Err(_)) => return,
+                    Err(_) => continue,
+                },
+            };
+            match self.queue.claim(&self.identity, self.lease_for()).await {
+                Ok(Some(lease)) => {
+                    let workers = self.clone();
+                    let shutdown = shutdown.clone();
+                    tracker.spawn(async move { workers.run_lease(lease, permit, shutdown).await });
+                }
+                Ok(None) => {
+                    drop(permit);
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = self.wake.notified() => {}
+                        () = tokio::time::sleep(poll) => {}
+                    }
+                }
+                Err(e) => {
+                    drop(permit);
+                    tracing::warn!(error = %e, "claiming failed; retrying");
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(poll.max(Duration::from_millis(500))) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renews every lease this process holds; passes cancellations and lease losses to the runners.
+    pub async fn heartbeat_loop(self: Arc<Self>, stop: CancellationToken) {
+        let every = Duration::from_secs(self.config.queue.heartbeat_secs.max(1));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            self.heartbeat_once().await;
+        }
+    }
+
+    pub async fn heartbeat_once(&self) {
+        let leases: Vec<(String, i64, CancellationToken, CancellationToken)> = match self.active.lock() {
+            Ok(active) => {
+                active.iter().map(|(id, a)| (id.clone(), a.token, a.cancel.clone(), a.lost.clone())).collect()
+            }
+            Err(_) => return,
+        };
+        for (id, token, cancel, lost) in leases {
+            match self.queue.heartbeat(&id, token, self.lease_for()).await {
+                Ok(LeaseStatus::Held { cancel_requested }) => {
+                    if cancel_requested {
+                        cancel.cancel();
+                    }
+                }
+                Ok(LeaseStatus::Lost) => {
+                    tracing::warn!(task_id = %id, "lease lost; stopping the task here");
+                    self.metrics.lease_losses.fetch_add(1, Ordering::Relaxed);
+                    lost.cancel();
+                    cancel.cancel();
+                }
+                Err(e) => tracing::warn!(task_id = %id, error = %e, "heartbeat failed; will retry"),
+            }
+        }
+    }
+
+    /// Hands tasks of dead workers back to the queue, every half lease.
+    pub async fn rescue_loop(self: Arc<Self>, stop: CancellationToken) {
+        let every = Duration::from_millis((self.config.queue.lease_secs * 500).max(500));
+        loop {
+            match self.queue.rescue_expired().await {
+                Ok(rescued) if !rescued.is_empty() => {
+                    for r in &rescued {
+                        tracing::info!(task_id = %r.task_id, state = r.new_state.as_str(), "rescued an expired lease");
+                    }
+                    self.wake.notify_waiters();
+                    self.events_stored.notify_waiters();
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
+    /// Runs one leased attempt to its end and tells the queue how it ended.
+    async fn run_lease(self: Arc<Self>, lease: Lease, permit: OwnedSemaphorePermit, shutdown: CancellationToken) {
+        let task_id = lease.task_id.clone();
+        let token = lease.token;
+        let span = tracing::info_span!("task", task_id = %task_id, attempt = lease.attempt);
+        let cancel = CancellationToken::new();
+        let lost = CancellationToken::new();
+        if let Ok(mut active) = self.active.lock() {
+            active.insert(task_id.clone(), ActiveLease { token, cancel: cancel.clone(), lost: lost.clone() });
+        }
+        self.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
+        tracing::Instrument::instrument(self.clone().attempt(lease, cancel, lost, shutdown), span).await;
+        if let Ok(mut active) = self.active.lock() {
+            active.remove(&task_id);
+        }
+        drop(permit);
+        self.wake.notify_one();
+    }
+
+    async fn attempt(
+        self: Arc<Self>,
+        lease: Lease,
+        cancel: CancellationToken,
+        lost: CancellationToken,
+        shutdown: CancellationToken,
+    ) {
+        let task_id = lease.task_id.clone();
+        let token = lease.token;
+        let (events, receiver) = EventSink::channel(&task_id, lease.next_seq);
+        let (stored_tx, stored_rx) = watch::channel(lease.next_seq.saturating_sub(1));
+        let writer = tokio::spawn(write_events(
+            self.queue.clone(),
+            task_id.clone(),
+            token,
+            receiver,
+            stored_tx,
+            self.events_stored.clone(),
+            self.metrics.clone(),
+        ));
+        events.emit(EventKind::TaskStarted { attempt: lease.attempt, worker: self.identity.name.clone() });
+
+        let resolved = lease.spec.resolve(&self.config.defaults);
+        let persist = self.config.mock_dir(&task_id);
+        let ctx = ComputerContext { base_dir: None, persist_dir: Some(&persist) };
+        let built = match backends::model(&resolved.model, &self.config, None) {
+            Ok(model) => backends::computer(&resolved.computer, &ctx).await.map(|computer| (computer, model)),
+            Err(e) => Err(e),
+        };
+        let (computer, model) = match built {
+            Ok(pair) => pair,
+            Err(e) => {
+                let (retry, message) = match e {
+                    BuildError::Invalid(m) => (false, m),
+                    BuildError::Unreachable(m) => (true, m),
+                };
+                let outcome = Outcome { success: false, summary: message, reason: EndReason::Error };
+                let finish = Finish {
+                    outcome: outcome.clone(),
+                    usage: Usage::default(),
+                    final_screenshot: None,
+                    computer_state: None,
+                };
+                self.end(
+                    &lease,
+                    &events,
+                    &stored_rx,
+                    if retry { End::Retry(outcome, finish) } else { End::Finish(finish) },
+                )
+                .await;
+                drop(events);
+                let _ = writer.await;
+                return;
+            }
+        };
+
+        let journal = Arc::new(QueueJournal {
+            queue: self.queue.clone(),
+            task_id: task_id.clone(),
+            token,
+            started: Instant::now(),
+            before: lease.elapsed,
+            metrics: self.metrics.clone(),
+        });
+        let output = run_isolated(LoopInput {
+            task_id: task_id.clone(),
+            attempt: lease.attempt,
+            task: resolved,
+            computer,
+            model,
+            uploader: self.uploader.clone(),
+            journal,
+            events: events.clone(),
+            cancel: cancel.clone(),
+            shutdown,
+            resume: lease.steps.clone(),
+            elapsed_before: lease.elapsed,
+            approved: lease.approved,
+        })
+        .await;
+        for step in &output.steps {
+            self.metrics
+                .action_errors
+                .fetch_add(step.results.iter().filter(|r| !r.ok).count() as u64, Ordering::Relaxed);
+        }
+        let finish = |outcome: Outcome| Finish {
+            outcome,
+            usage: output.usage,
+            final_screenshot: output.final_screenshot.clone(),
+            computer_state: output.computer_state.clone(),
+        };
+        let end = if lost.is_cancelled() {
+            End::Lost
+        } else {
+            match output.end.clone() {
+                LoopEnd::Finished(outcome) => End::Finish(finish(outcome)),
+                LoopEnd::Retryable(outcome) => End::Retry(outcome.clone(), finish(outcome)),
+                LoopEnd::Interrupted => End::Requeue,
+                LoopEnd::LeaseLost(_) => End::Lost,
+                LoopEnd::WaitingForHuman { reason } => End::Wait(reason),
+            }
+        };
+        self.metrics.model_errors.fetch_add(u64::from(output.model_errors), Ordering::Relaxed);
+        self.end(&lease, &events, &stored_rx, end).await;
+        drop(events);
+        // Screenshot events may still arrive from the uploader; the writer ends when they have.
+        let _ = writer;
+    }
+
+    /// Tells the queue how the attempt ended, after the events before it are stored.
+    async fn end(&self, lease: &Lease, events: &EventSink, stored: &watch::Receiver<u64>, end: End) {
+        let task_id = &lease.task_id;
+        let result = match end {
+            End::Finish(finish) => {
+                let outcome = finish.outcome.clone();
+                let seq = emit_and_wait(
+                    events,
+                    stored,
+                    EventKind::TaskFinished { state: outcome.state(), outcome: outcome.clone(), usage: finish.usage },
+                )
+                .await;
+                tracing::info!(
+                    state = outcome.state().as_str(),
+                    reason = outcome.reason.as_str(),
+                    seq,
+                    "task finished"
+                );
+                self.metrics.tasks_finished.fetch_add(1, Ordering::Relaxed);
+                self.queue.finish(task_id, lease.token, &finish).await
+            }
+            End::Retry(outcome, _) if lease.attempt < lease.max_attempts => {
+                let delay = retry_delay(lease.attempt);
+                tracing::warn!(summary = %outcome.summary, ?delay, "attempt failed; the task will be retried");
+                self.queue
+                    .release(
+                        task_id,
+                        lease.token,
+                        &Release::Requeue { count_attempt: true, delay, reason: outcome.summary },
+                    )
+                    .await
+            }
+            End::Retry(outcome, mut finish) => {
+                finish.outcome =
+                    Outcome { summary: format!("{} (after {} attempts)", outcome.summary, lease.attempt), ..outcome };
+                emit_and_wait(
+                    events,
+                    stored,
+                    EventKind::TaskFinished {
+                        state: finish.outcome.state(),
+                        outcome: finish.outcome.clone(),
+                        usage: finish.usage,
+                    },
+                )
+                .await;
+                self.metrics.tasks_finished.fetch_add(1, Ordering::Relaxed);
+                self.queue.finish(task_id, lease.token, &finish).await
+            }
+            End::Requeue => {
+                tracing::info!("handing the task back (shutdown)");
+                self.queue
+                    .release(
+                        task_id,
+                        lease.token,
+                        &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "shutdown".into() },
+                    )
+                    .await
+            }
+            End::Wait(reason) => {
+                wait_stored(stored, events).await;
+                self.queue.release(task_id, lease.token, &Release::WaitForHuman { reason }).await
+            }
+            End::Lost => Ok(()),
+        };
+        match result {
+            Ok(()) => {}
+            Err(QueueError::LeaseLost(_)) => {
+                self.metrics.lease_losses.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("lease lost before the attempt could be recorded; another worker has the task");
+            }
+            Err(e) => tracing::error!(error = %e, "could not record how the attempt ended; the lease will expire"),
+        }
+        self.events_stored.notify_waiters();
+        self.wake.notify_one();
+    }
+}
+
+enum End {
+    Finish(Finish),
+    /// A retryable failure, and how the task ends if it was the last attempt.
+    Retry(Outcome, Finish),
+    Requeue,
+    Wait(String),
+    Lost,
+}
+
+/// Backoff between attempts of a task that failed in a retryable way: 2 s, 4 s, 8 s … up to 5 minutes.
+fn retry_delay(attempt: u32) -> Duration {
+    Duration::from_secs(2u64.saturating_pow(attempt.min(16)).min(300))
+}
+
+/// Emits an event and waits (briefly) until it is stored, so the state change that follows is never seen
+/// before the event that explains it.
+async fn emit_and_wait(events: &EventSink, stored: &watch::Receiver<u64>, kind: EventKind) -> u64 {
+    events.emit(kind);
+    wait_stored(stored, events).await
+}
+
+async fn wait_stored(stored: &watch::Receiver<u64>, events: &EventSink) -> u64 {
+    let target = events.last_seq();
+    let mut stored = stored.clone();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stored.wait_for(|s| *s >= target)).await;
+    target
+}
+
+/// Stores a task's events in batches as they come; ends when every sender is gone.
+async fn write_events(
+    queue: Arc<dyn Queue>,
+    task_id: String,
+    token: i64,
+    mut receiver: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    stored: watch::Sender<u64>,
+    notify: Arc<Notify>,
+    metrics: Arc<Metrics>,
+) {
+    let mut batch = Vec::with_capacity(64);
+    while let Some(event) = receiver.recv().await {
+        batch.push(event);
+        while batch.len() < 256 {
+            match receiver.try_recv() {
+                Ok(event) => batch.push(event),
+                Err(_) => break,
+            }
+        }
+        for event in &batch {
+            if let EventKind::StepFinished { duration_ms, .. } = &event.kind {
+                metrics.observe_step(*duration_ms);
+            }
+        }
+        let last = batch.last().map_or(0, |e| e.seq);
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match queue.append_events(&task_id, Some(token), &batch).await {
+                Ok(()) => break,
+                Err(QueueError::LeaseLost(_)) => {
+                    tracing::debug!(task_id, "events dropped: the lease is gone");
+                    break;
+                }
+                Err(e) if delay < Duration::from_secs(5) => {
+                    tracing::warn!(task_id, error = %e, "storing events failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(task_id, error = %e, "storing events failed; dropping a batch");
+                    break;
+                }
+            }
+        }
+        batch.clear();
+        let _ = stored.send(last);
+        notify.notify_waiters();
+    }
+}
+
+/// The step journal of a leased task: the queue, fenced by the lease's token.
+struct QueueJournal {
+    queue: Arc<dyn Queue>,
+    task_id: String,
+    token: i64,
+    started: Instant,
+    before: Duration,
+    metrics: Arc<Metrics>,
+}
+
+#[async_trait]
+impl Journal for QueueJournal {
+    async fn record_step(&self, step: &crate::record::StepRecord) -> Result<(), JournalError> {
+        let elapsed = self.before + self.started.elapsed();
+        match self.queue.record_step(&self.task_id, self.token, step, elapsed).await {
+            Ok(()) => Ok(()),
+            Err(QueueError::LeaseLost(why)) => {
+                self.metrics.lease_losses.fetch_add(1, Ordering::Relaxed);
+                Err(JournalError::LeaseLost(why))
+            }
+            Err(e) => Err(JournalError::Unavailable(e.to_string())),
+        }
+    }
+}
