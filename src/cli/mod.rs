@@ -1,8 +1,10 @@
 //! The command line (product contract §2): argument parsing and dispatch. Each command lives in its own
 //! module and returns an [`Exit`]; errors print their chain on stderr and map to the exit code table.
 
+pub mod client;
 pub mod exit;
 pub mod progress;
+pub mod remote;
 pub mod run;
 
 use std::path::PathBuf;
@@ -25,6 +27,14 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// The daemon's Unix socket (default: $AGENTD_SOCKET, else the configured api.socket).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// The daemon's TCP address, http://host:port (default: $AGENTD_URL); the token comes from $AGENTD_TOKEN.
+    #[arg(long, global = true, value_name = "URL")]
+    pub url: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -35,6 +45,43 @@ pub enum Command {
     Run {
         /// The task file, or `-` for standard input.
         task: PathBuf,
+    },
+    /// Run the daemon: API and workers (what systemd starts).
+    Serve,
+    /// Send a task to the daemon and print its id.
+    Submit {
+        /// The task file, or `-` for standard input.
+        task: PathBuf,
+        /// Follow the task's progress and exit with its outcome.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Show one task: state, outcome, steps, usage.
+    Status { id: String },
+    /// List tasks, newest first.
+    List {
+        /// Only tasks in this state (queued, running, waiting_for_human, succeeded, failed, cancelled).
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Cancel a queued or running task.
+    Cancel { id: String },
+    /// Print a task's events (JSON lines with --json).
+    Events {
+        id: String,
+        /// Keep following until the task finishes.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Approve what a task waiting for a human asked for; it resumes.
+    Approve { id: String },
+    /// Reject what a task waiting for a human asked for; it ends.
+    Reject {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Configuration commands.
     Config {
@@ -86,27 +133,63 @@ fn init_tracing() {
 
 async fn dispatch(cli: Cli) -> CliResult {
     let source = ConfigSource::locate(cli.config.as_deref());
-    match cli.command {
+    let json = cli.json;
+    let client = |config: &Config| -> Result<client::Client, CliError> {
+        Ok(client::Client::new(client::Endpoint::locate(cli.socket.clone(), cli.url.clone(), config)?))
+    };
+    match &cli.command {
         Command::Run { task } => {
             let config = source.load()?;
-            run::run(&config, &task, cli.json).await
+            run::run(&config, task, json).await
         }
-        Command::Config { command: ConfigCommand::Check } => config_check(&source, cli.json).await,
+        Command::Serve => {
+            let config = source.load()?;
+            crate::daemon::serve(config).await.map_err(|e| match e {
+                crate::daemon::DaemonError::Invalid(m) => CliError::invalid(anyhow::anyhow!(m)),
+                crate::daemon::DaemonError::Unreachable(m) => CliError::unreachable(anyhow::anyhow!(m)),
+            })?;
+            Ok(Exit::Success)
+        }
+        Command::Submit { task, wait } => remote::submit(&client(&source.load()?)?, task, *wait, json).await,
+        Command::Status { id } => remote::status(&client(&source.load()?)?, id, json).await,
+        Command::List { state, limit } => remote::list(&client(&source.load()?)?, state.as_deref(), *limit, json).await,
+        Command::Cancel { id } => remote::cancel(&client(&source.load()?)?, id, json).await,
+        Command::Events { id, follow } => remote::events(&client(&source.load()?)?, id, *follow, json).await,
+        Command::Approve { id } => remote::decide(&client(&source.load()?)?, id, true, None, json).await,
+        Command::Reject { id, reason } => remote::decide(&client(&source.load()?)?, id, false, reason.clone(), json).await,
+        Command::Config { command: ConfigCommand::Check } => config_check(&source, json).await,
     }
 }
 
 async fn config_check(source: &ConfigSource, json: bool) -> CliResult {
     let config: Config = source.load()?;
+    let queue = crate::daemon::open_queue(&config).await.map_err(|e| match e {
+        crate::daemon::DaemonError::Invalid(m) => CliError::invalid(anyhow::anyhow!(m)),
+        crate::daemon::DaemonError::Unreachable(m) => CliError::unreachable(anyhow::anyhow!(m)),
+    })?;
+    queue.health().await.map_err(|e| CliError::unreachable(anyhow::anyhow!("queue {}: {e}", queue.describe())))?;
     let store = crate::backends::artifact_store(&config).await.map_err(CliError::invalid)?;
     store
         .health()
         .await
         .map_err(|e| CliError::unreachable(anyhow::anyhow!("artifact store {}: {e}", store.describe())))?;
     if json {
-        let doc = serde_json::json!({"ok": true, "config": source.name(), "artifacts": store.describe()});
+        let doc = serde_json::json!({
+            "ok": true,
+            "config": source.name(),
+            "queue": queue.describe(),
+            "artifacts": store.describe(),
+            "socket": config.socket_path(),
+        });
         println!("{doc}");
     } else {
-        eprintln!("{}: ok (artifacts: {})", source.name(), store.describe());
+        eprintln!(
+            "{}: ok (queue {}, artifacts {}, socket {})",
+            source.name(),
+            queue.describe(),
+            store.describe(),
+            config.socket_path().display()
+        );
     }
     Ok(Exit::Success)
 }

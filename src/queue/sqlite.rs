@@ -41,6 +41,7 @@ const SCHEMA: &[&str] = &[
         not_before_ms INTEGER NOT NULL DEFAULT 0,
         cancel_requested INTEGER NOT NULL DEFAULT 0,
         approved INTEGER NOT NULL DEFAULT 0,
+        same_attempt INTEGER NOT NULL DEFAULT 0,
         waiting_reason TEXT,
         elapsed_ms INTEGER NOT NULL DEFAULT 0,
         outcome TEXT,
@@ -283,7 +284,8 @@ impl Queue for SqliteQueue {
             return Ok(None);
         };
         let row = sqlx::query(
-            "UPDATE tasks SET state = 'running', attempt = attempt + 1, worker = ?2, lease_token = lease_token + 1,
+            "UPDATE tasks SET state = 'running', attempt = attempt + 1 - same_attempt, same_attempt = 0,
+                worker = ?2, lease_token = lease_token + 1,
                 lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
                 waiting_reason = NULL
              WHERE id = ?1 AND state = 'queued'
@@ -448,7 +450,7 @@ impl Queue for SqliteQueue {
             Release::Requeue { count_attempt, delay, .. } => {
                 sqlx::query(
                     "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
-                    attempt = CASE WHEN ?3 THEN attempt ELSE attempt - 1 END, not_before_ms = ?4
+                    same_attempt = CASE WHEN ?3 THEN 0 ELSE 1 END, not_before_ms = ?4
                  WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
                 )
                 .bind(task_id)
@@ -541,7 +543,8 @@ impl Queue for SqliteQueue {
         match decision {
             Decision::Approve => {
                 sqlx::query(
-                    "UPDATE tasks SET state = 'queued', approved = 1, waiting_reason = NULL, not_before_ms = 0
+                    "UPDATE tasks SET state = 'queued', approved = 1, same_attempt = 1, waiting_reason = NULL,
+                        not_before_ms = 0
                      WHERE id = ?1 AND state = 'waiting_for_human'",
                 )
                 .bind(id)

@@ -286,6 +286,7 @@ async fn humans_approve_and_reject(queue: &dyn Queue) {
             queue.decide(id, &Decision::Approve).await.unwrap_or_else(|e| panic!("{e}"));
             let resumed = claim_id(queue, &who, id).await;
             assert!(resumed.approved);
+            assert_eq!(resumed.attempt, 1, "waiting for a human does not use an attempt");
             queue.finish(id, resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
         } else {
             queue

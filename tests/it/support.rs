@@ -106,3 +106,169 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// A running `agentd serve` on a private data dir and socket; killed when dropped.
+pub struct Daemon {
+    pub agentd: Agentd,
+    pub child: Option<std::process::Child>,
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts a daemon whose config is the private data dir and socket plus `extra` (further sections).
+    pub fn start(extra: &str) -> Self {
+        Self::start_with_api("", extra)
+    }
+
+    /// Like [`Daemon::start`], with `api` lines added to the `[api]` section.
+    pub fn start_with_api(api: &str, extra: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("agentd.sock");
+        let config = format!(
+            "[api]\nsocket = {:?}\n{api}\n[queue]\nlease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100\n{extra}",
+            socket.display().to_string()
+        );
+        let agentd = Agentd { dir };
+        let mut text = format!("data_dir = {:?}\n", agentd.data_dir().display().to_string());
+        text.push_str(&config);
+        std::fs::write(agentd.dir.path().join("agentd.toml"), text).expect("write config");
+        let mut daemon = Self { agentd, child: None, socket };
+        daemon.spawn();
+        daemon
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.agentd.dir.path().join("serve.log"))
+            .expect("log file");
+        let child = self
+            .agentd
+            .command()
+            .arg("serve")
+            .env("AGENTD_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn agentd serve");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if let Ok((200, _)) = http(&self.socket, "GET", "/healthz", None, &[]) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("agentd serve did not become healthy:\n{}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.agentd.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// Runs a CLI command against this daemon.
+    pub fn cli(&self, args: &[&str]) -> Run {
+        let mut full = vec!["--socket", self.socket.to_str().expect("socket path")];
+        full.extend_from_slice(args);
+        self.agentd.run(&full)
+    }
+
+    pub fn signal(&mut self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: sending a signal to our own child process.
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+    }
+
+    /// Waits for the daemon to exit; returns its exit code.
+    pub fn wait(&mut self) -> Option<i32> {
+        self.child.take().and_then(|mut c| c.wait().ok()).and_then(|s| s.code())
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The status document of a task, over the API.
+    pub fn task(&self, id: &str) -> serde_json::Value {
+        let (status, body) = http(&self.socket, "GET", &format!("/v1/tasks/{id}"), None, &[]).expect("status request");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("status JSON")
+    }
+
+    /// Polls until the task is in a terminal state (or `timeout` passes).
+    pub fn wait_terminal(&self, id: &str, timeout: std::time::Duration) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let task = self.task(id);
+            let state = task["state"].as_str().unwrap_or_default().to_string();
+            if ["succeeded", "failed", "cancelled"].contains(&state.as_str()) || std::time::Instant::now() > deadline {
+                return task;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One HTTP/1.1 request over a Unix socket (or TCP when `target` has a `:port` and no `/`), returning the
+/// status and body. `headers` are extra header lines.
+pub fn http(
+    target: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let body = body.unwrap_or_default();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        request.push_str("host: localhost\r\n");
+    }
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    let target_str = target.to_string_lossy();
+    let mut raw = Vec::new();
+    if !target_str.contains('/') && target_str.contains(':') {
+        let mut stream = std::net::TcpStream::connect(target_str.as_ref())?;
+        stream.write_all(request.as_bytes())?;
+        stream.write_all(body)?;
+        let _ = stream.read_to_end(&mut raw);
+    } else {
+        let mut stream = std::os::unix::net::UnixStream::connect(target)?;
+        stream.write_all(request.as_bytes())?;
+        stream.write_all(body)?;
+        let _ = stream.read_to_end(&mut raw);
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_string() };
+    Ok((status, body))
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}

@@ -1,0 +1,219 @@
+//! Client commands: `submit`, `status`, `list`, `cancel`, `events`, `approve`, `reject` — each one request
+//! (or an event stream) to the daemon, printed for people on stderr/stdout or as JSON on stdout.
+
+use std::io::Write;
+use std::path::Path;
+
+use hyper::Method;
+use serde_json::Value;
+
+use super::client::Client;
+use super::exit::{CliError, CliResult, Exit};
+use super::progress::Printer;
+use crate::agent::events::Event;
+use crate::model::scripted::Script;
+use crate::record::TaskRecord;
+use crate::task::{ComputerSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, TaskSpec};
+
+/// Makes a task file self-contained for a daemon that cannot see it: script files are inlined, scene files
+/// get absolute paths.
+pub fn prepare_for_daemon(mut spec: TaskSpec, source: &crate::task::TaskSource) -> Result<TaskSpec, CliError> {
+    if let Some(ModelSpec::Scripted(ScriptedSpec { script })) = &mut spec.model
+        && let ScriptSource::Path(path) = script
+    {
+        let loaded = Script::load(&source.resolve(path)).map_err(|e| {
+            CliError::invalid(anyhow::anyhow!("{}: field `model.script`: {e}", source.name))
+        })?;
+        *script = ScriptSource::Inline(loaded);
+    }
+    if let Some(ComputerSpec::Mock(MockSpec { scene: Some(scene), .. })) = &mut spec.computer
+        && agentd_mock::Scene::builtin(scene).is_none()
+    {
+        let path = source.resolve(scene);
+        let absolute = std::path::absolute(&path).unwrap_or(path);
+        *scene = absolute.display().to_string();
+    }
+    Ok(spec)
+}
+
+fn record_of(value: Value) -> Result<TaskRecord, CliError> {
+    serde_json::from_value(value).map_err(|e| CliError::unreachable(anyhow::anyhow!("unexpected reply from agentd: {e}")))
+}
+
+fn exit_for(record: &TaskRecord) -> Exit {
+    match (&record.outcome, record.state.is_terminal()) {
+        (Some(outcome), true) if !outcome.success => Exit::Unsuccessful,
+        _ => Exit::Success,
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, value);
+    let _ = writeln!(out);
+}
+
+pub async fn submit(client: &Client, task: &Path, wait: bool, json: bool) -> CliResult {
+    let (spec, source) = TaskSpec::read(task)?;
+    let spec = prepare_for_daemon(spec, &source)?;
+    let body = serde_json::to_vec(&spec).map_err(|e| CliError::invalid(anyhow::anyhow!("{}: {e}", source.name)))?;
+    let (status, reply) = client.call(Method::POST, "/v1/tasks", Some(body)).await?;
+    let record = record_of(reply)?;
+    let id = record.id.clone();
+    if !wait {
+        if json {
+            print_json(&record);
+        } else {
+            println!("{id}");
+            if status == hyper::StatusCode::OK {
+                eprintln!("agentd: task {id} was already submitted ({})", record.state.as_str());
+            }
+        }
+        return Ok(Exit::Success);
+    }
+    eprintln!("agentd: task {id} submitted; following its progress (Ctrl-C stops following, not the task)");
+    let mut printer = Printer::default();
+    let mut final_state = None;
+    client
+        .follow_events(&id, 0, true, |event| {
+            if let crate::agent::events::EventKind::TaskFinished { state, .. } = &event.kind {
+                final_state = Some(*state);
+            }
+            if let Some(line) = printer.line(event) {
+                eprintln!("{line}");
+            }
+        })
+        .await?;
+    // The queue records the end just after the event that announces it: wait for it to agree.
+    let mut record = record_of(client.call(Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await?.1)?;
+    for _ in 0..100 {
+        if record.state.is_terminal() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        record = record_of(client.call(Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await?.1)?;
+    }
+    if json {
+        print_json(&record);
+    } else {
+        println!("{id}");
+    }
+    let succeeded = record.state.is_terminal() && exit_for(&record) == Exit::Success
+        || !record.state.is_terminal() && final_state == Some(crate::record::TaskState::Succeeded);
+    Ok(if succeeded { Exit::Success } else { Exit::Unsuccessful })
+}
+
+pub async fn status(client: &Client, id: &str, json: bool) -> CliResult {
+    let (_, reply) = client.call(Method::GET, &format!("/v1/tasks/{}", encode(id)), None).await?;
+    let record = record_of(reply.clone())?;
+    if json {
+        print_json(&reply);
+    } else {
+        let outcome = record
+            .outcome
+            .as_ref()
+            .map(|o| format!(" ({}): {}", o.reason.as_str(), o.summary))
+            .or_else(|| record.waiting_reason.as_ref().map(|r| format!(": {r}")))
+            .unwrap_or_default();
+        println!("{}  {}{outcome}", record.id, record.state.as_str());
+        println!(
+            "  attempt {}  worker {}  steps {}  tokens {}/{}  cost ${:.4}",
+            record.attempt,
+            record.worker.as_deref().unwrap_or("-"),
+            record.steps.len(),
+            record.usage.input_tokens,
+            record.usage.output_tokens,
+            record.usage.cost_usd
+        );
+    }
+    Ok(exit_for(&record))
+}
+
+pub async fn list(client: &Client, state: Option<&str>, limit: Option<u32>, json: bool) -> CliResult {
+    let mut path = "/v1/tasks?".to_string();
+    if let Some(state) = state {
+        path.push_str(&format!("state={}&", encode(state)));
+    }
+    if let Some(limit) = limit {
+        path.push_str(&format!("limit={limit}"));
+    }
+    let (_, reply) = client.call(Method::GET, path.trim_end_matches(['?', '&']), None).await?;
+    if json {
+        print_json(&reply);
+        return Ok(Exit::Success);
+    }
+    let tasks: Vec<TaskRecord> = serde_json::from_value(reply["tasks"].clone())
+        .map_err(|e| CliError::unreachable(anyhow::anyhow!("unexpected reply from agentd: {e}")))?;
+    for task in tasks {
+        let summary = task.outcome.as_ref().map(|o| o.summary.as_str()).unwrap_or_default();
+        println!("{:<40} {:<18} {}  {}", task.id, task.state.as_str(), task.created_at.date(), summary);
+    }
+    Ok(Exit::Success)
+}
+
+pub async fn cancel(client: &Client, id: &str, json: bool) -> CliResult {
+    let (_, reply) = client.call(Method::POST, &format!("/v1/tasks/{}/cancel", encode(id)), None).await?;
+    if json {
+        print_json(&reply);
+    } else if reply["cancel"] == "requested" {
+        eprintln!("agentd: task {id} is running; it stops at its next safe point");
+    } else {
+        eprintln!("agentd: task {id} cancelled");
+    }
+    Ok(Exit::Success)
+}
+
+pub async fn decide(client: &Client, id: &str, approve: bool, reason: Option<String>, json: bool) -> CliResult {
+    let (path, body) = if approve {
+        (format!("/v1/tasks/{}/approve", encode(id)), None)
+    } else {
+        let body = serde_json::json!({ "reason": reason.unwrap_or_default() });
+        (format!("/v1/tasks/{}/reject", encode(id)), Some(body.to_string().into_bytes()))
+    };
+    let (_, reply) = client.call(Method::POST, &path, body).await?;
+    if json {
+        print_json(&reply);
+    } else {
+        eprintln!("agentd: task {id} {}", if approve { "approved; it resumes" } else { "rejected" });
+    }
+    Ok(Exit::Success)
+}
+
+pub async fn events(client: &Client, id: &str, follow: bool, json: bool) -> CliResult {
+    let mut printer = Printer::default();
+    let mut out = std::io::stdout().lock();
+    let mut print = |event: &Event| {
+        if json {
+            let _ = serde_json::to_writer(&mut out, event);
+            let _ = writeln!(out);
+        } else {
+            let line = printer.line(event).unwrap_or_else(|| describe(event));
+            let _ = writeln!(out, "{:>5} {} {line}", event.seq, event.kind.type_name());
+        }
+    };
+    client.follow_events(id, 0, follow, &mut print).await?;
+    Ok(Exit::Success)
+}
+
+fn describe(event: &Event) -> String {
+    match serde_json::to_value(&event.kind) {
+        Ok(Value::Object(mut fields)) => {
+            fields.remove("type");
+            Value::Object(fields).to_string()
+        }
+        _ => String::new(),
+    }
+}
+
+/// Percent-encodes a path segment or query value.
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for byte in s.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
