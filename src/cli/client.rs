@@ -19,7 +19,10 @@ use crate::config::Config;
 pub enum Endpoint {
     Unix(PathBuf),
     /// `host:port`, and the token to send.
-    Tcp { authority: String, token: Option<String> },
+    Tcp {
+        authority: String,
+        token: Option<String>,
+    },
 }
 
 impl Endpoint {
@@ -33,11 +36,18 @@ impl Endpoint {
         if let Some(url) = url {
             let authority = url
                 .strip_prefix("http://")
-                .ok_or_else(|| CliError::invalid(anyhow::anyhow!("--url {url:?}: only http://host:port URLs are supported")))?
+                .ok_or_else(|| {
+                    CliError::invalid(anyhow::anyhow!("--url {url:?}: only http://host:port URLs are supported"))
+                })?
                 .trim_end_matches('/')
                 .to_string();
             let token = env("AGENTD_TOKEN").or_else(|| {
-                config.api.token_file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).map(|t| t.trim().to_string())
+                config
+                    .api
+                    .token_file
+                    .as_ref()
+                    .and_then(|f| std::fs::read_to_string(f).ok())
+                    .map(|t| t.trim().to_string())
             });
             return Ok(Self::Tcp { authority, token });
         }
@@ -91,7 +101,13 @@ impl Client {
         tokio::time::timeout(Duration::from_secs(10), connect).await.map_err(|_| self.unreachable("timed out"))?
     }
 
-    fn request_for(&self, method: Method, path: &str, body: Option<Vec<u8>>, last_event_id: Option<u64>) -> Request<Full<Bytes>> {
+    fn request_for(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        last_event_id: Option<u64>,
+    ) -> Request<Full<Bytes>> {
         let host = match &self.endpoint {
             Endpoint::Unix(_) => "localhost".to_string(),
             Endpoint::Tcp { authority, .. } => authority.clone(),
@@ -112,12 +128,15 @@ impl Client {
     }
 
     /// Sends a request; returns the status and the JSON body, or the API's error mapped to an exit code.
-    pub async fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<(StatusCode, Value), CliError> {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Value), CliError> {
         let mut sender = self.connect().await?;
-        let response = sender
-            .send_request(self.request_for(method, path, body, None))
-            .await
-            .map_err(|e| self.unreachable(e))?;
+        let response =
+            sender.send_request(self.request_for(method, path, body, None)).await.map_err(|e| self.unreachable(e))?;
         let status = response.status();
         let bytes = response.into_body().collect().await.map_err(|e| self.unreachable(e))?.to_bytes();
         let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

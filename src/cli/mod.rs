@@ -156,7 +156,9 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Cancel { id } => remote::cancel(&client(&source.load()?)?, id, json).await,
         Command::Events { id, follow } => remote::events(&client(&source.load()?)?, id, *follow, json).await,
         Command::Approve { id } => remote::decide(&client(&source.load()?)?, id, true, None, json).await,
-        Command::Reject { id, reason } => remote::decide(&client(&source.load()?)?, id, false, reason.clone(), json).await,
+        Command::Reject { id, reason } => {
+            remote::decide(&client(&source.load()?)?, id, false, reason.clone(), json).await
+        }
         Command::Config { command: ConfigCommand::Check } => config_check(&source, json).await,
     }
 }

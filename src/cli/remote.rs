@@ -21,9 +21,8 @@ pub fn prepare_for_daemon(mut spec: TaskSpec, source: &crate::task::TaskSource) 
     if let Some(ModelSpec::Scripted(ScriptedSpec { script })) = &mut spec.model
         && let ScriptSource::Path(path) = script
     {
-        let loaded = Script::load(&source.resolve(path)).map_err(|e| {
-            CliError::invalid(anyhow::anyhow!("{}: field `model.script`: {e}", source.name))
-        })?;
+        let loaded = Script::load(&source.resolve(path))
+            .map_err(|e| CliError::invalid(anyhow::anyhow!("{}: field `model.script`: {e}", source.name)))?;
         *script = ScriptSource::Inline(loaded);
     }
     if let Some(ComputerSpec::Mock(MockSpec { scene: Some(scene), .. })) = &mut spec.computer
@@ -37,7 +36,8 @@ pub fn prepare_for_daemon(mut spec: TaskSpec, source: &crate::task::TaskSource) 
 }
 
 fn record_of(value: Value) -> Result<TaskRecord, CliError> {
-    serde_json::from_value(value).map_err(|e| CliError::unreachable(anyhow::anyhow!("unexpected reply from agentd: {e}")))
+    serde_json::from_value(value)
+        .map_err(|e| CliError::unreachable(anyhow::anyhow!("unexpected reply from agentd: {e}")))
 }
 
 fn exit_for(record: &TaskRecord) -> Exit {

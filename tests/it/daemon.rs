@@ -78,17 +78,20 @@ fn submit_wait_status_list_and_events() {
     assert!(events.iter().all(|e| e["task_id"] == id.as_str() && e["ts"].is_string()));
 
     // SSE resumes after Last-Event-ID.
-    let (code, body) = http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/events"), None, &[("last-event-id", "5")]).expect("sse");
+    let (code, body) =
+        http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/events"), None, &[("last-event-id", "5")]).expect("sse");
     assert_eq!(code, 200);
     let first_id = body.lines().find_map(|l| l.strip_prefix("id:")).map(|v| v.trim().to_string());
     assert_eq!(first_id.as_deref(), Some("6"), "{body}");
     assert!(body.contains("event: task_finished"));
 
     // The screenshot of a step is served by the API.
-    let (code, png) = http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/steps/1/screenshot"), None, &[]).expect("png");
+    let (code, png) =
+        http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/steps/1/screenshot"), None, &[]).expect("png");
     assert_eq!(code, 200);
     assert!(png.contains("PNG"));
-    let (code, _) = http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/steps/99/screenshot"), None, &[]).expect("png");
+    let (code, _) =
+        http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/steps/99/screenshot"), None, &[]).expect("png");
     assert_eq!(code, 404);
 }
 
@@ -107,11 +110,14 @@ fn ids_are_idempotent_and_conflicts_are_refused() {
     let conflict = daemon.cli(&["submit", other.to_str().expect("path")]);
     assert_eq!(conflict.code, 2, "{}", conflict.stderr);
     assert!(conflict.stderr.contains("different body"), "{}", conflict.stderr);
-    let (code, body) = http(&daemon.socket, "POST", "/v1/tasks", Some(&std::fs::read(&other).expect("read")), &[]).expect("post");
+    let (code, body) =
+        http(&daemon.socket, "POST", "/v1/tasks", Some(&std::fs::read(&other).expect("read")), &[]).expect("post");
     assert_eq!(code, 409, "{body}");
     assert!(body.contains("\"code\":\"conflict\""), "{body}");
-    let relative = serde_json::json!({"instructions": "x", "model": {"provider": "scripted", "script": "scripts/a.json"}});
-    let (code, body) = http(&daemon.socket, "POST", "/v1/tasks", Some(relative.to_string().as_bytes()), &[]).expect("post");
+    let relative =
+        serde_json::json!({"instructions": "x", "model": {"provider": "scripted", "script": "scripts/a.json"}});
+    let (code, body) =
+        http(&daemon.socket, "POST", "/v1/tasks", Some(relative.to_string().as_bytes()), &[]).expect("post");
     assert_eq!(code, 400, "a relative script path is refused by the daemon: {body}");
     assert!(body.contains("\"field\":\"model.script\""), "{body}");
 }
@@ -254,11 +260,13 @@ fn the_tcp_listener_requires_a_token_and_our_host() {
     assert_eq!(code, 401);
     let (code, _) = http(&tcp, "GET", "/v1/tasks", None, &[("host", &host), ("authorization", &wrong)]).expect("wrong");
     assert_eq!(code, 401);
-    let (code, _) = http(&tcp, "GET", "/v1/tasks", None, &[("host", "evil.example"), ("authorization", &bearer)]).expect("host");
+    let (code, _) =
+        http(&tcp, "GET", "/v1/tasks", None, &[("host", "evil.example"), ("authorization", &bearer)]).expect("host");
     assert_eq!(code, 403);
     let (code, _) = http(&tcp, "GET", &format!("/v1/tasks?token={token}"), None, &[("host", &host)]).expect("query");
     assert_eq!(code, 400);
-    let (code, body) = http(&tcp, "GET", "/v1/tasks", None, &[("host", &host), ("authorization", &bearer)]).expect("ok");
+    let (code, body) =
+        http(&tcp, "GET", "/v1/tasks", None, &[("host", &host), ("authorization", &bearer)]).expect("ok");
     assert_eq!(code, 200, "{body}");
     // The CLI over TCP with the token from the environment.
     let mut cmd = daemon.agentd.command();
@@ -301,7 +309,12 @@ fn the_socket_is_group_only_and_config_check_reaches_everything() {
     assert_eq!(check.json()["ok"], true);
     let (code, metrics) = http(&daemon.socket, "GET", "/metrics", None, &[]).expect("metrics");
     assert_eq!(code, 200);
-    for name in ["agentd_tasks{state=\"queued\"}", "agentd_step_duration_seconds_bucket", "agentd_model_errors_total", "agentd_action_errors_total"] {
+    for name in [
+        "agentd_tasks{state=\"queued\"}",
+        "agentd_step_duration_seconds_bucket",
+        "agentd_model_errors_total",
+        "agentd_action_errors_total",
+    ] {
         assert!(metrics.contains(name), "{name} missing:\n{metrics}");
     }
 }

@@ -3,6 +3,7 @@
 
 mod agent_loop;
 mod bad_input;
+mod crash;
 mod daemon;
 mod doubles;
 mod run_examples;
