@@ -26,6 +26,7 @@ pub fn notify(state: &str) {
 pub fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
     if let Ok(pid) = std::env::var("WATCHDOG_PID")
+        && !pid.is_empty()
         && pid.parse::<u32>().ok() != Some(std::process::id())
     {
         return None;

@@ -8,3 +8,4 @@ mod daemon;
 mod doubles;
 mod run_examples;
 mod support;
+mod systemd;
