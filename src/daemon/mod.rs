@@ -51,8 +51,14 @@ pub async fn open_queue(config: &Config) -> Result<Arc<dyn Queue>, DaemonError> 
     }
 }
 
-/// Runs the daemon until a signal stops it.
+/// Runs the daemon until SIGTERM or SIGINT (a second one exits at once).
 pub async fn serve(config: Config) -> Result<(), DaemonError> {
+    serve_until(config, wait_for_signal()).await
+}
+
+/// Runs the daemon until `stop` completes, then shuts down gracefully (used by `serve` and by benchmarks
+/// that embed the daemon).
+pub async fn serve_until(config: Config, stop: impl std::future::Future<Output = ()>) -> Result<(), DaemonError> {
     let config = Arc::new(config);
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| DaemonError::Unreachable(format!("data_dir {}: {e}", config.data_dir.display())))?;
@@ -94,7 +100,7 @@ pub async fn serve(config: Config) -> Result<(), DaemonError> {
     notify::notify(&format!("READY=1\nSTATUS=serving on {}", config.socket_path().display()));
     tracing::info!(socket = %config.socket_path().display(), queue = queue.describe(), worker = %workers.identity.name, "agentd ready");
 
-    wait_for_signal().await;
+    stop.await;
     tracing::info!("shutting down: no new tasks; running tasks finish their step");
     notify::notify("STOPPING=1\nSTATUS=finishing running steps");
     stop_claiming.cancel();

@@ -321,8 +321,9 @@ impl Workers {
         self.metrics.model_errors.fetch_add(u64::from(output.model_errors), Ordering::Relaxed);
         self.end(&lease, &events, &stored_rx, end).await;
         drop(events);
-        // Screenshot events may still arrive from the uploader; the writer ends when they have.
-        let _ = writer;
+        // Screenshot events may still arrive from the uploader; the writer task ends by itself once they
+        // have, so it is left to finish in the background.
+        drop(writer);
     }
 
     /// Tells the queue how the attempt ended, after the events before it are stored.
