@@ -15,13 +15,13 @@ apt_install xvfb x11vnc tigervnc-standalone-server x11-utils x11-xserver-utils p
 DESKTOPS_DIR="$(mktemp -d "${TMPDIR:-/tmp}/agentd-desktops.XXXXXX")"
 on_exit "rm -rf '$DESKTOPS_DIR'"
 
-# Starts an X server (Xvfb or Xvnc) with -displayfd; prints the display it chose (":N").
+# Starts an X server (Xvfb or Xvnc) with -displayfd and stores the display it chose (":N") in the variable
+# named by $2. (No command substitution: on_exit must run in this shell, not in a subshell.)
 desktops_start_x() {
-  local name="$1"; shift
+  local name="$1" var="$2"; shift 2
   local fdfile="$DESKTOPS_DIR/$name.display"
   "$@" -displayfd 3 -noreset -nolisten tcp 3>"$fdfile" >"$DESKTOPS_DIR/$name.log" 2>&1 &
-  local pid=$!
-  on_exit "kill $pid 2>/dev/null"
+  on_exit "kill $! 2>/dev/null"
   local i
   for i in $(seq 1 100); do
     [ -s "$fdfile" ] && break
@@ -34,7 +34,8 @@ desktops_start_x() {
     cat "$DESKTOPS_DIR/$name.log" >&2
     return 1
   fi
-  echo ":$number"
+  printf -v "$var" ':%s' "$number"
+  export "${var?}"
 }
 
 desktops_free_port() {
@@ -51,14 +52,12 @@ desktops_wait_port() {
   return 1
 }
 
-AGENTD_TEST_DISPLAY="$(desktops_start_x xvfb-local Xvfb -screen 0 1280x800x24)"
-export AGENTD_TEST_DISPLAY
+desktops_start_x xvfb-local AGENTD_TEST_DISPLAY Xvfb -screen 0 1280x800x24
 
-AGENTD_TEST_VNC_DISPLAY="$(desktops_start_x xvfb-vnc Xvfb -screen 0 1280x800x24)"
-export AGENTD_TEST_VNC_DISPLAY
+desktops_start_x xvfb-vnc AGENTD_TEST_VNC_DISPLAY Xvfb -screen 0 1280x800x24
 desktops_vnc_port="$(desktops_free_port)"
 x11vnc -display "$AGENTD_TEST_VNC_DISPLAY" -rfbport "$desktops_vnc_port" -localhost -forever -shared \
-  -nopw -quiet -noxrecord >"$DESKTOPS_DIR/x11vnc.log" 2>&1 &
+  -nopw -quiet -noxrecord -add_keysyms >"$DESKTOPS_DIR/x11vnc.log" 2>&1 &
 on_exit "kill $! 2>/dev/null"
 desktops_wait_port "$desktops_vnc_port"
 export AGENTD_TEST_VNC_ADDR="127.0.0.1:$desktops_vnc_port"
@@ -68,11 +67,11 @@ AGENTD_TEST_VNC_PASSWORD_FILE="$DESKTOPS_DIR/vnc-password"
 export AGENTD_TEST_VNC_PASSWORD_FILE
 x11vnc -storepasswd "$(cat "$AGENTD_TEST_VNC_PASSWORD_FILE")" "$DESKTOPS_DIR/vncpasswd" >/dev/null 2>&1
 desktops_xvnc_port="$(desktops_free_port)"
+# -add_keysyms above: x11vnc types keysyms the layout lacks (é, €) only with it.
 # A high blacklist threshold: the wrong-password tests must not lock out the other tests' connections.
-AGENTD_TEST_XVNC_DISPLAY="$(desktops_start_x xvnc Xvnc -geometry 1280x800 -depth 24 \
+desktops_start_x xvnc AGENTD_TEST_XVNC_DISPLAY Xvnc -geometry 1280x800 -depth 24 \
   -rfbport "$desktops_xvnc_port" -localhost -AlwaysShared -SecurityTypes VncAuth \
-  -PasswordFile "$DESKTOPS_DIR/vncpasswd" -BlacklistThreshold 1000000)"
-export AGENTD_TEST_XVNC_DISPLAY
+  -PasswordFile "$DESKTOPS_DIR/vncpasswd" -BlacklistThreshold 1000000
 desktops_wait_port "$desktops_xvnc_port"
 export AGENTD_TEST_XVNC_ADDR="127.0.0.1:$desktops_xvnc_port"
 

@@ -55,7 +55,8 @@ impl ShmSegment {
         }
     }
 
-    pub fn len(&self) -> usize {
+    /// The segment's size in bytes.
+    pub fn size(&self) -> usize {
         self.len
     }
 

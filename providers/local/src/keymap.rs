@@ -245,20 +245,40 @@ mod tests {
 
     /// keycodes 10..=14: a/A, 1/!, (spare), Shift_L, (spare)
     fn sample() -> Keymap {
-        Keymap::new(
-            10,
-            2,
-            vec![0x61, 0x41, 0x31, 0x21, 0, 0, 0xffe1, 0, 0, 0],
-        )
+        Keymap::new(10, 2, vec![0x61, 0x41, 0x31, 0x21, 0, 0, 0xffe1, 0, 0, 0])
     }
 
     #[test]
     fn columns_choose_shift() {
         let map = sample();
-        assert_eq!(map.find(0x61), Some(KeyPlace { keycode: 10, shift: false }));
-        assert_eq!(map.find(0x41), Some(KeyPlace { keycode: 10, shift: true }));
-        assert_eq!(map.find(0x21), Some(KeyPlace { keycode: 11, shift: true }));
-        assert_eq!(map.find(0xffe1), Some(KeyPlace { keycode: 13, shift: false }));
+        assert_eq!(
+            map.find(0x61),
+            Some(KeyPlace {
+                keycode: 10,
+                shift: false
+            })
+        );
+        assert_eq!(
+            map.find(0x41),
+            Some(KeyPlace {
+                keycode: 10,
+                shift: true
+            })
+        );
+        assert_eq!(
+            map.find(0x21),
+            Some(KeyPlace {
+                keycode: 11,
+                shift: true
+            })
+        );
+        assert_eq!(
+            map.find(0xffe1),
+            Some(KeyPlace {
+                keycode: 13,
+                shift: false
+            })
+        );
         assert_eq!(map.find(0xe9), None);
         assert_eq!(map.spare_count(), 2);
     }
@@ -270,26 +290,52 @@ mod tests {
         let map = Keymap::new(
             8,
             3,
-            vec![0x61, 0x41, 0x61, 0xe9, 0xe9, 0, 0, 0, 0, 0xff08, 0xff08, 0xff08],
+            vec![
+                0x61, 0x41, 0x61, 0xe9, 0xe9, 0, 0, 0, 0, 0xff08, 0xff08, 0xff08,
+            ],
         );
         assert_eq!(map.spare_count(), 2);
-        assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 9, shift: false }));
+        assert_eq!(
+            map.find(0xe9),
+            Some(KeyPlace {
+                keycode: 9,
+                shift: false
+            })
+        );
         assert_eq!(map.used_spares(), vec![9]);
     }
 
     #[test]
     fn lone_lower_case_implies_upper() {
         let map = Keymap::new(8, 2, vec![0x62, 0]);
-        assert_eq!(map.find(0x42), Some(KeyPlace { keycode: 8, shift: true }));
+        assert_eq!(
+            map.find(0x42),
+            Some(KeyPlace {
+                keycode: 8,
+                shift: true
+            })
+        );
     }
 
     #[test]
     fn missing_keysyms_take_spares_and_stay() {
         let mut map = sample();
         let (remaps, wait) = map.plan(&[0x61, 0xe9]).unwrap();
-        assert_eq!(remaps, vec![Remap { keycode: 12, keysym: 0xe9 }]);
+        assert_eq!(
+            remaps,
+            vec![Remap {
+                keycode: 12,
+                keysym: 0xe9
+            }]
+        );
         assert_eq!(wait, None);
-        assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 12, shift: false }));
+        assert_eq!(
+            map.find(0xe9),
+            Some(KeyPlace {
+                keycode: 12,
+                shift: false
+            })
+        );
         // Asking again needs nothing.
         assert_eq!(map.plan(&[0xe9]).unwrap().0, vec![]);
         assert_eq!(map.used_spares(), vec![12]);
@@ -305,7 +351,13 @@ mod tests {
         map.touch(14, now - Duration::from_secs(1));
         // A third keysym evicts the spare used longest ago (14), which is already safe.
         let (remaps, wait) = map.plan(&[0x1000041]).unwrap();
-        assert_eq!(remaps, vec![Remap { keycode: 14, keysym: 0x1000041 }]);
+        assert_eq!(
+            remaps,
+            vec![Remap {
+                keycode: 14,
+                keysym: 0x1000041
+            }]
+        );
         assert_eq!(wait, None);
         map.touch(14, Instant::now());
         // Now both spares were used just now: a fourth keysym must wait.
@@ -333,8 +385,20 @@ mod tests {
             2,
             vec![0x61, 0x41, 0x31, 0x21, 0xe9, 0xe9, 0xffe1, 0, 0x63, 0],
         );
-        assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 12, shift: false }));
+        assert_eq!(
+            map.find(0xe9),
+            Some(KeyPlace {
+                keycode: 12,
+                shift: false
+            })
+        );
         assert_eq!(map.spare_count(), 1);
-        assert_eq!(map.find(0x63), Some(KeyPlace { keycode: 14, shift: false }));
+        assert_eq!(
+            map.find(0x63),
+            Some(KeyPlace {
+                keycode: 14,
+                shift: false
+            })
+        );
     }
 }

@@ -35,7 +35,9 @@ use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
 use agentd_computer::provider::{check_action, sleep_for};
-use agentd_computer::{Action, ActionReport, ComputerProvider, Frame, Key, Point, ProviderError, Size};
+use agentd_computer::{
+    Action, ActionReport, ComputerProvider, Frame, Key, Point, ProviderError, Size,
+};
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
@@ -296,8 +298,9 @@ pub fn notches(pixels: i32) -> i32 {
     if pixels == 0 {
         return 0;
     }
-    let n = ((pixels.unsigned_abs() as i32) + PIXELS_PER_NOTCH / 2) / PIXELS_PER_NOTCH;
-    n.clamp(1, MAX_NOTCHES) * pixels.signum()
+    let n =
+        (i64::from(pixels).abs() + i64::from(PIXELS_PER_NOTCH / 2)) / i64::from(PIXELS_PER_NOTCH);
+    n.clamp(1, i64::from(MAX_NOTCHES)) as i32 * pixels.signum()
 }
 
 /// Intermediate pointer positions from `a` to `b` (excluding `a`, including `b`): about one every 20 pixels,
@@ -308,10 +311,7 @@ pub fn interpolate(a: Point, b: Point) -> Vec<Point> {
     (1..=steps)
         .map(|i| {
             let t = i as f64 / steps as f64;
-            Point::new(
-                a.x + (dx * t).round() as i32,
-                a.y + (dy * t).round() as i32,
-            )
+            Point::new(a.x + (dx * t).round() as i32, a.y + (dy * t).round() as i32)
         })
         .collect()
 }
@@ -335,7 +335,12 @@ fn perform_on(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
     check_action(action, x.size()).map_err(invalid)?;
     let mut report = ActionReport::default();
     match action {
-        Action::Click { x: px, y: py, button, .. } => {
+        Action::Click {
+            x: px,
+            y: py,
+            button,
+            ..
+        } => {
             let modifiers = parse_keys(action)?;
             let held = x.press_chord(&modifiers)?;
             x.motion(Point::new(*px, *py))?;
@@ -381,8 +386,16 @@ fn perform_on(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
             let vertical = notches(*scroll_y);
             let horizontal = notches(*scroll_x);
             // X buttons: 4 up, 5 down, 6 left, 7 right.
-            click(x, if vertical > 0 { 5 } else { 4 }, vertical.unsigned_abs() as usize)?;
-            click(x, if horizontal > 0 { 7 } else { 6 }, horizontal.unsigned_abs() as usize)?;
+            click(
+                x,
+                if vertical > 0 { 5 } else { 4 },
+                vertical.unsigned_abs() as usize,
+            )?;
+            click(
+                x,
+                if horizontal > 0 { 7 } else { 6 },
+                horizontal.unsigned_abs() as usize,
+            )?;
             report.message = Some(format!(
                 "scrolled {} notch(es) vertically and {} horizontally ({PIXELS_PER_NOTCH} px per notch)",
                 vertical, horizontal
@@ -398,7 +411,10 @@ fn perform_on(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
             let p = x.cursor()?;
             report.cursor = Some(p);
         }
-        Action::HoldKey { .. } | Action::Wait { .. } | Action::Screenshot {} | Action::Zoom { .. } => {
+        Action::HoldKey { .. }
+        | Action::Wait { .. }
+        | Action::Screenshot {}
+        | Action::Zoom { .. } => {
             return Err(XErr::Local(LocalError::Invalid(format!(
                 "{} is not performed on the X connection",
                 action.kind()
@@ -473,7 +489,11 @@ impl ComputerProvider for LocalProvider {
                 });
                 match release.await {
                     Ok(result) => result?,
-                    Err(e) => return Err(ProviderError::Failed(format!("key release task failed: {e}"))),
+                    Err(e) => {
+                        return Err(ProviderError::Failed(format!(
+                            "key release task failed: {e}"
+                        )));
+                    }
                 }
                 Ok(ActionReport::default())
             }
@@ -506,6 +526,7 @@ mod tests {
         assert_eq!(notches(150), 2);
         assert_eq!(notches(-300), -3);
         assert_eq!(notches(1_000_000), MAX_NOTCHES);
+        assert_eq!(notches(i32::MIN), -MAX_NOTCHES);
     }
 
     #[test]
@@ -514,7 +535,10 @@ mod tests {
         assert_eq!(path.len(), 5);
         assert_eq!(path.last(), Some(&Point::new(100, 0)));
         assert!(path.windows(2).all(|w| w[1].x - w[0].x <= 20));
-        assert_eq!(interpolate(Point::new(5, 5), Point::new(5, 5)), vec![Point::new(5, 5)]);
+        assert_eq!(
+            interpolate(Point::new(5, 5), Point::new(5, 5)),
+            vec![Point::new(5, 5)]
+        );
         assert_eq!(interpolate(Point::new(0, 0), Point::new(5000, 0)).len(), 50);
     }
 }

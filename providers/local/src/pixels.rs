@@ -121,7 +121,10 @@ impl PixelLayout {
         let rows = out.chunks_exact_mut(width * 3).zip(src.chunks(stride));
         if self.is_bgrx() {
             for (dst, row) in rows {
-                for (d, s) in dst.chunks_exact_mut(3).zip(row[..row_bytes].chunks_exact(4)) {
+                for (d, s) in dst
+                    .chunks_exact_mut(3)
+                    .zip(row[..row_bytes].chunks_exact(4))
+                {
                     d[0] = s[2];
                     d[1] = s[1];
                     d[2] = s[0];
@@ -185,7 +188,9 @@ mod tests {
     fn general_layouts_agree_with_the_fast_path() {
         let src = [0x10, 0x20, 0x30, 0x00, 0xff, 0x80, 0x01, 0x00];
         let mut fast = Vec::new();
-        PixelLayout::bgrx().to_rgb(&src, 8, 2, 1, &mut fast).unwrap();
+        PixelLayout::bgrx()
+            .to_rgb(&src, 8, 2, 1, &mut fast)
+            .unwrap();
         // The same pixels, big-endian: X, R, G, B.
         let be = [0x00, 0x30, 0x20, 0x10, 0x00, 0x01, 0x80, 0xff];
         let layout = PixelLayout::new(32, true, 0xff0000, 0xff00, 0xff).unwrap();

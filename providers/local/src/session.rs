@@ -223,7 +223,9 @@ impl X {
 
         let setup = conn.setup();
         let Some(screen) = setup.roots.get(screen_num) else {
-            return Err(XErr::Protocol(format!("screen {screen_num} does not exist")));
+            return Err(XErr::Protocol(format!(
+                "screen {screen_num} does not exist"
+            )));
         };
         let root = screen.root;
         let layout = pixel_layout(setup, screen)?;
@@ -251,8 +253,8 @@ impl X {
 
         let mut damage = None;
         if conn
-                .extension_information(damage::X11_EXTENSION_NAME)?
-                .is_some()
+            .extension_information(damage::X11_EXTENSION_NAME)?
+            .is_some()
         {
             // DAMAGE requires the XFIXES version negotiation before use.
             conn.xfixes_query_version(5, 0)?.reply()?;
@@ -322,9 +324,7 @@ impl X {
         let per = self.keymap.per_keycode();
         for keycode in self.keymap.used_spares() {
             let empty = vec![0u32; usize::from(per)];
-            let _ = self
-                .conn
-                .change_keyboard_mapping(1, keycode, per, &empty);
+            let _ = self.conn.change_keyboard_mapping(1, keycode, per, &empty);
         }
         if let Some(shm) = self.shm.take() {
             shm.detach(&self.conn);
@@ -410,7 +410,10 @@ impl X {
                             names: monitors
                                 .iter()
                                 .map(|m| {
-                                    format!("{}={} {}x{}+{}+{}", m.index, m.name, m.width, m.height, m.x, m.y)
+                                    format!(
+                                        "{}={} {}x{}+{}+{}",
+                                        m.index, m.name, m.width, m.height, m.x, m.y
+                                    )
                                 })
                                 .collect::<Vec<_>>()
                                 .join(", "),
@@ -434,8 +437,9 @@ impl X {
         self.last_frame = None;
         self.dirty = true;
 
-        let needed = self.layout.stride(usize::from(self.region.width)) * usize::from(self.region.height);
-        let fits = self.shm.as_ref().is_some_and(|s| s.len() >= needed);
+        let needed =
+            self.layout.stride(usize::from(self.region.width)) * usize::from(self.region.height);
+        let fits = self.shm.as_ref().is_some_and(|s| s.size() >= needed);
         if matches!(self.method, CaptureMethod::Auto | CaptureMethod::Shm) && !fits && needed > 0 {
             if let Some(old) = self.shm.take() {
                 old.detach(&self.conn);
@@ -460,12 +464,12 @@ impl X {
                 Event::RandrScreenChangeNotify(_) | Event::RandrNotify(_) => {
                     self.geometry_stale = true
                 }
-                Event::ConfigureNotify(e) if e.window == self.root => {
-                    if u32::from(e.width) != self.root_size.width
-                        || u32::from(e.height) != self.root_size.height
-                    {
-                        self.geometry_stale = true;
-                    }
+                Event::ConfigureNotify(e)
+                    if e.window == self.root
+                        && (u32::from(e.width) != self.root_size.width
+                            || u32::from(e.height) != self.root_size.height) =>
+                {
+                    self.geometry_stale = true;
                 }
                 Event::MappingNotify(e) if e.request == xproto::Mapping::KEYBOARD => {
                     let ours = e.count == 1 && self.keymap.used_spares().contains(&e.first_keycode);

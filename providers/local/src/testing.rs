@@ -74,9 +74,9 @@ pub struct Process {
 
 impl Process {
     pub fn spawn(name: &str, command: &mut Command) -> std::io::Result<Self> {
-        let child = command.spawn().map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot start {name}: {e}"))
-        })?;
+        let child = command
+            .spawn()
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start {name}: {e}")))?;
         Ok(Self {
             child,
             name: name.to_string(),
@@ -99,9 +99,10 @@ impl Process {
     }
 
     fn stdout_line(&mut self, timeout: Duration) -> std::io::Result<String> {
-        let stdout = self.child.stdout.take().ok_or_else(|| {
-            std::io::Error::other(format!("{}: stdout not captured", self.name))
-        })?;
+        let stdout =
+            self.child.stdout.take().ok_or_else(|| {
+                std::io::Error::other(format!("{}: stdout not captured", self.name))
+            })?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -138,9 +139,10 @@ fn start_x(name: &str, mut command: Command) -> std::io::Result<XServer> {
         .stderr(Stdio::null());
     let mut process = Process::spawn(name, &mut command)?;
     let line = process.stdout_line(Duration::from_secs(20))?;
-    let number: u32 = line.trim().parse().map_err(|_| {
-        std::io::Error::other(format!("{name} reported display {line:?}"))
-    })?;
+    let number: u32 = line
+        .trim()
+        .parse()
+        .map_err(|_| std::io::Error::other(format!("{name} reported display {line:?}")))?;
     let display = format!(":{number}");
     wait_for(Duration::from_secs(10), || {
         Path::new(&format!("/tmp/.X11-unix/X{number}")).exists()
@@ -202,6 +204,7 @@ pub fn x11vnc(display: &str, port: u16, password_file: Option<&Path>) -> std::io
         "-shared",
         "-quiet",
         "-noxrecord",
+        "-add_keysyms",
     ]);
     match password_file {
         Some(file) => command.arg("-rfbauth").arg(file),

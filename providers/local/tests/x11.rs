@@ -62,7 +62,9 @@ async fn get_image_capture_matches_shared_memory() {
     let _guard = DISPLAY_LOCK.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let _app = RecorderApp::start(&env.display, &dir.path().join("log")).expect("recorder");
-    let shm = LocalProvider::open(config(&env.display)).await.expect("open");
+    let shm = LocalProvider::open(config(&env.display))
+        .await
+        .expect("open");
     let plain = LocalProvider::open(LocalConfig {
         capture: CaptureMethod::GetImage,
         reuse_unchanged: false,
@@ -70,14 +72,20 @@ async fn get_image_capture_matches_shared_memory() {
     })
     .await
     .expect("open");
-    assert_eq!(plain.capture_method().await.expect("method"), CaptureMethod::GetImage);
+    assert_eq!(
+        plain.capture_method().await.expect("method"),
+        CaptureMethod::GetImage
+    );
     let a = shm.screenshot().await.expect("shm capture");
     let b = plain.screenshot().await.expect("GetImage capture");
     assert_eq!(a.size(), b.size());
     assert_eq!(a.changed_pixels(&b), 0, "the two capture paths disagree");
     assert!(!a.is_uniform(), "the recorder window should be visible");
     // The entry's white field is at its known place: the frame is not shifted or mirrored.
-    assert_eq!(a.pixel(Point::new(layout::ENTRY.0, 50)), Some([255, 255, 255]));
+    assert_eq!(
+        a.pixel(Point::new(layout::ENTRY.0, 50)),
+        Some([255, 255, 255])
+    );
     assert_eq!(a.pixel(Point::new(700, 300)), Some([0xee, 0xee, 0xff]));
 }
 
@@ -87,21 +95,55 @@ async fn input_lands_where_and_as_asked() {
     let _guard = DISPLAY_LOCK.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&env.display, &dir.path().join("log")).expect("recorder");
-    let provider = LocalProvider::open(config(&env.display)).await.expect("open");
+    let provider = LocalProvider::open(config(&env.display))
+        .await
+        .expect("open");
 
-    act(&provider, serde_json::json!({"type": "click", "x": 100, "y": 150})).await;
-    act(&provider, serde_json::json!({"type": "click", "x": 200, "y": 160, "button": "right"})).await;
+    act(
+        &provider,
+        serde_json::json!({"type": "click", "x": 100, "y": 150}),
+    )
+    .await;
+    act(
+        &provider,
+        serde_json::json!({"type": "click", "x": 200, "y": 160, "button": "right"}),
+    )
+    .await;
     act(&provider, serde_json::json!({"type": "click", "x": 210, "y": 170, "button": "middle", "keys": ["ctrl", "shift"]})).await;
-    act(&provider, serde_json::json!({"type": "double_click", "x": 300, "y": 200})).await;
-    act(&provider, serde_json::json!({"type": "scroll", "x": 700, "y": 200, "scroll_y": 300})).await;
+    act(
+        &provider,
+        serde_json::json!({"type": "double_click", "x": 300, "y": 200}),
+    )
+    .await;
+    act(
+        &provider,
+        serde_json::json!({"type": "scroll", "x": 700, "y": 200, "scroll_y": 300}),
+    )
+    .await;
     act(&provider, serde_json::json!({"type": "scroll", "x": 710, "y": 210, "scroll_y": -100, "scroll_x": -100})).await;
     act(&provider, serde_json::json!({"type": "drag", "path": [{"x": 50, "y": 300}, {"x": 150, "y": 320}, {"x": 400, "y": 380}]})).await;
-    act(&provider, serde_json::json!({"type": "move", "x": 500, "y": 150})).await;
-    act(&provider, serde_json::json!({"type": "mouse_down", "button": "left"})).await;
-    act(&provider, serde_json::json!({"type": "move", "x": 520, "y": 170})).await;
+    act(
+        &provider,
+        serde_json::json!({"type": "move", "x": 500, "y": 150}),
+    )
+    .await;
+    act(
+        &provider,
+        serde_json::json!({"type": "mouse_down", "button": "left"}),
+    )
+    .await;
+    act(
+        &provider,
+        serde_json::json!({"type": "move", "x": 520, "y": 170}),
+    )
+    .await;
     act(&provider, serde_json::json!({"type": "mouse_up"})).await;
     let events = app.wait_until(WAIT, |events| {
-        of_kind(events, "release").iter().filter(|e| e["button"] == 1).count() >= 5
+        of_kind(events, "release")
+            .iter()
+            .filter(|e| e["button"] == 1)
+            .count()
+            >= 5
     });
 
     let presses: Vec<(i64, i64, i64, i64)> = of_kind(&events, "press")
@@ -142,11 +184,16 @@ async fn input_lands_where_and_as_asked() {
         .iter()
         .map(|e| (e["x"].as_i64().unwrap_or(-1), e["y"].as_i64().unwrap_or(-1)))
         .collect();
-    assert!(motions.contains(&(150, 320)), "the path's middle point: {motions:?}");
+    assert!(
+        motions.contains(&(150, 320)),
+        "the path's middle point: {motions:?}"
+    );
     assert!(motions.len() >= 5, "a continuous path: {motions:?}");
     // mouse_down + move + mouse_up is a drag too.
     assert!(motions.contains(&(520, 170)), "{motions:?}");
-    let last_release = of_kind(&events, "release").last().map(|e| (e["x"].clone(), e["y"].clone()));
+    let last_release = of_kind(&events, "release")
+        .last()
+        .map(|e| (e["x"].clone(), e["y"].clone()));
     assert_eq!(last_release, Some((520.into(), 170.into())));
 
     let cursor = provider
@@ -163,8 +210,14 @@ async fn typing_keeps_every_character_and_chords_carry_modifiers() {
     let _guard = DISPLAY_LOCK.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&env.display, &dir.path().join("log")).expect("recorder");
-    let provider = LocalProvider::open(config(&env.display)).await.expect("open");
-    act(&provider, serde_json::json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1})).await;
+    let provider = LocalProvider::open(config(&env.display))
+        .await
+        .expect("open");
+    act(
+        &provider,
+        serde_json::json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1}),
+    )
+    .await;
 
     // More distinct characters missing from a US layout than the server has spare keycodes, mixed with
     // ASCII, upper case and shifted punctuation, repeated so that spares get reused mid-text.
@@ -172,7 +225,9 @@ async fn typing_keeps_every_character_and_chords_carry_modifiers() {
     let cjk = "日本語のテキスト";
     let mut text = String::new();
     for round in 0..6 {
-        text.push_str(&format!("Round {round}: The quick brown fox (#{round}) jumps! "));
+        text.push_str(&format!(
+            "Round {round}: The quick brown fox (#{round}) jumps! "
+        ));
         text.push_str(accents);
         text.push(' ');
         text.push_str(cjk);
@@ -182,39 +237,78 @@ async fn typing_keeps_every_character_and_chords_carry_modifiers() {
     act(&provider, serde_json::json!({"type": "type", "text": text})).await;
     let typing = started.elapsed();
     let events = app.wait_until(WAIT, |events| {
-        of_kind(events, "text").last().and_then(|e| e["value"].as_str()) == Some(text.as_str())
+        of_kind(events, "text")
+            .last()
+            .and_then(|e| e["value"].as_str())
+            == Some(text.as_str())
     });
-    let last = of_kind(&events, "text").last().and_then(|e| e["value"].as_str()).map(str::to_owned);
-    assert_eq!(last.as_deref(), Some(text.as_str()), "typed {} chars in {typing:?}", text.chars().count());
+    let last = of_kind(&events, "text")
+        .last()
+        .and_then(|e| e["value"].as_str())
+        .map(str::to_owned);
+    assert_eq!(
+        last.as_deref(),
+        Some(text.as_str()),
+        "typed {} chars in {typing:?}",
+        text.chars().count()
+    );
     eprintln!("typed {} characters in {typing:?}", text.chars().count());
 
     // Chords: ctrl+a (Tk: to the line start), ctrl+slash (Tk: select all); the key record shows Control held.
-    act(&provider, serde_json::json!({"type": "keypress", "keys": ["ctrl", "a"]})).await;
-    act(&provider, serde_json::json!({"type": "keypress", "keys": ["ctrl", "slash"]})).await;
-    act(&provider, serde_json::json!({"type": "keypress", "keys": ["BackSpace"]})).await;
+    act(
+        &provider,
+        serde_json::json!({"type": "keypress", "keys": ["ctrl", "a"]}),
+    )
+    .await;
+    act(
+        &provider,
+        serde_json::json!({"type": "keypress", "keys": ["ctrl", "slash"]}),
+    )
+    .await;
+    act(
+        &provider,
+        serde_json::json!({"type": "keypress", "keys": ["BackSpace"]}),
+    )
+    .await;
     act(&provider, serde_json::json!({"type": "type", "text": "x"})).await;
-    act(&provider, serde_json::json!({"type": "keypress", "keys": ["shift", "Home"]})).await;
-    act(&provider, serde_json::json!({"type": "hold_key", "keys": ["alt"], "duration_ms": 50})).await;
+    act(
+        &provider,
+        serde_json::json!({"type": "keypress", "keys": ["shift", "Home"]}),
+    )
+    .await;
+    act(
+        &provider,
+        serde_json::json!({"type": "hold_key", "keys": ["alt"], "duration_ms": 50}),
+    )
+    .await;
     let events = app.wait_until(WAIT, |events| {
-        of_kind(events, "key_release").iter().any(|e| e["keysym"] == "Alt_L")
+        of_kind(events, "key_release")
+            .iter()
+            .any(|e| e["keysym"] == "Alt_L")
     });
     let keys = of_kind(&events, "key");
     assert!(
-        keys.iter().any(|e| e["keysym"] == "a" && e["state"].as_i64().unwrap_or(0) & 4 != 0),
+        keys.iter()
+            .any(|e| e["keysym"] == "a" && e["state"].as_i64().unwrap_or(0) & 4 != 0),
         "ctrl+a with Control held: {keys:#?}"
     );
     assert!(
-        keys.iter().any(|e| e["keysym"] == "Home" && e["state"].as_i64().unwrap_or(0) & 1 != 0),
+        keys.iter()
+            .any(|e| e["keysym"] == "Home" && e["state"].as_i64().unwrap_or(0) & 1 != 0),
         "shift+Home with Shift held"
     );
     assert_eq!(
-        of_kind(&events, "text").last().and_then(|e| e["value"].as_str()),
+        of_kind(&events, "text")
+            .last()
+            .and_then(|e| e["value"].as_str()),
         Some("x"),
         "select all then BackSpace cleared the entry before x"
     );
     // The hold released Alt: its release was recorded after its press.
     assert!(
-        of_kind(&events, "key_release").iter().any(|e| e["keysym"] == "Alt_L"),
+        of_kind(&events, "key_release")
+            .iter()
+            .any(|e| e["keysym"] == "Alt_L"),
         "alt released"
     );
 }
@@ -225,14 +319,27 @@ async fn unchanged_screen_reuses_the_frame_and_changes_are_seen() {
     let _guard = DISPLAY_LOCK.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&env.display, &dir.path().join("log")).expect("recorder");
-    let provider = LocalProvider::open(config(&env.display)).await.expect("open");
+    let provider = LocalProvider::open(config(&env.display))
+        .await
+        .expect("open");
     let before = provider.screenshot().await.expect("capture");
     let again = provider.screenshot().await.expect("capture");
     assert_eq!(before, again);
-    act(&provider, serde_json::json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1})).await;
-    act(&provider, serde_json::json!({"type": "type", "text": "WWWWWWWW"})).await;
+    act(
+        &provider,
+        serde_json::json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1}),
+    )
+    .await;
+    act(
+        &provider,
+        serde_json::json!({"type": "type", "text": "WWWWWWWW"}),
+    )
+    .await;
     app.wait_until(WAIT, |events| {
-        of_kind(events, "text").last().and_then(|e| e["value"].as_str()) == Some("WWWWWWWW")
+        of_kind(events, "text")
+            .last()
+            .and_then(|e| e["value"].as_str())
+            == Some("WWWWWWWW")
     });
     // The app redraws after recording; poll until the change shows (bounded, no timing assertion).
     let start = Instant::now();
@@ -242,7 +349,10 @@ async fn unchanged_screen_reuses_the_frame_and_changes_are_seen() {
         after = provider.screenshot().await.expect("capture");
     }
     let changed = before.changed_pixels(&after);
-    assert!(changed > 50, "typing into the entry changed {changed} pixels");
+    assert!(
+        changed > 50,
+        "typing into the entry changed {changed} pixels"
+    );
     let crop_before = before.crop(Point::new(10, 25), Size::new(600, 30));
     let crop_after = after.crop(Point::new(10, 25), Size::new(600, 30));
     assert_ne!(crop_before, crop_after, "the change is inside the entry");
@@ -254,16 +364,28 @@ async fn a_monitor_is_its_own_coordinate_space() {
         return;
     }
     let server = XServer::xvfb(1280, 800).expect("Xvfb");
-    for (name, geometry) in [("left", "640/169x800/212+0+0"), ("right", "640/169x800/212+640+0")] {
+    for (name, geometry) in [
+        ("left", "640/169x800/212+0+0"),
+        ("right", "640/169x800/212+640+0"),
+    ] {
         let status = Command::new("xrandr")
-            .args(["--display", &server.display, "--setmonitor", name, geometry, "none"])
+            .args([
+                "--display",
+                &server.display,
+                "--setmonitor",
+                name,
+                geometry,
+                "none",
+            ])
             .status()
             .expect("xrandr");
         assert!(status.success(), "xrandr --setmonitor {name}");
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&server.display, &dir.path().join("log")).expect("recorder");
-    let whole = LocalProvider::open(config(&server.display)).await.expect("open whole screen");
+    let whole = LocalProvider::open(config(&server.display))
+        .await
+        .expect("open whole screen");
     let right = LocalProvider::open(LocalConfig {
         monitor: Some(1),
         ..config(&server.display)
@@ -273,9 +395,18 @@ async fn a_monitor_is_its_own_coordinate_space() {
     let monitors = right.monitors().await.expect("monitors");
     assert!(monitors.len() >= 2, "{monitors:?}");
     let monitor = right.monitor().await.expect("monitor");
-    assert_eq!((monitor.name.as_str(), monitor.x, monitor.width), ("right", 640, 640));
-    assert_eq!(right.screen_size().await.expect("size"), Size::new(640, 800));
-    assert_eq!(whole.screen_size().await.expect("size"), Size::new(1280, 800));
+    assert_eq!(
+        (monitor.name.as_str(), monitor.x, monitor.width),
+        ("right", 640, 640)
+    );
+    assert_eq!(
+        right.screen_size().await.expect("size"),
+        Size::new(640, 800)
+    );
+    assert_eq!(
+        whole.screen_size().await.expect("size"),
+        Size::new(1280, 800)
+    );
 
     // The right monitor's frame is the right half of the screen.
     let full = whole.screenshot().await.expect("capture");
@@ -283,11 +414,21 @@ async fn a_monitor_is_its_own_coordinate_space() {
     assert_eq!(half, full.crop(Point::new(640, 0), Size::new(640, 800)));
 
     // (60, 150) on the right monitor is (700, 150) on the screen: the scroll pad.
-    act(&right, serde_json::json!({"type": "click", "x": 60, "y": 150})).await;
+    act(
+        &right,
+        serde_json::json!({"type": "click", "x": 60, "y": 150}),
+    )
+    .await;
     let events = app.wait_until(WAIT, |events| !of_kind(events, "release").is_empty());
-    let press = of_kind(&events, "press").first().map(|e| (e["x"].clone(), e["y"].clone(), e["where"].clone()));
+    let press = of_kind(&events, "press")
+        .first()
+        .map(|e| (e["x"].clone(), e["y"].clone(), e["where"].clone()));
     assert_eq!(press, Some((700.into(), 150.into(), "scroll".into())));
-    let cursor = right.perform(&Action::CursorPosition {}).await.expect("cursor").cursor;
+    let cursor = right
+        .perform(&Action::CursorPosition {})
+        .await
+        .expect("cursor")
+        .cursor;
     assert_eq!(cursor, Some(Point::new(60, 150)));
     // Off the monitor is off the screen, even though the X screen is wider.
     let err = right
@@ -347,10 +488,19 @@ async fn x_server_gone_is_unavailable_and_a_restart_is_picked_up() {
     let _ = std::fs::remove_file(format!("/tmp/.X{number}-lock"));
     let mut command = Command::new("Xvfb");
     command
-        .args([display.as_str(), "-screen", "0", "800x600x24", "-noreset", "-nolisten", "tcp"])
+        .args([
+            display.as_str(),
+            "-screen",
+            "0",
+            "800x600x24",
+            "-noreset",
+            "-nolisten",
+            "tcp",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let _restarted = agentd_local::testing::Process::spawn("Xvfb", &mut command).expect("restart Xvfb");
+    let _restarted =
+        agentd_local::testing::Process::spawn("Xvfb", &mut command).expect("restart Xvfb");
     let start = Instant::now();
     let size = loop {
         match provider.screen_size().await {
