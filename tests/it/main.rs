@@ -3,5 +3,6 @@
 
 mod agent_loop;
 mod bad_input;
+mod desktops;
 mod doubles;
 mod support;

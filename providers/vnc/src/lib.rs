@@ -169,7 +169,7 @@ impl VncProvider {
         &self.name
     }
 
-    /// How many framebuffer updates have been applied so far (over all connections).
+    /// How many framebuffer updates carrying pixels have been applied so far (over all connections).
     pub fn updates(&self) -> u64 {
         *self.shared.updates.borrow()
     }
@@ -179,6 +179,32 @@ impl VncProvider {
         let mut rx = self.shared.updates.subscribe();
         let _ = tokio::time::timeout(timeout, rx.wait_for(|n| *n > seen)).await;
         *rx.borrow()
+    }
+
+    /// Asks the server for the whole screen again (a non-incremental update request) and waits, at most
+    /// `timeout`, until it has arrived. The framebuffer is kept current without this; it exists to measure
+    /// a full frame and to resynchronise after a doubt.
+    pub async fn refresh(&self, timeout: Duration) -> Result<(), VncError> {
+        self.ready(self.config.reconnect_grace).await?;
+        let size = self.size();
+        let seen = self.updates();
+        let request = proto::update_request(
+            false,
+            size.width.min(u32::from(u16::MAX)) as u16,
+            size.height.min(u32::from(u16::MAX)) as u16,
+        );
+        self.send(request.to_vec()).await?;
+        let mut rx = self.shared.updates.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n > seen))
+            .await
+            .map_err(|_| VncError::Lost {
+                address: self.config.address.clone(),
+                reason: format!("no full update within {timeout:?}"),
+            })?
+            .map_err(|_| VncError::Closed {
+                address: self.config.address.clone(),
+            })?;
+        Ok(())
     }
 
     /// Whether the connection is up right now.

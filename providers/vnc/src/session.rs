@@ -51,7 +51,7 @@ pub struct Shared {
     pub address: String,
     pub framebuffer: Mutex<Framebuffer>,
     pub status: watch::Sender<Status>,
-    /// How many updates have been applied (all connections).
+    /// How many updates with pixels in them have been applied (all connections).
     pub updates: watch::Sender<u64>,
     /// The current connection's writer, `None` while disconnected.
     pub writer: Mutex<Option<mpsc::Sender<Outgoing>>>,
@@ -342,7 +342,9 @@ fn read_loop(
                     tracing::debug!(address = %shared.address, width = nw, height = nh, "VNC desktop resized");
                     (w, h) = (nw, nh);
                 }
-                shared.updates.send_modify(|n| *n += 1);
+                if has_pixels {
+                    shared.updates.send_modify(|n| *n += 1);
+                }
                 // Connected once pixels arrived: the answer to the first, full request (an update with only a
                 // size in it, as x11vnc sends first, is not a picture yet).
                 if first && has_pixels {
