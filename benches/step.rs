@@ -16,9 +16,7 @@ use agentd::agent::{LoopInput, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::model::scripted::{Script, ScriptedModel};
 use agentd::model::{DeltaSink, Model, ModelError, ModelRequest, ModelTurn};
-use agentd::task::{
-    ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec,
-};
+use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};
 use agentd_computer::{ComputerProvider, Size};
 use agentd_mock::{MockDesktop, Scene};
 use async_trait::async_trait;
@@ -42,20 +40,14 @@ impl Model for Scaled {
             None => CoordinateMap::identity(screen),
         }
     }
-    async fn next_turn(
-        &self,
-        request: ModelRequest<'_>,
-        deltas: DeltaSink<'_>,
-    ) -> Result<ModelTurn, ModelError> {
+    async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError> {
         self.inner.next_turn(request, deltas).await
     }
 }
 
 /// A script that types into the form's fields and toggles things, so most steps change the screen.
 fn script(steps: u32, desktop: &MockDesktop) -> Script {
-    let field = desktop
-        .widget_center("full_name")
-        .or_else(|| desktop.widget_center("name"));
+    let field = desktop.widget_center("full_name").or_else(|| desktop.widget_center("name"));
     let (x, y) = field.map_or((100, 100), |p| (p.x, p.y));
     let turns: Vec<serde_json::Value> = (0..steps)
         .map(|i| match i % 4 {
@@ -107,21 +99,12 @@ struct Figures {
 async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
     let scene = Scene::resolve("form", None).expect("form scene");
     let desktop = Arc::new(MockDesktop::new(scene, Some(size)).expect("desktop"));
-    let model = Arc::new(Scaled {
-        inner: ScriptedModel::new(script(steps, &desktop)),
-        max: scale_to,
-    });
+    let model = Arc::new(Scaled { inner: ScriptedModel::new(script(steps, &desktop)), max: scale_to });
     let dir = tempfile::tempdir().expect("tempdir");
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
     let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
-    let uploader = Uploader::start(
-        store,
-        dir.path().join("spool"),
-        64,
-        &tracker,
-        background.clone(),
-    );
+    let uploader = Uploader::start(store, dir.path().join("spool"), 64, &tracker, background.clone());
     let (events, mut rx) = EventSink::channel("bench", 1);
     let input = LoopInput {
         task_id: "bench".into(),
@@ -129,14 +112,8 @@ async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
         task: ResolvedTask {
             instructions: "benchmark".into(),
             computer: ComputerSpec::Mock(MockSpec::default()),
-            model: ModelSpec::Scripted(ScriptedSpec {
-                script: ScriptSource::Path("bench".into()),
-            }),
-            limits: Limits {
-                max_steps: steps,
-                timeout_secs: 3600,
-                max_cost_usd: 1.0,
-            },
+            model: ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path("bench".into()) }),
+            limits: Limits { max_steps: steps, timeout_secs: 3600, max_cost_usd: 1.0 },
             keep_screenshots: 3,
         },
         computer: desktop as Arc<dyn ComputerProvider>,
@@ -179,18 +156,10 @@ async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
     let (mut starts, bytes, rss_mid) = collector.await.expect("collector");
     starts.push(end_ts);
     // Skip the first two steps (warm-up: glyph caches, allocator).
-    let mut step_ms: Vec<f64> = starts
-        .windows(2)
-        .skip(2)
-        .map(|w| (w[1] - w[0]).as_seconds_f64() * 1000.0)
-        .collect();
+    let mut step_ms: Vec<f64> =
+        starts.windows(2).skip(2).map(|w| (w[1] - w[0]).as_seconds_f64() * 1000.0).collect();
     step_ms.sort_by(f64::total_cmp);
-    Figures {
-        step_ms,
-        bytes,
-        rss_mid_kib: rss_mid,
-        rss_end_kib: rss_end,
-    }
+    Figures { step_ms, bytes, rss_mid_kib: rss_mid, rss_end_kib: rss_end }
 }
 
 async fn stages(size: Size, scale_to: Option<Size>) {
@@ -226,27 +195,16 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(200u32);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    println!(
-        "agentd step overhead: mock desktop (form scene) + scripted model, {steps} steps, {} cores",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    println!("agentd step overhead: mock desktop (form scene) + scripted model, {steps} steps, {} cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
     let cases = [
         ("1280x800", Size::new(1280, 800), None),
         ("1920x1080", Size::new(1920, 1080), None),
-        (
-            "1920x1080 → 1366x768",
-            Size::new(1920, 1080),
-            Some(Size::new(1366, 768)),
-        ),
+        ("1920x1080 → 1366x768", Size::new(1920, 1080), Some(Size::new(1366, 768))),
     ];
     for (name, size, scale_to) in cases {
         let figures = runtime.block_on(whole_task(size, scale_to, steps));
-        let mean_bytes =
-            figures.bytes.iter().sum::<u64>() as f64 / figures.bytes.len().max(1) as f64;
+        let mean_bytes = figures.bytes.iter().sum::<u64>() as f64 / figures.bytes.len().max(1) as f64;
         println!(
             "{name:>22}: step median {:.2} ms, p95 {:.2} ms, max {:.2} ms; PNG {:.0} bytes/screenshot (n={})",
             percentile(&figures.step_ms, 50.0),
