@@ -310,7 +310,7 @@ async fn bench_vnc(label: &str, address: &str, password: Option<String>, reps: u
         measure(
             "**V4. step: click + next update + screenshot + scale + encode**",
             reps,
-            "waits (≤200 ms) for the server to send the click's change",
+            "waits (≤200 ms) for the server to send the click's change; 200 ms when the click changes nothing",
             |i| {
                 let p = provider.clone();
                 async move {

@@ -56,6 +56,7 @@ desktops_start_x xvfb-local AGENTD_TEST_DISPLAY Xvfb -screen 0 1280x800x24
 
 desktops_start_x xvfb-vnc AGENTD_TEST_VNC_DISPLAY Xvfb -screen 0 1280x800x24
 desktops_vnc_port="$(desktops_free_port)"
+# -add_keysyms: without it x11vnc drops keysyms its keyboard layout lacks (é, €).
 x11vnc -display "$AGENTD_TEST_VNC_DISPLAY" -rfbport "$desktops_vnc_port" -localhost -forever -shared \
   -nopw -quiet -noxrecord -add_keysyms >"$DESKTOPS_DIR/x11vnc.log" 2>&1 &
 on_exit "kill $! 2>/dev/null"
@@ -67,7 +68,6 @@ AGENTD_TEST_VNC_PASSWORD_FILE="$DESKTOPS_DIR/vnc-password"
 export AGENTD_TEST_VNC_PASSWORD_FILE
 x11vnc -storepasswd "$(cat "$AGENTD_TEST_VNC_PASSWORD_FILE")" "$DESKTOPS_DIR/vncpasswd" >/dev/null 2>&1
 desktops_xvnc_port="$(desktops_free_port)"
-# -add_keysyms above: x11vnc types keysyms the layout lacks (é, €) only with it.
 # A high blacklist threshold: the wrong-password tests must not lock out the other tests' connections.
 desktops_start_x xvnc AGENTD_TEST_XVNC_DISPLAY Xvnc -geometry 1280x800 -depth 24 \
   -rfbport "$desktops_xvnc_port" -localhost -AlwaysShared -SecurityTypes VncAuth \

@@ -156,6 +156,12 @@ impl Keymap {
         self.index.get(&keysym).copied()
     }
 
+    /// Whether the layout itself (not a borrowed spare) has `keysym`. A run of text may hold at most as many
+    /// distinct keysyms the layout lacks as there are spares.
+    pub fn in_layout(&self, keysym: u32) -> bool {
+        self.index.contains_key(&keysym)
+    }
+
     /// Chooses spares for every keysym of `needed` the layout lacks, least recently used first, never one
     /// that holds a keysym of `needed`. Returns the remaps to send (in order) and the moment the oldest
     /// reassigned spare becomes safe to reuse (`None`: already safe), or `Err(n)` when `needed` lacks more
@@ -363,6 +369,16 @@ mod tests {
         // Now both spares were used just now: a fourth keysym must wait.
         let (_, wait) = map.plan(&[0x1000042]).unwrap();
         assert!(wait.is_some());
+    }
+
+    #[test]
+    fn spares_in_use_count_against_a_run() {
+        let mut map = sample();
+        map.plan(&[0xe9]).unwrap();
+        assert!(!map.in_layout(0xe9) && map.in_layout(0x61));
+        // é is on a spare; with it, two new keysyms do not fit in two spares.
+        assert_eq!(map.plan(&[0xe9, 0xea, 0xeb]), Err(2));
+        assert!(map.plan(&[0xe9, 0xea]).is_ok());
     }
 
     #[test]

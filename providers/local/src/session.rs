@@ -654,8 +654,7 @@ impl X {
     pub fn place_keys(&mut self, keysyms: &[u32]) -> Result<Vec<KeyPlace>, XErr> {
         let (remaps, safe_at) = self.keymap.plan(keysyms).map_err(|spares| {
             XErr::Local(LocalError::Invalid(format!(
-                "{} different characters missing from the keyboard layout at once; the X server has only {spares} spare keycodes",
-                keysyms.len()
+                "more different characters missing from the keyboard layout at once than the X server has spare keycodes ({spares})"
             )))
         })?;
         if let Some(at) = safe_at {
@@ -766,19 +765,20 @@ impl X {
             keysyms.push(Key::from_char(c).keysym);
         }
         let shift = self.shift_keycode()?;
-        let spares = self.keymap.spare_count();
         let mut start = 0;
         while start < keysyms.len() {
-            // The longest run whose missing keysyms fit in the spares at once.
+            let spares = self.keymap.spare_count();
+            // The longest run whose keysyms outside the layout (already on a spare or not) fit in the
+            // spares at once.
             let mut end = start;
-            let mut missing: Vec<u32> = Vec::new();
+            let mut on_spares: Vec<u32> = Vec::new();
             while end < keysyms.len() {
                 let keysym = keysyms[end];
-                if self.keymap.find(keysym).is_none() && !missing.contains(&keysym) {
-                    if missing.len() == spares {
+                if !self.keymap.in_layout(keysym) && !on_spares.contains(&keysym) {
+                    if on_spares.len() == spares {
                         break;
                     }
-                    missing.push(keysym);
+                    on_spares.push(keysym);
                 }
                 end += 1;
             }

@@ -147,8 +147,7 @@ pub fn connect(config: &VncConfig) -> Result<Connection, VncError> {
             reason: format!("a desktop of {}x{}", init.width, init.height),
         });
     }
-    let loopback = addrs.first().is_some_and(|a| a.ip().is_loopback());
-    let encodings = encodings(config.encodings, loopback);
+    let encodings = encodings(config.encodings);
     let mut setup = proto::set_pixel_format(PixelFormat::RGBX);
     setup.extend_from_slice(&proto::set_encodings(&encodings));
     setup.extend_from_slice(&proto::update_request(false, init.width, init.height));
@@ -163,18 +162,11 @@ pub fn connect(config: &VncConfig) -> Result<Connection, VncError> {
     Ok(Connection { stream, init })
 }
 
-/// The encodings to ask for, preferred first. On loopback, Raw costs the least (no compression on either
-/// side); across a network ZRLE sends a fraction of the bytes.
-fn encodings(choice: Encodings, loopback: bool) -> Vec<i32> {
-    let raw_first = match choice {
-        Encodings::Auto => loopback,
-        Encodings::Raw => true,
-        Encodings::Zrle => false,
-    };
-    let mut list = if raw_first {
-        vec![proto::RAW, proto::COPY_RECT, proto::ZRLE]
-    } else {
-        vec![proto::ZRLE, proto::COPY_RECT, proto::RAW]
+/// The encodings to ask for, preferred first.
+fn encodings(choice: Encodings) -> Vec<i32> {
+    let mut list = match choice {
+        Encodings::Raw => vec![proto::RAW, proto::COPY_RECT, proto::ZRLE],
+        Encodings::Zrle => vec![proto::ZRLE, proto::COPY_RECT, proto::RAW],
     };
     list.extend([
         proto::EXTENDED_DESKTOP_SIZE,
