@@ -197,7 +197,7 @@ impl Keymap {
                 safe_at = Some(safe_at.map_or(at, |s: Instant| s.max(at)));
             }
             spare.keysym = keysym;
-            spare.last_used = None;
+            spare.last_used = Some(Instant::now());
             remaps.push(Remap {
                 keycode: spare.keycode,
                 keysym,
@@ -211,6 +211,28 @@ impl Keymap {
     pub fn touch(&mut self, keycode: u8, now: Instant) {
         if let Some(spare) = self.spares.iter_mut().find(|s| s.keycode == keycode) {
             spare.last_used = Some(now);
+        }
+    }
+
+    /// Spares holding a keysym not pressed for `idle` (or never pressed since `idle` ago): the keymap can
+    /// be given back its empty keycodes, for other tools (xdotool, enigo need one) and for after agentd.
+    pub fn idle_spares(&self, now: Instant, idle: Duration) -> Vec<u8> {
+        self.spares
+            .iter()
+            .filter(|s| s.keysym != NO_SYMBOL)
+            .filter(|s| {
+                s.last_used
+                    .is_none_or(|at| now.saturating_duration_since(at) >= idle)
+            })
+            .map(|s| s.keycode)
+            .collect()
+    }
+
+    /// Records that `keycode` holds nothing again.
+    pub fn clear(&mut self, keycode: u8) {
+        if let Some(spare) = self.spares.iter_mut().find(|s| s.keycode == keycode) {
+            spare.keysym = NO_SYMBOL;
+            spare.last_used = None;
         }
     }
 
@@ -290,6 +312,19 @@ mod tests {
     }
 
     #[test]
+    fn idle_spares_are_given_back() {
+        let mut map = sample();
+        map.plan(&[0xe9, 0xea]).unwrap();
+        let now = Instant::now();
+        assert!(map.idle_spares(now, Duration::from_secs(5)).is_empty());
+        map.touch(12, now - Duration::from_secs(10));
+        assert_eq!(map.idle_spares(now, Duration::from_secs(5)), vec![12]);
+        map.clear(12);
+        assert_eq!(map.find(0xe9), None);
+        assert_eq!(map.used_spares(), vec![14]);
+    }
+
+    #[test]
     fn spares_left_behind_are_reclaimed() {
         // keycode 8: a normal key; 9: é in every column (a borrowed spare of an earlier run); 10: empty;
         // 11: BackSpace everywhere (a layout key, not a character).
@@ -366,6 +401,7 @@ mod tests {
         );
         assert_eq!(wait, None);
         map.touch(14, Instant::now());
+        map.touch(12, Instant::now());
         // Now both spares were used just now: a fourth keysym must wait.
         let (_, wait) = map.plan(&[0x1000042]).unwrap();
         assert!(wait.is_some());

@@ -9,7 +9,7 @@
 //!   drawn, so polling an unchanged screen costs one round trip and a copy;
 //! - **input** is XTest `FakeInput`: key names come from the shared keysym table
 //!   (`agentd_computer::keys`), become keycodes through the server's own keyboard mapping, and keysyms the
-//!   layout lacks are written onto spare keycodes (see [`keymap`]);
+//!   layout lacks are written onto spare keycodes (see [`keymap`]), emptied again after 5 s unused;
 //! - **monitors**: `monitor = N` picks the N-th RandR monitor (as `xrandr --listmonitors` lists them); every
 //!   coordinate is then relative to that monitor's top-left corner and the screen size is the monitor's.
 //!   Without it the whole X screen is used.
@@ -188,7 +188,15 @@ impl LocalProvider {
                 if !ok {
                     return;
                 }
-                while let Ok(job) = inbox.recv() {
+                loop {
+                    let job = match inbox.recv_timeout(Duration::from_secs(1)) {
+                        Ok(job) => job,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            session.housekeeping();
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    };
                     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut session)))
                         .is_err()
                     {

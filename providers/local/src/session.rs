@@ -34,6 +34,8 @@ use crate::{CaptureMethod, LocalConfig, MonitorInfo};
 const SHIFT_L: u32 = 0xffe1;
 /// How long the screen must stay unchanged before a spare keycode is reassigned mid-text.
 const QUIET: Duration = Duration::from_millis(80);
+/// How long a borrowed keycode keeps its keysym after its last use before it is emptied again.
+pub const SPARE_IDLE: Duration = Duration::from_secs(5);
 /// The pause after borrowing spare keycodes, before the keys that use them.
 const REMAP_SETTLE: Duration = Duration::from_millis(50);
 /// How long to wait for an application that draws nothing in answer to typing.
@@ -137,6 +139,13 @@ impl Session {
             }
             Err(XErr::Protocol(reason)) => Err(LocalError::Request(reason)),
             Err(XErr::Local(e)) => Err(e),
+        }
+    }
+
+    /// Work done while no job comes: borrowed keycodes idle for [`SPARE_IDLE`] are emptied again.
+    pub fn housekeeping(&mut self) {
+        if self.x.is_some() {
+            let _ = self.run(|x| x.release_idle_spares(SPARE_IDLE));
         }
     }
 
@@ -720,6 +729,22 @@ impl X {
     pub fn dwell(&mut self, pause: Duration) -> Result<(), XErr> {
         self.finish()?;
         std::thread::sleep(pause);
+        Ok(())
+    }
+
+    /// Empties the borrowed keycodes not used for `idle`.
+    pub fn release_idle_spares(&mut self, idle: Duration) -> Result<(), XErr> {
+        let idle_spares = self.keymap.idle_spares(Instant::now(), idle);
+        if idle_spares.is_empty() {
+            return Ok(());
+        }
+        let per = self.keymap.per_keycode();
+        let empty = vec![0u32; usize::from(per)];
+        for keycode in idle_spares {
+            self.conn.change_keyboard_mapping(1, keycode, per, &empty)?;
+            self.keymap.clear(keycode);
+            self.finish()?;
+        }
         Ok(())
     }
 

@@ -522,3 +522,40 @@ async fn a_display_without_a_server_is_unavailable() {
     assert!(provider_error.is_retryable(), "{provider_error:?}");
     assert!(err.to_string().contains(":987"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn borrowed_keycodes_are_emptied_once_idle() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let server = XServer::xvfb(640, 480).expect("Xvfb");
+    let keymap = || {
+        let out = Command::new("xmodmap")
+            .args(["-display", &server.display, "-pke"])
+            .output()
+            .expect("xmodmap");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(!keymap().contains("eacute"));
+    let provider = LocalProvider::open(config(&server.display))
+        .await
+        .expect("open");
+    act(&provider, serde_json::json!({"type": "type", "text": "é"})).await;
+    assert!(
+        keymap().contains("eacute"),
+        "é is on a borrowed keycode while in use"
+    );
+    // Emptied again after SPARE_IDLE (5 s) without a call: other tools (xdotool, enigo) need empty keycodes.
+    let start = Instant::now();
+    while keymap().contains("eacute") && start.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        !keymap().contains("eacute"),
+        "é still mapped after {:?}",
+        start.elapsed()
+    );
+    // And borrowed again when needed.
+    act(&provider, serde_json::json!({"type": "type", "text": "é"})).await;
+    assert!(keymap().contains("eacute"));
+}
