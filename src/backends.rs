@@ -14,7 +14,7 @@ use crate::artifacts::{ArtifactStore, FsStore};
 use crate::config::{ArtifactsBackend, Config};
 use crate::model::Model;
 use crate::model::scripted::{Script, ScriptedModel};
-use crate::task::{ComputerSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec};
+use crate::task::{ComputerSpec, LocalSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, VncSpec};
 
 #[derive(Debug, Error)]
 pub enum BuildError {
@@ -56,13 +56,66 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
             };
             Ok(Arc::new(desktop))
         }
-        ComputerSpec::Local(_) => Err(BuildError::Invalid(
-            "field `computer.provider`: the local provider is not part of this build yet".into(),
-        )),
-        ComputerSpec::Vnc(_) => {
-            Err(BuildError::Invalid("field `computer.provider`: the vnc provider is not part of this build yet".into()))
+        ComputerSpec::Local(spec) => local_computer(spec).await,
+        ComputerSpec::Vnc(spec) => vnc_computer(spec).await,
+    }
+}
+
+/// The local X display. One connection per display and monitor is kept for the life of the process and
+/// shared by every task that asks for it.
+#[cfg(feature = "local")]
+async fn local_computer(spec: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    use agentd_local::{LocalConfig, LocalError, LocalProvider};
+    let config = LocalConfig { monitor: spec.monitor, ..LocalConfig::new(spec.display.clone()) };
+    match LocalProvider::shared(config).await {
+        Ok(provider) => Ok(provider),
+        Err(e @ LocalError::NoSuchMonitor { .. }) => Err(BuildError::Invalid(format!("field `computer.monitor`: {e}"))),
+        Err(e @ LocalError::Invalid(_)) => Err(BuildError::Invalid(format!("field `computer`: {e}"))),
+        Err(e) => Err(BuildError::Unreachable(format!("local desktop: {e}"))),
+    }
+}
+
+#[cfg(not(feature = "local"))]
+async fn local_computer(_: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    Err(BuildError::Invalid("field `computer.provider`: this agentd was built without the `local` feature".into()))
+}
+
+/// A VNC server. The password comes from the environment variable the task names, never from the task.
+#[cfg(feature = "vnc")]
+async fn vnc_computer(spec: &VncSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    use agentd_vnc::{VncConfig, VncError, VncProvider};
+    match spec.address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+        _ => {
+            return Err(BuildError::Invalid(format!(
+                "field `computer.address`: {:?} is not host:port (VNC display :N is port 5900+N)",
+                spec.address
+            )));
         }
     }
+    let password = match &spec.password_env {
+        Some(name) => Some(std::env::var(name).map_err(|_| {
+            BuildError::Invalid(format!(
+                "field `computer.password_env`: the environment variable {name} is not set on this worker"
+            ))
+        })?),
+        None => None,
+    };
+    match VncProvider::connect(VncConfig::new(spec.address.clone(), password)).await {
+        Ok(provider) => Ok(Arc::new(provider)),
+        Err(e @ (VncError::AuthFailed { .. } | VncError::PasswordRequired { .. })) => {
+            Err(BuildError::Invalid(format!("field `computer.password_env`: {e}")))
+        }
+        Err(e @ VncError::UnsupportedSecurity { .. }) => {
+            Err(BuildError::Invalid(format!("field `computer.address`: {e}")))
+        }
+        Err(e) => Err(BuildError::Unreachable(e.to_string())),
+    }
+}
+
+#[cfg(not(feature = "vnc"))]
+async fn vnc_computer(_: &VncSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    Err(BuildError::Invalid("field `computer.provider`: this agentd was built without the `vnc` feature".into()))
 }
 
 /// Builds the model a task names. Script paths resolve against `base_dir`.

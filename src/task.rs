@@ -166,8 +166,13 @@ pub struct MockSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LocalSpec {
+    /// The X display (`":0"`); the worker's `$DISPLAY` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display: Option<String>,
+    /// Which monitor of the display to use, by index in RandR's list (`xrandr --listmonitors`); every
+    /// coordinate is then relative to that monitor. The whole X screen when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor: Option<usize>,
 }
 
 /// A machine serving RFB (VNC) at `address` (`host:port`).

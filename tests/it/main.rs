@@ -5,6 +5,7 @@ mod agent_loop;
 mod bad_input;
 mod crash;
 mod daemon;
+mod desktops;
 mod doubles;
 mod run_examples;
 mod support;

@@ -1,0 +1,344 @@
+//! The server's keyboard mapping as the provider sees it: which keycode (and whether Shift) types a keysym,
+//! and the spare keycodes it borrows for keysyms the layout lacks.
+//!
+//! XTest injects keycodes, not keysyms, so every key name (already an X keysym, from the shared table in
+//! `agentd_computer::keys`) is looked up here. A keysym in the first column of a keycode is typed by that
+//! keycode alone, one in the second column with Shift. A keysym the layout does not have (`é`, `€`, `日` on
+//! a US layout) is written onto a *spare* keycode — one the layout leaves empty — with
+//! `ChangeKeyboardMapping`, as xdotool does.
+//!
+//! The hazard of remapping: a client translates a keycode to a keysym when it *reads* the key event, using
+//! the mapping of that moment, so reassigning a keycode while a client still has unread events for it
+//! types the wrong character. The spares are therefore used least-recently-used first, a typing run maps all
+//! the keysyms it needs before its first key event, and a spare is only reassigned once it has been idle for
+//! [`REUSE_AFTER`] (the caller waits when it must). Mappings are left in place afterwards, so repeated
+//! characters cost nothing.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How long a spare keycode must have been idle before it may be given another keysym.
+pub const REUSE_AFTER: Duration = Duration::from_millis(150);
+
+const NO_SYMBOL: u32 = 0;
+
+/// Where a keysym is: the keycode, and whether Shift must be held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyPlace {
+    pub keycode: u8,
+    pub shift: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Spare {
+    keycode: u8,
+    keysym: u32,
+    last_used: Option<Instant>,
+}
+
+/// A copy of the server's keyboard mapping plus the spare keycodes this provider owns.
+#[derive(Debug, Clone)]
+pub struct Keymap {
+    min_keycode: u8,
+    per_keycode: usize,
+    /// `per_keycode` keysyms for every keycode from `min_keycode` up.
+    keysyms: Vec<u32>,
+    /// Where each keysym of the layout (not of the spares) is, first column preferred.
+    index: HashMap<u32, KeyPlace>,
+    spares: Vec<Spare>,
+}
+
+/// A keysym to write onto a spare keycode before typing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remap {
+    pub keycode: u8,
+    pub keysym: u32,
+}
+
+impl Keymap {
+    /// Builds the map from a `GetKeyboardMapping` reply covering `min_keycode` onwards. Keycodes with no
+    /// symbol at all become this provider's spares, and so do keycodes holding one character keysym in
+    /// every column that has one (what a borrowed spare looks like after the server's XKB conversion: left
+    /// behind by an agentd that did not exit cleanly). Layout keys never look like that: a character key
+    /// has a different shifted symbol, and keys with one symbol everywhere (BackSpace, F1) are not
+    /// characters.
+    pub fn new(min_keycode: u8, per_keycode: u8, keysyms: Vec<u32>) -> Self {
+        let per_keycode = usize::from(per_keycode.max(1));
+        let spares = keysyms
+            .chunks(per_keycode)
+            .enumerate()
+            .filter_map(|(i, syms)| {
+                let keycode = u8::try_from(usize::from(min_keycode) + i).ok()?;
+                let first = syms.first().copied().unwrap_or(NO_SYMBOL);
+                let empty = syms.iter().all(|&s| s == NO_SYMBOL);
+                let is_char = matches!(first, 0xa0..=0xff | 0x0100_0000..=0x0110_ffff);
+                let borrowed =
+                    is_char && syms.get(1) == Some(&first) && syms.iter().all(|&s| s == first || s == NO_SYMBOL);
+                (empty || borrowed).then_some(Spare { keycode, keysym: first, last_used: None })
+            })
+            .collect();
+        let mut map = Self { min_keycode, per_keycode, keysyms, index: HashMap::new(), spares };
+        map.reindex();
+        map
+    }
+
+    fn reindex(&mut self) {
+        self.index.clear();
+        for column in 0..2.min(self.per_keycode) {
+            for (i, syms) in self.keysyms.chunks(self.per_keycode).enumerate() {
+                let Ok(keycode) = u8::try_from(usize::from(self.min_keycode) + i) else {
+                    break;
+                };
+                let keysym = column_keysym(syms, column);
+                if keysym == NO_SYMBOL || self.spares.iter().any(|s| s.keycode == keycode) {
+                    continue;
+                }
+                self.index.entry(keysym).or_insert(KeyPlace { keycode, shift: column == 1 });
+            }
+        }
+    }
+
+    /// Replaces the layout after a `MappingNotify` (someone changed the keyboard), keeping the spares this
+    /// provider owns and what they hold.
+    pub fn refresh(&mut self, min_keycode: u8, per_keycode: u8, keysyms: Vec<u32>) {
+        let fresh = Keymap::new(min_keycode, per_keycode, keysyms);
+        let owned: Vec<u8> = self.spares.iter().map(|s| s.keycode).collect();
+        self.min_keycode = fresh.min_keycode;
+        self.per_keycode = fresh.per_keycode;
+        self.keysyms = fresh.keysyms;
+        // A keycode we own that now holds something else was taken over by another client: give it up.
+        let keysyms = &self.keysyms;
+        let (min, per) = (self.min_keycode, self.per_keycode);
+        self.spares.retain(|spare| {
+            let at = usize::from(spare.keycode.wrapping_sub(min)) * per;
+            keysyms.get(at..at + per).is_some_and(|syms| syms.iter().all(|&s| s == NO_SYMBOL || s == spare.keysym))
+        });
+        for spare in fresh.spares {
+            if !owned.contains(&spare.keycode) {
+                self.spares.push(spare);
+            }
+        }
+        self.reindex();
+    }
+
+    pub fn per_keycode(&self) -> u8 {
+        self.per_keycode as u8
+    }
+
+    pub fn spare_count(&self) -> usize {
+        self.spares.len()
+    }
+
+    /// Where `keysym` is typed from, if the layout or a spare already has it.
+    pub fn find(&self, keysym: u32) -> Option<KeyPlace> {
+        if let Some(spare) = self.spares.iter().find(|s| s.keysym == keysym) {
+            return Some(KeyPlace { keycode: spare.keycode, shift: false });
+        }
+        self.index.get(&keysym).copied()
+    }
+
+    /// Whether the layout itself (not a borrowed spare) has `keysym`. A run of text may hold at most as many
+    /// distinct keysyms the layout lacks as there are spares.
+    pub fn in_layout(&self, keysym: u32) -> bool {
+        self.index.contains_key(&keysym)
+    }
+
+    /// Chooses spares for every keysym of `needed` the layout lacks, least recently used first, never one
+    /// that holds a keysym of `needed`. Returns the remaps to send (in order) and the moment the oldest
+    /// reassigned spare becomes safe to reuse (`None`: already safe), or `Err(n)` when `needed` lacks more
+    /// keysyms than there are spares (`n` spares exist).
+    pub fn plan(&mut self, needed: &[u32]) -> Result<(Vec<Remap>, Option<Instant>), usize> {
+        let mut missing: Vec<u32> = Vec::new();
+        for &keysym in needed {
+            if self.find(keysym).is_none() && !missing.contains(&keysym) {
+                missing.push(keysym);
+            }
+        }
+        let free = self.spares.iter().filter(|s| !needed.contains(&s.keysym)).count();
+        if missing.len() > free {
+            return Err(self.spares.len());
+        }
+        let mut remaps = Vec::new();
+        let mut safe_at: Option<Instant> = None;
+        for keysym in missing {
+            let Some(spare) =
+                self.spares.iter_mut().filter(|s| !needed.contains(&s.keysym)).min_by_key(|s| s.last_used)
+            else {
+                break;
+            };
+            if let Some(used) = spare.last_used {
+                let at = used + REUSE_AFTER;
+                safe_at = Some(safe_at.map_or(at, |s: Instant| s.max(at)));
+            }
+            spare.keysym = keysym;
+            spare.last_used = Some(Instant::now());
+            remaps.push(Remap { keycode: spare.keycode, keysym });
+        }
+        let now = Instant::now();
+        Ok((remaps, safe_at.filter(|at| *at > now)))
+    }
+
+    /// Records that `keycode` was just pressed (spares only; other keycodes are not tracked).
+    pub fn touch(&mut self, keycode: u8, now: Instant) {
+        if let Some(spare) = self.spares.iter_mut().find(|s| s.keycode == keycode) {
+            spare.last_used = Some(now);
+        }
+    }
+
+    /// Spares holding a keysym not pressed for `idle` (or never pressed since `idle` ago): the keymap can
+    /// be given back its empty keycodes, for other tools (xdotool, enigo need one) and for after agentd.
+    pub fn idle_spares(&self, now: Instant, idle: Duration) -> Vec<u8> {
+        self.spares
+            .iter()
+            .filter(|s| s.keysym != NO_SYMBOL)
+            .filter(|s| s.last_used.is_none_or(|at| now.saturating_duration_since(at) >= idle))
+            .map(|s| s.keycode)
+            .collect()
+    }
+
+    /// Records that `keycode` holds nothing again.
+    pub fn clear(&mut self, keycode: u8) {
+        if let Some(spare) = self.spares.iter_mut().find(|s| s.keycode == keycode) {
+            spare.keysym = NO_SYMBOL;
+            spare.last_used = None;
+        }
+    }
+
+    /// The spares currently holding a keysym, to clear when the provider goes away.
+    pub fn used_spares(&self) -> Vec<u8> {
+        self.spares.iter().filter(|s| s.keysym != NO_SYMBOL).map(|s| s.keycode).collect()
+    }
+}
+
+/// The keysym of `column` (0 or 1), applying the core protocol's rule that a lone lower-case letter
+/// implies its upper case in the second column.
+fn column_keysym(syms: &[u32], column: usize) -> u32 {
+    let first = syms.first().copied().unwrap_or(NO_SYMBOL);
+    let second = syms.get(1).copied().unwrap_or(NO_SYMBOL);
+    match column {
+        0 => first,
+        _ if second != NO_SYMBOL => second,
+        _ => upper_case(first).unwrap_or(NO_SYMBOL),
+    }
+}
+
+/// The upper-case keysym of a lower-case Latin-1 letter keysym.
+fn upper_case(keysym: u32) -> Option<u32> {
+    match keysym {
+        0x61..=0x7a => Some(keysym - 0x20),
+        0xe0..=0xfe if keysym != 0xf7 => Some(keysym - 0x20),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// keycodes 10..=14: a/A, 1/!, (spare), Shift_L, (spare)
+    fn sample() -> Keymap {
+        Keymap::new(10, 2, vec![0x61, 0x41, 0x31, 0x21, 0, 0, 0xffe1, 0, 0, 0])
+    }
+
+    #[test]
+    fn columns_choose_shift() {
+        let map = sample();
+        assert_eq!(map.find(0x61), Some(KeyPlace { keycode: 10, shift: false }));
+        assert_eq!(map.find(0x41), Some(KeyPlace { keycode: 10, shift: true }));
+        assert_eq!(map.find(0x21), Some(KeyPlace { keycode: 11, shift: true }));
+        assert_eq!(map.find(0xffe1), Some(KeyPlace { keycode: 13, shift: false }));
+        assert_eq!(map.find(0xe9), None);
+        assert_eq!(map.spare_count(), 2);
+    }
+
+    #[test]
+    fn idle_spares_are_given_back() {
+        let mut map = sample();
+        map.plan(&[0xe9, 0xea]).unwrap();
+        let now = Instant::now();
+        assert!(map.idle_spares(now, Duration::from_secs(5)).is_empty());
+        map.touch(12, now - Duration::from_secs(10));
+        assert_eq!(map.idle_spares(now, Duration::from_secs(5)), vec![12]);
+        map.clear(12);
+        assert_eq!(map.find(0xe9), None);
+        assert_eq!(map.used_spares(), vec![14]);
+    }
+
+    #[test]
+    fn spares_left_behind_are_reclaimed() {
+        // keycode 8: a normal key; 9: é in every column (a borrowed spare of an earlier run); 10: empty;
+        // 11: BackSpace everywhere (a layout key, not a character).
+        let map = Keymap::new(8, 3, vec![0x61, 0x41, 0x61, 0xe9, 0xe9, 0, 0, 0, 0, 0xff08, 0xff08, 0xff08]);
+        assert_eq!(map.spare_count(), 2);
+        assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 9, shift: false }));
+        assert_eq!(map.used_spares(), vec![9]);
+    }
+
+    #[test]
+    fn lone_lower_case_implies_upper() {
+        let map = Keymap::new(8, 2, vec![0x62, 0]);
+        assert_eq!(map.find(0x42), Some(KeyPlace { keycode: 8, shift: true }));
+    }
+
+    #[test]
+    fn missing_keysyms_take_spares_and_stay() {
+        let mut map = sample();
+        let (remaps, wait) = map.plan(&[0x61, 0xe9]).unwrap();
+        assert_eq!(remaps, vec![Remap { keycode: 12, keysym: 0xe9 }]);
+        assert_eq!(wait, None);
+        assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 12, shift: false }));
+        // Asking again needs nothing.
+        assert_eq!(map.plan(&[0xe9]).unwrap().0, vec![]);
+        assert_eq!(map.used_spares(), vec![12]);
+    }
+
+    #[test]
+    fn least_recently_used_spare_is_reassigned_and_waits() {
+        let mut map = sample();
+        let (first, _) = map.plan(&[0xe9, 0x20ac]).unwrap();
+        assert_eq!(first.len(), 2);
+        let now = Instant::now();
+        map.touch(12, now);
+        map.touch(14, now - Duration::from_secs(1));
+        // A third keysym evicts the spare used longest ago (14), which is already safe.
+        let (remaps, wait) = map.plan(&[0x1000041]).unwrap();
+        assert_eq!(remaps, vec![Remap { keycode: 14, keysym: 0x1000041 }]);
+        assert_eq!(wait, None);
+        map.touch(14, Instant::now());
+        map.touch(12, Instant::now());
+        // Now both spares were used just now: a fourth keysym must wait.
+        let (_, wait) = map.plan(&[0x1000042]).unwrap();
+        assert!(wait.is_some());
+    }
+
+    #[test]
+    fn spares_in_use_count_against_a_run() {
+        let mut map = sample();
+        map.plan(&[0xe9]).unwrap();
+        assert!(!map.in_layout(0xe9) && map.in_layout(0x61));
+        // é is on a spare; with it, two new keysyms do not fit in two spares.
+        assert_eq!(map.plan(&[0xe9, 0xea, 0xeb]), Err(2));
+        assert!(map.plan(&[0xe9, 0xea]).is_ok());
+    }
+
+    #[test]
+    fn too_many_missing_keysyms_is_reported() {
+        let mut map = sample();
+        assert_eq!(map.plan(&[0xe9, 0xea, 0xeb]), Err(2));
+        // A keysym of the same run is never evicted to make room for another.
+        let mut map = sample();
+        map.plan(&[0xe9, 0xea]).unwrap();
+        assert_eq!(map.plan(&[0xe9, 0xea, 0xeb]), Err(2));
+    }
+
+    #[test]
+    fn refresh_keeps_owned_spares() {
+        let mut map = sample();
+        map.plan(&[0xe9]).unwrap();
+        // The server now reports keycode 12 holding é (our own remap) and keycode 14 taken by someone else.
+        map.refresh(10, 2, vec![0x61, 0x41, 0x31, 0x21, 0xe9, 0xe9, 0xffe1, 0, 0x63, 0]);
+        assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 12, shift: false }));
+        assert_eq!(map.spare_count(), 1);
+        assert_eq!(map.find(0x63), Some(KeyPlace { keycode: 14, shift: false }));
+    }
+}

@@ -1,0 +1,302 @@
+//! Test fixtures for real desktops (feature `test-support`): X and VNC servers started on free displays and
+//! ports and stopped when dropped, the project's recording test application, and the environment variables
+//! `scripts/setup/20-desktops.sh` exports.
+//!
+//! Tests that need a desktop call [`desktop_env`] (or [`skip_unless`]) first: without the variables they
+//! print `skipped: …` and return, so `cargo test` on a machine without X still passes, and CI (which runs
+//! the setup script) runs them all.
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The variables the setup script exports.
+#[derive(Debug, Clone)]
+pub struct DesktopEnv {
+    /// An Xvfb display for the local provider (`AGENTD_TEST_DISPLAY`).
+    pub display: String,
+    /// x11vnc serving another Xvfb, no password (`AGENTD_TEST_VNC_ADDR`), and its display
+    /// (`AGENTD_TEST_VNC_DISPLAY`).
+    pub vnc_addr: Option<String>,
+    pub vnc_display: Option<String>,
+    /// TigerVNC Xvnc with VNC authentication (`AGENTD_TEST_XVNC_ADDR`), its display
+    /// (`AGENTD_TEST_XVNC_DISPLAY`) and a file holding the plain password (`AGENTD_TEST_VNC_PASSWORD_FILE`).
+    pub xvnc_addr: Option<String>,
+    pub xvnc_display: Option<String>,
+    pub vnc_password_file: Option<PathBuf>,
+}
+
+impl DesktopEnv {
+    /// The plain VNC password of the Xvnc server.
+    pub fn vnc_password(&self) -> Option<String> {
+        let path = self.vnc_password_file.as_ref()?;
+        std::fs::read_to_string(path).ok().map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+    }
+}
+
+/// The desktop variables, or `None` after printing why the calling test skips.
+pub fn desktop_env() -> Option<DesktopEnv> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let Some(display) = var("AGENTD_TEST_DISPLAY") else {
+        eprintln!("skipped: AGENTD_TEST_DISPLAY not set (scripts/test starts Xvfb, x11vnc and Xvnc and sets it)");
+        return None;
+    };
+    Some(DesktopEnv {
+        display,
+        vnc_addr: var("AGENTD_TEST_VNC_ADDR"),
+        vnc_display: var("AGENTD_TEST_VNC_DISPLAY"),
+        xvnc_addr: var("AGENTD_TEST_XVNC_ADDR"),
+        xvnc_display: var("AGENTD_TEST_XVNC_DISPLAY"),
+        vnc_password_file: var("AGENTD_TEST_VNC_PASSWORD_FILE").map(PathBuf::from),
+    })
+}
+
+/// `Some(value)`, or `None` after printing that the test skips because `name` is not set.
+pub fn skip_unless(value: Option<String>, name: &str) -> Option<String> {
+    if value.is_none() {
+        eprintln!("skipped: {name} not set");
+    }
+    value
+}
+
+/// A child process killed (and reaped) when dropped.
+#[derive(Debug)]
+pub struct Process {
+    child: Child,
+    name: String,
+}
+
+impl Process {
+    pub fn spawn(name: &str, command: &mut Command) -> std::io::Result<Self> {
+        let child = command.spawn().map_err(|e| std::io::Error::new(e.kind(), format!("cannot start {name}: {e}")))?;
+        Ok(Self { child, name: name.to_string() })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the process now (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn stdout_line(&mut self, timeout: Duration) -> std::io::Result<String> {
+        let stdout = self
+            .child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other(format!("{}: stdout not captured", self.name)))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        rx.recv_timeout(timeout).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{} printed nothing within {timeout:?}", self.name),
+            )
+        })
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An X server of our own (Xvfb or Xvnc) on a display it chose itself (`-displayfd`).
+#[derive(Debug)]
+pub struct XServer {
+    pub display: String,
+    pub process: Process,
+}
+
+fn start_x(name: &str, mut command: Command) -> std::io::Result<XServer> {
+    command
+        .args(["-displayfd", "1", "-noreset", "-nolisten", "tcp"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut process = Process::spawn(name, &mut command)?;
+    let line = process.stdout_line(Duration::from_secs(20))?;
+    let number: u32 =
+        line.trim().parse().map_err(|_| std::io::Error::other(format!("{name} reported display {line:?}")))?;
+    let display = format!(":{number}");
+    wait_for(Duration::from_secs(10), || {
+        Path::new(&format!("/tmp/.X11-unix/X{number}")).exists() && x11rb::connect(Some(&display)).is_ok()
+    })
+    .map_err(|_| std::io::Error::other(format!("{name} {display} does not accept connections")))?;
+    Ok(XServer { display, process })
+}
+
+impl XServer {
+    /// Starts `Xvfb` with one screen of `width` x `height` at 24 bits.
+    pub fn xvfb(width: u32, height: u32) -> std::io::Result<Self> {
+        let mut command = Command::new("Xvfb");
+        command.args(["-screen", "0", &format!("{width}x{height}x24")]);
+        start_x("Xvfb", command)
+    }
+
+    /// Starts TigerVNC's `Xvnc` serving RFB on `port` (localhost only), with VNC authentication when
+    /// `password_file` (a `vncpasswd`-format file) is given.
+    pub fn xvnc(width: u32, height: u32, port: u16, password_file: Option<&Path>) -> std::io::Result<Self> {
+        let mut command = Command::new("Xvnc");
+        command.args([
+            "-geometry",
+            &format!("{width}x{height}"),
+            "-depth",
+            "24",
+            "-rfbport",
+            &port.to_string(),
+            "-localhost",
+            "-AlwaysShared",
+        ]);
+        match password_file {
+            Some(file) => command.args(["-SecurityTypes", "VncAuth", "-PasswordFile"]).arg(file),
+            None => command.args(["-SecurityTypes", "None"]),
+        };
+        let server = start_x("Xvnc", command)?;
+        wait_for_port(port)?;
+        Ok(server)
+    }
+}
+
+/// x11vnc serving `display` on `port` (localhost only), with a `vncpasswd`-format password file or none.
+pub fn x11vnc(display: &str, port: u16, password_file: Option<&Path>) -> std::io::Result<Process> {
+    let mut command = Command::new("x11vnc");
+    command.args([
+        "-display",
+        display,
+        "-rfbport",
+        &port.to_string(),
+        "-localhost",
+        "-forever",
+        "-shared",
+        "-quiet",
+        "-noxrecord",
+        "-add_keysyms",
+    ]);
+    match password_file {
+        Some(file) => command.arg("-rfbauth").arg(file),
+        None => command.arg("-nopw"),
+    };
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let process = Process::spawn("x11vnc", &mut command)?;
+    wait_for_port(port)?;
+    Ok(process)
+}
+
+/// Writes `password` in the obfuscated `vncpasswd` format both x11vnc and Xvnc read.
+pub fn store_vnc_password(password: &str, file: &Path) -> std::io::Result<()> {
+    let status = Command::new("x11vnc")
+        .arg("-storepasswd")
+        .arg(password)
+        .arg(file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() { Ok(()) } else { Err(std::io::Error::other("x11vnc -storepasswd failed")) }
+}
+
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_for(timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<(), ()> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if ready() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(())
+}
+
+/// Waits until something accepts TCP connections on `port`.
+pub fn wait_for_port(port: u16) -> std::io::Result<()> {
+    wait_for(Duration::from_secs(20), || TcpStream::connect(("127.0.0.1", port)).is_ok())
+        .map_err(|_| std::io::Error::other(format!("nothing listens on port {port}")))
+}
+
+/// The project's recording test application (`tests/apps/recorder.py`), running on a display.
+#[derive(Debug)]
+pub struct RecorderApp {
+    pub log: PathBuf,
+    pub process: Process,
+}
+
+/// Where the recorder's widgets are, in screen pixels (its window is placed at the top-left corner).
+pub mod layout {
+    /// The text entry: click here to focus it.
+    pub const ENTRY: (i32, i32) = (300, 40);
+    /// The click pad: clicks here are recorded with their position and button.
+    pub const PAD: (i32, i32, i32, i32) = (20, 100, 620, 400);
+    /// The scroll pad: wheel events here are recorded.
+    pub const SCROLL: (i32, i32, i32, i32) = (640, 100, 940, 400);
+}
+
+impl RecorderApp {
+    pub fn script() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/apps/recorder.py")
+    }
+
+    /// Starts the app on `display`, writing its record to `log`, and waits until its window is up.
+    pub fn start(display: &str, log: &Path) -> std::io::Result<Self> {
+        let mut command = Command::new("/usr/bin/python3");
+        command
+            .arg(Self::script())
+            .arg(log)
+            .env("DISPLAY", display)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let process = Process::spawn("recorder.py", &mut command)?;
+        let mut app = Self { log: log.to_path_buf(), process };
+        wait_for(Duration::from_secs(20), || app.events().iter().any(|e| e["event"] == "ready"))
+            .map_err(|_| std::io::Error::other("the recorder app did not start"))?;
+        if !app.process.running() {
+            return Err(std::io::Error::other("the recorder app exited"));
+        }
+        Ok(app)
+    }
+
+    /// Every event recorded so far (one JSON object per line).
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    /// Waits until `predicate` holds for the recorded events (the app handles input asynchronously).
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        predicate: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let start = Instant::now();
+        loop {
+            let events = self.events();
+            if predicate(&events) || start.elapsed() > timeout {
+                return events;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}

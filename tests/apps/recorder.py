@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""The project's recording test application: a Tk window that writes every input it receives to a log.
+
+Usage: recorder.py LOG   (DISPLAY names the X display)
+
+The window sits at the top-left corner of the screen (960x420+0+0) so that screen coordinates in a test
+script are the app's coordinates too. One JSON object per line is appended to LOG and flushed at once:
+  {"event": "ready"}                                        the window is mapped
+  {"event": "press"|"release", "button": B, "x": X, "y": Y, "state": S, "where": "pad"|"scroll"|"entry"|…}
+  {"event": "double", "x": X, "y": Y}  {"event": "triple", "x": X, "y": Y}
+  {"event": "motion", "x": X, "y": Y, "buttons": S}        pointer motion while a button is held (drags)
+  {"event": "key", "keysym": "Return", "keysym_num": N, "char": "é", "state": S}    key presses
+  {"event": "key_release", "keysym": …, "state": S}
+  {"event": "text", "value": "…"}                           the entry's content after every change
+X and Y are root (screen) coordinates; S is the X modifier state (1 Shift, 4 Control, 8 Mod1/Alt, 64 Mod4).
+Tk 8.6 reports X buttons 6 and 7 (horizontal wheel) as buttons 4 and 5 with the Shift bit set in the state.
+Widgets: the entry at (10,25)-(610,55), the click pad at (20,100)-(620,400), the scroll pad at
+(640,100)-(940,400).
+"""
+import json
+import sys
+import tkinter as tk
+
+log = open(sys.argv[1], "a", encoding="utf-8")
+
+
+def record(**event):
+    log.write(json.dumps(event, ensure_ascii=False) + "\n")
+    log.flush()
+
+
+root = tk.Tk()
+root.title("agentd recorder")
+root.geometry("960x420+0+0")
+root.configure(background="#dddddd")
+
+text = tk.StringVar()
+entry = tk.Entry(root, textvariable=text, font=("DejaVu Sans", 14))
+entry.place(x=10, y=25, width=600, height=30)
+text.trace_add("write", lambda *_: record(event="text", value=text.get()))
+
+pad = tk.Canvas(root, background="#ffffff", highlightthickness=0)
+pad.place(x=20, y=100, width=600, height=300)
+pad.create_text(300, 150, text="click / drag pad")
+scroll = tk.Canvas(root, background="#eeeeff", highlightthickness=0)
+scroll.place(x=640, y=100, width=300, height=300)
+scroll.create_text(150, 150, text="scroll pad")
+
+names = {pad: "pad", scroll: "scroll", entry: "entry"}
+
+
+def where(widget):
+    return names.get(widget, str(widget))
+
+
+def on_press(e):
+    record(event="press", button=e.num, x=e.x_root, y=e.y_root, state=e.state, where=where(e.widget))
+
+
+def on_release(e):
+    record(event="release", button=e.num, x=e.x_root, y=e.y_root, state=e.state, where=where(e.widget))
+
+
+def on_motion(e):
+    # Bits 8.. of the state are the buttons held (Button1Mask = 256).
+    if e.state & (256 | 512 | 1024):
+        record(event="motion", x=e.x_root, y=e.y_root, buttons=e.state >> 8)
+
+
+# Bindings on the toplevel see the events of every widget inside it (Tk's bindtags), once each.
+root.bind("<ButtonPress>", on_press, add="+")
+root.bind("<ButtonRelease>", on_release, add="+")
+root.bind("<Motion>", on_motion, add="+")
+pad.bind("<Double-Button-1>", lambda e: record(event="double", x=e.x_root, y=e.y_root), add="+")
+pad.bind("<Triple-Button-1>", lambda e: record(event="triple", x=e.x_root, y=e.y_root), add="+")
+root.bind_all(
+    "<KeyPress>",
+    lambda e: record(event="key", keysym=e.keysym, keysym_num=e.keysym_num, char=e.char, state=e.state),
+    add="+",
+)
+root.bind_all(
+    "<KeyRelease>",
+    lambda e: record(event="key_release", keysym=e.keysym, state=e.state),
+    add="+",
+)
+
+
+def ready():
+    root.update_idletasks()
+    entry.focus_force()
+    record(event="ready")
+
+
+root.after(200, ready)
+root.mainloop()

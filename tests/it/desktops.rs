@@ -1,0 +1,391 @@
+//! Real desktops end to end: `agentd run` with the scripted model drives the project's recording Tk app
+//! (`tests/apps/recorder.py`) through the local provider and through VNC (x11vnc and TigerVNC Xvnc), and the
+//! app's own record proves every click, key, text, scroll and drag landed where and as asked. Then the
+//! faults: a VNC server killed mid-task (restarted: the task goes on; not restarted: it fails with the reason
+//! in bounded time), a wrong password, nothing listening, the X server killed under a task.
+//!
+//! Needs the variables `scripts/test` exports (`AGENTD_TEST_DISPLAY`, `AGENTD_TEST_VNC_ADDR`, …); without
+//! them each test prints why it skips. Tests that use a shared display hold its lock.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use agentd_local::testing::{self, RecorderApp, XServer, desktop_env, layout};
+use serde_json::{Value, json};
+
+use crate::support::{Agentd, Run};
+
+static LOCAL_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static X11VNC_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static XVNC_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const WAIT: Duration = Duration::from_secs(15);
+/// The environment variable the VNC tasks name in `password_env` (not `AGENTD_*`: the test command clears
+/// those).
+const PASSWORD_VAR: &str = "DESKTOPS_IT_VNC_PASSWORD";
+
+fn lock(mutex: &'static std::sync::Mutex<()>) -> std::sync::MutexGuard<'static, ()> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The script every end-to-end task plays: one action per turn, then success.
+const TYPED: &str = "Grüße aus Köln: naïve café, 10 € — ok?";
+
+fn script() -> Value {
+    let turns = vec![
+        json!({"say": "focus the entry", "actions": [{"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1}]}),
+        json!({"say": "type", "actions": [{"type": "type", "text": TYPED}]}),
+        json!({"say": "select all (Tk: ctrl+slash)", "actions": [{"type": "keypress", "keys": ["ctrl", "slash"]}]}),
+        json!({"say": "click the pad", "actions": [
+            {"type": "click", "x": 120, "y": 140},
+            {"type": "click", "x": 130, "y": 150, "button": "right"},
+            {"type": "click", "x": 140, "y": 160, "keys": ["shift"]}
+        ]}),
+        json!({"say": "scroll", "actions": [{"type": "scroll", "x": 800, "y": 250, "scroll_y": 300}]}),
+        json!({"say": "drag", "actions": [{"type": "drag", "path": [{"x": 60, "y": 200}, {"x": 300, "y": 260}, {"x": 500, "y": 350}]}]}),
+        json!({"complete": {"success": true, "summary": "all input sent"}}),
+    ];
+    json!({ "turns": turns })
+}
+
+fn write_task(dir: &Path, computer: Value, script: Value) -> std::path::PathBuf {
+    let task = json!({
+        "instructions": "exercise the recorder app",
+        "computer": computer,
+        "model": {"provider": "scripted", "script": script},
+        "limits": {"max_steps": 40, "timeout_secs": 120}
+    });
+    let path = dir.join("task.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&task).expect("task json")).expect("write task");
+    path
+}
+
+fn run_task(agentd: &Agentd, task: &Path, password: Option<&str>) -> Run {
+    let mut command = agentd.command();
+    command.args(["run", "--json"]).arg(task).stdin(Stdio::null());
+    if let Some(password) = password {
+        command.env(PASSWORD_VAR, password);
+    }
+    Run::from(command.output().expect("spawn agentd"))
+}
+
+fn spawn_task(agentd: &Agentd, task: &Path) -> Child {
+    agentd
+        .command()
+        .args(["run", "--json"])
+        .arg(task)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agentd")
+}
+
+/// Waits for `child` at most `timeout`; kills it and panics if it is still running (a hang).
+fn finish(mut child: Child, timeout: Duration) -> Run {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(Some(_)) = child.try_wait() {
+            return Run::from(child.wait_with_output().expect("output"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("output");
+    panic!("agentd run still running after {timeout:?}:\n{}", String::from_utf8_lossy(&output.stderr));
+}
+
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event"] == kind).collect()
+}
+
+/// Checks the recorder's log against [`script`].
+fn assert_script_landed(app: &RecorderApp) {
+    let events =
+        app.wait_until(WAIT, |events| of_kind(events, "release").iter().any(|e| e["x"] == 500 && e["y"] == 350));
+    let presses: Vec<(i64, i64, i64, i64)> = of_kind(&events, "press")
+        .iter()
+        .map(|e| {
+            (
+                e["button"].as_i64().unwrap_or(-1),
+                e["x"].as_i64().unwrap_or(-1),
+                e["y"].as_i64().unwrap_or(-1),
+                e["state"].as_i64().unwrap_or(-1) & 0xff,
+            )
+        })
+        .collect();
+    let (ex, ey) = (layout::ENTRY.0 as i64, layout::ENTRY.1 as i64);
+    assert_eq!(
+        presses,
+        vec![
+            (1, ex, ey, 0),
+            (1, 120, 140, 0),
+            (3, 130, 150, 0),
+            (1, 140, 160, 1),
+            (5, 800, 250, 0),
+            (5, 800, 250, 0),
+            (5, 800, 250, 0),
+            (1, 60, 200, 0),
+        ],
+        "every button press, where, with which modifiers: {events:#?}"
+    );
+    assert_eq!(
+        of_kind(&events, "text").last().and_then(|e| e["value"].as_str()),
+        Some(TYPED),
+        "the entry holds the typed text"
+    );
+    let keys = of_kind(&events, "key");
+    assert!(
+        keys.iter().any(|e| e["keysym"] == "slash" && e["state"].as_i64().unwrap_or(0) & 4 != 0),
+        "ctrl+slash arrived with Control held"
+    );
+    let motions: Vec<(i64, i64)> = of_kind(&events, "motion")
+        .iter()
+        .map(|e| (e["x"].as_i64().unwrap_or(-1), e["y"].as_i64().unwrap_or(-1)))
+        .collect();
+    assert!(motions.contains(&(300, 260)), "the drag passed its middle point: {motions:?}");
+    let release = of_kind(&events, "release").iter().any(|e| e["button"] == 1 && e["x"] == 500 && e["y"] == 350);
+    assert!(release, "the drag ended where asked");
+}
+
+fn assert_succeeded(run: &Run) -> Value {
+    assert_eq!(run.code, 0, "agentd run failed:\nstdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let record = run.json();
+    assert_eq!(record["state"], "succeeded", "{record:#}");
+    // Every step has a screenshot of the real screen size.
+    let steps = record["steps"].as_array().cloned().unwrap_or_default();
+    assert!(steps.len() >= 6, "{record:#}");
+    record
+}
+
+#[test]
+fn a_task_on_the_local_display_lands_every_input() {
+    let Some(env) = desktop_env() else { return };
+    let _guard = lock(&LOCAL_LOCK);
+    let agentd = Agentd::new();
+    let app = RecorderApp::start(&env.display, &agentd.dir.path().join("rec.log")).expect("recorder");
+    let task = write_task(agentd.dir.path(), json!({"provider": "local", "display": env.display}), script());
+    let record = assert_succeeded(&run_task(&agentd, &task, None));
+    assert_eq!(record["steps"][0]["screenshot"]["width"], 1280, "{record:#}");
+    assert_script_landed(&app);
+}
+
+fn vnc_task(addr: &str, display: &str, password: Option<&str>, lock_on: &'static std::sync::Mutex<()>) {
+    let _guard = lock(lock_on);
+    let agentd = Agentd::new();
+    let app = RecorderApp::start(display, &agentd.dir.path().join("rec.log")).expect("recorder");
+    let mut computer = json!({"provider": "vnc", "address": addr});
+    if password.is_some() {
+        computer["password_env"] = PASSWORD_VAR.into();
+    }
+    let task = write_task(agentd.dir.path(), computer, script());
+    let record = assert_succeeded(&run_task(&agentd, &task, password));
+    assert_eq!(record["steps"][0]["screenshot"]["height"], 800, "{record:#}");
+    assert_script_landed(&app);
+}
+
+#[test]
+fn a_task_through_x11vnc_lands_every_input() {
+    let Some(env) = desktop_env() else { return };
+    let (Some(addr), Some(display)) = (
+        testing::skip_unless(env.vnc_addr.clone(), "AGENTD_TEST_VNC_ADDR"),
+        testing::skip_unless(env.vnc_display.clone(), "AGENTD_TEST_VNC_DISPLAY"),
+    ) else {
+        return;
+    };
+    vnc_task(&addr, &display, None, &X11VNC_LOCK);
+}
+
+#[test]
+fn a_task_through_xvnc_with_a_password_lands_every_input() {
+    let Some(env) = desktop_env() else { return };
+    let (Some(addr), Some(display), Some(password)) = (
+        testing::skip_unless(env.xvnc_addr.clone(), "AGENTD_TEST_XVNC_ADDR"),
+        testing::skip_unless(env.xvnc_display.clone(), "AGENTD_TEST_XVNC_DISPLAY"),
+        testing::skip_unless(env.vnc_password(), "AGENTD_TEST_VNC_PASSWORD_FILE"),
+    ) else {
+        return;
+    };
+    vnc_task(&addr, &display, Some(&password), &XVNC_LOCK);
+}
+
+#[test]
+fn a_wrong_vnc_password_is_invalid_input_naming_the_field() {
+    let Some(env) = desktop_env() else { return };
+    let Some(addr) = testing::skip_unless(env.xvnc_addr.clone(), "AGENTD_TEST_XVNC_ADDR") else {
+        return;
+    };
+    let _guard = lock(&XVNC_LOCK);
+    let agentd = Agentd::new();
+    let task = write_task(
+        agentd.dir.path(),
+        json!({"provider": "vnc", "address": addr, "password_env": PASSWORD_VAR}),
+        json!({"turns": [{"complete": {"success": true}}]}),
+    );
+    let run = run_task(&agentd, &task, Some("not-the-password"));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("computer.password_env")
+            && run.stderr.contains("VNC authentication")
+            && run.stderr.contains("check the password"),
+        "{}",
+        run.stderr
+    );
+    // The variable not set at all is the same kind of mistake, said differently.
+    let run = run_task(&agentd, &task, None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains(PASSWORD_VAR) && run.stderr.contains("not set"), "{}", run.stderr);
+}
+
+#[test]
+fn an_unreachable_vnc_server_is_exit_3() {
+    let agentd = Agentd::new();
+    let port = testing::free_port().expect("port");
+    let task = write_task(
+        agentd.dir.path(),
+        json!({"provider": "vnc", "address": format!("127.0.0.1:{port}")}),
+        json!({"turns": [{"complete": {"success": true}}]}),
+    );
+    let run = run_task(&agentd, &task, None);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(run.stderr.contains("cannot connect to the VNC server"), "{}", run.stderr);
+    let task = write_task(
+        agentd.dir.path(),
+        json!({"provider": "vnc", "address": "localhost"}),
+        json!({"turns": [{"complete": {"success": true}}]}),
+    );
+    let run = run_task(&agentd, &task, None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("computer.address"), "{}", run.stderr);
+}
+
+/// A script of `clicks` clicks at x = 10, 20, … with a wait between, so the task outlives a server restart.
+fn slow_script(clicks: i32) -> Value {
+    let mut turns: Vec<Value> = (1..=clicks)
+        .map(|i| {
+            json!({"actions": [
+                {"type": "click", "x": 10 * i, "y": 10},
+                {"type": "wait", "duration_ms": 300}
+            ]})
+        })
+        .collect();
+    turns.push(json!({"complete": {"success": true, "summary": "clicked"}}));
+    json!({ "turns": turns })
+}
+
+/// A private Xvfb with x11vnc on a known port, and the recorder app on it to see the clicks that arrive.
+struct VncRig {
+    display: XServer,
+    port: u16,
+    x11vnc: testing::Process,
+    app: RecorderApp,
+}
+
+impl VncRig {
+    fn start(dir: &Path) -> Self {
+        let display = XServer::xvfb(1024, 600).expect("Xvfb");
+        let port = testing::free_port().expect("port");
+        let x11vnc = testing::x11vnc(&display.display, port, None).expect("x11vnc");
+        let app = RecorderApp::start(&display.display, &dir.join("rig.log")).expect("recorder");
+        Self { display, port, x11vnc, app }
+    }
+
+    fn clicked_x(&self) -> Vec<i64> {
+        of_kind(&self.app.events(), "press").iter().filter(|e| e["y"] == 10).filter_map(|e| e["x"].as_i64()).collect()
+    }
+
+    fn wait_for_clicks(&self, n: usize) {
+        let start = Instant::now();
+        while self.clicked_x().len() < n && start.elapsed() < WAIT {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(self.clicked_x().len() >= n, "only {:?} clicked", self.clicked_x());
+    }
+}
+
+#[test]
+fn a_vnc_server_restarted_mid_task_lets_the_task_finish() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let agentd = Agentd::new();
+    let mut rig = VncRig::start(agentd.dir.path());
+    let task = write_task(
+        agentd.dir.path(),
+        json!({"provider": "vnc", "address": format!("127.0.0.1:{}", rig.port)}),
+        slow_script(12),
+    );
+    let child = spawn_task(&agentd, &task);
+    rig.wait_for_clicks(2);
+    rig.x11vnc.kill();
+    std::thread::sleep(Duration::from_millis(800));
+    rig.x11vnc = testing::x11vnc(&rig.display.display, rig.port, None).expect("x11vnc again");
+    let run = finish(child, Duration::from_secs(60));
+    assert_succeeded(&run);
+    // Every click arrived once: none lost across the restart, none replayed.
+    rig.wait_for_clicks(12);
+    let mut xs = rig.clicked_x();
+    xs.sort_unstable();
+    assert_eq!(xs, (1..=12).map(|i| 10 * i).collect::<Vec<i64>>());
+}
+
+#[test]
+fn a_vnc_server_gone_for_good_fails_the_task_with_the_reason() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let agentd = Agentd::new();
+    let mut rig = VncRig::start(agentd.dir.path());
+    let task = write_task(
+        agentd.dir.path(),
+        json!({"provider": "vnc", "address": format!("127.0.0.1:{}", rig.port)}),
+        slow_script(12),
+    );
+    let child = spawn_task(&agentd, &task);
+    rig.wait_for_clicks(2);
+    rig.x11vnc.kill();
+    // The provider waits out its reconnect grace (15 s) and then the loop ends the attempt.
+    let run = finish(child, Duration::from_secs(60));
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let record = run.json();
+    assert_eq!(record["state"], "failed", "{record:#}");
+    let summary = record["outcome"]["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("VNC") && summary.contains("lost"), "{summary}");
+}
+
+#[test]
+fn the_x_server_gone_mid_task_fails_the_task_with_the_reason() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let agentd = Agentd::new();
+    let mut display = XServer::xvfb(800, 600).expect("Xvfb");
+    let app = RecorderApp::start(&display.display, &agentd.dir.path().join("rec.log")).expect("recorder");
+    let task = write_task(agentd.dir.path(), json!({"provider": "local", "display": display.display}), slow_script(20));
+    let child = spawn_task(&agentd, &task);
+    let start = Instant::now();
+    while of_kind(&app.events(), "press").len() < 2 && start.elapsed() < WAIT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    display.process.kill();
+    let run = finish(child, Duration::from_secs(60));
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let record = run.json();
+    let summary = record["outcome"]["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains(&display.display) && summary.contains("went away"), "{summary}");
+}
+
+#[test]
+fn a_missing_monitor_is_invalid_input() {
+    let Some(env) = desktop_env() else { return };
+    let agentd = Agentd::new();
+    let task = write_task(
+        agentd.dir.path(),
+        json!({"provider": "local", "display": env.display, "monitor": 9}),
+        json!({"turns": [{"complete": {"success": true}}]}),
+    );
+    let run = run_task(&agentd, &task, None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("computer.monitor") && run.stderr.contains("monitor 9"), "{}", run.stderr);
+}
