@@ -125,6 +125,9 @@ struct Loop {
     notes: Vec<String>,
     previous_digest: Option<u64>,
     policy: ContextPolicy,
+    // --- context compaction (model adapters' issue) ---
+    /// What compaction made of exchanges dropped from `history` (see `agent::context::compact`).
+    summary: Option<String>,
 }
 
 /// Why the loop stopped early inside a step.
@@ -151,6 +154,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         notes: Vec::new(),
         previous_digest: None,
         policy,
+        summary: None,
         input,
     };
     state.restore(resume);
@@ -320,6 +324,10 @@ impl Loop {
         self.previous_digest = Some(digest);
 
         self.policy.apply(&mut self.history);
+        // --- context compaction (model adapters' issue): summarise old turns near the context window ---
+        if let Some(window) = self.input.model.context_window() {
+            super::context::compact(&mut self.history, &mut self.summary, window, &self.input.task.instructions);
+        }
         let turn = self.call_model(index, &prepared.model).await?;
         self.usage.add(&turn.usage);
         let notes = std::mem::take(&mut self.notes);
@@ -397,6 +405,7 @@ impl Loop {
             tools: &tools,
             screen: self.screen,
             step,
+            summary: self.summary.as_deref(),
         };
         let events = self.input.events.clone();
         let deltas = move |delta: Delta<'_>| {

@@ -1,0 +1,1 @@
+//! Fake vendor servers for tests and benchmarks (filled in below).
