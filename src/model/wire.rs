@@ -26,8 +26,6 @@ pub struct Screen<'a> {
 pub struct Slot<'a> {
     pub exchange: &'a Exchange,
     pub next: Screen<'a>,
-    /// This is the last exchange: `next` is the current screenshot.
-    pub last: bool,
 }
 
 /// The conversation in the order every API wants it: the first screen (with the instructions), then each
@@ -47,7 +45,7 @@ pub fn layout<'a>(request: &ModelRequest<'a>) -> (Screen<'a>, Vec<Slot<'a>>) {
                 Some(e) => Screen { image: e.screenshot.as_ref(), notes: &e.notes },
                 None => current,
             };
-            Slot { exchange, next, last: i + 1 == history.len() }
+            Slot { exchange, next }
         })
         .collect();
     (first, slots)
@@ -148,17 +146,6 @@ pub fn unsupported(id: String, what: &str, arguments: Value) -> ToolCall {
 
 pub fn computer(id: String, actions: Vec<Action>) -> ToolCall {
     ToolCall { id, kind: CallKind::Computer { actions } }
-}
-
-/// Input tokens of an image as Anthropic counts them (`width × height / 750`, vision docs); used by the
-/// compaction estimate and the fake servers.
-pub fn image_tokens(size: Size) -> u64 {
-    (size.area() / 750).max(1)
-}
-
-/// A rough token count of text (4 characters a token).
-pub fn text_tokens(text: &str) -> u64 {
-    (text.len() as u64).div_ceil(4)
 }
 
 /// Computes cost from a price (USD per million tokens) and normalised usage (see [`Usage`]).
