@@ -560,6 +560,17 @@ impl Decoder for MessageDecoder<'_> {
         if message.get("type").and_then(Value::as_str) == Some("error") {
             return Err(stream_error("anthropic", &message, self.redact));
         }
+        for block in message.get("content").and_then(Value::as_array).into_iter().flatten() {
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    (self.deltas)(Delta::Text(block.get("text").and_then(Value::as_str).unwrap_or_default()))
+                }
+                Some("thinking") => {
+                    (self.deltas)(Delta::Thinking(block.get("thinking").and_then(Value::as_str).unwrap_or_default()))
+                }
+                _ => {}
+            }
+        }
         self.message = message;
         self.done = true;
         Ok(())

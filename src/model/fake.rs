@@ -40,7 +40,11 @@ pub enum Reply {
     Json(Value),
     /// SSE: `(event name, data)` pairs.
     Sse(Vec<(Option<String>, String)>),
-    Status { status: u16, headers: Vec<(String, String)>, body: String },
+    Status {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
     /// These events, then the connection ends before the terminal event.
     Cut(Vec<(Option<String>, String)>),
     /// Headers (200, event stream), then nothing ever.
@@ -97,10 +101,11 @@ impl FakeServer {
         let url = format!("http://{}", listener.local_addr()?);
         let state = Arc::new(Mutex::new(State { vendor, responder, requests: Vec::new() }));
         let shared = state.clone();
-        let app = axum::Router::new().fallback(move |uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes| {
-            let state = shared.clone();
-            async move { handle(&state, uri, headers, body) }
-        });
+        let app =
+            axum::Router::new().fallback(move |uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes| {
+                let state = shared.clone();
+                async move { handle(&state, uri, headers, body) }
+            });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -117,16 +122,18 @@ impl FakeServer {
 
     /// Every violation in every request, prefixed with the request's index.
     pub fn problems(&self) -> Vec<String> {
-        self.lock().requests.iter().flat_map(|r| r.problems.iter().map(move |p| format!("request {}: {p}", r.index))).collect()
+        self.lock()
+            .requests
+            .iter()
+            .flat_map(|r| r.problems.iter().map(move |p| format!("request {}: {p}", r.index)))
+            .collect()
     }
 }
 
 fn handle(state: &Arc<Mutex<State>>, uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     let mut state = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let headers: BTreeMap<String, String> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or_default().to_string()))
-        .collect();
+    let headers: BTreeMap<String, String> =
+        headers.iter().map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or_default().to_string())).collect();
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
     let mut recorded = Recorded {
         index: state.requests.len(),
@@ -206,7 +213,8 @@ fn respond(reply: Reply) -> Response {
 
 /// Width and height of a base64 PNG, or why it is not one.
 pub fn png_size(data: &str) -> Result<(u32, u32), String> {
-    let bytes = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("image is not base64: {e}"))?;
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("image is not base64: {e}"))?;
     if bytes.len() < 24 || &bytes[..8] != b"\x89PNG\r\n\x1a\n" || &bytes[12..16] != b"IHDR" {
         return Err("image is not a PNG".into());
     }
@@ -298,13 +306,20 @@ fn check_anthropic(key: &str, r: &Recorded, p: &mut Vec<String>) {
     for (i, m) in messages.iter().enumerate() {
         let content = m["content"].as_array().cloned().unwrap_or_default();
         if m["role"] == "assistant" {
-            let uses: Vec<&str> = content.iter().filter(|c| c["type"] == "tool_use").filter_map(|c| c["id"].as_str()).collect();
+            let uses: Vec<&str> =
+                content.iter().filter(|c| c["type"] == "tool_use").filter_map(|c| c["id"].as_str()).collect();
             let next = messages.get(i + 1).and_then(|n| n["content"].as_array()).cloned().unwrap_or_default();
-            let results: Vec<&str> =
-                next.iter().take_while(|c| c["type"] == "tool_result").filter_map(|c| c["tool_use_id"].as_str()).collect();
+            let results: Vec<&str> = next
+                .iter()
+                .take_while(|c| c["type"] == "tool_result")
+                .filter_map(|c| c["tool_use_id"].as_str())
+                .collect();
             let all_results = next.iter().filter(|c| c["type"] == "tool_result").count();
             if uses != results || all_results != results.len() {
-                p.push(format!("messages.{}: tool_results {results:?} do not answer tool_uses {uses:?} in order, first", i + 1));
+                p.push(format!(
+                    "messages.{}: tool_results {results:?} do not answer tool_uses {uses:?} in order, first",
+                    i + 1
+                ));
             }
         }
         visit_images(&m["content"], &mut |image| {
@@ -444,7 +459,9 @@ fn visit_typed(value: &Value, kind: &str, f: &mut dyn FnMut(&Value)) {
 
 fn check_gemini(key: &str, r: &Recorded, p: &mut Vec<String>) {
     let b = &r.body;
-    if !(r.path.starts_with("/models/") && (r.path.ends_with(":streamGenerateContent?alt=sse") || r.path.ends_with(":generateContent"))) {
+    if !(r.path.starts_with("/models/")
+        && (r.path.ends_with(":streamGenerateContent?alt=sse") || r.path.ends_with(":generateContent")))
+    {
         p.push(format!("path {}", r.path));
     }
     if header(r, "x-goog-api-key") != Some(key) {
@@ -465,8 +482,11 @@ fn check_gemini(key: &str, r: &Recorded, p: &mut Vec<String>) {
         }
         let parts = c["parts"].as_array().cloned().unwrap_or_default();
         if c["role"] == "model" {
-            let calls: Vec<(Value, Value)> =
-                parts.iter().filter_map(|p| p.get("functionCall")).map(|f| (f["name"].clone(), f["id"].clone())).collect();
+            let calls: Vec<(Value, Value)> = parts
+                .iter()
+                .filter_map(|p| p.get("functionCall"))
+                .map(|f| (f["name"].clone(), f["id"].clone()))
+                .collect();
             let next = contents.get(i + 1).and_then(|n| n["parts"].as_array()).cloned().unwrap_or_default();
             let responses: Vec<(Value, Value)> = next
                 .iter()
@@ -559,37 +579,58 @@ pub fn anthropic_reply(content: Vec<Value>, usage: Value, stream: bool) -> Reply
     for (index, block) in message["content"].as_array().into_iter().flatten().enumerate() {
         match block["type"].as_str() {
             Some("text") => {
-                events.push(ev("content_block_start", json!({"type": "content_block_start", "index": index,
-                    "content_block": {"type": "text", "text": ""}})));
+                events.push(ev(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "text", "text": ""}}),
+                ));
                 let text = block["text"].as_str().unwrap_or_default();
                 let mid = text.char_indices().nth(text.chars().count() / 2).map_or(0, |(i, _)| i);
                 for piece in [&text[..mid], &text[mid..]] {
-                    events.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "text_delta", "text": piece}})));
+                    events.push(ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "text_delta", "text": piece}}),
+                    ));
                 }
             }
             Some("tool_use") => {
-                events.push(ev("content_block_start", json!({"type": "content_block_start", "index": index,
-                    "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})));
-                events.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": ""}})));
+                events.push(ev(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}),
+                ));
+                events.push(ev(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": ""}}),
+                ));
                 events.push(ev("ping", json!({"type": "ping"})));
                 let input = block["input"].to_string();
                 let mid = input.len() / 2;
                 let mid = (mid..input.len()).find(|&i| input.is_char_boundary(i)).unwrap_or(input.len());
                 for piece in [&input[..mid], &input[mid..]] {
-                    events.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "input_json_delta", "partial_json": piece}})));
+                    events.push(ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                    ));
                 }
             }
             _ => {
-                events.push(ev("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": block})));
+                events.push(ev(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index, "content_block": block}),
+                ));
             }
         }
         events.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": index})));
     }
-    events.push(ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-        "usage": {"output_tokens": usage["output_tokens"]}})));
+    events.push(ev(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+        "usage": {"output_tokens": usage["output_tokens"]}}),
+    ));
     events.push(ev("message_stop", json!({"type": "message_stop"})));
     Reply::Sse(events)
 }
@@ -609,7 +650,9 @@ pub fn openai_reply(output: Vec<Value>, usage: Value, stream: bool) -> Reply {
         let name = data["type"].as_str().unwrap_or_default().to_string();
         (Some(name), data.to_string())
     };
-    let mut events = vec![next(json!({"type": "response.created", "response": {"id": "resp_fake", "status": "in_progress", "output": []}}))];
+    let mut events = vec![next(
+        json!({"type": "response.created", "response": {"id": "resp_fake", "status": "in_progress", "output": []}}),
+    )];
     for (i, item) in output.iter().enumerate() {
         events.push(next(json!({"type": "response.output_item.added", "output_index": i, "item": item})));
         if item["type"] == "message" {

@@ -4,4 +4,5 @@
 mod agent_loop;
 mod bad_input;
 mod doubles;
+mod models;
 mod support;
