@@ -164,7 +164,7 @@ mod tests {
         assert!(n >= 20 && h.len() >= 2, "{n} {}", h.len());
         assert!(estimate_tokens(&h, summary.as_deref(), "task") <= 30_000);
         let summary = summary.unwrap();
-        assert!(summary.starts_with("Step 1: you said"), "{summary}");
+        assert!(summary.starts_with("Step 1; you said"), "{summary}");
         assert_eq!(h[0].step as usize, n);
         // Far from the window nothing happens.
         let mut h = history(3);

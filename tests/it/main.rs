@@ -5,4 +5,5 @@ mod agent_loop;
 mod bad_input;
 mod doubles;
 mod models;
+mod models_storm;
 mod support;
