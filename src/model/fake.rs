@@ -30,6 +30,8 @@ pub struct Recorded {
     pub path: String,
     pub headers: BTreeMap<String, String>,
     pub body: Value,
+    /// The size of the body in bytes.
+    pub bytes: usize,
     /// Wire-rule violations found in this request.
     pub problems: Vec<String>,
 }
@@ -101,11 +103,14 @@ impl FakeServer {
         let url = format!("http://{}", listener.local_addr()?);
         let state = Arc::new(Mutex::new(State { vendor, responder, requests: Vec::new() }));
         let shared = state.clone();
-        let app =
-            axum::Router::new().fallback(move |uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes| {
-                let state = shared.clone();
-                async move { handle(&state, uri, headers, body) }
-            });
+        let handler = move |uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes| {
+            let state = shared.clone();
+            async move { handle(&state, uri, headers, body) }
+        };
+        let app = axum::Router::new()
+            .route("/{*path}", axum::routing::any(handler))
+            // Well above the vendors' limits (Anthropic: 32 MB), which the checkers report instead.
+            .layer(axum::extract::DefaultBodyLimit::max(512 * 1024 * 1024));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -141,6 +146,7 @@ fn handle(state: &Arc<Mutex<State>>, uri: axum::http::Uri, headers: HeaderMap, b
         path: uri.path_and_query().map(|p| p.to_string()).unwrap_or_default(),
         headers,
         body: parsed.as_ref().cloned().unwrap_or(Value::Null),
+        bytes: body.len(),
         problems: Vec::new(),
     };
     if let Err(e) = parsed {
@@ -244,6 +250,9 @@ fn header<'a>(r: &'a Recorded, name: &str) -> Option<&'a str> {
 
 fn check_anthropic(key: &str, r: &Recorded, p: &mut Vec<String>) {
     let b = &r.body;
+    if r.bytes > 32 * 1000 * 1000 {
+        p.push(format!("request of {} bytes is over the 32 MB limit", r.bytes));
+    }
     if r.path != "/v1/messages" {
         p.push(format!("path {}", r.path));
     }

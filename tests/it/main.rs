@@ -6,4 +6,5 @@ mod bad_input;
 mod doubles;
 mod models;
 mod models_storm;
+mod models_wire;
 mod support;
