@@ -705,3 +705,66 @@ async fn openai_quota_is_final_and_gemini_retry_info_is_honoured() {
     assert_eq!(call(model.as_ref()).await.unwrap().text, "hi");
     assert_eq!(gaps(&server), vec![Duration::from_millis(2500)]);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// The binary
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentd_run_drives_a_vendor_model_end_to_end() {
+    let server = FakeServer::start(
+        Vendor::Anthropic { key: KEY.into() },
+        Box::new(|r| {
+            let content = match turns_in(r) {
+                0 => vec![
+                    json!({"type": "tool_use", "id": "toolu_1", "name": "computer", "input": {"action": "screenshot"}}),
+                ],
+                _ => vec![json!({"type": "tool_use", "id": "toolu_2", "name": "task_completion",
+                    "input": {"success": true, "summary": "saw the screen"}})],
+            };
+            fake::anthropic_reply(content, usage_anthropic(), true)
+        }),
+    )
+    .await
+    .unwrap();
+    let agentd = crate::support::Agentd::with_config(&format!("[models.anthropic]\nbase_url = {:?}\n", server.url));
+    let task = agentd.dir.path().join("task.json");
+    std::fs::write(
+        &task,
+        json!({"instructions": "look", "computer": {"provider": "mock", "scene": "login"},
+            "model": {"provider": "anthropic", "model": "claude-sonnet-4-5"}})
+        .to_string(),
+    )
+    .unwrap();
+    let run = tokio::task::spawn_blocking(move || {
+        let output = agentd
+            .command()
+            .env("ANTHROPIC_API_KEY", KEY)
+            .args(["run", task.to_str().unwrap(), "--json"])
+            .output()
+            .expect("spawn agentd");
+        crate::support::Run::from(output)
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record = run.json();
+    assert_eq!(record["state"], "succeeded");
+    assert_eq!(record["steps"].as_array().map(Vec::len), Some(2));
+    assert!(record["usage"]["cost_usd"].as_f64().unwrap_or(0.0) > 0.0);
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY), "the key leaked");
+    assert!(server.problems().is_empty(), "{:#?}", server.problems());
+
+    // Without a key the model is not built: invalid input, exit 2, and the message names the variable.
+    let agentd = crate::support::Agentd::with_config(&format!("[models.anthropic]\nbase_url = {:?}\n", server.url));
+    let task = agentd.dir.path().join("task.json");
+    std::fs::write(&task, json!({"instructions": "look", "model": {"provider": "anthropic"}}).to_string()).unwrap();
+    let run = tokio::task::spawn_blocking(move || {
+        let output =
+            agentd.command().env_remove("ANTHROPIC_API_KEY").args(["run", task.to_str().unwrap()]).output().unwrap();
+        crate::support::Run::from(output)
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("ANTHROPIC_API_KEY"), "{}", run.stderr);
+}

@@ -325,7 +325,7 @@ proptest! {
 #[test]
 fn structured_streams_survive_reordering_and_truncation() {
     // A real stream shape, then every prefix of it and a shuffled copy: each gives a turn or a typed error.
-    let events: Vec<String> = vec![
+    let events: Vec<String> = [
         json!({"type": "message_start", "message": {"content": [], "usage": {"input_tokens": 5}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "computer", "input": {}}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"action\": \"left_"}}),
