@@ -344,3 +344,56 @@ fn structured_streams_survive_reordering_and_truncation() {
     reversed.reverse();
     feed_all(b"", &reversed);
 }
+
+/// Anthropic's cache breakpoints survive the context policy: step after step, each request reads most of its
+/// prompt from the cache the previous requests wrote, including at the steps where old screenshots leave.
+#[test]
+fn anthropic_cache_breakpoints_survive_dropping_screenshots() {
+    use agentd::agent::context::ContextPolicy;
+    use agentd::model::fake::CacheSim;
+    let big = |shade: u8| {
+        let frame = Frame::from_rgb(SCREEN, vec![shade; SCREEN.area() as usize * 3]).unwrap();
+        ModelImage::new(SCREEN, "image/png", encode_png(&frame).unwrap().into())
+    };
+    let model = AnthropicModel::new(shared().settings("anthropic", &options("claude-sonnet-4-5"), None, None).unwrap())
+        .unwrap();
+    let tools = agentd::tools::declared_tools();
+    for chunk in [1, 3] {
+        let policy = ContextPolicy::new(3, chunk);
+        let mut sim = CacheSim::default();
+        let mut history: Vec<Exchange> = Vec::new();
+        let (mut read, mut total) = (0, 0);
+        for step in 0..12u32 {
+            policy.apply(&mut history);
+            let current = big(step as u8 * 10);
+            let mut request = request(&history, &current, &[], &tools);
+            request.summary = None;
+            let body = model.body(&request);
+            let usage = sim.usage(&body);
+            let step_read = usage["cache_read_input_tokens"].as_u64().unwrap();
+            let step_total = step_read
+                + usage["input_tokens"].as_u64().unwrap()
+                + usage["cache_creation_input_tokens"].as_u64().unwrap();
+            if step > 0 {
+                assert!(step_read > 0, "chunk {chunk}, step {step}: nothing read from the cache");
+            }
+            read += step_read;
+            total += step_total;
+            let images = body.to_string().matches("\"type\":\"image\"").count();
+            assert!(images <= 3 + chunk as usize - 1, "chunk {chunk}, step {step}: {images} images");
+            let turn = anthropic::parse_message(
+                &json!({"content": [{"type": "tool_use", "id": format!("toolu_{step}"), "name": "computer",
+                    "input": {"action": "mouse_move", "coordinate": [step, step]}}], "usage": {}}),
+                SCREEN,
+                None,
+            )
+            .unwrap();
+            let results =
+                vec![ToolResult { call_id: format!("toolu_{step}"), ok: true, message: "ok".into(), image: None }];
+            history.push(Exchange { step, screenshot: Some(current), notes: vec![], turn, results });
+        }
+        let ratio = read as f64 / total as f64;
+        println!("chunk {chunk}: cache hit ratio {ratio:.2}");
+        assert!(ratio > if chunk == 1 { 0.15 } else { 0.5 }, "chunk {chunk}: hit ratio {ratio:.2}");
+    }
+}
