@@ -540,14 +540,7 @@ fn parse_kwargs(text: &str) -> Vec<(String, String)> {
             }
         }
         out.push((key, value));
-        if key_is_empty(&out) {
-            return out;
-        }
     }
-}
-
-fn key_is_empty(out: &[(String, String)]) -> bool {
-    out.last().is_some_and(|(k, _)| k.is_empty())
 }
 
 /// The point a UI-TARS box names: `(x,y)`, `<point>x y</point>`, `[x1, y1, x2, y2]` (its centre).

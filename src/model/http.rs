@@ -487,8 +487,23 @@ impl Endpoint {
                 Auth::Header(name) => builder.header(name, key.expose()),
             };
         }
-        let mut response = builder.send().await.map_err(|e| AttemptError::retry(describe_reqwest(&e)))?;
+        // A streamed response starts at once (headers, then events); a silent server there is as stuck as a
+        // silent stream. A non-streamed one may think for minutes before its headers: only `total` bounds it.
+        let sent = builder.send();
+        let sent = if request.stream {
+            tokio::time::timeout(self.timeouts.idle, sent).await.map_err(|_| {
+                AttemptError::retry(format!("no response headers within {} s", self.timeouts.idle.as_secs_f64()))
+            })?
+        } else {
+            sent.await
+        };
+        let mut response = sent.map_err(|e| AttemptError::retry(describe_reqwest(&e)))?;
         let status = response.status().as_u16();
+        let request_id = ["request-id", "x-request-id"]
+            .iter()
+            .find_map(|name| response.headers().get(*name).and_then(|v| v.to_str().ok()))
+            .unwrap_or_default();
+        tracing::debug!(provider = self.provider, status, request_id, "model response");
         if !(200..300).contains(&status) {
             let headers = response.headers().clone();
             let body = read_limited(&mut response, self.timeouts.idle, MAX_ERROR_BODY).await.unwrap_or_default();

@@ -312,6 +312,17 @@ proptest! {
     }
 
     #[test]
+    fn random_streams_never_panic_the_sse_parser(bytes in prop::collection::vec(any::<u8>(), 0..400), split in 0usize..400) {
+        let mut parser = agentd::model::http::SseParser::default();
+        let mut events = Vec::new();
+        let split = split.min(bytes.len());
+        let _ = parser.push(&bytes[..split], &mut events);
+        let _ = parser.push(&bytes[split..], &mut events);
+        let data: Vec<String> = events.into_iter().map(|e| e.data).collect();
+        feed_all(b"", &data);
+    }
+
+    #[test]
     fn random_computer_inputs_never_panic(input in json_value()) {
         let _ = anthropic::computer_actions(&input, Size::new(1280, 800));
         let _ = openai::action(&input);
