@@ -12,9 +12,9 @@ use thiserror::Error;
 
 use crate::artifacts::{ArtifactStore, FsStore};
 use crate::config::{ArtifactsBackend, Config};
-use crate::model::Model;
 use crate::model::scripted::{Script, ScriptedModel};
-use crate::task::{ComputerSpec, LocalSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, VncSpec};
+use crate::model::{Model, ModelError, Shared};
+use crate::task::{CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, VncSpec};
 
 #[derive(Debug, Error)]
 pub enum BuildError {
@@ -118,8 +118,12 @@ async fn vnc_computer(_: &VncSpec) -> Result<Arc<dyn ComputerProvider>, BuildErr
     Err(BuildError::Invalid("field `computer.provider`: this agentd was built without the `vnc` feature".into()))
 }
 
-/// Builds the model a task names. Script paths resolve against `base_dir`.
-pub fn model(spec: &ModelSpec, _config: &Config, base_dir: Option<&Path>) -> Result<Arc<dyn Model>, BuildError> {
+/// Builds the model a task names, drawing HTTP clients, rate limiters, prices and keys from `shared` (one per
+/// process). Script paths resolve against `base_dir`.
+pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Result<Arc<dyn Model>, BuildError> {
+    use crate::model::{anthropic, compatible, gemini, openai};
+    let invalid = |e: ModelError| BuildError::Invalid(format!("field `model`: {e}"));
+    let options = spec.options();
     match spec {
         ModelSpec::Scripted(ScriptedSpec { script }) => {
             let script = match script {
@@ -134,10 +138,25 @@ pub fn model(spec: &ModelSpec, _config: &Config, base_dir: Option<&Path>) -> Res
             };
             Ok(Arc::new(ScriptedModel::new(script)))
         }
-        other => Err(BuildError::Invalid(format!(
-            "field `model.provider`: the {} adapter is not part of this build yet",
-            other.provider()
-        ))),
+        ModelSpec::Anthropic(vendor) => {
+            let settings =
+                shared.settings("anthropic", &options, vendor.tool_version.as_deref(), None).map_err(invalid)?;
+            Ok(Arc::new(anthropic::AnthropicModel::new(settings).map_err(invalid)?))
+        }
+        ModelSpec::Openai(vendor) => {
+            let settings =
+                shared.settings("openai", &options, vendor.tool_version.as_deref(), None).map_err(invalid)?;
+            Ok(Arc::new(openai::OpenAiModel::new(settings).map_err(invalid)?))
+        }
+        ModelSpec::Gemini(_) => {
+            let settings = shared.settings("gemini", &options, None, None).map_err(invalid)?;
+            Ok(Arc::new(gemini::GeminiModel::new(settings).map_err(invalid)?))
+        }
+        ModelSpec::OpenaiCompatible(CompatibleSpec { base_url, .. }) => {
+            let settings =
+                shared.settings("openai-compatible", &options, None, base_url.as_deref()).map_err(invalid)?;
+            Ok(Arc::new(compatible::CompatibleModel::new(settings).map_err(invalid)?))
+        }
     }
 }
 

@@ -158,23 +158,50 @@ impl Default for ArtifactsConfig {
     }
 }
 
-/// `[models.NAME]`: how to reach one model provider.
+/// `[models.NAME]`: how to reach one model provider, and how its adapter behaves. Every key is optional; the
+/// adapter's defaults are in `docs/models.md` and `config/agentd.example.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     pub base_url: Option<String>,
     /// The environment variable holding the API key (default: the provider's usual one).
     pub api_key_env: Option<String>,
-    /// A file holding the API key (read at start; wins over `api_key_env`).
+    /// A file holding the API key (read when a task's model is built; wins over `api_key_env`).
     pub api_key_file: Option<PathBuf>,
     /// The default model id.
     pub model: Option<String>,
     pub max_tokens: Option<u32>,
     pub tool_version: Option<String>,
-    /// Per-request timeout.
+    /// Longest time one request attempt may take, from sending to the last byte (default 600).
     pub timeout_secs: Option<u64>,
-    /// Retries of a failed request (429, 5xx, timeouts).
+    /// TCP/TLS connect timeout (default 5).
+    pub connect_timeout_secs: Option<u64>,
+    /// Longest silence inside a response body or stream before the attempt is abandoned (default 60).
+    pub idle_timeout_secs: Option<u64>,
+    /// Retries of a failed request (5xx, 529, timeouts, 429 without a delay) (default 4).
     pub max_retries: Option<u32>,
+    /// Longest total time one call waits out 429s that say how long to wait (default 600).
+    pub rate_limit_wait_secs: Option<u64>,
+    /// Most requests in flight to this provider from the whole process (default 8).
+    pub max_concurrency: Option<u32>,
+    /// Stream responses (`model_delta` events as text arrives). Default: true, except openai-compatible.
+    pub stream: Option<bool>,
+    /// The environment the computer tool declares: OpenAI `linux`/`windows`/`mac`/`ubuntu`/`browser`
+    /// (default `linux`), Gemini `ENVIRONMENT_BROWSER` (default).
+    pub environment: Option<String>,
+    /// openai-compatible: the model's coordinate space, `pixels` (default), `relative-1000` or
+    /// `smart-resize` (Qwen2.5-VL / UI-TARS-1.5).
+    pub coordinate_space: Option<String>,
+    /// openai-compatible: `tools` (function calling, default) or `ui-tars` (the UI-TARS text action grammar).
+    pub action_format: Option<String>,
+    /// Old screenshots leave the context in chunks of this many (default 3 for anthropic, keeping its prompt
+    /// cache valid between drops; 1 elsewhere).
+    pub screenshot_chunk: Option<u32>,
+    /// The model's context window in tokens; older turns are summarised before a request comes near it.
+    pub context_window: Option<u64>,
+    /// Prices in USD per million tokens by model id prefix, overriding the built-in table:
+    /// `{ "model-id" = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 } }`.
+    pub prices: BTreeMap<String, crate::model::pricing::Price>,
     /// Acknowledge vendor safety checks without asking a human. Off unless set.
     pub auto_acknowledge_safety_checks: bool,
 }
@@ -367,7 +394,18 @@ const MODEL_KEYS: &[&str] = &[
     "max_tokens",
     "tool_version",
     "timeout_secs",
+    "connect_timeout_secs",
+    "idle_timeout_secs",
     "max_retries",
+    "rate_limit_wait_secs",
+    "max_concurrency",
+    "stream",
+    "environment",
+    "coordinate_space",
+    "action_format",
+    "screenshot_chunk",
+    "context_window",
+    "prices",
     "auto_acknowledge_safety_checks",
 ];
 
@@ -546,6 +584,37 @@ fn validate(config: &Config) -> Vec<(String, String)> {
         }
     }
     for (name, model) in &config.models {
+        for (key, value) in [
+            ("timeout_secs", model.timeout_secs),
+            ("connect_timeout_secs", model.connect_timeout_secs),
+            ("idle_timeout_secs", model.idle_timeout_secs),
+            ("max_concurrency", model.max_concurrency.map(u64::from)),
+            ("screenshot_chunk", model.screenshot_chunk.map(u64::from)),
+            ("max_tokens", model.max_tokens.map(u64::from)),
+        ] {
+            if value == Some(0) {
+                problem(&format!("models.{name}.{key}"), "must be at least 1".into());
+            }
+        }
+        if let Some(space) = &model.coordinate_space
+            && !matches!(space.as_str(), "pixels" | "relative-1000" | "smart-resize")
+        {
+            problem(
+                &format!("models.{name}.coordinate_space"),
+                format!("{space:?}: expected \"pixels\", \"relative-1000\" or \"smart-resize\""),
+            );
+        }
+        if let Some(format) = &model.action_format
+            && !matches!(format.as_str(), "tools" | "ui-tars")
+        {
+            problem(&format!("models.{name}.action_format"), format!("{format:?}: expected \"tools\" or \"ui-tars\""));
+        }
+        for (model_id, price) in &model.prices {
+            let values = [Some(price.input), Some(price.output), price.cache_read, price.cache_write];
+            if values.into_iter().flatten().any(|v| !v.is_finite() || v < 0.0) {
+                problem(&format!("models.{name}.prices"), format!("{model_id:?}: prices must be non-negative numbers"));
+            }
+        }
         if let Some(url) = &model.base_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
@@ -568,7 +637,9 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut V
             continue;
         }
         if let Some(model_rest) = rest.strip_prefix("models_") {
-            match MODEL_KEYS.iter().find(|k| model_rest.ends_with(&format!("_{k}"))) {
+            // The longest key that ends the name wins (`idle_timeout_secs` before `timeout_secs`).
+            let key = MODEL_KEYS.iter().filter(|k| model_rest.ends_with(&format!("_{k}"))).max_by_key(|k| k.len());
+            match key {
                 Some(key) => {
                     let provider = model_rest[..model_rest.len() - key.len() - 1].replace('_', "-");
                     let models = table.entry("models").or_insert_with(|| toml::Value::Table(toml::Table::new()));

@@ -135,6 +135,9 @@ struct Loop {
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
     model_errors: u32,
+    // --- context compaction (model adapters' issue) ---
+    /// What compaction made of exchanges dropped from `history` (see `agent::context::compact`).
+    summary: Option<String>,
 }
 
 /// Why the loop stopped early inside a step.
@@ -163,6 +166,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         policy,
         pending_approval: None,
         model_errors: 0,
+        summary: None,
         input,
     };
     state.restore(resume);
@@ -377,6 +381,10 @@ impl Loop {
         self.previous_digest = Some(digest);
 
         self.policy.apply(&mut self.history);
+        // --- context compaction (model adapters' issue): summarise old turns near the context window ---
+        if let Some(window) = self.input.model.context_window() {
+            super::context::compact(&mut self.history, &mut self.summary, window, &self.input.task.instructions);
+        }
         let turn = self.call_model(index, &prepared.model).await?;
         self.usage.add(&turn.usage);
         let notes = std::mem::take(&mut self.notes);
@@ -477,6 +485,7 @@ impl Loop {
             tools: &tools,
             screen: self.screen,
             step,
+            summary: self.summary.as_deref(),
         };
         let events = self.input.events.clone();
         let deltas = move |delta: Delta<'_>| {

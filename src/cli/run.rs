@@ -37,7 +37,8 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         BuildError::Invalid(message) => CliError::invalid(anyhow::anyhow!("{}: {message}", source.name)),
         BuildError::Unreachable(message) => CliError::unreachable(anyhow::anyhow!("{}: {message}", source.name)),
     };
-    let model = backends::model(&resolved.model, config, Some(&source.base_dir)).map_err(build_error)?;
+    let shared = crate::model::Shared::new(config);
+    let model = backends::model(&resolved.model, &shared, Some(&source.base_dir)).map_err(build_error)?;
     let computer_ctx = ComputerContext { base_dir: Some(&source.base_dir), persist_dir: None };
     let computer = backends::computer(&resolved.computer, &computer_ctx).await.map_err(build_error)?;
     let store = backends::artifact_store(config).await.map_err(build_error)?;

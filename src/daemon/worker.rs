@@ -33,6 +33,9 @@ pub struct Workers {
     pub uploader: Uploader,
     pub metrics: Arc<Metrics>,
     pub identity: WorkerIdentity,
+    /// One HTTP client and rate limiter per model provider for the whole process, so that a retry storm is
+    /// not multiplied by the number of tasks.
+    pub models: crate::model::Shared,
     /// Wakes the claim loop (a task was submitted or a slot freed).
     pub wake: Arc<Notify>,
     /// Fires when events of a task were stored (SSE followers wait on it).
@@ -59,12 +62,14 @@ impl Workers {
             .unwrap_or_else(|| format!("{}:{}", crate::config::host_name(), std::process::id()));
         let identity = WorkerIdentity { name, labels: config.worker.labels.clone() };
         let concurrency = config.worker.concurrency.max(1) as usize;
+        let models = crate::model::Shared::new(&config);
         Arc::new(Self {
             config,
             queue,
             uploader,
             metrics,
             identity,
+            models,
             wake: Arc::new(Notify::new()),
             events_stored: Arc::new(Notify::new()),
             active: Mutex::new(HashMap::new()),
@@ -241,7 +246,7 @@ impl Workers {
         let resolved = lease.spec.resolve(&self.config.defaults);
         let persist = self.config.mock_dir(&task_id);
         let ctx = ComputerContext { base_dir: None, persist_dir: Some(&persist) };
-        let built = match backends::model(&resolved.model, &self.config, None) {
+        let built = match backends::model(&resolved.model, &self.models, None) {
             Ok(model) => backends::computer(&resolved.computer, &ctx).await.map(|computer| (computer, model)),
             Err(e) => Err(e),
         };

@@ -7,7 +7,18 @@
 //! [`ModelTurn::raw`], which the loop stores and hands back untouched. Coordinates in a turn are in the
 //! model's own space ([`Model::coordinates`]); the loop converts them.
 
+pub mod anthropic;
+pub mod compatible;
+pub mod fake;
+pub mod gemini;
+pub mod http;
+pub mod openai;
+pub mod pricing;
 pub mod scripted;
+mod shared;
+mod wire;
+
+pub use shared::Shared;
 
 use std::sync::{Arc, OnceLock};
 
@@ -160,6 +171,9 @@ pub struct ModelRequest<'a> {
     pub screen: Size,
     /// The step this turn belongs to (for events and logs).
     pub step: u32,
+    /// What the context policy's compaction made of exchanges no longer in `history` (shown right after the
+    /// instructions), or `None` when nothing was compacted.
+    pub summary: Option<&'a str>,
 }
 
 /// Streams text as it arrives (`model_delta` events).
@@ -181,6 +195,9 @@ pub enum ModelError {
     Auth(String),
     #[error("model unavailable after retries: {0}")]
     Unavailable(String),
+    /// The provider asked to wait longer than agentd sleeps inside one call: try the task again later.
+    #[error("model rate limited for {retry_after_secs} s: {message}")]
+    RateLimited { retry_after_secs: u64, message: String },
     #[error("model response could not be understood: {0}")]
     Protocol(String),
     #[error("model configuration: {0}")]
@@ -191,7 +208,7 @@ pub enum ModelError {
 
 impl ModelError {
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable(_))
+        matches!(self, Self::Unavailable(_) | Self::RateLimited { .. })
     }
 }
 
@@ -214,6 +231,12 @@ pub trait Model: Send + Sync {
     /// prompt-cache prefix stays valid for several turns. 1 drops exactly down to `keep_screenshots`.
     fn context_chunk(&self) -> u32 {
         1
+    }
+
+    /// The model's context window in tokens; the context policy compacts the history before a request
+    /// would come near it. `None`: no compaction.
+    fn context_window(&self) -> Option<u64> {
+        None
     }
 
     /// The next turn.

@@ -1,0 +1,771 @@
+//! Every vendor adapter against its local fake server: whole tasks on the mock desktop (the actions the
+//! desktop records are the ones the fake model asked for, mapped to screen pixels), and every error shape of
+//! the reference (400, 401, 429 with and without a delay, 529, 5xx, a stream cut short, a silent stream,
+//! quota exhaustion, Gemini's RetryInfo, errors inside a stream). Time runs on tokio's paused clock, so
+//! backoff and timeouts cost no wall time and delays are measured exactly.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentd::agent::events::{Event, EventKind, EventSink};
+use agentd::agent::journal::MemoryJournal;
+use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
+use agentd::artifacts::{FsStore, Uploader};
+use agentd::backends;
+use agentd::model::fake::{self, FakeServer, Recorded, Reply, Vendor};
+use agentd::model::{Delta, Model, ModelError, ModelImage, ModelRequest, ModelTurn, Shared};
+use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask};
+use agentd_computer::{Action, Frame, MouseButton, Point, Size};
+use agentd_mock::{MockDesktop, Scene};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub const KEY: &str = "sk-test-0123456789";
+
+/// A `Shared` whose config points `provider` at `url`, with `extra` config lines, and the test key in the
+/// provider's usual variable.
+pub fn shared_for(provider: &str, url: &str, extra: &str) -> Shared {
+    let base = match provider {
+        "anthropic" | "gemini" => url.to_string(),
+        _ => format!("{url}/v1"),
+    };
+    let toml = format!("[models.{provider}]\nbase_url = {base:?}\n{extra}\n");
+    let config = agentd::config::parse(&toml, "test.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+    let env: BTreeMap<String, String> =
+        [("ANTHROPIC_API_KEY", KEY), ("OPENAI_API_KEY", KEY), ("GEMINI_API_KEY", KEY), ("LOCAL_KEY", KEY)]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+    Shared::with_env(&config, Arc::new(move |name: &str| env.get(name).cloned()))
+}
+
+pub fn spec(json: Value) -> ModelSpec {
+    serde_json::from_value(json).expect("model spec")
+}
+
+pub fn task(model: ModelSpec, max_steps: u32, keep: u32) -> ResolvedTask {
+    ResolvedTask {
+        instructions: "Log in as alice (the password is in the note) ".into(),
+        computer: ComputerSpec::Mock(MockSpec::default()),
+        model,
+        limits: Limits { max_steps, timeout_secs: 3600, max_cost_usd: 100.0 },
+        keep_screenshots: keep,
+    }
+}
+
+/// Runs a whole task in-process on `desktop`.
+pub async fn run_task(
+    task: ResolvedTask,
+    model: Arc<dyn Model>,
+    desktop: Arc<MockDesktop>,
+) -> (LoopOutput, Vec<Event>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tracker = TaskTracker::new();
+    let background = CancellationToken::new();
+    let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
+    let uploader = Uploader::start(store, dir.path().join("spool"), 16, &tracker, background.clone());
+    let (events, mut rx) = EventSink::channel("t1", 1);
+    let output = run(LoopInput {
+        task_id: "t1".into(),
+        attempt: 1,
+        task,
+        computer: desktop,
+        model,
+        uploader: uploader.clone(),
+        journal: Arc::new(MemoryJournal::default()),
+        events,
+        cancel: CancellationToken::new(),
+        shutdown: CancellationToken::new(),
+        resume: Vec::new(),
+        elapsed_before: Duration::ZERO,
+        approved: false,
+    })
+    .await;
+    uploader.flush(Duration::from_secs(30)).await;
+    background.cancel();
+    tracker.close();
+    tracker.wait().await;
+    let mut all = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        all.push(event);
+    }
+    (output, all)
+}
+
+pub fn login_desktop(size: Size) -> Arc<MockDesktop> {
+    Arc::new(MockDesktop::new(Scene::resolve("login", None).expect("scene"), Some(size)).expect("desktop"))
+}
+
+fn succeeded(output: &LoopOutput) -> bool {
+    matches!(&output.end, LoopEnd::Finished(o) if o.success)
+}
+
+/// How many assistant/model turns a request already holds (= the step it asks for).
+pub fn turns_in(r: &Recorded) -> usize {
+    let list = r.body.get("messages").or_else(|| r.body.get("contents")).and_then(Value::as_array);
+    match list {
+        Some(list) => list.iter().filter(|m| m["role"] == "assistant" || m["role"] == "model").count(),
+        None => r.body["input"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter(|i| i["type"] == "computer_call_output" || i["type"] == "function_call_output")
+                    .count()
+            })
+            .unwrap_or(0),
+    }
+}
+
+/// What the login task needs: the widgets' centres in the model's space, and the screen pixels those map to.
+struct Login {
+    username: Point,
+    password: Point,
+    username_screen: Point,
+    password_screen: Point,
+}
+
+fn login_points(desktop: &MockDesktop, model: &dyn Model) -> Login {
+    let map = model.coordinates(desktop.size());
+    let username = map.to_model(desktop.widget_center("username").expect("username field"));
+    let password = map.to_model(desktop.widget_center("password").expect("password field"));
+    Login { username, password, username_screen: map.to_screen(username), password_screen: map.to_screen(password) }
+}
+
+fn expected_login_actions(l: &Login, enter: &str) -> Vec<Action> {
+    vec![
+        Action::Click { x: l.username_screen.x, y: l.username_screen.y, button: MouseButton::Left, keys: vec![] },
+        Action::Type { text: "alice".into() },
+        Action::Click { x: l.password_screen.x, y: l.password_screen.y, button: MouseButton::Left, keys: vec![] },
+        Action::Type { text: "hunter2".into() },
+        Action::Keypress { keys: vec![enter.into()] },
+    ]
+}
+
+fn assert_logged_in(desktop: &MockDesktop, output: &LoopOutput, server: &FakeServer, enter: &str, login: &Login) {
+    assert!(server.problems().is_empty(), "wire problems: {:#?}", server.problems());
+    assert!(succeeded(output), "{:?}", output.end);
+    assert_eq!(desktop.actions(), expected_login_actions(login, enter));
+    let state = desktop.mock_state();
+    assert_eq!(state.screen, "welcome", "{state:?}");
+    assert_eq!(state.fields.get("username").map(String::as_str), Some("alice"));
+}
+
+fn deltas(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ModelDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn usage_anthropic() -> Value {
+    json!({"input_tokens": 1200, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 500, "output_tokens": 40})
+}
+
+fn anthropic_login_turn(step: usize, l: &Login, stream: bool) -> Reply {
+    let content = match step {
+        0 => vec![
+            json!({"type": "text", "text": "I'll sign in as alice."}),
+            json!({"type": "tool_use", "id": "toolu_1", "name": "computer", "input": {"action": "left_click", "coordinate": [l.username.x, l.username.y]}}),
+            json!({"type": "tool_use", "id": "toolu_2", "name": "computer", "input": {"action": "type", "text": "alice"}}),
+        ],
+        1 => vec![
+            json!({"type": "thinking", "thinking": "The note says hunter2.", "signature": "sig-abc"}),
+            json!({"type": "tool_use", "id": "toolu_3", "name": "computer", "input": {"action": "left_click", "coordinate": [l.password.x, l.password.y]}}),
+            json!({"type": "tool_use", "id": "toolu_4", "name": "computer", "input": {"action": "type", "text": "hunter2"}}),
+            json!({"type": "tool_use", "id": "toolu_5", "name": "computer", "input": {"action": "key", "text": "Return"}}),
+        ],
+        _ => vec![
+            json!({"type": "text", "text": "Signed in."}),
+            json!({"type": "tool_use", "id": "toolu_6", "name": "task_completion", "input": {"success": true, "summary": "signed in"}}),
+        ],
+    };
+    fake::anthropic_reply(content, usage_anthropic(), stream)
+}
+
+async fn anthropic_login(stream: bool) {
+    let desktop = login_desktop(Size::new(1920, 1200));
+    let points = Arc::new(Mutex::new(None::<Login>));
+    let p = points.clone();
+    let server = FakeServer::start(
+        Vendor::Anthropic { key: KEY.into() },
+        Box::new(move |r| {
+            let guard = p.lock().unwrap();
+            anthropic_login_turn(turns_in(r), guard.as_ref().expect("points"), stream)
+        }),
+    )
+    .await
+    .unwrap();
+    let shared = shared_for("anthropic", &server.url, &format!("stream = {stream}"));
+    let model_spec = spec(json!({"provider": "anthropic", "model": "claude-sonnet-4-5"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let login = login_points(&desktop, model.as_ref());
+    // The screen is 1920×1200: the model works in WXGA 1280×800.
+    assert_eq!(model.coordinates(desktop.size()).model(), Size::new(1280, 800));
+    *points.lock().unwrap() = Some(login_points(&desktop, model.as_ref()));
+    let (output, events) = run_task(task(model_spec, 10, 3), model, desktop.clone()).await;
+    assert_logged_in(&desktop, &output, &server, "Return", &login);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0].headers["anthropic-beta"], "computer-use-2025-01-24");
+    // Thinking is replayed verbatim with its signature.
+    assert_eq!(requests[2].body["messages"][3]["content"][0]["signature"], "sig-abc");
+    assert_eq!(output.steps[1].thinking, "The note says hunter2.");
+    // Usage is normalised (all prompt tokens) and priced (Sonnet 4.5: $3 in, $0.30 read, $3.75 write, $15 out).
+    let usage = output.steps[0].usage;
+    assert_eq!((usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens), (2000, 500, 300));
+    let cost = (1200.0 * 3.0 + 500.0 * 0.3 + 300.0 * 3.75 + 40.0 * 15.0) / 1e6;
+    assert!((usage.cost_usd - cost).abs() < 1e-12, "{}", usage.cost_usd);
+    assert!(deltas(&events).contains("I'll sign in as alice."));
+    assert!(!format!("{events:?}{output:?}").contains(KEY), "the key leaked into events or records");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn anthropic_streams_a_whole_task() {
+    anthropic_login(true).await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn anthropic_whole_task_without_streaming() {
+    anthropic_login(false).await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn anthropic_zoom_on_the_newer_tool() {
+    let desktop = login_desktop(Size::new(1280, 800));
+    let server = FakeServer::start(
+        Vendor::Anthropic { key: KEY.into() },
+        Box::new(|r| {
+            let content = match turns_in(r) {
+                0 => vec![json!({"type": "tool_use", "id": "toolu_z", "name": "computer",
+                    "input": {"action": "zoom", "region": [0, 0, 639, 399]}})],
+                _ => vec![json!({"type": "tool_use", "id": "toolu_done", "name": "task_completion",
+                    "input": {"success": true, "summary": "looked"}})],
+            };
+            fake::anthropic_reply(content, usage_anthropic(), true)
+        }),
+    )
+    .await
+    .unwrap();
+    let shared = shared_for("anthropic", &server.url, "");
+    let model_spec = spec(json!({"provider": "anthropic", "model": "claude-opus-4-5"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let (output, _) = run_task(task(model_spec, 5, 3), model, desktop).await;
+    assert!(succeeded(&output), "{:?}", output.end);
+    assert!(server.problems().is_empty(), "{:#?}", server.problems());
+    let requests = server.requests();
+    assert_eq!(requests[0].headers["anthropic-beta"], "computer-use-2025-11-24");
+    assert_eq!(requests[0].body["tools"][0]["enable_zoom"], true);
+    // The zoom's result carries the zoomed image and the next screenshot.
+    let result = &requests[1].body["messages"][2]["content"][0];
+    assert_eq!(result["tool_use_id"], "toolu_z");
+    let images = result["content"].as_array().unwrap().iter().filter(|c| c["type"] == "image").count();
+    assert_eq!(images, 2, "{result}");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn openai_ga_batched_actions_safety_checks_and_reasoning() {
+    let desktop = login_desktop(Size::new(1920, 1200));
+    let points = Arc::new(Mutex::new(None::<Login>));
+    let p = points.clone();
+    let server = FakeServer::start(
+        Vendor::OpenAi { key: KEY.into() },
+        Box::new(move |r| {
+            let guard = p.lock().unwrap();
+            let l = guard.as_ref().expect("points");
+            let output = match turns_in(r) {
+                0 => vec![
+                    json!({"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Find the form."}]}),
+                    json!({"type": "computer_call", "id": "cu_1", "call_id": "call_1", "status": "completed", "action": null,
+                        "pending_safety_checks": null,
+                        "actions": [{"type": "click", "button": "left", "keys": null, "x": l.username.x, "y": l.username.y},
+                                    {"type": "type", "text": "alice"}]}),
+                ],
+                1 => vec![
+                    json!({"type": "computer_call", "id": "cu_2", "call_id": "call_2", "status": "completed",
+                        "pending_safety_checks": [{"id": "cu_sc_1", "code": "sensitive_domain", "message": "A password is typed."}],
+                        "actions": [{"type": "click", "button": "left", "x": l.password.x, "y": l.password.y},
+                                    {"type": "type", "text": "hunter2"}, {"type": "keypress", "keys": ["ENTER"]}]}),
+                ],
+                _ => vec![
+                    json!({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": "Signed in.", "annotations": []}]}),
+                    json!({"type": "function_call", "id": "fc_1", "call_id": "call_3", "name": "task_completion",
+                        "arguments": "{\"success\": true, \"summary\": \"signed in\"}", "status": "completed"}),
+                ],
+            };
+            fake::openai_reply(output, json!({"input_tokens": 900, "input_tokens_details": {"cached_tokens": 100},
+                "output_tokens": 30, "output_tokens_details": {"reasoning_tokens": 10}, "total_tokens": 930}), true)
+        }),
+    )
+    .await
+    .unwrap();
+    let shared = shared_for("openai", &server.url, "");
+    let model_spec = spec(json!({"provider": "openai", "model": "gpt-5.5"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let login = login_points(&desktop, model.as_ref());
+    *points.lock().unwrap() = Some(login_points(&desktop, model.as_ref()));
+    let (output, events) = run_task(task(model_spec, 10, 3), model, desktop.clone()).await;
+    assert_logged_in(&desktop, &output, &server, "ENTER", &login);
+    let requests = server.requests();
+    assert_eq!(requests[0].body["tools"][0], json!({"type": "computer"}));
+    // The reasoning item is replayed before its call; the safety check is acknowledged with the results.
+    let input = requests[1].body["input"].as_array().unwrap();
+    assert_eq!(input[1]["type"], "reasoning");
+    let acknowledged = &requests[2].body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["call_id"] == "call_2" && i["type"] == "computer_call_output")
+        .unwrap()["acknowledged_safety_checks"];
+    assert_eq!(acknowledged[0]["id"], "cu_sc_1");
+    assert_eq!(output.steps[1].calls.len(), 1);
+    assert!(deltas(&events).contains("Signed in."));
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn openai_preview_tool_declares_the_scaled_display() {
+    let desktop = login_desktop(Size::new(1920, 1200));
+    let server = FakeServer::start(
+        Vendor::OpenAi { key: KEY.into() },
+        Box::new(|r| {
+            let output = match turns_in(r) {
+                0 => vec![json!({"type": "computer_call", "id": "cu_1", "call_id": "call_p", "status": "completed",
+                    "action": {"type": "screenshot"}, "pending_safety_checks": []})],
+                _ => vec![json!({"type": "function_call", "call_id": "call_d", "name": "task_completion",
+                    "arguments": "{\"success\": true, \"summary\": \"ok\"}"})],
+            };
+            fake::openai_reply(output, json!({"input_tokens": 18, "output_tokens": 53}), false)
+        }),
+    )
+    .await
+    .unwrap();
+    let shared = shared_for("openai", &server.url, "stream = false");
+    let model_spec = spec(json!({"provider": "openai"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let (output, _) = run_task(task(model_spec, 5, 3), model, desktop).await;
+    assert!(succeeded(&output), "{:?}", output.end);
+    assert!(server.problems().is_empty(), "{:#?}", server.problems());
+    let tool = &server.requests()[0].body["tools"][0];
+    assert_eq!(
+        *tool,
+        json!({"type": "computer_use_preview", "display_width": 1280, "display_height": 800, "environment": "linux"})
+    );
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn gemini_grid_thought_signatures_and_confirmation() {
+    let desktop = login_desktop(Size::new(1440, 900));
+    let points = Arc::new(Mutex::new(None::<Login>));
+    let p = points.clone();
+    let server = FakeServer::start(
+        Vendor::Gemini { key: KEY.into() },
+        Box::new(move |r| {
+            let guard = p.lock().unwrap();
+            let l = guard.as_ref().expect("points");
+            let parts = match turns_in(r) {
+                0 => vec![
+                    json!({"text": "Typing the user name."}),
+                    json!({"functionCall": {"name": "click_at", "args": {"x": l.username.x, "y": l.username.y}}, "thoughtSignature": "sig-0"}),
+                    json!({"functionCall": {"name": "type_text_at", "args": {"x": l.username.x, "y": l.username.y, "text": "alice",
+                        "press_enter": false, "clear_before_typing": false}}}),
+                ],
+                1 => vec![json!({"functionCall": {"id": "fc-2", "name": "type_text_at", "args": {"x": l.password.x, "y": l.password.y,
+                    "text": "hunter2", "press_enter": true, "clear_before_typing": false,
+                    "safety_decision": {"decision": "require_confirmation", "explanation": "Typing a password."}}}})],
+                _ => vec![json!({"functionCall": {"name": "task_completion", "args": {"success": true, "summary": "signed in"}}})],
+            };
+            fake::gemini_reply(parts, json!({"promptTokenCount": 1000, "candidatesTokenCount": 20, "thoughtsTokenCount": 5,
+                "cachedContentTokenCount": 200}), true)
+        }),
+    )
+    .await
+    .unwrap();
+    let shared = shared_for("gemini", &server.url, "");
+    let model_spec = spec(json!({"provider": "gemini"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let map = model.coordinates(desktop.size());
+    assert_eq!(map.model(), Size::new(1000, 1000));
+    let login = login_points(&desktop, model.as_ref());
+    *points.lock().unwrap() = Some(login_points(&desktop, model.as_ref()));
+    let (output, events) = run_task(task(model_spec, 10, 3), model, desktop.clone()).await;
+    assert!(server.problems().is_empty(), "{:#?}", server.problems());
+    assert!(succeeded(&output), "{:?}", output.end);
+    // click_at, then type_text_at = click + type; then click + type + Enter.
+    let u = login.username_screen;
+    let pw = login.password_screen;
+    let click = |p: Point| Action::Click { x: p.x, y: p.y, button: MouseButton::Left, keys: vec![] };
+    assert_eq!(
+        desktop.actions(),
+        vec![
+            click(u),
+            click(u),
+            Action::Type { text: "alice".into() },
+            click(pw),
+            Action::Type { text: "hunter2".into() },
+            Action::Keypress { keys: vec!["Return".into()] }
+        ]
+    );
+    let requests = server.requests();
+    assert_eq!(requests[1].body["contents"][1]["parts"][1]["thoughtSignature"], "sig-0");
+    let responses = &requests[2].body["contents"][4]["parts"];
+    assert_eq!(responses[0]["functionResponse"]["id"], "fc-2");
+    assert_eq!(responses[0]["functionResponse"]["response"]["safety_acknowledgement"], "true");
+    assert_eq!(responses[0]["functionResponse"]["parts"][0]["inlineData"]["mimeType"], "image/png");
+    assert_eq!(output.steps[0].usage.output_tokens, 25);
+    assert!(deltas(&events).contains("Typing the user name."));
+}
+
+/// `via_localhost`: the task names the same server under another origin (localhost, not 127.0.0.1).
+async fn compatible_login(via_localhost: bool, expect_key: bool) {
+    let desktop = login_desktop(Size::new(1920, 1200));
+    let points = Arc::new(Mutex::new(None::<Login>));
+    let p = points.clone();
+    let server = FakeServer::start(
+        Vendor::Compatible { key: expect_key.then(|| KEY.to_string()) },
+        Box::new(move |r| {
+            let guard = p.lock().unwrap();
+            let l = guard.as_ref().expect("points");
+            let usage = json!({"prompt_tokens": 800, "completion_tokens": 20});
+            match turns_in(r) {
+                0 => fake::compatible_reply(
+                    "",
+                    &[
+                        ("c1", "click", json!({"x": l.username.x, "y": l.username.y})),
+                        ("c2", "type_text", json!({"text": "alice"})),
+                    ],
+                    usage,
+                ),
+                1 => fake::compatible_reply(
+                    "Password next.",
+                    &[
+                        ("c3", "click", json!({"x": l.password.x, "y": l.password.y})),
+                        ("c4", "type_text", json!({"text": "hunter2"})),
+                        ("c5", "keypress", json!({"keys": ["Return"]})),
+                    ],
+                    usage,
+                ),
+                _ => fake::compatible_reply(
+                    "",
+                    &[("c6", "task_completion", json!({"success": true, "summary": "done"}))],
+                    usage,
+                ),
+            }
+        }),
+    )
+    .await
+    .unwrap();
+    let shared =
+        shared_for("openai-compatible", &server.url, "model = \"ui-tars-1.5-7b\"\napi_key_env = \"LOCAL_KEY\"");
+    let mut model_json = json!({"provider": "openai-compatible"});
+    if via_localhost {
+        model_json["base_url"] = json!(format!("{}/v1", server.url.replace("127.0.0.1", "localhost")));
+    }
+    let model_spec = spec(model_json);
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let login = login_points(&desktop, model.as_ref());
+    *points.lock().unwrap() = Some(login_points(&desktop, model.as_ref()));
+    let (output, _) = run_task(task(model_spec, 10, 3), model, desktop.clone()).await;
+    assert_logged_in(&desktop, &output, &server, "Return", &login);
+    let tools = server.requests()[0].body["tools"].as_array().unwrap().clone();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(names.contains(&"click") && names.contains(&"task_completion"), "{names:?}");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn compatible_whole_task_with_the_configured_key() {
+    compatible_login(false, true).await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn compatible_task_base_url_elsewhere_gets_no_key() {
+    // Same server, reached under another origin (localhost instead of 127.0.0.1): no key is sent.
+    compatible_login(true, false).await;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Errors, retries and timeouts, one call at a time
+
+fn tiny_image(size: Size) -> ModelImage {
+    let frame = Frame::from_rgb(size, vec![200; size.area() as usize * 3]).unwrap();
+    ModelImage::new(size, "image/png", agentd::agent::image::encode_png(&frame).unwrap().into())
+}
+
+/// Calls `model` once for a fresh task on a 1280×800 screen.
+pub async fn call(model: &dyn Model) -> Result<ModelTurn, ModelError> {
+    let screen = Size::new(1280, 800);
+    let image = tiny_image(model.image_size(screen));
+    let tools = agentd::tools::declared_tools();
+    let request = ModelRequest {
+        instructions: "test",
+        history: &[],
+        screenshot: &image,
+        notes: &[],
+        tools: &tools,
+        screen,
+        step: 0,
+        summary: None,
+    };
+    let sink = |_: Delta<'_>| {};
+    model.next_turn(request, &sink).await
+}
+
+fn ok_anthropic(stream: bool) -> Reply {
+    fake::anthropic_reply(vec![json!({"type": "text", "text": "hello"})], usage_anthropic(), stream)
+}
+
+/// A fake that answers the given replies in order (then success), and an anthropic model on it.
+async fn anthropic_with(replies: Vec<Reply>, extra: &str) -> (FakeServer, Arc<dyn Model>) {
+    let queue = Mutex::new(replies.into_iter());
+    let server = FakeServer::start(
+        Vendor::Anthropic { key: KEY.into() },
+        Box::new(move |_| queue.lock().unwrap().next().unwrap_or_else(|| ok_anthropic(true))),
+    )
+    .await
+    .unwrap();
+    let shared = shared_for("anthropic", &server.url, extra);
+    let model = backends::model(&spec(json!({"provider": "anthropic"})), &shared, None).unwrap();
+    (server, model)
+}
+
+fn gaps(server: &FakeServer) -> Vec<Duration> {
+    let r = server.requests();
+    r.windows(2).map(|w| w[1].at - w[0].at).collect()
+}
+
+fn anthropic_error(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"})
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn non_retryable_errors_fail_at_once_with_their_kind() {
+    let (server, model) = anthropic_with(
+        vec![Reply::error(
+            400,
+            anthropic_error(
+                "invalid_request_error",
+                "messages.2.content.0: unexpected tool_use_id found in tool_result blocks",
+            ),
+        )],
+        "",
+    )
+    .await;
+    let err = call(model.as_ref()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Rejected { status: 400, .. }) && !err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("unexpected tool_use_id"), "{err}");
+    assert_eq!(server.requests().len(), 1);
+
+    let (server, model) = anthropic_with(
+        vec![Reply::error(401, anthropic_error("authentication_error", &format!("invalid x-api-key {KEY}")))],
+        "",
+    )
+    .await;
+    let err = call(model.as_ref()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Auth(_)), "{err}");
+    assert!(!err.to_string().contains(KEY), "the key must not appear in errors: {err}");
+    assert_eq!(server.requests().len(), 1);
+
+    for status in [404, 413, 422] {
+        let (server, model) = anthropic_with(vec![Reply::error(status, anthropic_error("x", "no"))], "").await;
+        assert!(matches!(call(model.as_ref()).await, Err(ModelError::Rejected { .. })));
+        assert_eq!(server.requests().len(), 1, "{status}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn retry_after_is_honoured_and_overload_backs_off() {
+    let (server, model) = anthropic_with(
+        vec![Reply::error_with(429, &[("retry-after", "3")], anthropic_error("rate_limit_error", "slow down"))],
+        "",
+    )
+    .await;
+    assert_eq!(call(model.as_ref()).await.unwrap().text, "hello");
+    assert_eq!(gaps(&server), vec![Duration::from_secs(3)]);
+
+    let (server, model) = anthropic_with(
+        vec![Reply::error_with(
+            429,
+            &[("retry-after-ms", "1500"), ("retry-after", "9")],
+            anthropic_error("rate_limit_error", "x"),
+        )],
+        "",
+    )
+    .await;
+    call(model.as_ref()).await.unwrap();
+    assert_eq!(gaps(&server), vec![Duration::from_millis(1500)]);
+
+    // 529 without a hint (as recorded: only x-should-retry), 500, 503, and a 429 without retry-after: backoff.
+    let (server, model) = anthropic_with(
+        vec![
+            Reply::error_with(529, &[("x-should-retry", "true")], anthropic_error("overloaded_error", "Overloaded")),
+            Reply::error(500, anthropic_error("api_error", "boom")),
+            Reply::error(503, json!({})),
+            Reply::error(429, anthropic_error("rate_limit_error", "x")),
+        ],
+        "",
+    )
+    .await;
+    call(model.as_ref()).await.unwrap();
+    let g = gaps(&server);
+    assert_eq!(g.len(), 4);
+    for (n, gap) in g.iter().enumerate() {
+        let full = 0.5 * 2f64.powi(n as i32);
+        assert!(gap.as_secs_f64() >= full / 2.0 - 1e-6 && gap.as_secs_f64() <= full + 1e-6, "retry {n}: {gap:?}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn retries_run_out_and_long_waits_are_not_slept() {
+    let overloaded = || Reply::error(529, anthropic_error("overloaded_error", "Overloaded"));
+    let (server, model) = anthropic_with((0..10).map(|_| overloaded()).collect(), "max_retries = 2").await;
+    let err = call(model.as_ref()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Unavailable(_)) && err.is_retryable(), "{err}");
+    assert_eq!(server.requests().len(), 3);
+
+    let started = tokio::time::Instant::now();
+    let (server, model) = anthropic_with(
+        vec![Reply::error_with(429, &[("retry-after", "600")], anthropic_error("rate_limit_error", "x"))],
+        "",
+    )
+    .await;
+    let err = call(model.as_ref()).await.unwrap_err();
+    assert!(matches!(err, ModelError::RateLimited { retry_after_secs: 600, .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn broken_and_silent_streams_are_retried() {
+    let events = match ok_anthropic(true) {
+        Reply::Sse(events) => events,
+        _ => unreachable!(),
+    };
+    let (server, model) = anthropic_with(vec![Reply::Cut(events.clone()), Reply::Idle], "idle_timeout_secs = 60").await;
+    let started = tokio::time::Instant::now();
+    assert_eq!(call(model.as_ref()).await.unwrap().text, "hello");
+    assert_eq!(server.requests().len(), 3);
+    // The silent stream was abandoned after exactly the idle timeout (plus two short backoffs).
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_secs(60) && elapsed < Duration::from_secs(62), "{elapsed:?}");
+
+    // An overloaded error inside the stream is retried; an invalid-request one is not.
+    let overloaded = vec![(Some("error".to_string()), anthropic_error("overloaded_error", "Overloaded").to_string())];
+    let (server, model) = anthropic_with(vec![Reply::Sse(overloaded)], "").await;
+    call(model.as_ref()).await.unwrap();
+    assert_eq!(server.requests().len(), 2);
+    let invalid = vec![(Some("error".to_string()), anthropic_error("invalid_request_error", "bad").to_string())];
+    let (server, model) = anthropic_with(vec![Reply::Sse(invalid)], "").await;
+    assert!(call(model.as_ref()).await.is_err());
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn openai_quota_is_final_and_gemini_retry_info_is_honoured() {
+    let queue = Mutex::new(
+        vec![Reply::error(
+            429,
+            json!({"error": {"message": "You exceeded your current quota",
+        "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}),
+        )]
+        .into_iter(),
+    );
+    let server = FakeServer::start(
+        Vendor::OpenAi { key: KEY.into() },
+        Box::new(move |_| queue.lock().unwrap().next().unwrap_or_else(|| fake::openai_reply(vec![], json!({}), true))),
+    )
+    .await
+    .unwrap();
+    let model =
+        backends::model(&spec(json!({"provider": "openai"})), &shared_for("openai", &server.url, ""), None).unwrap();
+    let err = call(model.as_ref()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Rejected { status: 429, .. }), "{err}");
+    assert_eq!(server.requests().len(), 1);
+
+    let queue = Mutex::new(vec![Reply::error(429, json!({"error": {"code": 429, "message": "Resource exhausted",
+        "status": "RESOURCE_EXHAUSTED", "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2.5s"}]}}))]
+        .into_iter());
+    let server = FakeServer::start(
+        Vendor::Gemini { key: KEY.into() },
+        Box::new(move |_| {
+            queue
+                .lock()
+                .unwrap()
+                .next()
+                .unwrap_or_else(|| fake::gemini_reply(vec![json!({"text": "hi"})], json!({}), true))
+        }),
+    )
+    .await
+    .unwrap();
+    let model =
+        backends::model(&spec(json!({"provider": "gemini"})), &shared_for("gemini", &server.url, ""), None).unwrap();
+    assert_eq!(call(model.as_ref()).await.unwrap().text, "hi");
+    assert_eq!(gaps(&server), vec![Duration::from_millis(2500)]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The binary
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentd_run_drives_a_vendor_model_end_to_end() {
+    let server = FakeServer::start(
+        Vendor::Anthropic { key: KEY.into() },
+        Box::new(|r| {
+            let content = match turns_in(r) {
+                0 => vec![
+                    json!({"type": "tool_use", "id": "toolu_1", "name": "computer", "input": {"action": "screenshot"}}),
+                ],
+                _ => vec![json!({"type": "tool_use", "id": "toolu_2", "name": "task_completion",
+                    "input": {"success": true, "summary": "saw the screen"}})],
+            };
+            fake::anthropic_reply(content, usage_anthropic(), true)
+        }),
+    )
+    .await
+    .unwrap();
+    let agentd = crate::support::Agentd::with_config(&format!("[models.anthropic]\nbase_url = {:?}\n", server.url));
+    let task = agentd.dir.path().join("task.json");
+    std::fs::write(
+        &task,
+        json!({"instructions": "look", "computer": {"provider": "mock", "scene": "login"},
+            "model": {"provider": "anthropic", "model": "claude-sonnet-4-5"}})
+        .to_string(),
+    )
+    .unwrap();
+    let run = tokio::task::spawn_blocking(move || {
+        let output = agentd
+            .command()
+            .env("ANTHROPIC_API_KEY", KEY)
+            .args(["run", task.to_str().unwrap(), "--json"])
+            .output()
+            .expect("spawn agentd");
+        crate::support::Run::from(output)
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record = run.json();
+    assert_eq!(record["state"], "succeeded");
+    assert_eq!(record["steps"].as_array().map(Vec::len), Some(2));
+    assert!(record["usage"]["cost_usd"].as_f64().unwrap_or(0.0) > 0.0);
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY), "the key leaked");
+    assert!(server.problems().is_empty(), "{:#?}", server.problems());
+
+    // Without a key the model is not built: invalid input, exit 2, and the message names the variable.
+    let agentd = crate::support::Agentd::with_config(&format!("[models.anthropic]\nbase_url = {:?}\n", server.url));
+    let task = agentd.dir.path().join("task.json");
+    std::fs::write(&task, json!({"instructions": "look", "model": {"provider": "anthropic"}}).to_string()).unwrap();
+    let run = tokio::task::spawn_blocking(move || {
+        let output =
+            agentd.command().env_remove("ANTHROPIC_API_KEY").args(["run", task.to_str().unwrap()]).output().unwrap();
+        crate::support::Run::from(output)
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("ANTHROPIC_API_KEY"), "{}", run.stderr);
+}

@@ -1,0 +1,410 @@
+//! Request bodies against golden files (one per adapter, for a fixed two-step history with a dropped
+//! screenshot, a failed call and loop notes), and garbage in every decoder: random bytes, random JSON and
+//! random stream events give a typed error or a turn, never a panic.
+//!
+//! Regenerate the golden files with `UPDATE_GOLDEN=1 cargo test --test it models_wire`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentd::agent::image::encode_png;
+use agentd::model::anthropic::{self, AnthropicModel, MessageDecoder};
+use agentd::model::compatible::CompatibleModel;
+use agentd::model::gemini::{self, ContentDecoder, GeminiModel};
+use agentd::model::http::{Decoder, SseEvent};
+use agentd::model::openai::{self, OpenAiModel, ResponseDecoder};
+use agentd::model::{Delta, Exchange, ModelImage, ModelRequest, ModelTurn, Shared, ToolResult};
+use agentd::task::ModelOptions;
+use agentd_computer::{Frame, Size};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const SCREEN: Size = Size::new(1280, 800);
+
+fn image(shade: u8) -> ModelImage {
+    let size = Size::new(4, 4);
+    let frame = Frame::from_rgb(size, vec![shade; 48]).unwrap();
+    ModelImage::new(size, "image/png", encode_png(&frame).unwrap().into())
+}
+
+fn shared() -> Shared {
+    let toml = "[models.openai-compatible]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"qwen2.5-vl\"\n";
+    let config = agentd::config::parse(toml, "t.toml", &[]).unwrap();
+    Shared::with_env(&config, Arc::new(|_: &str| Some("sk-golden".to_string())))
+}
+
+fn options(model: &str) -> ModelOptions {
+    ModelOptions { model: Some(model.into()), max_tokens: Some(1024), temperature: None }
+}
+
+/// Two exchanges: the first's screenshot was dropped by the context policy; its second call failed.
+fn history(turns: [ModelTurn; 2]) -> Vec<Exchange> {
+    let [first, second] = turns;
+    let results = |turn: &ModelTurn, fail_second: bool| -> Vec<ToolResult> {
+        turn.calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ToolResult {
+                call_id: c.id.clone(),
+                ok: !(fail_second && i == 1),
+                message: if fail_second && i == 1 { "action 1 (type) failed: no focus".into() } else { "ok".into() },
+                image: None,
+            })
+            .collect()
+    };
+    vec![
+        Exchange { step: 0, screenshot: None, notes: vec![], results: results(&first, true), turn: first },
+        Exchange {
+            step: 1,
+            screenshot: Some(image(100)),
+            notes: vec!["Note: resumed.".into()],
+            results: results(&second, false),
+            turn: second,
+        },
+    ]
+}
+
+fn golden(name: &str, body: &Value) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden").join(format!("{name}.json"));
+    let text = serde_json::to_string_pretty(body).unwrap() + "\n";
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+    assert!(
+        expected == text,
+        "{name}: the request body differs from {}; UPDATE_GOLDEN=1 rewrites it\n{text}",
+        path.display()
+    );
+}
+
+fn request<'a>(
+    history: &'a [Exchange],
+    current: &'a ModelImage,
+    notes: &'a [String],
+    tools: &'a [agentd::model::ToolSpec],
+) -> ModelRequest<'a> {
+    ModelRequest {
+        instructions: "Log in as alice",
+        history,
+        screenshot: current,
+        notes,
+        tools,
+        screen: SCREEN,
+        step: 2,
+        summary: Some("Step 0; you said \"hi\""),
+    }
+}
+
+#[test]
+fn anthropic_request_body() {
+    let parse = |content: Value| {
+        anthropic::parse_message(
+            &json!({"content": content, "stop_reason": "tool_use", "usage": {}}),
+            Size::new(1280, 800),
+            None,
+        )
+        .unwrap()
+    };
+    let turns = [
+        parse(json!([{"type": "text", "text": "Clicking."},
+            {"type": "tool_use", "id": "toolu_a", "name": "computer", "input": {"action": "left_click", "coordinate": [10, 20]}},
+            {"type": "tool_use", "id": "toolu_b", "name": "computer", "input": {"action": "type", "text": "alice"}}])),
+        parse(json!([{"type": "thinking", "thinking": "hm", "signature": "sig"},
+            {"type": "tool_use", "id": "toolu_c", "name": "computer", "input": {"action": "key", "text": "Return"}}])),
+    ];
+    let history = history(turns);
+    let current = image(200);
+    let tools = agentd::tools::declared_tools();
+    let notes = vec!["You did not call a tool.".to_string()];
+    let model = AnthropicModel::new(shared().settings("anthropic", &options("claude-sonnet-4-5"), None, None).unwrap())
+        .unwrap();
+    golden("anthropic", &model.body(&request(&history, &current, &notes, &tools)));
+}
+
+#[test]
+fn openai_request_body() {
+    let parse = |output: Value| openai::parse_response(&json!({"output": output, "usage": {}}), None, false).unwrap();
+    let turns = [
+        parse(json!([{"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "computer_call", "id": "cu_1", "call_id": "call_a", "status": "completed", "action": {"type": "click", "x": 10, "y": 20, "button": "left"}, "pending_safety_checks": []},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_b", "name": "task_completion", "arguments": "{\"success\": \"maybe\"}"}])),
+        parse(json!([{"type": "computer_call", "id": "cu_2", "call_id": "call_c", "status": "completed",
+            "action": {"type": "keypress", "keys": ["ENTER"]},
+            "pending_safety_checks": [{"id": "cu_sc_1", "code": "malicious_instructions", "message": "Check."}]}])),
+    ];
+    let history = history(turns);
+    let current = image(200);
+    let tools = agentd::tools::declared_tools();
+    let model =
+        OpenAiModel::new(shared().settings("openai", &options("computer-use-preview"), None, None).unwrap()).unwrap();
+    golden("openai", &model.body(&request(&history, &current, &[], &tools)));
+}
+
+#[test]
+fn gemini_request_body() {
+    let parse = |parts: Value, step| {
+        gemini::parse_content(&json!({"role": "model", "parts": parts}), &Value::Null, step, &["task_completion"], None)
+            .unwrap()
+    };
+    let turns = [
+        parse(
+            json!([{"text": "Typing."}, {"functionCall": {"name": "click_at", "args": {"x": 10, "y": 20}}, "thoughtSignature": "sig0"},
+            {"functionCall": {"name": "navigate", "args": {"url": "https://example.com"}}}]),
+            0,
+        ),
+        parse(
+            json!([{"functionCall": {"id": "f3", "name": "key_combination", "args": {"keys": "Enter",
+            "safety_decision": {"decision": "require_confirmation", "explanation": "Submitting."}}}}]),
+            1,
+        ),
+    ];
+    let history = history(turns);
+    let current = image(200);
+    let tools = agentd::tools::declared_tools();
+    let model = GeminiModel::new(
+        shared().settings("gemini", &options("gemini-2.5-computer-use-preview-10-2025"), None, None).unwrap(),
+    )
+    .unwrap();
+    golden("gemini", &model.body(&request(&history, &current, &[], &tools)));
+}
+
+#[test]
+fn compatible_request_body() {
+    let model =
+        CompatibleModel::new(shared().settings("openai-compatible", &ModelOptions::default(), None, None).unwrap())
+            .unwrap();
+    let parse = |message: Value, step| {
+        model.parse(&json!({"choices": [{"message": message}], "usage": {}}), step, &["task_completion"]).unwrap()
+    };
+    let turns = [
+        parse(
+            json!({"role": "assistant", "content": "Clicking.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "click", "arguments": "{\"x\": 10, \"y\": 20}"}},
+            {"id": "c2", "type": "function", "function": {"name": "type_text", "arguments": "{\"text\": \"alice\"}"}}]}),
+            0,
+        ),
+        parse(
+            json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c3", "type": "function", "function": {"name": "keypress", "arguments": "{\"keys\": [\"Return\"]}"}}]}),
+            1,
+        ),
+    ];
+    let history = history(turns);
+    let current = image(200);
+    let tools = agentd::tools::declared_tools();
+    golden("compatible", &model.body(&request(&history, &current, &[], &tools)));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Garbage in
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        prop_oneof![
+            Just("text".to_string()),
+            Just("tool_use".to_string()),
+            Just("computer".to_string()),
+            Just("computer_call".to_string()),
+            Just("functionCall".to_string()),
+            Just("left_click".to_string()),
+            Just("content_block_delta".to_string()),
+            Just("input_json_delta".to_string()),
+            Just("message_stop".to_string()),
+            Just("response.completed".to_string()),
+            Just("scroll".to_string()),
+            ".{0,12}",
+        ]
+        .prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        let keys = prop_oneof![
+            Just("type".to_string()),
+            Just("content".to_string()),
+            Just("id".to_string()),
+            Just("name".to_string()),
+            Just("input".to_string()),
+            Just("action".to_string()),
+            Just("coordinate".to_string()),
+            Just("index".to_string()),
+            Just("delta".to_string()),
+            Just("output".to_string()),
+            Just("actions".to_string()),
+            Just("call_id".to_string()),
+            Just("candidates".to_string()),
+            Just("parts".to_string()),
+            Just("args".to_string()),
+            Just("x".to_string()),
+            Just("y".to_string()),
+            Just("message".to_string()),
+            Just("choices".to_string()),
+            Just("tool_calls".to_string()),
+            Just("usage".to_string()),
+            Just("response".to_string()),
+            Just("region".to_string()),
+            "[a-z_]{1,8}",
+        ];
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::btree_map(keys, inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn feed_all(body: &[u8], events: &[String]) {
+    let sink = |_: Delta<'_>| {};
+    let redact = |t: &str| t.to_string();
+    let display = Size::new(1280, 800);
+    static COMPAT: std::sync::LazyLock<CompatibleModel> = std::sync::LazyLock::new(|| {
+        CompatibleModel::new(shared().settings("openai-compatible", &ModelOptions::default(), None, None).unwrap())
+            .unwrap()
+    });
+    let compat = &*COMPAT;
+    let run = |decoder: &mut dyn FnMut(bool)| {
+        decoder(true);
+        decoder(false);
+    };
+    let mut anthropic = MessageDecoder::new(&sink, display, None, &redact);
+    let mut openai = ResponseDecoder::new(&sink, None, false, &redact);
+    let mut gemini = ContentDecoder::new(&sink, 0, vec!["task_completion"], None);
+    fn drive<D: Decoder>(d: &mut D, body: &[u8], events: &[String], streamed: bool) {
+        d.start();
+        if streamed {
+            for data in events {
+                if d.event(SseEvent { event: None, data: data.clone() }).is_err() {
+                    return;
+                }
+            }
+        } else if d.body(body).is_err() {
+            return;
+        }
+        let _ = d.finish();
+    }
+    run(&mut |streamed| drive(&mut anthropic, body, events, streamed));
+    run(&mut |streamed| drive(&mut openai, body, events, streamed));
+    run(&mut |streamed| drive(&mut gemini, body, events, streamed));
+    if let Ok(value) = serde_json::from_slice::<Value>(body) {
+        let _ = compat.parse(&value, 0, &["task_completion"]);
+        let _ = anthropic::parse_message(&value, display, None);
+        let _ = openai::parse_response(&value, None, false);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn random_bytes_never_panic(body in prop::collection::vec(any::<u8>(), 0..300), events in prop::collection::vec(".{0,40}", 0..6)) {
+        feed_all(&body, &events);
+    }
+
+    #[test]
+    fn random_json_never_panics(body in json_value(), events in prop::collection::vec(json_value(), 0..8)) {
+        let events: Vec<String> = events.iter().map(Value::to_string).collect();
+        feed_all(body.to_string().as_bytes(), &events);
+    }
+
+    #[test]
+    fn random_streams_never_panic_the_sse_parser(bytes in prop::collection::vec(any::<u8>(), 0..400), split in 0usize..400) {
+        let mut parser = agentd::model::http::SseParser::default();
+        let mut events = Vec::new();
+        let split = split.min(bytes.len());
+        let _ = parser.push(&bytes[..split], &mut events);
+        let _ = parser.push(&bytes[split..], &mut events);
+        let data: Vec<String> = events.into_iter().map(|e| e.data).collect();
+        feed_all(b"", &data);
+    }
+
+    #[test]
+    fn random_computer_inputs_never_panic(input in json_value()) {
+        let _ = anthropic::computer_actions(&input, Size::new(1280, 800));
+        let _ = openai::action(&input);
+        if let Some(name) = input.get("name").and_then(Value::as_str) {
+            let _ = gemini::function_actions(name, &input);
+        }
+        let _ = agentd::model::compatible::parse_ui_tars(&input.to_string(), 0);
+    }
+}
+
+#[test]
+fn structured_streams_survive_reordering_and_truncation() {
+    // A real stream shape, then every prefix of it and a shuffled copy: each gives a turn or a typed error.
+    let events: Vec<String> = [
+        json!({"type": "message_start", "message": {"content": [], "usage": {"input_tokens": 5}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "computer", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"action\": \"left_"}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "click\", \"coordinate\": [1, 2]}"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}}),
+        json!({"type": "message_stop"}),
+    ]
+    .iter()
+    .map(Value::to_string)
+    .collect();
+    for end in 0..=events.len() {
+        feed_all(b"", &events[..end]);
+    }
+    let mut reversed = events.clone();
+    reversed.reverse();
+    feed_all(b"", &reversed);
+}
+
+/// Anthropic's cache breakpoints survive the context policy: step after step, each request reads most of its
+/// prompt from the cache the previous requests wrote, including at the steps where old screenshots leave.
+#[test]
+fn anthropic_cache_breakpoints_survive_dropping_screenshots() {
+    use agentd::agent::context::ContextPolicy;
+    use agentd::model::fake::CacheSim;
+    let big = |shade: u8| {
+        let frame = Frame::from_rgb(SCREEN, vec![shade; SCREEN.area() as usize * 3]).unwrap();
+        ModelImage::new(SCREEN, "image/png", encode_png(&frame).unwrap().into())
+    };
+    let model = AnthropicModel::new(shared().settings("anthropic", &options("claude-sonnet-4-5"), None, None).unwrap())
+        .unwrap();
+    let tools = agentd::tools::declared_tools();
+    for chunk in [1, 3] {
+        let policy = ContextPolicy::new(3, chunk);
+        let mut sim = CacheSim::default();
+        let mut history: Vec<Exchange> = Vec::new();
+        let (mut read, mut total) = (0, 0);
+        for step in 0..12u32 {
+            policy.apply(&mut history);
+            let current = big(step as u8 * 10);
+            let mut request = request(&history, &current, &[], &tools);
+            request.summary = None;
+            let body = model.body(&request);
+            let usage = sim.usage(&body);
+            let step_read = usage["cache_read_input_tokens"].as_u64().unwrap();
+            let step_total = step_read
+                + usage["input_tokens"].as_u64().unwrap()
+                + usage["cache_creation_input_tokens"].as_u64().unwrap();
+            if step > 0 {
+                assert!(step_read > 0, "chunk {chunk}, step {step}: nothing read from the cache");
+            }
+            read += step_read;
+            total += step_total;
+            let images = body.to_string().matches("\"type\":\"image\"").count();
+            assert!(images < 3 + chunk as usize, "chunk {chunk}, step {step}: {images} images");
+            let turn = anthropic::parse_message(
+                &json!({"content": [{"type": "tool_use", "id": format!("toolu_{step}"), "name": "computer",
+                    "input": {"action": "mouse_move", "coordinate": [step, step]}}], "usage": {}}),
+                SCREEN,
+                None,
+            )
+            .unwrap();
+            let results =
+                vec![ToolResult { call_id: format!("toolu_{step}"), ok: true, message: "ok".into(), image: None }];
+            history.push(Exchange { step, screenshot: Some(current), notes: vec![], turn, results });
+        }
+        let ratio = read as f64 / total as f64;
+        println!("chunk {chunk}: cache hit ratio {ratio:.2}");
+        assert!(ratio > if chunk == 1 { 0.15 } else { 0.5 }, "chunk {chunk}: hit ratio {ratio:.2}");
+    }
+}
