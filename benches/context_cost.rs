@@ -114,6 +114,7 @@ async fn run_one(keep: u32, chunk: u32) -> Run {
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
         approved: false,
+        settle: Default::default(),
     })
     .await;
     uploader.flush(Duration::from_secs(30)).await;

@@ -126,6 +126,7 @@ async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
         approved: false,
+        settle: Default::default(),
     };
     let collector = tokio::spawn(async move {
         let mut starts = Vec::new();

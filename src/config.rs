@@ -30,6 +30,8 @@ pub struct Config {
     pub artifacts: ArtifactsConfig,
     pub models: BTreeMap<String, ModelConfig>,
     pub defaults: TaskDefaults,
+    /// How the loop waits for the screen after actions.
+    pub settle: crate::agent::settle::SettlePolicy,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,6 +221,7 @@ impl Default for Config {
             artifacts: ArtifactsConfig::default(),
             models: BTreeMap::new(),
             defaults: TaskDefaults::default(),
+            settle: crate::agent::settle::SettlePolicy::default(),
         }
     }
 }
@@ -385,7 +388,7 @@ impl ConfigSource {
     }
 }
 
-const SECTIONS: &[&str] = &["api", "queue", "worker", "artifacts", "models", "defaults"];
+const SECTIONS: &[&str] = &["api", "queue", "worker", "artifacts", "models", "defaults", "settle"];
 const MODEL_KEYS: &[&str] = &[
     "base_url",
     "api_key_env",
@@ -430,6 +433,7 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
             "worker" => keyed(value, &key, &mut section_problems).map(|v| config.worker = v),
             "artifacts" => keyed(value, &key, &mut section_problems).map(|v| config.artifacts = v),
             "defaults" => keyed(value, &key, &mut section_problems).map(|v| config.defaults = v),
+            "settle" => keyed(value, &key, &mut section_problems).map(|v| config.settle = v),
             "models" => models(value, &mut section_problems).map(|v| config.models = v),
             other => {
                 section_problems.push((
@@ -528,6 +532,12 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     }
     if config.queue.max_attempts == 0 {
         problem("queue.max_attempts", "must be at least 1".into());
+    }
+    if config.settle.interval_ms == 0 {
+        problem("settle.interval_ms", "must be at least 1".into());
+    }
+    if config.settle.timeout_ms > 60_000 {
+        problem("settle.timeout_ms", format!("must be at most 60000, got {}", config.settle.timeout_ms));
     }
     if config.queue.poll_ms == 0 {
         problem("queue.poll_ms", "must be at least 1".into());
@@ -659,7 +669,7 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut V
             }
             continue;
         }
-        let Some(section) = ["api", "queue", "worker", "artifacts", "defaults"]
+        let Some(section) = ["api", "queue", "worker", "artifacts", "defaults", "settle"]
             .into_iter()
             .find(|s| rest.starts_with(&format!("{s}_")))
         else {

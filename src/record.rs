@@ -135,6 +135,13 @@ pub struct StepRecord {
     /// Whether this step's screenshot differs from the previous step's (`None` for the first step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screen_changed: Option<bool>,
+    /// How long the loop waited after the actions for the screen to settle.
+    #[serde(default)]
+    pub settle_ms: u64,
+    /// Whether the actions changed the screen visibly (`None` when the step had no input actions). `false`
+    /// is the "no visual change after this action" signal a stuck-loop guard can use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visual_change: Option<bool>,
     /// The model's calls as it made them (model coordinates) and their results, for resuming.
     pub calls: Vec<ToolCall>,
     pub call_results: Vec<CallResult>,

@@ -7,5 +7,6 @@ pub mod events;
 pub mod image;
 pub mod journal;
 pub mod runner;
+pub mod settle;
 
 pub use runner::{LoopEnd, LoopInput, LoopOutput, run, run_isolated};

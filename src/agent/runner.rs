@@ -18,6 +18,7 @@ use super::coords::{CoordinateMap, fit_within};
 use super::events::{DeltaKind, EventKind, EventSink};
 use super::image::{self, Prepared};
 use super::journal::{Journal, JournalError};
+use super::settle::{SettlePolicy, settle};
 use crate::artifacts::{Uploader, artifact_key};
 use crate::model::{
     CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult, Usage,
@@ -46,6 +47,8 @@ pub struct LoopInput {
     pub elapsed_before: Duration,
     /// A human approved the step the task was waiting on (the last of `resume`).
     pub approved: bool,
+    /// How to wait for the screen after actions.
+    pub settle: SettlePolicy,
 }
 
 /// How an attempt ended.
@@ -134,6 +137,8 @@ struct Loop {
     policy: ContextPolicy,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
+    /// The settled screen after the last actions: the next capture uses it instead of a new screenshot.
+    next_frame: Option<Frame>,
     model_errors: u32,
     // --- context compaction (model adapters' issue) ---
     /// What compaction made of exchanges dropped from `history` (see `agent::context::compact`).
@@ -165,6 +170,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         previous_digest: None,
         policy,
         pending_approval: None,
+        next_frame: None,
         model_errors: 0,
         summary: None,
         input,
@@ -333,7 +339,10 @@ impl Loop {
 
     /// Captures and prepares the screen, and hands the artifact to the uploader under `step`'s key.
     async fn capture(&mut self, step: u32) -> Result<(Frame, Prepared, ScreenshotRef), Stop> {
-        let frame = self.input.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?;
+        let frame = match self.next_frame.take() {
+            Some(frame) => frame,
+            None => self.input.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?,
+        };
         let image_size = self.image_size;
         let for_encode = frame.clone();
         let prepared = tokio::task::spawn_blocking(move || image::prepare(&for_encode, image_size))
@@ -400,6 +409,8 @@ impl Loop {
             results: Vec::new(),
             usage: turn.usage,
             screen_changed,
+            settle_ms: 0,
+            visual_change: None,
             calls: turn.calls.clone(),
             call_results: Vec::new(),
             raw: turn.raw.clone(),
@@ -430,6 +441,9 @@ impl Loop {
         }
 
         let executed = self.run_calls(index, &turn).await;
+        if executed.stop.is_none() {
+            self.settle_after(&mut record, &executed, &frame).await?;
+        }
         self.complete_step(&mut record, &executed, started).await?;
 
         let no_calls = turn.calls.is_empty();
@@ -448,6 +462,24 @@ impl Loop {
             return Err(Stop::End(end));
         }
         Ok(executed.completion)
+    }
+
+    /// Waits for the screen to settle after input actions, and records how long and whether it changed.
+    async fn settle_after(&mut self, record: &mut StepRecord, executed: &Executed, before: &Frame) -> Result<(), Stop> {
+        if !executed.actions.iter().any(Action::is_input) {
+            return Ok(());
+        }
+        let computer = self.input.computer.clone();
+        match settle(computer.as_ref(), &self.input.settle, before, self.deadline).await {
+            Ok(settled) => {
+                record.settle_ms = settled.waited.as_millis() as u64;
+                record.visual_change = Some(settled.changed);
+                self.next_frame = Some(settled.frame);
+                Ok(())
+            }
+            Err(e) if e.is_tool_error() => Ok(()),
+            Err(e) => Err(Stop::End(provider_end(&e))),
+        }
     }
 
     /// Fills in a step's results, journals it as finished and emits `step_finished`.

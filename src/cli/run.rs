@@ -75,6 +75,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
         approved: false,
+        settle: config.settle,
     })
     .await;
     signals.abort();

@@ -299,6 +299,7 @@ impl Workers {
             resume: lease.steps.clone(),
             elapsed_before: lease.elapsed,
             approved: lease.approved,
+            settle: self.config.settle,
         })
         .await;
         for step in &output.steps {

@@ -44,6 +44,8 @@ fn step(index: u32) -> StepRecord {
         results: Vec::new(),
         usage: Usage::default(),
         screen_changed: None,
+        settle_ms: 0,
+        visual_change: None,
         calls: Vec::new(),
         call_results: Vec::new(),
         raw: None,

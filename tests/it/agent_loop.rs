@@ -88,6 +88,7 @@ impl Harness {
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
             approved: false,
+            settle: Default::default(),
         };
         (input, rx)
     }
@@ -134,6 +135,11 @@ async fn completes_records_every_step_and_emits_ordered_events() {
     assert!(output.steps[0].results.iter().all(|r| r.ok));
     assert!(output.steps.iter().all(|s| s.finished));
     assert_eq!(output.steps[1].screen_changed, Some(true), "the screen changed after two actions");
+    // This screen is polled until it is quiet (100 ms by default) after each step that acted.
+    assert_eq!(output.steps[0].visual_change, Some(true));
+    assert!(output.steps[0].settle_ms >= 100, "settled for {} ms", output.steps[0].settle_ms);
+    assert_eq!(output.steps[2].visual_change, None, "no input actions, no settling");
+    assert_eq!(output.steps[2].settle_ms, 0);
     assert_eq!(screen.received().len(), 3);
     // The final screenshot is taken when the last step acted; here it did not.
     assert!(output.final_screenshot.is_none());

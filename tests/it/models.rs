@@ -67,22 +67,39 @@ pub async fn run_task(
     let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
     let uploader = Uploader::start(store, dir.path().join("spool"), 16, &tracker, background.clone());
     let (events, mut rx) = EventSink::channel("t1", 1);
-    let output = run(LoopInput {
-        task_id: "t1".into(),
-        attempt: 1,
-        task,
-        computer: desktop,
-        model,
-        uploader: uploader.clone(),
-        journal: Arc::new(MemoryJournal::default()),
-        events,
-        cancel: CancellationToken::new(),
-        shutdown: CancellationToken::new(),
-        resume: Vec::new(),
-        elapsed_before: Duration::ZERO,
-        approved: false,
-    })
-    .await;
+    // A human approves every turn that asks (a vendor safety check), as `agentd approve` would: the task is
+    // resumed from its journaled steps with the approval.
+    let mut resume = Vec::new();
+    let mut approved = false;
+    let mut approvals = 0;
+    let output = loop {
+        let output = run(LoopInput {
+            task_id: "t1".into(),
+            attempt: 1,
+            task: task.clone(),
+            computer: desktop.clone(),
+            model: model.clone(),
+            uploader: uploader.clone(),
+            journal: Arc::new(MemoryJournal::default()),
+            events: events.clone(),
+            cancel: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
+            resume: std::mem::take(&mut resume),
+            elapsed_before: Duration::ZERO,
+            approved,
+            settle: Default::default(),
+        })
+        .await;
+        match output.end {
+            LoopEnd::WaitingForHuman { .. } if approvals < 10 => {
+                approvals += 1;
+                resume = output.steps;
+                approved = true;
+            }
+            _ => break output,
+        }
+    };
+    drop(events);
     uploader.flush(Duration::from_secs(30)).await;
     background.cancel();
     tracker.close();

@@ -75,6 +75,13 @@ pub trait ComputerProvider: Send + Sync {
         self.screen_size().await.map(drop)
     }
 
+    /// Whether a frame captured right after `perform` returns already shows everything the action changed,
+    /// and nothing on the screen changes by itself (true for a deterministic in-memory desktop). The loop
+    /// then takes the next screenshot at once instead of waiting for the screen to settle.
+    fn frames_are_synchronous(&self) -> bool {
+        false
+    }
+
     /// The provider's own record of its state for the task result (`computer_state`); `None` for real desktops.
     async fn state(&self) -> Option<serde_json::Value> {
         None

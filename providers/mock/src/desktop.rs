@@ -277,6 +277,10 @@ fn apply(world: &mut World, action: &Action, size: Size) -> Result<ActionReport,
 
 #[async_trait]
 impl ComputerProvider for MockDesktop {
+    fn frames_are_synchronous(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "mock"
     }

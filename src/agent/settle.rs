@@ -1,0 +1,173 @@
+//! Settle instead of sleep: after a step's actions, wait until the screen stops changing rather than for a
+//! fixed delay.
+//!
+//! The loop polls `screenshot()` every `interval` and calls the screen settled once it has stayed the same —
+//! or changed by no more than `tolerance_pixels` (a blinking caret, a pointer drawn by a VNC server) — for
+//! `quiet` in a row, giving up after `timeout`. The last frame becomes the next step's screenshot, so settling
+//! costs no extra capture. Providers whose frames reflect every action the moment it returns and never change
+//! by themselves (the mock desktop) are not polled at all. Comparing frames is a digest first (cheap) and a
+//! pixel count only when the digests differ.
+
+use std::time::{Duration, Instant};
+
+use tokio::time::Instant as Clock;
+
+use agentd_computer::{ComputerProvider, Frame, ProviderError};
+use serde::{Deserialize, Serialize};
+
+/// How the loop waits for the screen after acting (`[settle]` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SettlePolicy {
+    /// Settle at all (false: take the next screenshot right after the actions).
+    pub enabled: bool,
+    /// How long the screen must stay unchanged, in milliseconds.
+    pub quiet_ms: u64,
+    /// How often to look, in milliseconds.
+    pub interval_ms: u64,
+    /// The longest to wait, in milliseconds; the screen is then taken as it is.
+    pub timeout_ms: u64,
+    /// Changed pixels that still count as "unchanged" (a caret, a pointer).
+    pub tolerance_pixels: u64,
+}
+
+impl Default for SettlePolicy {
+    fn default() -> Self {
+        Self { enabled: true, quiet_ms: 100, interval_ms: 25, timeout_ms: 3000, tolerance_pixels: 256 }
+    }
+}
+
+/// What settling found.
+#[derive(Debug)]
+pub struct Settled {
+    /// The screen once settled (or at the timeout).
+    pub frame: Frame,
+    /// How long the loop waited.
+    pub waited: Duration,
+    /// Whether the screen differs (beyond the tolerance) from `before`.
+    pub changed: bool,
+    /// The timeout ended the wait, not a quiet screen.
+    pub timed_out: bool,
+}
+
+/// Whether two frames differ by more than `tolerance` pixels.
+pub fn differs(a: &Frame, b: &Frame, tolerance: u64) -> bool {
+    if a.size() != b.size() {
+        return true;
+    }
+    a.digest() != b.digest() && a.changed_pixels(b) > tolerance
+}
+
+/// Waits for the screen to settle after actions; `before` is the screen the actions started from.
+pub async fn settle(
+    computer: &dyn ComputerProvider,
+    policy: &SettlePolicy,
+    before: &Frame,
+    deadline: Instant,
+) -> Result<Settled, ProviderError> {
+    // tokio's clock, so that tests can pause it; `deadline` comes from the loop's std clock.
+    let started = Clock::now();
+    let deadline = Clock::from_std(deadline);
+    let mut frame = computer.screenshot().await?;
+    if !policy.enabled || computer.frames_are_synchronous() {
+        let changed = differs(before, &frame, policy.tolerance_pixels);
+        return Ok(Settled { frame, waited: started.elapsed(), changed, timed_out: false });
+    }
+    let quiet = Duration::from_millis(policy.quiet_ms);
+    let interval = Duration::from_millis(policy.interval_ms.max(1));
+    let give_up = (started + Duration::from_millis(policy.timeout_ms)).min(deadline);
+    let mut quiet_since = Clock::now();
+    loop {
+        if quiet_since.elapsed() >= quiet {
+            break;
+        }
+        if Clock::now() >= give_up {
+            let changed = differs(before, &frame, policy.tolerance_pixels);
+            return Ok(Settled { frame, waited: started.elapsed(), changed, timed_out: true });
+        }
+        tokio::time::sleep(interval).await;
+        let next = computer.screenshot().await?;
+        if differs(&frame, &next, policy.tolerance_pixels) {
+            quiet_since = Clock::now();
+        }
+        frame = next;
+    }
+    let changed = differs(before, &frame, policy.tolerance_pixels);
+    Ok(Settled { frame, waited: started.elapsed(), changed, timed_out: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentd_computer::{Action, ActionReport, Size};
+    use async_trait::async_trait;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A screen that keeps changing for its first `busy` captures, then holds still.
+    struct Animating {
+        captures: AtomicU32,
+        busy: u32,
+    }
+
+    #[async_trait]
+    impl ComputerProvider for Animating {
+        fn kind(&self) -> &'static str {
+            "animating"
+        }
+        async fn screen_size(&self) -> Result<Size, ProviderError> {
+            Ok(Size::new(64, 64))
+        }
+        async fn screenshot(&self) -> Result<Frame, ProviderError> {
+            let n = self.captures.fetch_add(1, Ordering::SeqCst).min(self.busy);
+            Ok(Frame::filled(Size::new(64, 64), [n as u8, 0, 0]))
+        }
+        async fn perform(&self, _: &Action) -> Result<ActionReport, ProviderError> {
+            Ok(ActionReport::default())
+        }
+    }
+
+    fn policy() -> SettlePolicy {
+        SettlePolicy { enabled: true, quiet_ms: 100, interval_ms: 20, timeout_ms: 2000, tolerance_pixels: 0 }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_until_the_screen_is_quiet() {
+        let screen = Animating { captures: AtomicU32::new(0), busy: 10 };
+        let before = Frame::filled(Size::new(64, 64), [99, 0, 0]);
+        let far = Instant::now() + Duration::from_secs(60);
+        let settled = settle(&screen, &policy(), &before, far).await.unwrap();
+        assert!(!settled.timed_out);
+        assert!(settled.changed);
+        assert_eq!(settled.frame.as_rgb()[0], 10, "the frame after the animation");
+        // 10 changing polls of 20 ms, then 100 ms of quiet.
+        assert!(settled.waited >= Duration::from_millis(280), "{:?}", settled.waited);
+        assert!(settled.waited <= Duration::from_millis(360), "{:?}", settled.waited);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_at_the_timeout_and_reports_no_change() {
+        let screen = Animating { captures: AtomicU32::new(0), busy: u32::MAX };
+        let mut p = policy();
+        p.timeout_ms = 500;
+        let before = Frame::filled(Size::new(64, 64), [0, 0, 0]);
+        let settled = settle(&screen, &p, &before, Instant::now() + Duration::from_secs(60)).await.unwrap();
+        assert!(settled.timed_out);
+        assert!(settled.waited >= Duration::from_millis(500) && settled.waited < Duration::from_millis(600));
+
+        let still = Animating { captures: AtomicU32::new(0), busy: 0 };
+        let settled = settle(&still, &policy(), &before, Instant::now() + Duration::from_secs(60)).await.unwrap();
+        assert!(!settled.changed, "no visual change after the action");
+    }
+
+    #[test]
+    fn tolerance_ignores_a_small_area() {
+        let a = Frame::filled(Size::new(32, 32), [0, 0, 0]);
+        let mut pixels = a.as_rgb().to_vec();
+        for p in pixels.iter_mut().take(30) {
+            *p = 255;
+        }
+        let b = Frame::from_rgb(Size::new(32, 32), pixels).unwrap();
+        assert!(!differs(&a, &b, 10));
+        assert!(differs(&a, &b, 9));
+    }
+}
