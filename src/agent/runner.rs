@@ -76,6 +76,8 @@ pub struct LoopOutput {
     pub computer_state: Option<serde_json::Value>,
     /// Model calls that failed (after the adapter's own retries).
     pub model_errors: u32,
+    /// The model provider asked not to be called again before this long (a long `retry-after`).
+    pub retry_after: Option<Duration>,
 }
 
 /// Text the model sees when a task continues after its worker died mid-step.
@@ -114,6 +116,7 @@ pub async fn run_isolated(input: LoopInput) -> LoopOutput {
                 final_screenshot: None,
                 computer_state: None,
                 model_errors: 0,
+                retry_after: None,
             }
         }
     }
@@ -137,6 +140,7 @@ struct Loop {
     policy: ContextPolicy,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
+    retry_after: Option<Duration>,
     /// The settled screen after the last actions: the next capture uses it instead of a new screenshot.
     next_frame: Option<Frame>,
     model_errors: u32,
@@ -170,6 +174,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         previous_digest: None,
         policy,
         pending_approval: None,
+        retry_after: None,
         next_frame: None,
         model_errors: 0,
         summary: None,
@@ -543,6 +548,9 @@ impl Loop {
             Ok(Ok(turn)) => Ok(turn),
             Ok(Err(e)) => {
                 self.model_errors += 1;
+                if let ModelError::RateLimited { retry_after_secs, .. } = &e {
+                    self.retry_after = Some(Duration::from_secs(*retry_after_secs));
+                }
                 tracing::warn!(error = %e, "model call failed");
                 Err(Stop::End(model_end(&e)))
             }
@@ -751,6 +759,7 @@ impl Loop {
             final_screenshot,
             computer_state,
             model_errors: self.model_errors,
+            retry_after: self.retry_after,
         }
     }
 }

@@ -268,7 +268,7 @@ impl Workers {
                     &lease,
                     &events,
                     &stored_rx,
-                    if retry { End::Retry(outcome, finish) } else { End::Finish(finish) },
+                    if retry { End::Retry(outcome, finish, None) } else { End::Finish(finish) },
                 )
                 .await;
                 drop(events);
@@ -318,7 +318,7 @@ impl Workers {
         } else {
             match output.end.clone() {
                 LoopEnd::Finished(outcome) => End::Finish(finish(outcome)),
-                LoopEnd::Retryable(outcome) => End::Retry(outcome.clone(), finish(outcome)),
+                LoopEnd::Retryable(outcome) => End::Retry(outcome.clone(), finish(outcome), output.retry_after),
                 LoopEnd::Interrupted => End::Requeue,
                 LoopEnd::LeaseLost(_) => End::Lost,
                 LoopEnd::WaitingForHuman { reason } => End::Wait(reason),
@@ -353,8 +353,9 @@ impl Workers {
                 self.metrics.tasks_finished.fetch_add(1, Ordering::Relaxed);
                 self.queue.finish(task_id, lease.token, &finish).await
             }
-            End::Retry(outcome, _) if lease.attempt < lease.max_attempts => {
-                let delay = retry_delay(lease.attempt);
+            End::Retry(outcome, _, asked) if lease.attempt < lease.max_attempts => {
+                // The provider's own `retry-after`, when it asked for longer than our backoff.
+                let delay = retry_delay(lease.attempt).max(asked.unwrap_or_default());
                 tracing::warn!(summary = %outcome.summary, ?delay, "attempt failed; the task will be retried");
                 self.queue
                     .release(
@@ -364,7 +365,7 @@ impl Workers {
                     )
                     .await
             }
-            End::Retry(outcome, mut finish) => {
+            End::Retry(outcome, mut finish, _) => {
                 finish.outcome =
                     Outcome { summary: format!("{} (after {} attempts)", outcome.summary, lease.attempt), ..outcome };
                 emit_and_wait(
@@ -411,8 +412,9 @@ impl Workers {
 
 enum End {
     Finish(Finish),
-    /// A retryable failure, and how the task ends if it was the last attempt.
-    Retry(Outcome, Finish),
+    /// A retryable failure, how the task ends if it was the last attempt, and the delay the model provider
+    /// asked for.
+    Retry(Outcome, Finish, Option<Duration>),
     Requeue,
     Wait(String),
     Lost,
