@@ -4,8 +4,10 @@
 //! claiming); every write a worker makes carries the lease's fencing token, and a write with a stale token
 //! is refused with [`QueueError::LeaseLost`], so a worker that was paused past its lease cannot act on a
 //! task another worker now owns. [`Queue::rescue_expired`] hands tasks of dead workers back. Backends:
-//! [`sqlite::SqliteQueue`] (embedded, default); PostgreSQL for fleets follows the same [`suite`].
+//! [`sqlite::SqliteQueue`] (embedded, default) and [`postgres::PostgresQueue`] (shared by a fleet of
+//! workers on many machines); both pass the same [`suite`].
 
+pub mod postgres;
 pub mod sqlite;
 pub mod suite;
 
@@ -15,6 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use thiserror::Error;
 use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::events::Event;
 use crate::model::Usage;
@@ -148,6 +151,19 @@ pub struct Rescued {
     pub new_state: TaskState,
 }
 
+/// What another process sharing the queue tells this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueSignal {
+    /// A task may have become claimable (submitted, requeued, approved, rescued), or signals may have been
+    /// missed (the listening connection was re-established): look for work now.
+    Work,
+    /// A cancel was requested for this task; the process running it stops it at the next safe point.
+    Cancel(String),
+}
+
+/// Receives [`QueueSignal`]s.
+pub type SignalHandler = std::sync::Arc<dyn Fn(QueueSignal) + Send + Sync>;
+
 #[async_trait]
 pub trait Queue: Send + Sync {
     /// For logs and `config check`.
@@ -203,6 +219,13 @@ pub trait Queue: Send + Sync {
 
     /// Whether the database answers.
     async fn health(&self) -> Result<(), QueueError>;
+
+    /// Delivers the signals other processes sharing this queue send, until `stop` fires, reconnecting as
+    /// needed. A backend only one process uses (SQLite) has nothing to deliver and returns at once: the
+    /// daemon's own submissions wake its workers directly, and the poll interval is the safety net.
+    async fn listen(&self, on_signal: SignalHandler, stop: CancellationToken) {
+        let _ = (on_signal, stop);
+    }
 }
 
 /// A task runs on a worker only if every label of the task is a label of the worker with the same value.

@@ -576,7 +576,8 @@ impl Queue for SqliteQueue {
         let now = now_ms();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let expired = sqlx::query(
-            "SELECT id, attempt, max_attempts, usage FROM tasks WHERE state = 'running' AND lease_until_ms < ?1",
+            "SELECT id, attempt, max_attempts, cancel_requested FROM tasks
+             WHERE state = 'running' AND lease_until_ms < ?1",
         )
         .bind(now)
         .fetch_all(&mut *tx)
@@ -587,25 +588,32 @@ impl Queue for SqliteQueue {
             let id: String = row.try_get("id").map_err(db_error)?;
             let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
             let max_attempts: i64 = row.try_get("max_attempts").map_err(db_error)?;
-            if attempt >= max_attempts {
-                let outcome = Outcome {
-                    success: false,
-                    summary: format!("the worker running this task was lost {attempt} time(s)"),
-                    reason: EndReason::Error,
+            let cancel_requested: i64 = row.try_get("cancel_requested").map_err(db_error)?;
+            if cancel_requested != 0 || attempt >= max_attempts {
+                // A cancel asked for while the worker was alive is honoured, not forgotten by a new claim.
+                let outcome = if cancel_requested != 0 {
+                    Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled }
+                } else {
+                    Outcome {
+                        success: false,
+                        summary: format!("the worker running this task was lost {attempt} time(s)"),
+                        reason: EndReason::Error,
+                    }
                 };
                 sqlx::query(
-                    "UPDATE tasks SET state = 'failed', finished_ms = ?2, outcome = ?3, lease_until_ms = NULL,
+                    "UPDATE tasks SET state = ?4, finished_ms = ?2, outcome = ?3, lease_until_ms = NULL,
                         lease_token = lease_token + 1
                      WHERE id = ?1",
                 )
                 .bind(&id)
                 .bind(now)
                 .bind(json(&outcome)?)
+                .bind(outcome.state().as_str())
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
                 Self::own_event(&mut tx, &id, finished_event(&outcome, Usage::default())).await?;
-                rescued.push(Rescued { task_id: id, new_state: TaskState::Failed });
+                rescued.push(Rescued { task_id: id, new_state: outcome.state() });
             } else {
                 // Bumping the token fences the lost worker out even before anyone claims the task again.
                 sqlx::query(

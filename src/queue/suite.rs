@@ -94,6 +94,7 @@ pub async fn run_all(queue: &dyn Queue) {
     claims_follow_labels_and_order(queue).await;
     fencing_rejects_a_stale_worker(queue).await;
     cancellation_reaches_queued_and_running_tasks(queue).await;
+    a_cancelled_task_whose_worker_died_stays_cancelled(queue).await;
     release_and_attempts(queue).await;
     humans_approve_and_reject(queue).await;
     events_are_ordered_and_resumable(queue).await;
@@ -234,6 +235,25 @@ async fn cancellation_reaches_queued_and_running_tasks(queue: &dyn Queue) {
     };
     queue.finish("cancel-r", lease.token, &cancelled).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(queue.get("cancel-r").await.unwrap_or_else(|e| panic!("{e}")).state, TaskState::Cancelled);
+}
+
+/// A cancel requested while the task ran, then the worker died before it could stop: the rescuer ends the
+/// task as cancelled instead of queueing it again (where the next claim would forget the request).
+async fn a_cancelled_task_whose_worker_died_stays_cancelled(queue: &dyn Queue) {
+    queue.submit(new_task("cancel-dead", &[("c", "3")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let lease = claim_id(queue, &worker("w", &[("c", "3")]), "cancel-dead").await;
+    assert_eq!(queue.cancel("cancel-dead").await.unwrap_or_else(|e| panic!("{e}")), Cancelled::Requested);
+    // The worker dies: its lease runs out.
+    let _ = queue.heartbeat("cancel-dead", lease.token, Duration::ZERO).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let rescued = queue.rescue_expired().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(rescued.iter().any(|r| r.task_id == "cancel-dead" && r.new_state == TaskState::Cancelled), "{rescued:?}");
+    let record = queue.get("cancel-dead").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.state, TaskState::Cancelled);
+    assert_eq!(record.outcome.map(|o| o.reason), Some(EndReason::Cancelled));
+    assert!(matches!(queue.finish("cancel-dead", lease.token, &finish(true)).await, Err(QueueError::LeaseLost(_))));
+    let events = queue.events_after("cancel-dead", 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(events.last().map(|e| &e.kind), Some(EventKind::TaskFinished { .. })));
 }
 
 async fn release_and_attempts(queue: &dyn Queue) {

@@ -1,0 +1,980 @@
+//! The fleet queue: PostgreSQL shared by every agentd of a fleet, on the same [`Queue`] contract as SQLite.
+//!
+//! - **Claims** take the oldest claimable task with `FOR UPDATE SKIP LOCKED`, so workers on many machines
+//!   never wait on or double-claim a row; label routing is jsonb containment (`labels <@ worker_labels`).
+//! - **Lease times come from the database clock** (`now()`): machines with skewed clocks agree on who holds
+//!   a lease. Every worker write is fenced by the lease token in the same statement (or under the task
+//!   row's lock), and the rescuer bumps the token, so a worker frozen past its lease can never write again.
+//! - **Wake-ups** use `LISTEN/NOTIFY` (channel `agentd_work` when a task becomes claimable, `agentd_cancel`
+//!   with the task id when a running task is cancelled), sent in the same transaction as the change so they
+//!   arrive only once it is committed; the poll interval stays as the safety net (and is all there is with
+//!   `queue.listen = false`, e.g. behind a transaction-pooling PgBouncer, where LISTEN does not work).
+//! - **Migrations** run on start inside one transaction under an advisory lock, so nodes starting together
+//!   apply each once; `agentd_schema_migrations` records what was applied.
+//! - **Reconnects**: the pool tests connections before handing them out, so a restarted server costs the
+//!   operations in flight at that moment (callers retry them) and nothing more; the listener reconnects with
+//!   backoff and asks for a look at the queue afterwards, since notifications sent meanwhile are lost.
+//!
+//! Every table is prefixed `agentd_` so the queue can live in a database shared with other software.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::types::Json;
+use sqlx::{Postgres, Row, Transaction};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
+    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash,
+};
+use crate::agent::events::{Event, EventKind};
+use crate::model::Usage;
+use crate::record::{EndReason, Outcome, RECORD_VERSION, StepRecord, TaskRecord, TaskState};
+use crate::task::TaskSpec;
+
+/// Channel notified when a task may have become claimable.
+const WORK_CHANNEL: &str = "agentd_work";
+/// Channel notified with a task id when a cancel is requested for a running task.
+const CANCEL_CHANNEL: &str = "agentd_cancel";
+/// Advisory lock key held while migrating ("agentd" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6167_656e_7464;
+
+/// Schema versions, applied in order, each once. Never edit a released entry: add a new one.
+const MIGRATIONS: &[(i32, &str, &[&str])] = &[(
+    1,
+    "tasks, step journal, event log",
+    &[
+        "CREATE TABLE agentd_tasks (
+            id text PRIMARY KEY,
+            spec text NOT NULL,
+            body_hash text NOT NULL,
+            labels jsonb NOT NULL,
+            state text NOT NULL,
+            created_at timestamptz NOT NULL,
+            started_at timestamptz,
+            finished_at timestamptz,
+            attempt integer NOT NULL DEFAULT 0,
+            max_attempts integer NOT NULL,
+            worker text,
+            lease_token bigint NOT NULL DEFAULT 0,
+            lease_until timestamptz,
+            not_before timestamptz NOT NULL DEFAULT '-infinity',
+            cancel_requested boolean NOT NULL DEFAULT false,
+            approved boolean NOT NULL DEFAULT false,
+            same_attempt boolean NOT NULL DEFAULT false,
+            waiting_reason text,
+            elapsed_ms bigint NOT NULL DEFAULT 0,
+            outcome text,
+            usage text,
+            final_screenshot text,
+            computer_state text
+        )",
+        "CREATE INDEX agentd_tasks_claimable ON agentd_tasks (created_at, id) WHERE state = 'queued'",
+        "CREATE INDEX agentd_tasks_leased ON agentd_tasks (lease_until) WHERE state = 'running'",
+        "CREATE INDEX agentd_tasks_newest ON agentd_tasks (created_at DESC, id DESC)",
+        "CREATE INDEX agentd_tasks_by_state ON agentd_tasks (state, created_at DESC, id DESC)",
+        "CREATE TABLE agentd_steps (
+            task_id text NOT NULL REFERENCES agentd_tasks (id) ON DELETE CASCADE,
+            idx integer NOT NULL,
+            record text NOT NULL,
+            PRIMARY KEY (task_id, idx)
+        )",
+        "CREATE TABLE agentd_events (
+            task_id text NOT NULL REFERENCES agentd_tasks (id) ON DELETE CASCADE,
+            seq bigint NOT NULL,
+            event text NOT NULL,
+            PRIMARY KEY (task_id, seq)
+        )",
+    ],
+)];
+
+/// How the queue connects.
+#[derive(Debug, Clone)]
+pub struct PostgresSettings {
+    /// Connections in the pool (claims, heartbeats, journal writes, events, the API).
+    pub max_connections: u32,
+    /// Hold a `LISTEN` connection for wake-ups and cancellations from other nodes.
+    pub listen: bool,
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        Self { max_connections: 10, listen: true }
+    }
+}
+
+pub struct PostgresQueue {
+    pool: PgPool,
+    /// `postgres://user@host:port/db`, never with the password.
+    describe: String,
+    listen: bool,
+}
+
+fn db_error(e: sqlx::Error) -> QueueError {
+    match e {
+        sqlx::Error::Database(db) => QueueError::Unavailable(match db.code() {
+            Some(code) => format!("{} (SQLSTATE {code})", db.message()),
+            None => db.message().to_string(),
+        }),
+        sqlx::Error::PoolTimedOut => QueueError::Unavailable("no database connection became free in time".into()),
+        other => QueueError::Unavailable(other.to_string()),
+    }
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> QueueError {
+    QueueError::Corrupt(format!("{what}: {e}"))
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, QueueError> {
+    serde_json::to_string(value).map_err(|e| corrupt("serialize", e))
+}
+
+fn secs(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}
+
+fn finished_event(outcome: &Outcome, usage: Usage) -> EventKind {
+    EventKind::TaskFinished { state: outcome.state(), outcome: outcome.clone(), usage }
+}
+
+/// A connection target for logs: user, host, port and database, never the password.
+fn describe_options(options: &PgConnectOptions) -> String {
+    let host = match options.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    format!("postgres://{}@{host}/{}", options.get_username(), options.get_database().unwrap_or(""))
+}
+
+impl PostgresQueue {
+    /// Connects to the database at `url` (`postgres://user@host/db`; the password may come from the URL,
+    /// `PGPASSWORD` or `~/.pgpass`) and brings the schema up to date.
+    pub async fn open(url: &str, settings: PostgresSettings) -> Result<Self, QueueError> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| QueueError::Unavailable(format!("queue.url is not a PostgreSQL URL: {e}")))?;
+        Self::connect(options, settings).await
+    }
+
+    /// Like [`PostgresQueue::open`], from parsed options (tests use it to set a `search_path`).
+    pub async fn connect(options: PgConnectOptions, settings: PostgresSettings) -> Result<Self, QueueError> {
+        let describe = describe_options(&options);
+        let options = options.application_name("agentd");
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections.max(2))
+            .acquire_timeout(Duration::from_secs(10))
+            // A connection broken by a server restart is found and replaced before anyone uses it.
+            .test_before_acquire(true)
+            .connect_with(options)
+            .await
+            .map_err(|e| QueueError::Unavailable(format!("{describe}: {}", db_error(e))))?;
+        let queue = Self { pool, describe, listen: settings.listen };
+        queue.migrate().await?;
+        Ok(queue)
+    }
+
+    /// Applies the migrations this database has not seen, under an advisory lock.
+    async fn migrate(&self) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS agentd_schema_migrations (
+                version integer PRIMARY KEY,
+                description text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let applied: Vec<i32> = sqlx::query_scalar("SELECT version FROM agentd_schema_migrations ORDER BY version")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let newest_known = MIGRATIONS.last().map_or(0, |(v, _, _)| *v);
+        if let Some(newest) = applied.iter().max().filter(|v| **v > newest_known) {
+            tracing::warn!(
+                database = newest,
+                this_build = newest_known,
+                "the queue schema is newer than this agentd; running anyway (schema changes are additive)"
+            );
+        }
+        for (version, description, statements) in MIGRATIONS {
+            if applied.contains(version) {
+                continue;
+            }
+            for statement in *statements {
+                sqlx::query(*statement).execute(&mut *tx).await.map_err(db_error)?;
+            }
+            sqlx::query("INSERT INTO agentd_schema_migrations (version, description) VALUES ($1, $2)")
+                .bind(version)
+                .bind(description)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            tracing::info!(version, description, "queue schema migrated");
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    /// The pool, for tests and benchmarks that inspect the database.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn record_from_row(row: &PgRow) -> Result<TaskRecord, QueueError> {
+        fn parse<T: serde::de::DeserializeOwned>(row: &PgRow, column: &str) -> Result<Option<T>, QueueError> {
+            let text: Option<String> = row.try_get(column).map_err(db_error)?;
+            text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(column, e))).transpose()
+        }
+        let spec_text: String = row.try_get("spec").map_err(db_error)?;
+        let task: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
+        let state_text: String = row.try_get("state").map_err(db_error)?;
+        let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
+        let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
+        Ok(TaskRecord {
+            version: RECORD_VERSION,
+            id: row.try_get("id").map_err(db_error)?,
+            state,
+            created_at: row.try_get("created_at").map_err(db_error)?,
+            started_at: row.try_get("started_at").map_err(db_error)?,
+            finished_at: row.try_get("finished_at").map_err(db_error)?,
+            attempt: attempt.max(0) as u32,
+            worker: row.try_get("worker").map_err(db_error)?,
+            task,
+            outcome: parse(row, "outcome")?,
+            usage: parse(row, "usage")?.unwrap_or_default(),
+            steps: Vec::new(),
+            final_screenshot: parse(row, "final_screenshot")?,
+            computer_state: parse(row, "computer_state")?,
+            waiting_reason: row.try_get("waiting_reason").map_err(db_error)?,
+        })
+    }
+
+    async fn steps(executor: impl sqlx::PgExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
+        let rows: Vec<String> = sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx")
+            .bind(id)
+            .fetch_all(executor)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(|text| serde_json::from_str(text).map_err(|e| corrupt("step", e))).collect()
+    }
+
+    async fn next_seq(executor: impl sqlx::PgExecutor<'_>, task_id: &str) -> Result<i64, QueueError> {
+        sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM agentd_events WHERE task_id = $1")
+            .bind(task_id)
+            .fetch_one(executor)
+            .await
+            .map_err(db_error)
+    }
+
+    /// Appends an event the queue itself emits, numbered after the task's last event. Callers hold the task
+    /// row's lock, so no other writer numbers an event of this task meanwhile.
+    async fn own_event(tx: &mut Transaction<'_, Postgres>, task_id: &str, kind: EventKind) -> Result<(), QueueError> {
+        let seq = Self::next_seq(&mut **tx, task_id).await?;
+        let event = Event { seq: seq.max(1) as u64, task_id: task_id.to_string(), ts: OffsetDateTime::now_utc(), kind };
+        sqlx::query("INSERT INTO agentd_events (task_id, seq, event) VALUES ($1, $2, $3)")
+            .bind(task_id)
+            .bind(seq)
+            .bind(json(&event)?)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Tells listening workers (on commit of `tx`) that a task may be claimable.
+    async fn notify_work(tx: &mut Transaction<'_, Postgres>) -> Result<(), QueueError> {
+        sqlx::query("SELECT pg_notify($1, '')").bind(WORK_CHANNEL).execute(&mut **tx).await.map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Locks a task's row and returns its state.
+    async fn lock_state(tx: &mut Transaction<'_, Postgres>, id: &str) -> Result<TaskState, QueueError> {
+        let state: String = sqlx::query_scalar("SELECT state FROM agentd_tasks WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        TaskState::from_str(&state).map_err(|e| corrupt("state", e))
+    }
+
+    /// Ends a task that no worker is running, with its `task_finished` event. The caller holds the row lock.
+    async fn end_unleased(
+        tx: &mut Transaction<'_, Postgres>,
+        id: &str,
+        outcome: &Outcome,
+        bump_token: bool,
+    ) -> Result<(), QueueError> {
+        sqlx::query(
+            "UPDATE agentd_tasks SET state = $2, finished_at = now(), outcome = $3, waiting_reason = NULL,
+                lease_until = NULL, lease_token = lease_token + CASE WHEN $4 THEN 1 ELSE 0 END
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(outcome.state().as_str())
+        .bind(json(outcome)?)
+        .bind(bump_token)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        Self::own_event(tx, id, finished_event(outcome, Usage::default())).await
+    }
+}
+
+#[async_trait]
+impl Queue for PostgresQueue {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError> {
+        let id = task.id().to_string();
+        let hash = body_hash(&task.spec);
+        let labels: BTreeMap<&str, &str> = task.spec.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        // ON CONFLICT DO NOTHING makes two nodes submitting the same id at once agree on one task.
+        let inserted = sqlx::query(
+            "INSERT INTO agentd_tasks (id, spec, body_hash, labels, state, created_at, max_attempts)
+             VALUES ($1, $2, $3, $4, 'queued', now(), $5)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(&id)
+        .bind(json(&task.spec)?)
+        .bind(&hash)
+        .bind(Json(&labels))
+        .bind(task.max_attempts.clamp(1, i32::MAX as u32) as i32)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        if inserted == 0 {
+            let stored: String = sqlx::query_scalar("SELECT body_hash FROM agentd_tasks WHERE id = $1")
+                .bind(&id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            drop(tx);
+            if stored != hash {
+                return Err(QueueError::Conflict(id));
+            }
+            return Ok(Submitted::Existing(self.get(&id).await?));
+        }
+        Self::own_event(&mut tx, &id, EventKind::TaskQueued {}).await?;
+        Self::notify_work(&mut tx).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Submitted::Created(self.get(&id).await?))
+    }
+
+    async fn get(&self, id: &str) -> Result<TaskRecord, QueueError> {
+        // One snapshot for the task and its steps.
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let row = sqlx::query("SELECT * FROM agentd_tasks WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        let mut record = Self::record_from_row(&row)?;
+        record.steps = Self::steps(&mut *tx, id).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(record)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+        let limit = i64::from(if filter.limit == 0 { 100 } else { filter.limit.min(10_000) });
+        let rows = sqlx::query(
+            "SELECT * FROM agentd_tasks WHERE ($1::text IS NULL OR state = $1)
+             ORDER BY created_at DESC, id DESC LIMIT $2",
+        )
+        .bind(filter.state.map(|s| s.as_str()))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter().map(Self::record_from_row).collect()
+    }
+
+    async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let row = sqlx::query(
+            "WITH next AS (
+                SELECT id FROM agentd_tasks
+                WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
+                ORDER BY created_at, id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED
+             )
+             UPDATE agentd_tasks t SET state = 'running',
+                attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
+                worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
+                started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL
+             FROM next WHERE t.id = next.id
+             RETURNING t.id, t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved",
+        )
+        .bind(Json(&worker.labels))
+        .bind(&worker.name)
+        .bind(secs(lease_for))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let id: String = row.try_get("id").map_err(db_error)?;
+        let spec_text: String = row.try_get("spec").map_err(db_error)?;
+        let spec: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
+        let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
+        let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
+        let token: i64 = row.try_get("lease_token").map_err(db_error)?;
+        let elapsed: i64 = row.try_get("elapsed_ms").map_err(db_error)?;
+        let approved: bool = row.try_get("approved").map_err(db_error)?;
+        let steps = Self::steps(&mut *tx, &id).await?;
+        let next = Self::next_seq(&mut *tx, &id).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(Lease {
+            task_id: id,
+            token,
+            attempt: attempt.max(0) as u32,
+            max_attempts: max_attempts.max(0) as u32,
+            spec,
+            steps,
+            next_seq: next.max(1) as u64,
+            elapsed: Duration::from_millis(elapsed.max(0) as u64),
+            approved,
+        }))
+    }
+
+    async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
+        let cancel: Option<bool> = sqlx::query_scalar(
+            "UPDATE agentd_tasks SET lease_until = now() + make_interval(secs => $3)
+             WHERE id = $1 AND lease_token = $2 AND state = 'running'
+             RETURNING cancel_requested",
+        )
+        .bind(task_id)
+        .bind(token)
+        .bind(secs(lease_for))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(match cancel {
+            Some(cancel_requested) => LeaseStatus::Held { cancel_requested },
+            None => LeaseStatus::Lost,
+        })
+    }
+
+    async fn record_step(
+        &self,
+        task_id: &str,
+        token: i64,
+        step: &StepRecord,
+        elapsed: Duration,
+    ) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        // The fenced UPDATE locks the row until commit: a rescuer cannot take the task between the check and
+        // the journal write.
+        let held = sqlx::query(
+            "UPDATE agentd_tasks SET elapsed_ms = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+        )
+        .bind(task_id)
+        .bind(token)
+        .bind(elapsed.as_millis().min(i64::MAX as u128) as i64)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        if held == 0 {
+            return Err(QueueError::LeaseLost(task_id.to_string()));
+        }
+        sqlx::query(
+            "INSERT INTO agentd_steps (task_id, idx, record) VALUES ($1, $2, $3)
+             ON CONFLICT (task_id, idx) DO UPDATE SET record = EXCLUDED.record",
+        )
+        .bind(task_id)
+        .bind(step.index.min(i32::MAX as u32) as i32)
+        .bind(json(step)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn append_events(&self, task_id: &str, token: Option<i64>, events: &[Event]) -> Result<(), QueueError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut seqs = Vec::with_capacity(events.len());
+        let mut texts = Vec::with_capacity(events.len());
+        for event in events {
+            seqs.push(event.seq.min(i64::MAX as u64) as i64);
+            texts.push(json(event)?);
+        }
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        if let Some(token) = token {
+            // A share lock on the row keeps the token from changing (a rescue) until these events are in.
+            let held = sqlx::query("SELECT 1 FROM agentd_tasks WHERE id = $1 AND lease_token = $2 FOR SHARE")
+                .bind(task_id)
+                .bind(token)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            if held.is_none() {
+                return Err(QueueError::LeaseLost(task_id.to_string()));
+            }
+        }
+        sqlx::query(
+            "INSERT INTO agentd_events (task_id, seq, event)
+             SELECT $1, e.seq, e.event FROM UNNEST($2::bigint[], $3::text[]) AS e (seq, event)
+             ON CONFLICT (task_id, seq) DO UPDATE SET event = EXCLUDED.event",
+        )
+        .bind(task_id)
+        .bind(&seqs)
+        .bind(&texts)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn events_after(&self, task_id: &str, after: u64, limit: u32) -> Result<Vec<Event>, QueueError> {
+        let rows: Vec<String> =
+            sqlx::query_scalar("SELECT event FROM agentd_events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3")
+                .bind(task_id)
+                .bind(after.min(i64::MAX as u64) as i64)
+                .bind(i64::from(limit.max(1)))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?;
+        rows.iter().map(|text| serde_json::from_str(text).map_err(|e| corrupt("event", e))).collect()
+    }
+
+    async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError> {
+        let done = sqlx::query(
+            "UPDATE agentd_tasks SET state = $3, finished_at = now(), outcome = $4, usage = $5,
+                final_screenshot = $6, computer_state = $7, lease_until = NULL, waiting_reason = NULL
+             WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+        )
+        .bind(task_id)
+        .bind(token)
+        .bind(finish.outcome.state().as_str())
+        .bind(json(&finish.outcome)?)
+        .bind(json(&finish.usage)?)
+        .bind(finish.final_screenshot.as_ref().map(json).transpose()?)
+        .bind(finish.computer_state.as_ref().map(json).transpose()?)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        if done == 0 { Err(QueueError::LeaseLost(task_id.to_string())) } else { Ok(()) }
+    }
+
+    async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let changed = match release {
+            Release::Requeue { count_attempt, delay, .. } => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'queued', lease_until = NULL, worker = NULL,
+                    same_attempt = NOT $3, not_before = now() + make_interval(secs => $4)
+                 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+            )
+            .bind(task_id)
+            .bind(token)
+            .bind(*count_attempt)
+            .bind(secs(*delay))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected(),
+            Release::WaitForHuman { reason } => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'waiting_for_human', lease_until = NULL, worker = NULL,
+                    waiting_reason = $3, approved = false
+                 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+            )
+            .bind(task_id)
+            .bind(token)
+            .bind(reason)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected(),
+        };
+        if changed == 0 {
+            return Err(QueueError::LeaseLost(task_id.to_string()));
+        }
+        if matches!(release, Release::Requeue { delay, .. } if delay.is_zero()) {
+            Self::notify_work(&mut tx).await?;
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        match Self::lock_state(&mut tx, id).await? {
+            TaskState::Queued | TaskState::WaitingForHuman => {
+                let outcome = Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled };
+                Self::end_unleased(&mut tx, id, &outcome, false).await?;
+                tx.commit().await.map_err(db_error)?;
+                Ok(Cancelled::Now)
+            }
+            TaskState::Running => {
+                sqlx::query("UPDATE agentd_tasks SET cancel_requested = true WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                // The node running it hears this at once; the heartbeat carries it too, as a safety net.
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(CANCEL_CHANNEL)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                tx.commit().await.map_err(db_error)?;
+                Ok(Cancelled::Requested)
+            }
+            other => Err(QueueError::WrongState {
+                id: id.to_string(),
+                state: other.as_str(),
+                message: "it has already finished".into(),
+            }),
+        }
+    }
+
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let state = Self::lock_state(&mut tx, id).await?;
+        if state != TaskState::WaitingForHuman {
+            return Err(QueueError::WrongState {
+                id: id.to_string(),
+                state: state.as_str(),
+                message: "only a task waiting for a human can be approved or rejected".into(),
+            });
+        }
+        match decision {
+            Decision::Approve => {
+                sqlx::query(
+                    "UPDATE agentd_tasks SET state = 'queued', approved = true, same_attempt = true,
+                        waiting_reason = NULL, not_before = '-infinity'
+                     WHERE id = $1",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                Self::notify_work(&mut tx).await?;
+            }
+            Decision::Reject { reason } => {
+                let summary =
+                    if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
+                let outcome = Outcome { success: false, summary, reason: EndReason::Rejected };
+                Self::end_unleased(&mut tx, id, &outcome, false).await?;
+            }
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        // SKIP LOCKED: rescuers on several nodes split the work instead of queueing behind each other, and a
+        // row a worker is writing to right now (its lease being renewed) is left for the next round.
+        let expired = sqlx::query(
+            "SELECT id, attempt, max_attempts, cancel_requested FROM agentd_tasks
+             WHERE state = 'running' AND lease_until < now()
+             ORDER BY lease_until
+             LIMIT 500
+             FOR UPDATE SKIP LOCKED",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let mut rescued = Vec::new();
+        for row in expired {
+            let id: String = row.try_get("id").map_err(db_error)?;
+            let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
+            let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
+            let cancel_requested: bool = row.try_get("cancel_requested").map_err(db_error)?;
+            if cancel_requested || attempt >= max_attempts {
+                // Bumping the token fences the lost worker out for good.
+                let outcome = if cancel_requested {
+                    Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled }
+                } else {
+                    Outcome {
+                        success: false,
+                        summary: format!("the worker running this task was lost {attempt} time(s)"),
+                        reason: EndReason::Error,
+                    }
+                };
+                Self::end_unleased(&mut tx, &id, &outcome, true).await?;
+                rescued.push(Rescued { task_id: id, new_state: outcome.state() });
+            } else {
+                sqlx::query(
+                    "UPDATE agentd_tasks SET state = 'queued', lease_until = NULL, worker = NULL,
+                        lease_token = lease_token + 1
+                     WHERE id = $1",
+                )
+                .bind(&id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                rescued.push(Rescued { task_id: id, new_state: TaskState::Queued });
+            }
+        }
+        if rescued.iter().any(|r| r.new_state == TaskState::Queued) {
+            Self::notify_work(&mut tx).await?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(rescued)
+    }
+
+    async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM agentd_tasks GROUP BY state")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        let mut counts = BTreeMap::new();
+        for row in rows {
+            let state: String = row.try_get("state").map_err(db_error)?;
+            let n: i64 = row.try_get("n").map_err(db_error)?;
+            counts.insert(TaskState::from_str(&state).map_err(|e| corrupt("state", e))?, n.max(0) as u64);
+        }
+        Ok(counts)
+    }
+
+    async fn health(&self) -> Result<(), QueueError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(db_error).map(drop)
+    }
+
+    async fn listen(&self, on_signal: SignalHandler, stop: CancellationToken) {
+        if !self.listen {
+            return;
+        }
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let connected = async {
+                let mut listener = PgListener::connect_with(&self.pool).await?;
+                listener.listen_all([WORK_CHANNEL, CANCEL_CHANNEL]).await?;
+                Ok::<_, sqlx::Error>(listener)
+            };
+            let outcome = tokio::select! {
+                () = stop.cancelled() => return,
+                connected = connected => connected,
+            };
+            match outcome {
+                Ok(mut listener) => {
+                    delay = Duration::from_millis(100);
+                    // Whatever was sent while nobody listened is lost: look at the queue now.
+                    on_signal(QueueSignal::Work);
+                    loop {
+                        let received = tokio::select! {
+                            () = stop.cancelled() => return,
+                            received = listener.try_recv() => received,
+                        };
+                        match received {
+                            Ok(Some(notification)) => match notification.channel() {
+                                CANCEL_CHANNEL => on_signal(QueueSignal::Cancel(notification.payload().to_string())),
+                                _ => on_signal(QueueSignal::Work),
+                            },
+                            // The connection dropped; the next call reconnects (notifications meanwhile are lost).
+                            Ok(None) => on_signal(QueueSignal::Work),
+                            Err(e) => {
+                                tracing::warn!(error = %db_error(e), "queue listener failed; reconnecting");
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %db_error(e), ?delay, "queue listener cannot connect; retrying"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// The PostgreSQL server the tests use (`scripts/test` sets it), or `None` with a note why they skip.
+    fn server() -> Option<String> {
+        let url = std::env::var("AGENTD_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty());
+        if url.is_none() {
+            eprintln!("skipping: AGENTD_TEST_POSTGRES_URL is not set (./scripts/test sets it to the local PostgreSQL)");
+        }
+        url
+    }
+
+    /// Queues in a schema of their own, dropped again by [`Fresh::drop_schema`].
+    struct Fresh {
+        url: String,
+        admin: PgPool,
+        schema: String,
+    }
+
+    impl Fresh {
+        async fn new(url: &str) -> Self {
+            let schema = format!("agentd_test_{}", uuid::Uuid::now_v7().simple());
+            let admin = PgPoolOptions::new().max_connections(1).connect(url).await.expect("connect");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("schema");
+            Self { url: url.to_string(), admin, schema }
+        }
+
+        fn options(&self) -> PgConnectOptions {
+            PgConnectOptions::from_str(&self.url).expect("url").options([("search_path", self.schema.as_str())])
+        }
+
+        async fn queue(&self, settings: PostgresSettings) -> PostgresQueue {
+            PostgresQueue::connect(self.options(), settings).await.expect("open queue")
+        }
+
+        async fn drop_schema(self) {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.schema)))
+                .execute(&self.admin)
+                .await;
+        }
+    }
+
+    fn spec(id: &str) -> TaskSpec {
+        TaskSpec::parse(&format!(r#"{{"id": "{id}", "instructions": "x"}}"#), "t").expect("spec")
+    }
+
+    #[tokio::test]
+    async fn the_queue_suite_passes_on_postgres() {
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let queue = fresh.queue(PostgresSettings::default()).await;
+        crate::queue::suite::run_all(&queue).await;
+        queue.pool.close().await;
+        fresh.drop_schema().await;
+    }
+
+    #[tokio::test]
+    async fn migrations_run_once_when_nodes_start_together_and_the_password_is_never_shown() {
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let options = fresh.options().password("not-shown-anywhere");
+        let opens = (0..4).map(|_| PostgresQueue::connect(options.clone(), PostgresSettings::default()));
+        let queues: Vec<PostgresQueue> =
+            futures_util::future::join_all(opens).await.into_iter().map(|q| q.expect("a concurrent open")).collect();
+        let versions: Vec<i32> = sqlx::query_scalar("SELECT version FROM agentd_schema_migrations")
+            .fetch_all(&queues[0].pool)
+            .await
+            .expect("versions");
+        assert_eq!(versions, vec![1]);
+        assert!(!queues[0].describe().contains("not-shown-anywhere"), "{}", queues[0].describe());
+        assert!(queues[0].describe().starts_with("postgres://"), "{}", queues[0].describe());
+        for queue in queues {
+            queue.pool.close().await;
+        }
+        fresh.drop_schema().await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_claims_never_hand_out_a_task_twice() {
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let queue = Arc::new(fresh.queue(PostgresSettings { max_connections: 12, listen: false }).await);
+        for i in 0..60 {
+            queue.submit(NewTask { spec: spec(&format!("race-{i:02}")), max_attempts: 1 }).await.expect("submit");
+        }
+        let claimed = Arc::new(Mutex::new(Vec::new()));
+        let mut handles = Vec::new();
+        for w in 0..8 {
+            let queue = queue.clone();
+            let claimed = claimed.clone();
+            handles.push(tokio::spawn(async move {
+                let who = WorkerIdentity { name: format!("w{w}"), labels: BTreeMap::new() };
+                while let Some(lease) = queue.claim(&who, Duration::from_secs(30)).await.expect("claim") {
+                    claimed.lock().expect("lock").push(lease.task_id);
+                }
+            }));
+        }
+        for handle in handles {
+            handle.await.expect("worker");
+        }
+        let mut claimed = claimed.lock().expect("lock").clone();
+        assert_eq!(claimed.len(), 60, "every task claimed once");
+        claimed.sort();
+        claimed.dedup();
+        assert_eq!(claimed.len(), 60, "no task claimed twice");
+        queue.pool.close().await;
+        fresh.drop_schema().await;
+    }
+
+    #[tokio::test]
+    async fn other_nodes_hear_new_work_and_cancellations() {
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let sender = fresh.queue(PostgresSettings::default()).await;
+        let listener = Arc::new(fresh.queue(PostgresSettings::default()).await);
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let handler: SignalHandler = {
+            let heard = heard.clone();
+            Arc::new(move |signal| {
+                heard.lock().expect("lock").push(signal);
+                let _ = tx.send(());
+            })
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let listener = listener.clone();
+            let stop = stop.clone();
+            async move { listener.listen(handler, stop).await }
+        });
+        // The first signal says "look now" once listening.
+        tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("listening");
+        heard.lock().expect("lock").clear();
+        sender.submit(NewTask { spec: spec("heard-1"), max_attempts: 1 }).await.expect("submit");
+        tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("work signal");
+        assert_eq!(heard.lock().expect("lock").as_slice(), &[QueueSignal::Work]);
+        let who = WorkerIdentity { name: "w".into(), labels: BTreeMap::new() };
+        let lease = listener.claim(&who, Duration::from_secs(30)).await.expect("claim").expect("a task");
+        assert_eq!(lease.task_id, "heard-1");
+        assert_eq!(sender.cancel("heard-1").await.expect("cancel"), Cancelled::Requested);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !heard.lock().expect("lock").contains(&QueueSignal::Cancel("heard-1".into())) {
+            tokio::time::timeout_at(deadline, rx.recv()).await.expect("cancel signal");
+        }
+        stop.cancel();
+        task.await.expect("listener ends when stopped");
+        sender.pool.close().await;
+        listener.pool.close().await;
+        fresh.drop_schema().await;
+    }
+
+    #[tokio::test]
+    async fn lease_times_come_from_the_database_clock() {
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let queue = fresh.queue(PostgresSettings::default()).await;
+        queue.submit(NewTask { spec: spec("clock-1"), max_attempts: 2 }).await.expect("submit");
+        let who = WorkerIdentity { name: "w".into(), labels: BTreeMap::new() };
+        queue.claim(&who, Duration::from_secs(90)).await.expect("claim").expect("a task");
+        let seconds: f64 = sqlx::query_scalar(
+            "SELECT EXTRACT(EPOCH FROM lease_until - now())::float8 FROM agentd_tasks WHERE id = 'clock-1'",
+        )
+        .fetch_one(&queue.pool)
+        .await
+        .expect("lease");
+        assert!((85.0..=90.0).contains(&seconds), "lease ends {seconds} s from the database's now()");
+        queue.pool.close().await;
+        fresh.drop_schema().await;
+    }
+}
