@@ -90,6 +90,7 @@ async fn run_one(keep: u32, chunk: u32) -> Run {
         Arc::new(FsStore::new(dir.path().join("a"))),
         dir.path().join("s"),
         64,
+        u64::MAX,
         &tracker,
         background.clone(),
     );

@@ -104,7 +104,7 @@ async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
     let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
-    let uploader = Uploader::start(store, dir.path().join("spool"), 64, &tracker, background.clone());
+    let uploader = Uploader::start(store, dir.path().join("spool"), 64, u64::MAX, &tracker, background.clone());
     let (events, mut rx) = EventSink::channel("bench", 1);
     let input = LoopInput {
         task_id: "bench".into(),

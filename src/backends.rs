@@ -49,8 +49,10 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
                 )),
             };
             let desktop = match ctx.persist_dir {
-                Some(dir) => agentd_mock::MockDesktop::open_persistent(scene, size, dir)
-                    .map_err(|e| BuildError::Unreachable(format!("mock desktop state in {}: {e}", dir.display())))?,
+                Some(dir) => agentd_mock::MockDesktop::open_persistent(scene, size, dir).map_err(|e| match e {
+                    e @ agentd_mock::MockError::Size { .. } => BuildError::Invalid(format!("field `computer`: {e}")),
+                    e => BuildError::Unreachable(format!("mock desktop state in {}: {e}", dir.display())),
+                })?,
                 None => agentd_mock::MockDesktop::new(scene, size)
                     .map_err(|e| BuildError::Invalid(format!("field `computer`: {e}")))?,
             };
@@ -189,8 +191,20 @@ pub fn check(task: &crate::task::ResolvedTask) -> Result<(), (&'static str, Stri
 pub async fn artifact_store(config: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError> {
     match config.artifacts.backend {
         ArtifactsBackend::Fs => Ok(Arc::new(FsStore::new(config.artifacts_dir()))),
-        ArtifactsBackend::S3 => {
-            Err(BuildError::Invalid("artifacts.backend: the s3 store is not part of this build yet".into()))
-        }
+        ArtifactsBackend::S3 => s3_store(config).await,
     }
+}
+
+/// An S3 bucket. Bad settings (a malformed endpoint URL, a bad prefix) are `Invalid`; whether the bucket can be
+/// reached is found out by `health()`.
+#[cfg(feature = "s3")]
+async fn s3_store(config: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError> {
+    let store =
+        crate::artifacts::s3::S3Store::new(&config.artifacts).await.map_err(|e| BuildError::Invalid(e.to_string()))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "s3"))]
+async fn s3_store(_: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError> {
+    Err(BuildError::Invalid("artifacts.backend: this agentd was built without the `s3` feature".into()))
 }

@@ -80,6 +80,11 @@ pub struct QueueConfig {
     pub max_attempts: u32,
     /// How often an idle worker polls for tasks (a safety net beside wake-ups).
     pub poll_ms: u64,
+    /// PostgreSQL: hold a `LISTEN` connection for wake-ups and cancellations from other nodes (turn off
+    /// behind a transaction-pooling PgBouncer, where LISTEN does not work; workers then poll).
+    pub listen: bool,
+    /// PostgreSQL: connections in this process's pool.
+    pub max_connections: u32,
 }
 
 impl Default for QueueConfig {
@@ -92,6 +97,8 @@ impl Default for QueueConfig {
             heartbeat_secs: 10,
             max_attempts: 3,
             poll_ms: 1000,
+            listen: true,
+            max_connections: 10,
         }
     }
 }
@@ -107,11 +114,14 @@ pub struct WorkerConfig {
     pub name: Option<String>,
     /// How long a graceful shutdown waits for running steps before cancelling them.
     pub shutdown_grace_secs: u64,
+    /// Where mock desktops keep their state between restarts (default `data_dir/mock`). Nodes of a fleet
+    /// that should resume each other's mock tasks share it, as a real VM outlives the worker driving it.
+    pub mock_state_dir: Option<PathBuf>,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self { concurrency: 2, labels: BTreeMap::new(), name: None, shutdown_grace_secs: 30 }
+        Self { concurrency: 2, labels: BTreeMap::new(), name: None, shutdown_grace_secs: 30, mock_state_dir: None }
     }
 }
 
@@ -303,7 +313,7 @@ impl Config {
 
     /// Where a mock desktop keeps its state for a task, so it survives a daemon restart like a real VM does.
     pub fn mock_dir(&self, task_id: &str) -> PathBuf {
-        self.data_dir.join("mock").join(task_id)
+        self.worker.mock_state_dir.clone().unwrap_or_else(|| self.data_dir.join("mock")).join(task_id)
     }
 
     pub fn model(&self, provider: &str) -> ModelConfig {
@@ -542,6 +552,9 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     if config.queue.poll_ms == 0 {
         problem("queue.poll_ms", "must be at least 1".into());
     }
+    if config.queue.max_connections < 2 {
+        problem("queue.max_connections", format!("must be at least 2, got {}", config.queue.max_connections));
+    }
     match config.queue.backend {
         QueueBackend::Postgres if config.queue.url.is_none() => {
             problem("queue.url", "backend \"postgres\" needs url (postgres://user@host/db)".into())
@@ -558,6 +571,13 @@ fn validate(config: &Config) -> Vec<(String, String)> {
         && !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
     {
         problem("queue.url", "must start with postgres:// or postgresql://".into());
+    }
+    if let Some(url) = &config.queue.url
+        && (url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        && let Err(e) = url.parse::<sqlx::postgres::PgConnectOptions>()
+    {
+        // The parser's messages never repeat the URL, so no password reaches the terminal.
+        problem("queue.url", format!("not a valid PostgreSQL URL: {e}"));
     }
     if let Some(listen) = &config.api.listen {
         if listen.parse::<std::net::SocketAddr>().is_err() {

@@ -157,9 +157,9 @@ pub struct MockSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scene: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub width: Option<ScreenDimension>,
+    pub width: Option<ScreenWidth>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub height: Option<ScreenDimension>,
+    pub height: Option<ScreenHeight>,
 }
 
 /// The desktop agentd runs on.
@@ -267,22 +267,30 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
-/// A mock screen width or height: 64–7680 pixels.
+/// A mock screen dimension in pixels, within the mock desktop's bounds `MIN..=MAX`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
-pub struct ScreenDimension(u32);
+pub struct ScreenDimension<const MIN: u32, const MAX: u32>(u32);
 
-impl ScreenDimension {
+/// A mock screen width (`agentd_mock::MIN_SIZE` to `MAX_SIZE`).
+pub type ScreenWidth = ScreenDimension<320, 7680>;
+/// A mock screen height (`agentd_mock::MIN_SIZE` to `MAX_SIZE`).
+pub type ScreenHeight = ScreenDimension<240, 4320>;
+
+const _: () = assert!(agentd_mock::MIN_SIZE.width == 320 && agentd_mock::MAX_SIZE.width == 7680);
+const _: () = assert!(agentd_mock::MIN_SIZE.height == 240 && agentd_mock::MAX_SIZE.height == 4320);
+
+impl<const MIN: u32, const MAX: u32> ScreenDimension<MIN, MAX> {
     pub fn get(self) -> u32 {
         self.0
     }
 }
 
-impl<'de> Deserialize<'de> for ScreenDimension {
+impl<'de, const MIN: u32, const MAX: u32> Deserialize<'de> for ScreenDimension<MIN, MAX> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = u32::deserialize(d)?;
-        if !(64..=7680).contains(&v) {
-            return Err(serde::de::Error::custom(format!("screen dimension {v} is out of range 64..=7680")));
+        if !(MIN..=MAX).contains(&v) {
+            return Err(serde::de::Error::custom(format!("must be between {MIN} and {MAX} pixels, got {v}")));
         }
         Ok(Self(v))
     }

@@ -82,7 +82,25 @@ pub async fn list(
 }
 
 pub async fn status(State(state): State<Arc<ApiState>>, Path(id): Path<String>) -> Result<Json<TaskRecord>, ApiError> {
-    Ok(Json(state.queue.get(&id).await?))
+    let mut record = state.queue.get(&id).await?;
+    share_screenshots(state.store.as_ref(), &mut record).await;
+    Ok(Json(record))
+}
+
+/// Replaces the stored screenshot URLs (stable and unsigned, `s3://…`) with ones a client can open now
+/// (presigned for S3: local HMAC work, no request). If presigning fails, the stored URLs stay, and the rest
+/// of the document is not held up trying again.
+async fn share_screenshots(store: &dyn crate::artifacts::ArtifactStore, record: &mut TaskRecord) {
+    let screenshots = record.steps.iter_mut().map(|step| &mut step.screenshot).chain(record.final_screenshot.as_mut());
+    for screenshot in screenshots {
+        match store.shareable_url(&screenshot.key).await {
+            Ok(url) => screenshot.url = url,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot presign screenshot URLs; the status shows the stored ones");
+                break;
+            }
+        }
+    }
 }
 
 pub async fn cancel(
@@ -175,6 +193,7 @@ pub async fn health(State(state): State<Arc<ApiState>>) -> (StatusCode, Json<ser
         "running": state.workers.running(),
         "uploads_pending": uploads.pending,
         "spool_bytes": uploads.spooled_bytes,
+        "spool_full": uploads.spool_full,
         "stopping": state.stopping.is_cancelled(),
     });
     (if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body))

@@ -4,6 +4,8 @@
 //! so a slow or failing store never stalls a step, and spools to local disk what it could not store yet.
 
 pub mod fs;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod uploader;
 
 use async_trait::async_trait;
@@ -58,8 +60,15 @@ pub trait ArtifactStore: Send + Sync {
 
     async fn get(&self, key: &str) -> Result<Vec<u8>, ArtifactError>;
 
-    /// A URL a user can open to fetch the artifact (a `file://` URL, a presigned S3 URL).
+    /// The artifact's stable URL (`file://…`, `s3://bucket/prefix/key`): what step records and events keep.
+    /// Never signed, never expiring.
     fn url(&self, key: &str) -> String;
+
+    /// A URL a client can open to fetch the artifact now (a presigned HTTPS URL for S3). Status documents
+    /// carry these; they are never stored.
+    async fn shareable_url(&self, key: &str) -> Result<String, ArtifactError> {
+        Ok(self.url(key))
+    }
 
     async fn health(&self) -> Result<(), ArtifactError>;
 }

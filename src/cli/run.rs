@@ -45,7 +45,14 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
 
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
-    let uploader = Uploader::start(store.clone(), config.spool_dir(), 64, &tracker, background.clone());
+    let uploader = Uploader::start(
+        store.clone(),
+        config.spool_dir(),
+        64,
+        config.artifacts.spool_max_bytes,
+        &tracker,
+        background.clone(),
+    );
     let (events, receiver) = EventSink::channel(task_id.as_str(), 1);
     let printer = tokio::spawn(super::progress::print(receiver, std::io::stderr()));
 

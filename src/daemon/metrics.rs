@@ -66,6 +66,12 @@ impl Metrics {
         gauge(&mut out, "agentd_worker_running_tasks", "Tasks this process is running now.", running_here as u64);
         gauge(&mut out, "agentd_uploads_pending", "Artifacts not stored yet.", uploads.pending);
         gauge(&mut out, "agentd_spool_bytes", "Bytes of artifacts waiting in the local spool.", uploads.spooled_bytes);
+        gauge(
+            &mut out,
+            "agentd_spool_full",
+            "Whether the spool reached artifacts.spool_max_bytes (then no new tasks are taken): 0 or 1.",
+            u64::from(uploads.spool_full),
+        );
         counter(&mut out, "agentd_upload_errors_total", "Failed artifact uploads (retried).", uploads.upload_errors);
         counter(
             &mut out,
@@ -135,6 +141,9 @@ mod tests {
         assert!(text.contains("agentd_step_duration_seconds_bucket{le=\"0.05\"} 2"));
         assert!(text.contains("agentd_step_duration_seconds_bucket{le=\"+Inf\"} 3"));
         assert!(text.contains("agentd_step_duration_seconds_count 3"));
+        assert!(text.lines().any(|l| l == "agentd_spool_full 0"));
+        let full = metrics.render(&BTreeMap::new(), 0, UploaderStats { spool_full: true, ..UploaderStats::default() });
+        assert!(full.lines().any(|l| l == "agentd_spool_full 1"), "{full}");
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");

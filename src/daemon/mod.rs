@@ -20,10 +20,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::{self, ApiState};
-use crate::artifacts::Uploader;
+use crate::artifacts::{ArtifactError, Uploader};
 use crate::config::{Config, QueueBackend};
 use crate::queue::Queue;
+use crate::queue::postgres::{PostgresQueue, PostgresSettings};
 use crate::queue::sqlite::SqliteQueue;
+use crate::queue::{QueueSignal, SignalHandler};
 use metrics::Metrics;
 use worker::Workers;
 
@@ -46,7 +48,12 @@ pub async fn open_queue(config: &Config) -> Result<Arc<dyn Queue>, DaemonError> 
             Ok(Arc::new(queue))
         }
         QueueBackend::Postgres => {
-            Err(DaemonError::Invalid("queue.backend: postgres is not part of this build yet".into()))
+            let url = config.queue.url.as_deref().unwrap_or_default();
+            let settings =
+                PostgresSettings { max_connections: config.queue.max_connections, listen: config.queue.listen };
+            let queue =
+                PostgresQueue::open(url, settings).await.map_err(|e| DaemonError::Unreachable(e.to_string()))?;
+            Ok(Arc::new(queue))
         }
     }
 }
@@ -64,11 +71,26 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         .map_err(|e| DaemonError::Unreachable(format!("data_dir {}: {e}", config.data_dir.display())))?;
     let queue = open_queue(&config).await?;
     let store = crate::backends::artifact_store(&config).await.map_err(|e| DaemonError::Invalid(e.to_string()))?;
-    store.health().await.map_err(|e| DaemonError::Unreachable(format!("artifact store {}: {e}", store.describe())))?;
+    match store.health().await {
+        Ok(()) => {}
+        // A store that is down now may be back soon: start anyway, spool screenshots meanwhile (past the
+        // spool's bound, workers stop taking tasks), and let /healthz say so. Anything else is fatal.
+        Err(e @ ArtifactError::Unavailable(_)) => {
+            tracing::warn!(store = store.describe(), error = %e, "artifact store unreachable; starting anyway, spooling");
+        }
+        Err(e) => return Err(DaemonError::Unreachable(format!("artifact store {}: {e}", store.describe()))),
+    }
 
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
-    let uploader = Uploader::start(store.clone(), config.spool_dir(), 256, &tracker, background.clone());
+    let uploader = Uploader::start(
+        store.clone(),
+        config.spool_dir(),
+        256,
+        config.artifacts.spool_max_bytes,
+        &tracker,
+        background.clone(),
+    );
     let metrics = Arc::new(Metrics::default());
     let workers = Workers::new(config.clone(), queue.clone(), uploader.clone(), metrics.clone());
 
@@ -94,6 +116,12 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
     tracker.spawn(workers.clone().claim_loop(runners.clone(), stop_claiming.clone(), shutdown_tasks.clone()));
     tracker.spawn(workers.clone().heartbeat_loop(background.clone()));
     tracker.spawn(workers.clone().rescue_loop(background.clone()));
+    tracker.spawn({
+        let queue = queue.clone();
+        let on_signal = signal_handler(&workers);
+        let stop = background.clone();
+        async move { queue.listen(on_signal, stop).await }
+    });
     if let Some(interval) = notify::watchdog_interval() {
         tracker.spawn(feed_watchdog(workers.clone(), interval, background.clone()));
     }
@@ -128,6 +156,16 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
     api::remove_socket(&config);
     tracing::info!("agentd stopped");
     Ok(())
+}
+
+/// What other nodes sharing the queue tell this one: new work wakes the claim loop, a cancellation stops the
+/// task here at its next safe point (the heartbeat would carry it too, within one interval).
+fn signal_handler(workers: &Arc<Workers>) -> SignalHandler {
+    let workers = workers.clone();
+    Arc::new(move |signal| match signal {
+        QueueSignal::Work => workers.wake.notify_one(),
+        QueueSignal::Cancel(task_id) => workers.cancel_local(&task_id),
+    })
 }
 
 /// Pings the systemd watchdog at half its interval, but only while the claim loop keeps going round: a

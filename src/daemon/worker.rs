@@ -104,6 +104,7 @@ impl Workers {
         shutdown: CancellationToken,
     ) {
         let poll = Duration::from_millis(self.config.queue.poll_ms);
+        let mut refusing_for_spool = false;
         loop {
             self.claim_loop_alive_ms.store(now_ms(), Ordering::Relaxed);
             if stop.is_cancelled() {
@@ -117,6 +118,28 @@ impl Workers {
                     Err(_) => continue,
                 },
             };
+            // Back-pressure from the artifact spool: while the local spool (what the store could not take yet)
+            // holds `artifacts.spool_max_bytes` or more, take no new task (running ones keep spooling; nothing
+            // is dropped). Look again every poll interval; say so once when refusing starts and once when it ends.
+            if self.uploader.spool_full() {
+                drop(permit);
+                if !refusing_for_spool {
+                    refusing_for_spool = true;
+                    tracing::warn!(
+                        spool_bytes = self.uploader.stats().spooled_bytes,
+                        bound = self.config.artifacts.spool_max_bytes,
+                        "artifact spool is full; taking no new tasks until uploads catch up"
+                    );
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(poll) => {}
+                }
+                continue;
+            } else if refusing_for_spool {
+                refusing_for_spool = false;
+                tracing::info!("artifact spool below its bound again; taking new tasks");
+            }
             match self.queue.claim(&self.identity, self.lease_for()).await {
                 Ok(Some(lease)) => {
                     let workers = self.clone();
@@ -232,15 +255,7 @@ impl Workers {
         let token = lease.token;
         let (events, receiver) = EventSink::channel(&task_id, lease.next_seq);
         let (stored_tx, stored_rx) = watch::channel(lease.next_seq.saturating_sub(1));
-        let writer = tokio::spawn(write_events(
-            self.queue.clone(),
-            task_id.clone(),
-            token,
-            receiver,
-            stored_tx,
-            self.events_stored.clone(),
-            self.metrics.clone(),
-        ));
+        let writer = tokio::spawn(self.clone().write_events(task_id.clone(), token, receiver, stored_tx));
         events.emit(EventKind::TaskStarted { attempt: lease.attempt, worker: self.identity.name.clone() });
 
         let resolved = lease.spec.resolve(&self.config.defaults);
@@ -284,6 +299,7 @@ impl Workers {
             started: Instant::now(),
             before: lease.elapsed,
             metrics: self.metrics.clone(),
+            retry_for: self.lease_for(),
         });
         let output = run_isolated(LoopInput {
             task_id: task_id.clone(),
@@ -351,19 +367,14 @@ impl Workers {
                     "task finished"
                 );
                 self.metrics.tasks_finished.fetch_add(1, Ordering::Relaxed);
-                self.queue.finish(task_id, lease.token, &finish).await
+                retry_unavailable(self.lease_for(), || self.queue.finish(task_id, lease.token, &finish)).await
             }
             End::Retry(outcome, _, asked) if lease.attempt < lease.max_attempts => {
                 // The provider's own `retry-after`, when it asked for longer than our backoff.
                 let delay = retry_delay(lease.attempt).max(asked.unwrap_or_default());
                 tracing::warn!(summary = %outcome.summary, ?delay, "attempt failed; the task will be retried");
-                self.queue
-                    .release(
-                        task_id,
-                        lease.token,
-                        &Release::Requeue { count_attempt: true, delay, reason: outcome.summary },
-                    )
-                    .await
+                let release = Release::Requeue { count_attempt: true, delay, reason: outcome.summary };
+                retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
             End::Retry(outcome, mut finish, _) => {
                 finish.outcome =
@@ -379,21 +390,18 @@ impl Workers {
                 )
                 .await;
                 self.metrics.tasks_finished.fetch_add(1, Ordering::Relaxed);
-                self.queue.finish(task_id, lease.token, &finish).await
+                retry_unavailable(self.lease_for(), || self.queue.finish(task_id, lease.token, &finish)).await
             }
             End::Requeue => {
                 tracing::info!("handing the task back (shutdown)");
-                self.queue
-                    .release(
-                        task_id,
-                        lease.token,
-                        &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "shutdown".into() },
-                    )
-                    .await
+                let release =
+                    Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "shutdown".into() };
+                retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
             End::Wait(reason) => {
                 wait_stored(stored, events).await;
-                self.queue.release(task_id, lease.token, &Release::WaitForHuman { reason }).await
+                let release = Release::WaitForHuman { reason };
+                retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
             End::Lost => Ok(()),
         };
@@ -407,6 +415,41 @@ impl Workers {
         }
         self.events_stored.notify_waiters();
         self.wake.notify_one();
+    }
+
+    /// Stores a task's events in batches as they come; ends when every sender is gone.
+    async fn write_events(
+        self: Arc<Self>,
+        task_id: String,
+        token: i64,
+        mut receiver: tokio::sync::mpsc::UnboundedReceiver<Event>,
+        stored: watch::Sender<u64>,
+    ) {
+        let mut batch = Vec::with_capacity(64);
+        while let Some(event) = receiver.recv().await {
+            batch.push(event);
+            while batch.len() < 256 {
+                match receiver.try_recv() {
+                    Ok(event) => batch.push(event),
+                    Err(_) => break,
+                }
+            }
+            for event in &batch {
+                if let EventKind::StepFinished { duration_ms, .. } = &event.kind {
+                    self.metrics.observe_step(*duration_ms);
+                }
+            }
+            let last = batch.last().map_or(0, |e| e.seq);
+            let append = || self.queue.append_events(&task_id, Some(token), &batch);
+            match retry_unavailable(self.lease_for(), append).await {
+                Ok(()) => {}
+                Err(QueueError::LeaseLost(_)) => tracing::debug!(task_id, "events dropped: the lease is gone"),
+                Err(e) => tracing::error!(task_id, error = %e, "storing events failed; dropping a batch"),
+            }
+            batch.clear();
+            let _ = stored.send(last);
+            self.events_stored.notify_waiters();
+        }
     }
 }
 
@@ -425,6 +468,28 @@ fn retry_delay(attempt: u32) -> Duration {
     Duration::from_secs(2u64.saturating_pow(attempt.min(16)).min(300))
 }
 
+/// Runs a queue write again while it fails because the database cannot be reached (a restart, a network
+/// blip), with backoff, for up to `budget` — one lease: past that the lease has expired, another worker may
+/// own the task, and the write would be refused as fenced anyway. Any other outcome is returned at once.
+async fn retry_unavailable<T, F, Fut>(budget: Duration, mut write: F) -> Result<T, QueueError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, QueueError>>,
+{
+    let deadline = tokio::time::Instant::now() + budget;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match write().await {
+            Err(QueueError::Unavailable(e)) if tokio::time::Instant::now() + delay < deadline => {
+                tracing::warn!(error = %e, ?delay, "queue write failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Emits an event and waits (briefly) until it is stored, so the state change that follows is never seen
 /// before the event that explains it.
 async fn emit_and_wait(events: &EventSink, stored: &watch::Receiver<u64>, kind: EventKind) -> u64 {
@@ -439,56 +504,6 @@ async fn wait_stored(stored: &watch::Receiver<u64>, events: &EventSink) -> u64 {
     target
 }
 
-/// Stores a task's events in batches as they come; ends when every sender is gone.
-async fn write_events(
-    queue: Arc<dyn Queue>,
-    task_id: String,
-    token: i64,
-    mut receiver: tokio::sync::mpsc::UnboundedReceiver<Event>,
-    stored: watch::Sender<u64>,
-    notify: Arc<Notify>,
-    metrics: Arc<Metrics>,
-) {
-    let mut batch = Vec::with_capacity(64);
-    while let Some(event) = receiver.recv().await {
-        batch.push(event);
-        while batch.len() < 256 {
-            match receiver.try_recv() {
-                Ok(event) => batch.push(event),
-                Err(_) => break,
-            }
-        }
-        for event in &batch {
-            if let EventKind::StepFinished { duration_ms, .. } = &event.kind {
-                metrics.observe_step(*duration_ms);
-            }
-        }
-        let last = batch.last().map_or(0, |e| e.seq);
-        let mut delay = Duration::from_millis(100);
-        loop {
-            match queue.append_events(&task_id, Some(token), &batch).await {
-                Ok(()) => break,
-                Err(QueueError::LeaseLost(_)) => {
-                    tracing::debug!(task_id, "events dropped: the lease is gone");
-                    break;
-                }
-                Err(e) if delay < Duration::from_secs(5) => {
-                    tracing::warn!(task_id, error = %e, "storing events failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err(e) => {
-                    tracing::error!(task_id, error = %e, "storing events failed; dropping a batch");
-                    break;
-                }
-            }
-        }
-        batch.clear();
-        let _ = stored.send(last);
-        notify.notify_waiters();
-    }
-}
-
 /// The step journal of a leased task: the queue, fenced by the lease's token.
 struct QueueJournal {
     queue: Arc<dyn Queue>,
@@ -497,13 +512,16 @@ struct QueueJournal {
     started: Instant,
     before: Duration,
     metrics: Arc<Metrics>,
+    /// How long a write is retried while the database cannot be reached (one lease).
+    retry_for: Duration,
 }
 
 #[async_trait]
 impl Journal for QueueJournal {
     async fn record_step(&self, step: &crate::record::StepRecord) -> Result<(), JournalError> {
         let elapsed = self.before + self.started.elapsed();
-        match self.queue.record_step(&self.task_id, self.token, step, elapsed).await {
+        let write = || self.queue.record_step(&self.task_id, self.token, step, elapsed);
+        match retry_unavailable(self.retry_for, write).await {
             Ok(()) => Ok(()),
             Err(QueueError::LeaseLost(why)) => {
                 self.metrics.lease_losses.fetch_add(1, Ordering::Relaxed);

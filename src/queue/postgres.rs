@@ -22,9 +22,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Connection, Postgres, Row, Transaction};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
@@ -115,15 +115,20 @@ pub struct PostgresQueue {
     listen: bool,
 }
 
-fn db_error(e: sqlx::Error) -> QueueError {
+/// What went wrong, in words an operator can act on (never the connection URL).
+fn error_text(e: sqlx::Error) -> String {
     match e {
-        sqlx::Error::Database(db) => QueueError::Unavailable(match db.code() {
+        sqlx::Error::Database(db) => match db.code() {
             Some(code) => format!("{} (SQLSTATE {code})", db.message()),
             None => db.message().to_string(),
-        }),
-        sqlx::Error::PoolTimedOut => QueueError::Unavailable("no database connection became free in time".into()),
-        other => QueueError::Unavailable(other.to_string()),
+        },
+        sqlx::Error::PoolTimedOut => "no database connection became free in time".into(),
+        other => other.to_string(),
     }
+}
+
+fn db_error(e: sqlx::Error) -> QueueError {
+    QueueError::Unavailable(error_text(e))
 }
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> QueueError {
@@ -164,14 +169,19 @@ impl PostgresQueue {
     pub async fn connect(options: PgConnectOptions, settings: PostgresSettings) -> Result<Self, QueueError> {
         let describe = describe_options(&options);
         let options = options.application_name("agentd");
+        // One direct connection first: it fails fast and says why (refused, authentication, no such
+        // database), where a pool would only report that it timed out.
+        let first = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| QueueError::Unavailable(format!("{describe}: no answer within 10 s")))?
+            .map_err(|e| QueueError::Unavailable(format!("{describe}: {}", error_text(e))))?;
+        let _ = first.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections.max(2))
             .acquire_timeout(Duration::from_secs(10))
             // A connection broken by a server restart is found and replaced before anyone uses it.
             .test_before_acquire(true)
-            .connect_with(options)
-            .await
-            .map_err(|e| QueueError::Unavailable(format!("{describe}: {}", db_error(e))))?;
+            .connect_lazy_with(options);
         let queue = Self { pool, describe, listen: settings.listen };
         queue.migrate().await?;
         Ok(queue)
@@ -789,13 +799,13 @@ impl Queue for PostgresQueue {
                             // The connection dropped; the next call reconnects (notifications meanwhile are lost).
                             Ok(None) => on_signal(QueueSignal::Work),
                             Err(e) => {
-                                tracing::warn!(error = %db_error(e), "queue listener failed; reconnecting");
+                                tracing::warn!(error = %error_text(e), "queue listener failed; reconnecting");
                                 break;
                             }
                         }
                     }
                 }
-                Err(e) => tracing::warn!(error = %db_error(e), ?delay, "queue listener cannot connect; retrying"),
+                Err(e) => tracing::warn!(error = %error_text(e), ?delay, "queue listener cannot connect; retrying"),
             }
             tokio::select! {
                 () = stop.cancelled() => return,

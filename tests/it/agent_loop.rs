@@ -54,7 +54,8 @@ impl Harness {
         let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
         let tracker = TaskTracker::new();
         let background = CancellationToken::new();
-        let uploader = Uploader::start(store.clone(), dir.path().join("spool"), 16, &tracker, background.clone());
+        let uploader =
+            Uploader::start(store.clone(), dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
         Self {
             dir,
             store,

@@ -65,7 +65,7 @@ pub async fn run_task(
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
     let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
-    let uploader = Uploader::start(store, dir.path().join("spool"), 16, &tracker, background.clone());
+    let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
     let (events, mut rx) = EventSink::channel("t1", 1);
     // A human approves every turn that asks (a vendor safety check), as `agentd approve` would: the task is
     // resumed from its journaled steps with the approval.
