@@ -365,20 +365,25 @@ impl Loop {
         let (width, height, bytes) =
             (prepared.artifact.size.width, prepared.artifact.size.height, prepared.artifact.bytes.len() as u64);
         let saved_key = key.clone();
-        self.input.uploader.submit(
-            key,
-            prepared.artifact.bytes.clone(),
-            Some(Box::new(move |url: &str| {
-                events.emit(EventKind::ScreenshotSaved {
-                    step,
-                    key: saved_key,
-                    url: url.to_string(),
-                    width,
-                    height,
-                    bytes,
-                })
-            })),
-        );
+        // Returns once the screenshot is in the local spool (a crash cannot lose it), before the step that
+        // refers to it is journaled; the upload itself runs beside the loop.
+        self.input
+            .uploader
+            .submit(
+                key,
+                prepared.artifact.bytes.clone(),
+                Some(Box::new(move |url: &str| {
+                    events.emit(EventKind::ScreenshotSaved {
+                        step,
+                        key: saved_key,
+                        url: url.to_string(),
+                        width,
+                        height,
+                        bytes,
+                    })
+                })),
+            )
+            .await;
         Ok((frame, prepared, reference))
     }
 

@@ -63,6 +63,19 @@ impl Metrics {
         let counter = |out: &mut String, name: &str, help: &str, value: u64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
         };
+        let count = |state: TaskState| tasks.get(&state).copied().unwrap_or(0);
+        gauge(
+            &mut out,
+            "agentd_queue_depth",
+            "Tasks waiting to be claimed (queued, across every node of the queue).",
+            count(TaskState::Queued),
+        );
+        gauge(
+            &mut out,
+            "agentd_leases",
+            "Leases held (running tasks, across every node of the queue).",
+            count(TaskState::Running),
+        );
         gauge(&mut out, "agentd_worker_running_tasks", "Tasks this process is running now.", running_here as u64);
         gauge(&mut out, "agentd_uploads_pending", "Artifacts not stored yet.", uploads.pending);
         gauge(&mut out, "agentd_spool_bytes", "Bytes of artifacts waiting in the local spool.", uploads.spooled_bytes);
@@ -137,6 +150,7 @@ mod tests {
         metrics.observe_step(120_000);
         let text = metrics.render(&BTreeMap::from([(TaskState::Queued, 2)]), 1, UploaderStats::default());
         assert!(text.contains("agentd_tasks{state=\"queued\"} 2"));
+        assert!(text.contains("agentd_queue_depth 2"));
         assert!(text.contains("agentd_step_duration_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("agentd_step_duration_seconds_bucket{le=\"0.05\"} 2"));
         assert!(text.contains("agentd_step_duration_seconds_bucket{le=\"+Inf\"} 3"));

@@ -348,11 +348,25 @@ impl Workers {
         drop(writer);
     }
 
+    /// Gives the task's screenshot uploads a moment to land, so that its `screenshot_saved` events come
+    /// before `task_finished` (the last event a follower waits for). Not while the store is down: they are
+    /// safe in the spool and their events follow when they are stored.
+    async fn wait_for_uploads(&self, task_id: &str) {
+        if !self.uploader.store_failing() {
+            let prefix = format!("tasks/{task_id}/");
+            let left = self.uploader.wait_for_prefix(&prefix, Duration::from_secs(3)).await;
+            if left > 0 {
+                tracing::debug!(left, "finishing before every screenshot is uploaded");
+            }
+        }
+    }
+
     /// Tells the queue how the attempt ended, after the events before it are stored.
     async fn end(&self, lease: &Lease, events: &EventSink, stored: &watch::Receiver<u64>, end: End) {
         let task_id = &lease.task_id;
         let result = match end {
             End::Finish(finish) => {
+                self.wait_for_uploads(task_id).await;
                 let outcome = finish.outcome.clone();
                 let seq = emit_and_wait(
                     events,
@@ -377,6 +391,7 @@ impl Workers {
                 retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
             End::Retry(outcome, mut finish, _) => {
+                self.wait_for_uploads(task_id).await;
                 finish.outcome =
                     Outcome { summary: format!("{} (after {} attempts)", outcome.summary, lease.attempt), ..outcome };
                 emit_and_wait(

@@ -217,7 +217,7 @@ async fn s3_uploader_spools_through_an_outage_and_delivers_everything() {
     let mut slowest = Duration::ZERO;
     for (key, bytes) in &artifacts {
         let started = Instant::now();
-        uploader.submit(key.clone(), bytes.clone().into(), None);
+        uploader.submit(key.clone(), bytes.clone().into(), None).await;
         slowest = slowest.max(started.elapsed());
     }
     assert!(slowest < Duration::from_millis(100), "submit never waits on the store (slowest {slowest:?})");
