@@ -4,6 +4,7 @@
 //! - submit→start latency with idle workers (tasks submitted one at a time, each waited for), p50 and p99;
 //! - tasks and steps per second for a burst of tasks (5 steps each, mock desktop 640x480, scripted model),
 //!   and submit→start p50/p99 within the burst (which includes waiting for a free worker).
+//!
 //! Latencies come from the status documents (`started_at - created_at`, both from the database clock).
 //!
 //! Needs PostgreSQL: `AGENTD_BENCH_POSTGRES_URL`, else `AGENTD_TEST_POSTGRES_URL`. Artifacts go to each
