@@ -1,6 +1,8 @@
-//! Fleet mode under load: 1, 2 and 3 real `agentd serve` processes sharing one PostgreSQL queue, with
+//! Fleet mode under load: 1, 2 and 3 real worker nodes (`agentd serve`) sharing one PostgreSQL queue, with
 //! wake-ups by LISTEN/NOTIFY and by polling alone (`queue.listen = false`, `poll_ms` 1000, the default).
-//! For each setting it prints:
+//! Tasks are submitted through one more node that cannot run them (they carry a label only the worker
+//! nodes have), as when clients talk to any node of a fleet: a worker learns of a task from the queue, not
+//! from its own API. For each setting it prints:
 //! - submit→start latency with idle workers (tasks submitted one at a time, each waited for), p50 and p99;
 //! - tasks and steps per second for a burst of tasks (5 steps each, mock desktop 640x480, scripted model),
 //!   and submit→start p50/p99 within the burst (which includes waiting for a free worker).
@@ -44,14 +46,14 @@ impl Drop for Node {
     }
 }
 
-fn start_node(dir: &Path, index: usize, url: &str, concurrency: usize, listen: bool) -> Node {
+fn start_node(dir: &Path, index: usize, url: &str, concurrency: usize, listen: bool, labels: &str) -> Node {
     let home = dir.join(format!("node-{index}"));
     std::fs::create_dir_all(&home).expect("node dir");
     let socket = home.join("agentd.sock");
     let poll_ms = 1000;
     let config = format!(
         "data_dir = {:?}\n[api]\nsocket = {:?}\n[queue]\nbackend = \"postgres\"\nurl = {url:?}\nlisten = {listen}\n\
-         poll_ms = {poll_ms}\n[worker]\nconcurrency = {concurrency}\n",
+         poll_ms = {poll_ms}\n[worker]\nconcurrency = {concurrency}\nlabels = {labels}\n",
         home.join("data").display().to_string(),
         socket.display().to_string(),
     );
@@ -90,6 +92,7 @@ fn task(id: &str, steps: usize) -> Vec<u8> {
         "instructions": "benchmark",
         "computer": {"provider": "mock", "scene": "blank", "width": 640, "height": 480},
         "model": {"provider": "scripted", "script": {"turns": turns}},
+        "labels": {"pool": "bench"},
     })
     .to_string()
     .into_bytes()
@@ -122,21 +125,24 @@ async fn run(url: &str, nodes: usize, listen: bool, tasks: usize, idle: usize, c
     let separator = if url.contains('?') { '&' } else { '?' };
     let node_url = format!("{url}{separator}options[search_path]={schema}");
     let dir = tempfile::tempdir().expect("tempdir");
-    let fleet: Vec<Node> = (0..nodes).map(|i| start_node(dir.path(), i, &node_url, concurrency, listen)).collect();
-    let clients: Vec<Client> = fleet.iter().map(|n| Client::new(Endpoint::Unix(n.socket.clone()))).collect();
-    for client in &clients {
-        wait_healthy(client).await;
+    let workers = "{ pool = \"bench\" }";
+    let fleet: Vec<Node> =
+        (0..nodes).map(|i| start_node(dir.path(), i, &node_url, concurrency, listen, workers)).collect();
+    let front_listens = std::env::var("FRONT_LISTEN").map_or(listen, |v| v == "1");
+    let front_node = start_node(dir.path(), nodes, &node_url, 1, front_listens, "{}");
+    let front = Client::new(Endpoint::Unix(front_node.socket.clone()));
+    for node in fleet.iter().chain(std::iter::once(&front_node)) {
+        wait_healthy(&Client::new(Endpoint::Unix(node.socket.clone()))).await;
     }
     // Let every node finish starting (its listener connected, its claim loop idle).
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    // Idle latency: one task at a time, through the nodes in turn.
+    // Idle latency: one task at a time.
     let mut idle_latencies = Vec::new();
     for i in 0..idle {
-        let client = &clients[i % nodes];
         let id = format!("idle-{i}");
-        client.call(Method::POST, "/v1/tasks", Some(task(&id, 1))).await.expect("submit");
-        let done = wait_done(client, &id).await;
+        front.call(Method::POST, "/v1/tasks", Some(task(&id, 1))).await.expect("submit");
+        let done = wait_done(&front, &id).await;
         idle_latencies.extend(latency_ms(&done));
     }
     idle_latencies.sort_by(f64::total_cmp);
@@ -144,17 +150,17 @@ async fn run(url: &str, nodes: usize, listen: bool, tasks: usize, idle: usize, c
     // Throughput: a burst, submitted round-robin to the nodes.
     let started = Instant::now();
     let ids: Vec<String> = (0..tasks).map(|i| format!("burst-{i}")).collect();
-    for (i, id) in ids.iter().enumerate() {
-        clients[i % nodes].call(Method::POST, "/v1/tasks", Some(task(id, steps))).await.expect("submit");
+    for id in &ids {
+        front.call(Method::POST, "/v1/tasks", Some(task(id, steps))).await.expect("submit");
     }
     let mut latencies = Vec::with_capacity(tasks);
     let mut total_steps = 0;
-    let mut workers = std::collections::BTreeSet::new();
-    for (i, id) in ids.iter().enumerate() {
-        let done = wait_done(&clients[i % nodes], id).await;
+    let mut used = std::collections::BTreeSet::new();
+    for id in &ids {
+        let done = wait_done(&front, id).await;
         total_steps += done["steps"].as_array().map_or(0, Vec::len);
         latencies.extend(latency_ms(&done));
-        workers.insert(done["worker"].as_str().unwrap_or_default().to_string());
+        used.insert(done["worker"].as_str().unwrap_or_default().to_string());
     }
     let elapsed = started.elapsed().as_secs_f64();
     latencies.sort_by(f64::total_cmp);
@@ -167,9 +173,10 @@ async fn run(url: &str, nodes: usize, listen: bool, tasks: usize, idle: usize, c
         total_steps as f64 / elapsed,
         percentile(&latencies, 50.0),
         percentile(&latencies, 99.0),
-        workers.len(),
+        used.len(),
     );
     drop(fleet);
+    drop(front_node);
     let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await;
 }
 
@@ -192,11 +199,16 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "| nodes | wake-up | idle submit→start p50 ms | p99 ms | burst tasks/s | steps/s | burst submit→start p50 ms | p99 ms | workers used |"
+        "| worker nodes | wake-up | idle submit→start p50 ms | p99 ms | burst tasks/s | steps/s | burst submit→start p50 ms | p99 ms | workers used |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    for listen in [true, false] {
-        for nodes in [1, 2, 3] {
+    let only_nodes = arg("--nodes", 0);
+    let modes: &[bool] = match std::env::args().position(|a| a == "--notify-only") {
+        Some(_) => &[true],
+        None => &[true, false],
+    };
+    for &listen in modes {
+        for nodes in [1, 2, 3].into_iter().filter(|n| only_nodes == 0 || *n == only_nodes) {
             runtime.block_on(run(&url, nodes, listen, tasks, idle, concurrency, steps));
         }
     }

@@ -108,10 +108,12 @@ impl Fleet {
         )
     }
 
-    fn start_nodes(&mut self, count: usize, concurrency: u32, extra_queue: &str) {
+    /// Starts `count` nodes; `queue` replaces the test defaults of lease, heartbeat and poll when not empty.
+    fn start_nodes(&mut self, count: usize, concurrency: u32, queue: &str) {
+        let queue = if queue.is_empty() { "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100" } else { queue };
         for _ in 0..count {
-            let config = self.node_config(concurrency, extra_queue);
-            self.nodes.push(Daemon::start(&config));
+            let config = self.node_config(concurrency, "");
+            self.nodes.push(Daemon::start_with("", queue, &config));
         }
     }
 
@@ -569,4 +571,31 @@ fn a_node_frozen_past_its_lease_cannot_write_when_it_wakes() {
     };
     let again = fleet.nodes[1].task(&id);
     assert_eq!(journal(&again), journal(&task), "the woken node changed the journal after it lost the lease");
+}
+
+#[test]
+fn a_cancel_sent_to_any_node_stops_the_task_where_it_runs() {
+    let Some(services) = services() else { return };
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut fleet = Fleet::new(&services, None);
+    // A long heartbeat, so a cancel that arrives quickly came by NOTIFY, not with the next heartbeat.
+    fleet.start_nodes(1, 1, "lease_secs = 30\nheartbeat_secs = 10\npoll_ms = 100");
+    let id = "cancel-remote".to_string();
+    fleet.submit(0, &walking_task(&id, 200, 50));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fleet.nodes[0].task(&id)["state"] != "running" {
+        assert!(Instant::now() < deadline, "the task never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A second node, which does not run the task, takes the cancel.
+    fleet.start_nodes(1, 1, "lease_secs = 30\nheartbeat_secs = 10\npoll_ms = 100");
+    let asked = Instant::now();
+    let run = fleet.nodes[1].cli(&["cancel", &id]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let task = fleet.nodes[1].wait_terminal(&id, Duration::from_secs(30));
+    let took = asked.elapsed();
+    assert_eq!(task["state"], "cancelled", "{task}");
+    assert_eq!(task["outcome"]["reason"], "cancelled");
+    eprintln!("cancel through another node: the task stopped {} ms after the request", took.as_millis());
+    assert!(took < Duration::from_secs(5), "took {took:?}: the cancel waited for a heartbeat (10 s)");
 }

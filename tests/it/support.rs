@@ -122,12 +122,15 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with `api` lines added to the `[api]` section.
     pub fn start_with_api(api: &str, extra: &str) -> Self {
+        Self::start_with(api, "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100", extra)
+    }
+
+    /// Like [`Daemon::start_with_api`], with `queue` as the `[queue]` section's first lines instead of the
+    /// short test leases (3 s lease, 1 s heartbeat, 100 ms poll).
+    pub fn start_with(api: &str, queue: &str, extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agentd.sock");
-        let config = format!(
-            "[api]\nsocket = {:?}\n{api}\n[queue]\nlease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100\n{extra}",
-            socket.display().to_string()
-        );
+        let config = format!("[api]\nsocket = {:?}\n{api}\n[queue]\n{queue}\n{extra}", socket.display().to_string());
         let agentd = Agentd { dir };
         let mut text = format!("data_dir = {:?}\n", agentd.data_dir().display().to_string());
         text.push_str(&config);
