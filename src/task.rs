@@ -611,6 +611,8 @@ fn clean_serde_message(message: &str) -> String {
 
 /// The field to name: the path serde saw, or for a missing or unknown field the field itself.
 fn field_from(path: &str, message: &str) -> Option<String> {
+    // serde_path_to_error says `?` where the input ended before a field was known.
+    let path = path.trim_end_matches('?').trim_end_matches('.');
     let base = if path == "." || path.is_empty() { None } else { Some(path.to_string()) };
     let quoted = message
         .split('`')
@@ -645,9 +647,10 @@ impl TaskSpec {
 
     /// Reads and parses a task file; `-` reads standard input.
     pub fn read(path: &Path) -> Result<(Self, TaskSource), TaskFileError> {
-        let source = TaskSource::of(path);
+        let mut source = TaskSource::of(path);
         let text = source.read_text()?;
         let spec = Self::parse(&text, &source.name)?;
+        source.text = text;
         Ok((spec, source))
     }
 }
@@ -658,19 +661,21 @@ pub struct TaskSource {
     pub name: String,
     pub path: Option<PathBuf>,
     pub base_dir: PathBuf,
+    /// The file's text, once read (for locating fields in errors found after parsing).
+    pub text: String,
 }
 
 impl TaskSource {
     pub fn of(path: &Path) -> Self {
         if path == Path::new("-") {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            return Self { name: "<stdin>".into(), path: None, base_dir: cwd };
+            return Self { name: "<stdin>".into(), path: None, base_dir: cwd, text: String::new() };
         }
         let base_dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        Self { name: path.display().to_string(), path: Some(path.to_path_buf()), base_dir }
+        Self { name: path.display().to_string(), path: Some(path.to_path_buf()), base_dir, text: String::new() }
     }
 
     pub fn read_text(&self) -> Result<String, TaskFileError> {
@@ -698,6 +703,147 @@ impl TaskSource {
     pub fn resolve(&self, path: &str) -> PathBuf {
         let p = Path::new(path);
         if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+    }
+}
+
+/// The line and column (1-based) where the value of `field` (a dotted path like `computer.scene`, with `[n]`
+/// for array items) starts in the JSON `text`, for errors found after parsing (a scene that does not exist,
+/// a script file that cannot be read). `None` when the text does not hold that path.
+pub fn locate_field(text: &str, field: &str) -> Option<(usize, usize)> {
+    let mut steps = Vec::new();
+    for part in field.split('.') {
+        let (key, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            steps.push(PathStep::Key(key));
+        }
+        while let Some(inner) = rest.strip_prefix('[') {
+            let (index, tail) = inner.split_once(']')?;
+            steps.push(PathStep::Index(index.parse().ok()?));
+            rest = tail;
+        }
+    }
+    let mut scan = JsonScan { bytes: text.as_bytes(), at: 0 };
+    let offset = scan.find(&steps)?;
+    Some(line_column(text.as_bytes(), offset))
+}
+
+enum PathStep<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// Just enough of a JSON reader to find where a value starts: the text was already parsed successfully.
+struct JsonScan<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl JsonScan<'_> {
+    fn skip_space(&mut self) {
+        while self.bytes.get(self.at).is_some_and(|b| b.is_ascii_whitespace()) {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.skip_space();
+        (self.bytes.get(self.at) == Some(&byte)).then(|| self.at += 1)
+    }
+
+    /// A string, decoded only as far as comparing keys needs (escapes other than `\uXXXX` kept literal).
+    fn string(&mut self) -> Option<String> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let mut escaped = false;
+        while let Some(&b) = self.bytes.get(self.at) {
+            self.at += 1;
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => {
+                    let raw = std::str::from_utf8(&self.bytes[start..self.at - 1]).ok()?;
+                    return Some(serde_json::from_str(&format!("\"{raw}\"")).unwrap_or_else(|_| raw.to_string()));
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    fn skip_value(&mut self) -> Option<()> {
+        self.skip_space();
+        match self.bytes.get(self.at)? {
+            b'"' => self.string().map(drop),
+            b'{' => {
+                self.at += 1;
+                if self.eat(b'}').is_some() {
+                    return Some(());
+                }
+                loop {
+                    self.string()?;
+                    self.eat(b':')?;
+                    self.skip_value()?;
+                    if self.eat(b',').is_none() {
+                        return self.eat(b'}');
+                    }
+                }
+            }
+            b'[' => {
+                self.at += 1;
+                if self.eat(b']').is_some() {
+                    return Some(());
+                }
+                loop {
+                    self.skip_value()?;
+                    if self.eat(b',').is_none() {
+                        return self.eat(b']');
+                    }
+                }
+            }
+            _ => {
+                while self
+                    .bytes
+                    .get(self.at)
+                    .is_some_and(|b| !matches!(b, b',' | b'}' | b']') && !b.is_ascii_whitespace())
+                {
+                    self.at += 1;
+                }
+                Some(())
+            }
+        }
+    }
+
+    /// The offset where the value at `path` (from the value starting here) begins.
+    fn find(&mut self, path: &[PathStep<'_>]) -> Option<usize> {
+        self.skip_space();
+        let Some((step, rest)) = path.split_first() else {
+            return Some(self.at);
+        };
+        match step {
+            PathStep::Key(key) => {
+                self.eat(b'{')?;
+                loop {
+                    let name = self.string()?;
+                    self.eat(b':')?;
+                    if name == *key {
+                        return self.find(rest);
+                    }
+                    self.skip_value()?;
+                    self.eat(b',')?;
+                }
+            }
+            PathStep::Index(index) => {
+                self.eat(b'[')?;
+                for _ in 0..*index {
+                    self.skip_value()?;
+                    self.eat(b',')?;
+                }
+                self.find(rest)
+            }
+        }
     }
 }
 
@@ -833,5 +979,15 @@ mod tests {
 
         let e = err(r#"{"instructions":"x","id":"../../etc"}"#);
         assert_eq!(e.field(), Some("id"), "{e}");
+    }
+
+    #[test]
+    fn fields_are_located_in_the_text() {
+        let text = "{\n  \"instructions\": \"say \\\"scene\\\"\",\n  \"computer\": {\"provider\": \"mock\", \"scene\": \"nope\"},\n  \"model\": {\"provider\": \"scripted\", \"script\": {\"turns\": [{}, {\"say\": 1}]}}\n}";
+        assert_eq!(locate_field(text, "computer.scene"), Some((3, 45)));
+        assert_eq!(locate_field(text, "computer"), Some((3, 15)));
+        assert_eq!(locate_field(text, "model.script.turns[1].say"), Some((4, 70)));
+        assert_eq!(locate_field(text, "computer.width"), None);
+        assert_eq!(locate_field("not json", "a"), None);
     }
 }

@@ -140,6 +140,9 @@ struct Loop {
     policy: ContextPolicy,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
+    /// The completion the last resumed step already made: the worker died after the model called
+    /// `task_completion` and before the end was recorded. The task ends with it instead of asking again.
+    resumed_completion: Option<Outcome>,
     retry_after: Option<Duration>,
     /// The settled screen after the last actions: the next capture uses it instead of a new screenshot.
     next_frame: Option<Frame>,
@@ -174,6 +177,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         previous_digest: None,
         policy,
         pending_approval: None,
+        resumed_completion: None,
         retry_after: None,
         next_frame: None,
         model_errors: 0,
@@ -182,7 +186,10 @@ pub async fn run(input: LoopInput) -> LoopOutput {
     };
     state.restore(resume);
     let end = match state.prepare_screen().await {
-        Ok(()) => state.steps_until_end().await,
+        Ok(()) => match state.resumed_completion.take() {
+            Some(outcome) => LoopEnd::Finished(outcome),
+            None => state.steps_until_end().await,
+        },
         Err(end) => end,
     };
     state.finish(end).await
@@ -196,6 +203,7 @@ impl Loop {
         if resume.last().is_some_and(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none())) {
             self.pending_approval = resume.pop();
         }
+        self.resumed_completion = resume.last().and_then(completion_made);
         let mut interrupted = false;
         for step in &resume {
             self.usage.add(&step.usage);
@@ -805,6 +813,24 @@ fn zoom_size(region: Size, max: Size) -> Size {
         ((f64::from(region.height) * scale).round() as u32).max(1),
     );
     fit_within(scaled, max)
+}
+
+/// The completion a journaled step made, if its `task_completion` call came after calls that all ran and
+/// succeeded: such a completion is final whether or not the worker lived to record the end (the call has no
+/// effect on the desktop). Behind an interrupted or failed call it is not: the model looks again.
+fn completion_made(step: &StepRecord) -> Option<Outcome> {
+    for call in &step.calls {
+        match &call.kind {
+            CallKind::Function { name, arguments } if name == tools::TASK_COMPLETION => {
+                return tools::handle_function(name, arguments).1.map(|Effect::Complete { success, summary }| {
+                    Outcome { success, summary, reason: EndReason::Completed }
+                });
+            }
+            _ if step.call_results.iter().any(|r| r.call_id == call.id && r.ok) => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// The model turn a journaled step recorded.

@@ -55,6 +55,10 @@ impl ArtifactStore for FsStore {
         tokio::fs::read(&path).await.map_err(|e| io_error(key, e))
     }
 
+    fn is_local(&self) -> bool {
+        true
+    }
+
     fn url(&self, key: &str) -> String {
         let path = self.root.join(key);
         let absolute = std::path::absolute(&path).unwrap_or(path);

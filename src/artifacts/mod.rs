@@ -71,6 +71,12 @@ pub trait ArtifactStore: Send + Sync {
     }
 
     async fn health(&self) -> Result<(), ArtifactError>;
+
+    /// Whether the store is this machine's disk: then a `put` is as durable and as quick as spooling, and the
+    /// uploader writes to it directly.
+    fn is_local(&self) -> bool {
+        false
+    }
 }
 
 /// Rejects keys that could escape a directory or confuse a store.

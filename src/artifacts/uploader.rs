@@ -7,7 +7,8 @@
 //! that stores them and removes the spool copy. When the in-memory queue is full, or the store fails with a
 //! retryable error, the spool copy is what gets stored, by a retrier with backoff. Only a store error that
 //! can never succeed (an invalid key) drops an artifact, and that is logged. [`Uploader::flush`] waits until
-//! everything submitted is stored; [`Uploader::wait_for_prefix`] until one task's artifacts are.
+//! everything submitted is stored; [`Uploader::wait_for_prefix`] until one task's artifacts are. A store on
+//! the local disk (`fs`) is written directly instead: it is as durable as the spool would be.
 //!
 //! While the store is failing (from a retryable failure until the next successful upload), new artifacts
 //! stay in the spool instead of queueing in memory behind uploads that would fail too: an outage costs one
@@ -130,6 +131,19 @@ impl Uploader {
         lock(&shared.pending).insert(key.clone());
         if let Some(callback) = on_stored {
             lock(&shared.callbacks).insert(key.clone(), callback);
+        }
+        if shared.store.is_local() && !shared.store_failing.load(Ordering::SeqCst) {
+            // A store on this machine's disk is as durable as the spool and as quick to write: store the
+            // artifact now, with no spool copy. Only if that fails does it take the spool's way.
+            match shared.store.put(&key, &bytes, content_type(&key)).await {
+                Ok(()) => return stored(shared, &key, None).await,
+                Err(e) if !e.is_retryable() => return dropped(shared, &key, &e, None).await,
+                Err(e) => {
+                    shared.upload_errors.fetch_add(1, Ordering::SeqCst);
+                    shared.store_failing.store(true, Ordering::SeqCst);
+                    tracing::warn!(%key, error = %e, "storing an artifact failed; spooling until the store is back");
+                }
+            }
         }
         // Claimed for the in-memory path before the spool file exists, so the retrier never uploads it too.
         let failing = shared.store_failing.load(Ordering::SeqCst);

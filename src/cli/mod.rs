@@ -125,10 +125,21 @@ pub fn main() -> std::process::ExitCode {
     std::process::ExitCode::from(exit.code())
 }
 
+/// Logs go to stderr. Colour only on a terminal; under systemd (`JOURNAL_STREAM` names stderr's stream)
+/// no timestamp either, since journald stamps every line itself.
 fn init_tracing() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGENTD_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
+        builder.without_time().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 async fn dispatch(cli: Cli) -> CliResult {
@@ -143,7 +154,11 @@ async fn dispatch(cli: Cli) -> CliResult {
             run::run(&config, task, json).await
         }
         Command::Serve => {
-            let config = source.load()?;
+            let mut config = source.load()?;
+            // `--socket` names the socket the daemon listens on (as it names the one clients reach).
+            if let Some(socket) = &cli.socket {
+                config.api.socket = Some(socket.clone());
+            }
             crate::daemon::serve(config).await.map_err(|e| match e {
                 crate::daemon::DaemonError::Invalid(m) => CliError::invalid(anyhow::anyhow!(m)),
                 crate::daemon::DaemonError::Unreachable(m) => CliError::unreachable(anyhow::anyhow!(m)),

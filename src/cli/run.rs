@@ -34,7 +34,17 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let resolved = spec.resolve(&config.defaults);
     let task_id = spec.id.clone().unwrap_or_else(TaskId::generate);
     let build_error = |e: BuildError| match e {
-        BuildError::Invalid(message) => CliError::invalid(anyhow::anyhow!("{}: {message}", source.name)),
+        BuildError::Invalid(message) => {
+            // Found after parsing (a scene or script file that does not exist): point at the field too.
+            let position = message
+                .strip_prefix("field `")
+                .and_then(|rest| rest.split_once('`'))
+                .and_then(|(field, _)| crate::task::locate_field(&source.text, field))
+                .filter(|_| !message.contains("(line "))
+                .map(|(line, column)| format!(" (line {line}, column {column})"))
+                .unwrap_or_default();
+            CliError::invalid(anyhow::anyhow!("{}: {message}{position}", source.name))
+        }
         BuildError::Unreachable(message) => CliError::unreachable(anyhow::anyhow!("{}: {message}", source.name)),
     };
     let shared = crate::model::Shared::new(config);

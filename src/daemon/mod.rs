@@ -122,10 +122,11 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         let stop = background.clone();
         async move { queue.listen(on_signal, stop).await }
     });
+    notify::notify(&format!("READY=1\nSTATUS=serving on {}", config.socket_path().display()));
+    // Only after READY=1: systemd expects the first watchdog ping from a service that is up.
     if let Some(interval) = notify::watchdog_interval() {
         tracker.spawn(feed_watchdog(workers.clone(), interval, background.clone()));
     }
-    notify::notify(&format!("READY=1\nSTATUS=serving on {}", config.socket_path().display()));
     tracing::info!(socket = %config.socket_path().display(), queue = queue.describe(), worker = %workers.identity.name, "agentd ready");
 
     stop.await;

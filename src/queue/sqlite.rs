@@ -67,6 +67,10 @@ const SCHEMA: &[&str] = &[
 pub struct SqliteQueue {
     pool: SqlitePool,
     path: String,
+    /// Every write goes through this lock, one at a time, in the order asked. SQLite has one writer; without
+    /// it, concurrent writers meet `SQLITE_BUSY` and sleep in the busy handler's growing steps (up to 100 ms
+    /// each), which under load made a submission wait seconds behind the workers' journal writes.
+    writes: tokio::sync::Mutex<()>,
 }
 
 fn db_error(e: sqlx::Error) -> QueueError {
@@ -95,7 +99,7 @@ impl SqliteQueue {
         for statement in SCHEMA {
             sqlx::query(*statement).execute(&pool).await.map_err(db_error)?;
         }
-        Ok(Self { pool, path: path.display().to_string() })
+        Ok(Self { pool, path: path.display().to_string(), writes: tokio::sync::Mutex::new(()) })
     }
 
     fn record_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord, QueueError> {
@@ -191,6 +195,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError> {
+        let _write = self.writes.lock().await;
         let id = task.id().to_string();
         let hash = body_hash(&task.spec);
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
@@ -260,6 +265,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
+        let _write = self.writes.lock().await;
         let now = now_ms();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let candidates = sqlx::query(
@@ -328,6 +334,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
+        let _write = self.writes.lock().await;
         let row = sqlx::query(
             "UPDATE tasks SET lease_until_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
              RETURNING cancel_requested",
@@ -354,6 +361,7 @@ impl Queue for SqliteQueue {
         step: &StepRecord,
         elapsed: Duration,
     ) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let held =
             sqlx::query("UPDATE tasks SET elapsed_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'")
@@ -381,6 +389,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn append_events(&self, task_id: &str, token: Option<i64>, events: &[Event]) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
         if events.is_empty() {
             return Ok(());
         }
@@ -425,6 +434,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
         let done = sqlx::query(
             "UPDATE tasks SET state = ?3, finished_ms = ?4, outcome = ?5, usage = ?6, final_screenshot = ?7,
                 computer_state = ?8, lease_until_ms = NULL, waiting_reason = NULL
@@ -446,6 +456,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
         let result = match release {
             Release::Requeue { count_attempt, delay, .. } => {
                 sqlx::query(
@@ -480,6 +491,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
+        let _write = self.writes.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let row = sqlx::query("SELECT state, usage FROM tasks WHERE id = ?1")
             .bind(id)
@@ -524,6 +536,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let row = sqlx::query("SELECT state FROM tasks WHERE id = ?1")
             .bind(id)
@@ -573,6 +586,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
+        let _write = self.writes.lock().await;
         let now = now_ms();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let expired = sqlx::query(

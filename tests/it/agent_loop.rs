@@ -418,6 +418,51 @@ async fn a_resumed_task_continues_without_replaying_actions() {
 }
 
 #[tokio::test]
+async fn a_completion_journaled_before_a_crash_ends_the_resumed_task() {
+    let harness = Harness::new();
+    let script_json = serde_json::json!({"turns": [
+        {"actions": [{"type": "move", "x": 1, "y": 1}]},
+        {"complete": {"success": true, "summary": "all done"}}
+    ]});
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
+    let first = run(input).await;
+    assert_eq!(first.steps.len(), 2);
+    // The worker died after journaling the completing step and before the end was recorded.
+    let mut steps = first.steps.clone();
+    steps[1].finished = false;
+    steps[1].call_results.clear();
+    let model = Observed::new(script(script_json.clone()));
+    let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
+    input.resume = steps;
+    input.attempt = 2;
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (true, EndReason::Completed));
+    assert_eq!(output.steps.len(), 2, "no new step");
+    assert!(model.seen().is_empty(), "the model is not asked again");
+    assert_eq!(screen.received(), vec![Action::Move { x: 1, y: 1 }], "nothing replayed");
+
+    // Behind a call that was interrupted, the completion is not final: the model looks again.
+    let script_json = serde_json::json!({"turns": [
+        {"actions": [{"type": "move", "x": 1, "y": 1}], "complete": {"success": true, "summary": "early"}},
+        {"complete": {"success": false, "summary": "looked again"}}
+    ]});
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(task(1, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
+    let first = run(input).await;
+    let mut steps = first.steps.clone();
+    steps[0].finished = false;
+    steps[0].results.clear();
+    steps[0].call_results.clear();
+    let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json)));
+    input.resume = steps;
+    input.attempt = 2;
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (false, EndReason::Completed));
+    harness.finish().await;
+}
+
+#[tokio::test]
 async fn shutdown_stops_at_a_step_boundary() {
     let harness = Harness::new();
     let turns: Vec<_> = (0..50)

@@ -31,6 +31,13 @@ fn every_malformed_task_exits_2_naming_the_problem() {
                 problems.push(format!("message lacks {want:?}"));
             }
         }
+        // Every problem has a place in the file.
+        if !(run.stderr.contains("(line ") && run.stderr.contains(", column ")) {
+            problems.push("message gives no line and column".into());
+        }
+        if run.stderr.contains("field `?`") {
+            problems.push("message names no real field".into());
+        }
         if run.stderr.contains("panicked") {
             problems.push("panicked".into());
         }

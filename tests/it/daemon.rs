@@ -345,3 +345,26 @@ fn sigterm_mid_task_hands_it_back_and_a_restart_finishes_it() {
     assert_eq!(moves, 60, "30 waits and 30 moves, none twice: {}", done["computer_state"]);
     let _ = repo();
 }
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let mut daemon = Daemon::start("[worker]\nshutdown_grace_secs = 60\n");
+    let dir = daemon.agentd.dir.path().to_path_buf();
+    // One step that waits 30 s: the first SIGTERM lets it run to its end, so only the second can stop it.
+    let task = slow_task(&dir, "stubborn", 1, 30_000);
+    assert_eq!(daemon.cli(&["submit", task.to_str().expect("path")]).code, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while daemon.task("stubborn")["state"] != "running" {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    daemon.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(daemon.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none()), "still finishing the step");
+    let second = std::time::Instant::now();
+    daemon.signal(libc::SIGTERM);
+    let code = daemon.wait();
+    assert_eq!(code, Some(130), "{}", daemon.log());
+    assert!(second.elapsed() < Duration::from_secs(3), "took {:?} after the second signal", second.elapsed());
+}

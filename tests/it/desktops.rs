@@ -25,8 +25,11 @@ const WAIT: Duration = Duration::from_secs(15);
 /// those).
 const PASSWORD_VAR: &str = "DESKTOPS_IT_VNC_PASSWORD";
 
-fn lock(mutex: &'static std::sync::Mutex<()>) -> std::sync::MutexGuard<'static, ()> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// One test per desktop at a time, and none beside the tests that load the machine.
+fn lock(
+    mutex: &'static std::sync::Mutex<()>,
+) -> (std::sync::RwLockReadGuard<'static, ()>, std::sync::MutexGuard<'static, ()>) {
+    (crate::support::timing_sensitive(), mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
 /// The script every end-to-end task plays: one action per turn, then success.

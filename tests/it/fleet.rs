@@ -6,16 +6,14 @@
 //!
 //! Needs `AGENTD_TEST_POSTGRES_URL` and `AGENTD_TEST_S3_ENDPOINT` (`./scripts/test` starts both); the
 //! PostgreSQL restart also needs `AGENTD_TEST_PG_CTL`. Each test uses a schema and a bucket of its own; the
-//! tests run one at a time (they share the database server, and one restarts it).
+//! tests run one at a time and never beside timing-sensitive tests (`support::heavy`): they share the
+//! database server, one restarts it, and three daemons load the machine.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::support::{Daemon, http};
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 struct Services {
     postgres: String,
@@ -284,10 +282,15 @@ fn walking_task(id: &str, turns: usize, wait_ms: u64) -> serde_json::Value {
     })
 }
 
+/// How many tasks are in each state, and why those that did not succeed ended.
 fn states(tasks: &[serde_json::Value]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for task in tasks {
-        *out.entry(task["state"].as_str().unwrap_or("?").to_string()).or_default() += 1;
+        let state = task["state"].as_str().unwrap_or("?").to_string();
+        if state == "failed" || state == "cancelled" {
+            eprintln!("task {} {state} (attempt {}): {}", task["id"], task["attempt"], task["outcome"]);
+        }
+        *out.entry(state).or_default() += 1;
     }
     out
 }
@@ -295,7 +298,7 @@ fn states(tasks: &[serde_json::Value]) -> BTreeMap<String, usize> {
 #[test]
 fn three_nodes_run_300_tasks_each_exactly_once_with_every_screenshot_in_the_bucket() {
     let Some(services) = services() else { return };
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _heavy = crate::support::heavy();
     let mut fleet = Fleet::new(&services, None);
     fleet.start_nodes(3, 4, "");
     const TASKS: usize = 300;
@@ -346,7 +349,7 @@ fn three_nodes_run_300_tasks_each_exactly_once_with_every_screenshot_in_the_buck
 #[test]
 fn sigkill_of_nodes_mid_run_loses_nothing_and_repeats_no_action() {
     let Some(services) = services() else { return };
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _heavy = crate::support::heavy();
     let mut fleet = Fleet::new(&services, None);
     fleet.start_nodes(3, 3, "");
     const TASKS: usize = 24;
@@ -413,7 +416,7 @@ fn a_postgres_restart_mid_run_loses_nothing_and_workers_reconnect() {
         eprintln!("skipping: AGENTD_TEST_PG_CTL is not set (./scripts/test runs a private PostgreSQL it can restart)");
         return;
     };
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _heavy = crate::support::heavy();
     let mut fleet = Fleet::new(&services, None);
     fleet.start_nodes(3, 3, "");
     const TASKS: usize = 15;
@@ -466,7 +469,7 @@ fn a_postgres_restart_mid_run_loses_nothing_and_workers_reconnect() {
 #[test]
 fn s3_unreachable_for_60_seconds_fails_no_task_and_loses_no_screenshot() {
     let Some(services) = services() else { return };
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _heavy = crate::support::heavy();
     let upstream: std::net::SocketAddr = host_port(&services.s3).parse().expect("moto address");
     let proxy = crate::proxy::FaultProxy::start(upstream);
     let mut fleet = Fleet::new(&services, Some(proxy.url()));
@@ -507,7 +510,7 @@ fn s3_unreachable_for_60_seconds_fails_no_task_and_loses_no_screenshot() {
 #[test]
 fn a_node_frozen_past_its_lease_cannot_write_when_it_wakes() {
     let Some(services) = services() else { return };
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _heavy = crate::support::heavy();
     let mut fleet = Fleet::new(&services, None);
     fleet.start_nodes(1, 1, "");
     let id = "frozen-1".to_string();
@@ -576,7 +579,7 @@ fn a_node_frozen_past_its_lease_cannot_write_when_it_wakes() {
 #[test]
 fn a_cancel_sent_to_any_node_stops_the_task_where_it_runs() {
     let Some(services) = services() else { return };
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _heavy = crate::support::heavy();
     let mut fleet = Fleet::new(&services, None);
     // A long heartbeat, so a cancel that arrives quickly came by NOTIFY, not with the next heartbeat.
     fleet.start_nodes(1, 1, "lease_secs = 30\nheartbeat_secs = 10\npoll_ms = 100");

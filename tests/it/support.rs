@@ -3,6 +3,20 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// Tests that load the machine (several daemons, kill loops) hold this exclusively; tests whose checks are
+/// sensitive to timing (real desktops and the apps on them) hold it shared, so the two never overlap.
+pub static LOAD: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Holds [`LOAD`] exclusively: this test loads the machine.
+pub fn heavy() -> std::sync::RwLockWriteGuard<'static, ()> {
+    LOAD.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Holds [`LOAD`] shared: this test's checks depend on timing.
+pub fn timing_sensitive() -> std::sync::RwLockReadGuard<'static, ()> {
+    LOAD.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The repository root (where `config/` lives).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

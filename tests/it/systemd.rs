@@ -59,15 +59,24 @@ fn the_daemon_speaks_the_notify_protocol() {
     let listener = UnixDatagram::bind(&notify_path).expect("bind notify socket");
     listener.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let socket = agentd.dir.path().join("agentd.sock");
-    let mut child = agentd
-        .command()
-        .args(["--socket", socket.to_str().expect("path"), "serve"])
-        .env("AGENTD_API_SOCKET", &socket)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .env("WATCHDOG_USEC", "400000")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
+    // Killed on every way out of the test, a failed assertion included.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(
+        agentd
+            .command()
+            .args(["--socket", socket.to_str().expect("path"), "serve"])
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env("WATCHDOG_USEC", "400000")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    );
     let mut messages = Vec::new();
     let mut buf = [0u8; 512];
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -79,12 +88,12 @@ fn the_daemon_speaks_the_notify_protocol() {
     // READY is only sent once the API answers.
     assert_eq!(http(&socket, "GET", "/healthz", None, &[]).expect("health").0, 200);
     // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
     let mut stopping = false;
     while !stopping && Instant::now() < deadline {
         let n = listener.recv(&mut buf).expect("a notification");
         stopping = String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1");
     }
     assert!(stopping, "no STOPPING=1 after SIGTERM");
-    assert_eq!(child.wait().expect("exit").code(), Some(0));
+    assert_eq!(child.0.wait().expect("exit").code(), Some(0));
 }
