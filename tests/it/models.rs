@@ -786,3 +786,52 @@ async fn agentd_run_drives_a_vendor_model_end_to_end() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("ANTHROPIC_API_KEY"), "{}", run.stderr);
 }
+
+/// Compaction, through the loop and a real adapter: with a small context window, old steps leave the request
+/// and come back as a summary after the task text, every tool call stays answered, and the request stops
+/// growing.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_small_context_window_compacts_old_steps_into_a_summary() {
+    let desktop = login_desktop(Size::new(1280, 800));
+    let server = FakeServer::start(
+        Vendor::Anthropic { key: KEY.into() },
+        // Counted here: after compaction the request no longer shows every earlier turn.
+        Box::new({
+            let calls = std::sync::atomic::AtomicUsize::new(0);
+            move |_| {
+                let turn = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let content = if turn < 24 {
+                    vec![
+                        json!({"type": "text", "text": format!("Moving the pointer, turn {turn}, to look around.")}),
+                        json!({"type": "tool_use", "id": format!("toolu_{turn}"), "name": "computer",
+                        "input": {"action": "mouse_move", "coordinate": [10 + turn * 7, 20 + turn * 3]}}),
+                    ]
+                } else {
+                    vec![json!({"type": "tool_use", "id": "toolu_done", "name": "task_completion",
+                    "input": {"success": true, "summary": "looked around"}})]
+                };
+                fake::anthropic_reply(content, usage_anthropic(), false)
+            }
+        }),
+    )
+    .await
+    .unwrap();
+    let shared = shared_for("anthropic", &server.url, "context_window = 9000\nstream = false");
+    let model_spec = spec(json!({"provider": "anthropic", "model": "claude-sonnet-4-5"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let (output, _) = run_task(task(model_spec, 40, 3), model, desktop.clone()).await;
+    assert!(succeeded(&output), "{:?}", output.end);
+    assert!(server.problems().is_empty(), "{:#?}", server.problems());
+    let requests = server.requests();
+    assert_eq!(requests.len(), 25);
+    let first_text = |r: &Recorded| r.body["messages"][0]["content"][0]["text"].as_str().unwrap_or("").to_string();
+    let last = requests.last().unwrap();
+    assert!(first_text(last).contains("Earlier steps, summarised"), "{}", first_text(last));
+    assert!(first_text(last).contains("Step 1; you said \"Moving the pointer, turn 0"), "{}", first_text(last));
+    assert!(!first_text(&requests[2]).contains("summarised"), "nothing compacted early on");
+    // Bounded: the last request carries far fewer turns than the 24 the task took.
+    let messages = |r: &Recorded| r.body["messages"].as_array().map_or(0, Vec::len);
+    assert!(messages(last) < 20, "{} messages in the last request", messages(last));
+    // Every move still reached the desktop once.
+    assert_eq!(desktop.actions().len(), 24);
+}
