@@ -137,6 +137,8 @@ struct Loop {
     usage: Usage,
     notes: Vec<String>,
     previous_digest: Option<u64>,
+    /// The fingerprint of the frame the last capture took.
+    last_digest: u64,
     policy: ContextPolicy,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
@@ -175,6 +177,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         usage: Usage::default(),
         notes: Vec::new(),
         previous_digest: None,
+        last_digest: 0,
         policy,
         pending_approval: None,
         resumed_completion: None,
@@ -358,10 +361,14 @@ impl Loop {
         };
         let image_size = self.image_size;
         let for_encode = frame.clone();
-        let prepared = tokio::task::spawn_blocking(move || image::prepare(&for_encode, image_size))
-            .await
-            .map_err(|e| Stop::End(error_end(&format!("screenshot processing panicked: {e}"))))?
-            .map_err(|e| Stop::End(error_end(&e.to_string())))?;
+        // Pixel work (the fingerprint, scaling, encoding) stays off the async runtime's few threads.
+        let (prepared, digest) = tokio::task::spawn_blocking(move || {
+            image::prepare(&for_encode, image_size).map(|prepared| (prepared, for_encode.digest()))
+        })
+        .await
+        .map_err(|e| Stop::End(error_end(&format!("screenshot processing panicked: {e}"))))?
+        .map_err(|e| Stop::End(error_end(&e.to_string())))?;
+        self.last_digest = digest;
         let key = artifact_key(&self.input.task_id, self.input.attempt, step, prepared.artifact.extension);
         let reference = ScreenshotRef {
             url: self.input.uploader.store().url(&key),
@@ -403,7 +410,7 @@ impl Loop {
         self.input.events.emit(EventKind::StepStarted { step: index });
 
         let (frame, prepared, screenshot) = self.capture(index).await?;
-        let digest = frame.digest();
+        let digest = self.last_digest;
         let screen_changed = self.previous_digest.map(|previous| previous != digest);
         self.previous_digest = Some(digest);
 

@@ -55,7 +55,14 @@ pub fn differs(a: &Frame, b: &Frame, tolerance: u64) -> bool {
     if a.size() != b.size() {
         return true;
     }
-    a.digest() != b.digest() && a.changed_pixels(b) > tolerance
+    a.differs_by_more_than(b, tolerance)
+}
+
+/// [`differs`] on the blocking pool: comparing two full frames is a few milliseconds of pixel work that the
+/// async runtime's threads (shared with every other task and the API) should not do.
+async fn differs_off_runtime(a: &Frame, b: &Frame, tolerance: u64) -> bool {
+    let (a, b) = (a.clone(), b.clone());
+    tokio::task::spawn_blocking(move || differs(&a, &b, tolerance)).await.unwrap_or(true)
 }
 
 /// Waits for the screen to settle after actions; `before` is the screen the actions started from.
@@ -70,7 +77,7 @@ pub async fn settle(
     let deadline = Clock::from_std(deadline);
     let mut frame = computer.screenshot().await?;
     if !policy.enabled || computer.frames_are_synchronous() {
-        let changed = differs(before, &frame, policy.tolerance_pixels);
+        let changed = differs_off_runtime(before, &frame, policy.tolerance_pixels).await;
         return Ok(Settled { frame, waited: started.elapsed(), changed, timed_out: false });
     }
     let quiet = Duration::from_millis(policy.quiet_ms);
@@ -82,17 +89,17 @@ pub async fn settle(
             break;
         }
         if Clock::now() >= give_up {
-            let changed = differs(before, &frame, policy.tolerance_pixels);
+            let changed = differs_off_runtime(before, &frame, policy.tolerance_pixels).await;
             return Ok(Settled { frame, waited: started.elapsed(), changed, timed_out: true });
         }
         tokio::time::sleep(interval).await;
         let next = computer.screenshot().await?;
-        if differs(&frame, &next, policy.tolerance_pixels) {
+        if differs_off_runtime(&frame, &next, policy.tolerance_pixels).await {
             quiet_since = Clock::now();
         }
         frame = next;
     }
-    let changed = differs(before, &frame, policy.tolerance_pixels);
+    let changed = differs_off_runtime(before, &frame, policy.tolerance_pixels).await;
     Ok(Settled { frame, waited: started.elapsed(), changed, timed_out: false })
 }
 

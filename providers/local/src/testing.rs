@@ -192,6 +192,10 @@ pub fn x11vnc(display: &str, port: u16, password_file: Option<&Path>) -> std::io
         Some(file) => command.arg("-rfbauth").arg(file),
         None => command.arg("-nopw"),
     };
+    // More x11vnc options, for measuring how its own pacing (-defer, -wait) shapes update latency.
+    if let Ok(extra) = std::env::var("AGENTD_X11VNC_ARGS") {
+        command.args(extra.split_whitespace());
+    }
     command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     let process = Process::spawn("x11vnc", &mut command)?;
     wait_for_port(port)?;

@@ -40,6 +40,8 @@ struct Inner {
     canvas: Canvas,
     /// Whether `canvas` no longer shows `world`.
     dirty: bool,
+    /// `canvas` as a frame, while it has not changed.
+    frame: Option<Frame>,
     glyphs: GlyphCache,
     store: Option<Store>,
 }
@@ -49,6 +51,20 @@ impl Inner {
         if self.dirty {
             render(&self.world, &mut self.canvas, &mut self.glyphs);
             self.dirty = false;
+            self.frame = None;
+        }
+    }
+
+    /// The canvas as a frame, copied out once per change (frames share their pixels).
+    fn current_frame(&mut self) -> Frame {
+        self.render_if_dirty();
+        match &self.frame {
+            Some(frame) => frame.clone(),
+            None => {
+                let frame = self.canvas.to_frame();
+                self.frame = Some(frame.clone());
+                frame
+            }
         }
     }
 }
@@ -87,6 +103,8 @@ impl MockDesktop {
         let mut world = World::new(Arc::new(scene), size);
         let state_path = dir.join(crate::persist::STATE_FILE);
         let mut applied = 0usize;
+        // A new directory gets its snapshot at once: it names the scene and size the log belongs to.
+        let no_snapshot = loaded.saved.is_none();
         if let Some(saved) = loaded.saved {
             if saved.scene != world.scene.name || saved.size != size {
                 return Err(MockError::Resume {
@@ -116,7 +134,7 @@ impl MockDesktop {
             let _ = apply(&mut world, action, size);
         }
         let desktop = Self::from_world(world, loaded.actions, Some(store));
-        if behind {
+        if behind || no_snapshot {
             let inner = desktop.lock();
             if let Some(store) = &inner.store {
                 store.save(&Saved::new(&inner.world.scene.name, size, &inner.world.state))?;
@@ -128,7 +146,7 @@ impl MockDesktop {
     fn from_world(world: World, actions: Vec<Action>, store: Option<Store>) -> MockDesktop {
         let size = world.size;
         let canvas = Canvas::new(size, Color::rgb(0, 0, 0));
-        let inner = Inner { world, actions, canvas, dirty: true, glyphs: GlyphCache::default(), store };
+        let inner = Inner { world, actions, canvas, dirty: true, frame: None, glyphs: GlyphCache::default(), store };
         MockDesktop { size, inner: Mutex::new(inner) }
     }
 
@@ -177,9 +195,7 @@ impl MockDesktop {
 
     /// The current frame (rendered if anything changed since the last one).
     pub fn frame(&self) -> Frame {
-        let mut inner = self.lock();
-        inner.render_if_dirty();
-        inner.canvas.to_frame()
+        self.lock().current_frame()
     }
 
     /// Renders the current state from scratch, bypassing the cache (for benchmarks and tests).
@@ -188,6 +204,7 @@ impl MockDesktop {
         let Inner { world, canvas, glyphs, .. } = &mut *inner;
         render(world, canvas, glyphs);
         inner.dirty = false;
+        inner.frame = None;
         inner.canvas.to_frame()
     }
 
@@ -202,10 +219,13 @@ impl MockDesktop {
         }
         let Inner { world, store, .. } = &mut *inner;
         if let Some(store) = store {
-            store
-                .append(action)
-                .and_then(|()| store.save(&Saved::new(&world.scene.name, self.size, &world.state)))
-                .map_err(|e| ProviderError::Failed(e.to_string()))?;
+            store.append(action).map_err(|e| ProviderError::Failed(e.to_string()))?;
+            // The log is the record; a snapshot now and then keeps the replay on open short.
+            if world.state.actions_received % crate::persist::SNAPSHOT_EVERY == 0 {
+                store
+                    .save(&Saved::new(&world.scene.name, self.size, &world.state))
+                    .map_err(|e| ProviderError::Failed(e.to_string()))?;
+            }
         }
         result
     }

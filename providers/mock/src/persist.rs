@@ -1,6 +1,7 @@
 //! Saving a desktop to a directory so that it survives its process: `actions.jsonl` (every action received,
 //! one JSON line each, appended and flushed before the action returns) and `state.json` (a snapshot of the
-//! whole desktop state, replaced atomically by write-then-rename after every action).
+//! whole desktop state, replaced atomically by write-then-rename every [`SNAPSHOT_EVERY`] actions — a new
+//! file per action made the filesystem's inode allocator the bottleneck of a busy daemon).
 //!
 //! A process killed at any point leaves a usable directory: a partly written last line of the log is dropped
 //! on open, and actions in the log past the snapshot (killed between append and rename) are replayed by the
@@ -18,6 +19,8 @@ use crate::world::WorldState;
 
 pub const STATE_FILE: &str = "state.json";
 pub const ACTIONS_FILE: &str = "actions.jsonl";
+/// How many actions go by between snapshots; the ones after the last snapshot are replayed on open.
+pub const SNAPSHOT_EVERY: u64 = 32;
 const FORMAT_VERSION: u32 = 1;
 
 /// What `state.json` holds.

@@ -86,3 +86,28 @@ fn a_snapshot_one_action_behind_the_log_catches_up() {
     assert_eq!(state(&d).focused.as_deref(), Some("password"));
     assert_eq!(d.actions().len(), 3);
 }
+
+#[tokio::test]
+async fn a_snapshot_every_few_actions_and_the_log_tail_rebuild_the_desktop() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let snapshots = |dir: &std::path::Path| -> u64 {
+        let text = std::fs::read_to_string(dir.join(STATE_FILE)).unwrap_or_default();
+        let saved: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        saved["state"]["actions_received"].as_u64().unwrap_or(u64::MAX)
+    };
+    let (expected, frame) = {
+        let d = open(dir.path());
+        click(&d, "username");
+        for i in 0..70 {
+            d.perform(&Action::Move { x: 10 + i, y: 20 }).await.ok();
+        }
+        type_text(&d, "a");
+        (state(&d), d.frame())
+    };
+    // 72 actions: the snapshot is from the 64th; the last 8 come back from the log.
+    assert_eq!(snapshots(dir.path()), 64);
+    let d = open(dir.path());
+    assert_eq!(state(&d), expected);
+    assert!(d.frame() == frame);
+    assert_eq!(snapshots(dir.path()), 72, "caught up on open");
+}
