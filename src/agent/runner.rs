@@ -136,9 +136,10 @@ struct Loop {
     history: Vec<Exchange>,
     usage: Usage,
     notes: Vec<String>,
-    previous_digest: Option<u64>,
-    /// The fingerprint of the frame the last capture took.
-    last_digest: u64,
+    /// The frame of the previous step's screenshot (frames share their pixels: this is no copy).
+    previous_frame: Option<Frame>,
+    /// Whether the last capture differs from `previous_frame` (`None` for the first).
+    last_changed: Option<bool>,
     policy: ContextPolicy,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
@@ -176,8 +177,8 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         history: Vec::new(),
         usage: Usage::default(),
         notes: Vec::new(),
-        previous_digest: None,
-        last_digest: 0,
+        previous_frame: None,
+        last_changed: None,
         policy,
         pending_approval: None,
         resumed_completion: None,
@@ -361,14 +362,16 @@ impl Loop {
         };
         let image_size = self.image_size;
         let for_encode = frame.clone();
-        // Pixel work (the fingerprint, scaling, encoding) stays off the async runtime's few threads.
-        let (prepared, digest) = tokio::task::spawn_blocking(move || {
-            image::prepare(&for_encode, image_size).map(|prepared| (prepared, for_encode.digest()))
+        // Pixel work (the comparison with the last screen, scaling, encoding) stays off the async runtime.
+        let previous = self.previous_frame.clone();
+        let (prepared, changed) = tokio::task::spawn_blocking(move || {
+            let changed = previous.map(|p| p.as_rgb() != for_encode.as_rgb() || p.size() != for_encode.size());
+            image::prepare(&for_encode, image_size).map(|prepared| (prepared, changed))
         })
         .await
         .map_err(|e| Stop::End(error_end(&format!("screenshot processing panicked: {e}"))))?
         .map_err(|e| Stop::End(error_end(&e.to_string())))?;
-        self.last_digest = digest;
+        self.last_changed = changed;
         let key = artifact_key(&self.input.task_id, self.input.attempt, step, prepared.artifact.extension);
         let reference = ScreenshotRef {
             url: self.input.uploader.store().url(&key),
@@ -410,9 +413,8 @@ impl Loop {
         self.input.events.emit(EventKind::StepStarted { step: index });
 
         let (frame, prepared, screenshot) = self.capture(index).await?;
-        let digest = self.last_digest;
-        let screen_changed = self.previous_digest.map(|previous| previous != digest);
-        self.previous_digest = Some(digest);
+        let screen_changed = self.last_changed;
+        self.previous_frame = Some(frame.clone());
 
         self.policy.apply(&mut self.history);
         // --- context compaction (model adapters' issue): summarise old turns near the context window ---

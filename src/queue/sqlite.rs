@@ -4,6 +4,12 @@
 //! transactions (SQLite has one writer, so a claim can never race another); every worker write checks the
 //! lease token in the same statement. Times are milliseconds since the epoch, read from one clock (this
 //! process's; a SQLite queue is never shared across machines).
+//!
+//! Durability: submissions, claims, a step's journal entry before its actions, and endings commit on a
+//! `synchronous = FULL` connection, so they survive a power cut (a step is on disk before its actions run);
+//! the entry after the actions, events and heartbeats commit with `NORMAL`, durable across process crashes
+//! and made durable by the next FULL commit (losing one to a power cut leaves the step "interrupted", which
+//! is safe). Writes are serialized in-process, so no writer ever meets `SQLITE_BUSY`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -65,7 +71,12 @@ const SCHEMA: &[&str] = &[
 ];
 
 pub struct SqliteQueue {
+    /// Reads, and the writes that may be lost to a power cut without harm (events, heartbeats):
+    /// `synchronous = NORMAL`, durable across process crashes.
     pool: SqlitePool,
+    /// The writes that must survive a power cut too (submissions, claims, the step journal, endings):
+    /// `synchronous = FULL`, so a step journaled before its actions is on disk before they run.
+    durable: SqlitePool,
     path: String,
     /// Every write goes through this lock, one at a time, in the order asked. SQLite has one writer; without
     /// it, concurrent writers meet `SQLITE_BUSY` and sleep in the busy handler's growing steps (up to 100 ms
@@ -95,11 +106,17 @@ impl SqliteQueue {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(db_error)?;
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options.clone()).await.map_err(db_error)?;
         for statement in SCHEMA {
             sqlx::query(*statement).execute(&pool).await.map_err(db_error)?;
         }
-        Ok(Self { pool, path: path.display().to_string(), writes: tokio::sync::Mutex::new(()) })
+        // In WAL mode a commit on a FULL connection syncs the log, with every commit before it.
+        let durable = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.synchronous(SqliteSynchronous::Full))
+            .await
+            .map_err(db_error)?;
+        Ok(Self { pool, durable, path: path.display().to_string(), writes: tokio::sync::Mutex::new(()) })
     }
 
     fn record_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord, QueueError> {
@@ -198,7 +215,7 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let id = task.id().to_string();
         let hash = body_hash(&task.spec);
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let existing = sqlx::query("SELECT body_hash FROM tasks WHERE id = ?1")
             .bind(&id)
             .fetch_optional(&mut *tx)
@@ -267,7 +284,7 @@ impl Queue for SqliteQueue {
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
         let _write = self.writes.lock().await;
         let now = now_ms();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let candidates = sqlx::query(
             "SELECT id, labels FROM tasks WHERE state = 'queued' AND not_before_ms <= ?1
              ORDER BY created_ms, id LIMIT 200",
@@ -362,7 +379,10 @@ impl Queue for SqliteQueue {
         elapsed: Duration,
     ) -> Result<(), QueueError> {
         let _write = self.writes.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        // The write before a step's actions must survive a power cut (it is what keeps them from being run
+        // again); the one after may be lost with it: the step then reads as interrupted, which is safe.
+        let pool = if step.finished { &self.pool } else { &self.durable };
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let held =
             sqlx::query("UPDATE tasks SET elapsed_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'")
                 .bind(task_id)
@@ -448,7 +468,7 @@ impl Queue for SqliteQueue {
         .bind(json(&finish.usage)?)
         .bind(finish.final_screenshot.as_ref().map(json).transpose()?)
         .bind(finish.computer_state.as_ref().map(json).transpose()?)
-        .execute(&self.pool)
+        .execute(&self.durable)
         .await
         .map_err(db_error)?
         .rows_affected();
@@ -468,7 +488,7 @@ impl Queue for SqliteQueue {
                 .bind(token)
                 .bind(*count_attempt)
                 .bind(now_ms() + delay.as_millis() as i64)
-                .execute(&self.pool)
+                .execute(&self.durable)
                 .await
             }
             Release::WaitForHuman { reason } => {
@@ -480,7 +500,7 @@ impl Queue for SqliteQueue {
                 .bind(task_id)
                 .bind(token)
                 .bind(reason)
-                .execute(&self.pool)
+                .execute(&self.durable)
                 .await
             }
         };
@@ -492,7 +512,7 @@ impl Queue for SqliteQueue {
 
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
         let _write = self.writes.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let row = sqlx::query("SELECT state, usage FROM tasks WHERE id = ?1")
             .bind(id)
             .fetch_optional(&mut *tx)
@@ -537,7 +557,7 @@ impl Queue for SqliteQueue {
 
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
         let _write = self.writes.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let row = sqlx::query("SELECT state FROM tasks WHERE id = ?1")
             .bind(id)
             .fetch_optional(&mut *tx)
@@ -588,7 +608,7 @@ impl Queue for SqliteQueue {
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
         let _write = self.writes.lock().await;
         let now = now_ms();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let expired = sqlx::query(
             "SELECT id, attempt, max_attempts, cancel_requested FROM tasks
              WHERE state = 'running' AND lease_until_ms < ?1",
