@@ -5,24 +5,16 @@
 //!
 //! `cargo bench --bench daemon` (add `-- --tasks N --steps N` to change the load).
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{arg, percentile};
+
 use std::time::{Duration, Instant};
 
 use agentd::cli::client::{Client, Endpoint};
 use agentd::config::Config;
 use hyper::Method;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

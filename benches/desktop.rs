@@ -14,6 +14,11 @@
 //! (nearest rank) for every figure, and the pieces alone; no assertions. Options: `--display :N` (default
 //! `$DISPLAY`), `--reps N` (default 30), `--no-vnc`, `--xvnc` (also a TigerVNC Xvnc of the same size).
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::percentile;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,14 +28,6 @@ use agentd_computer::{Action, ComputerProvider, Frame, MouseButton, Size};
 use agentd_local::testing::{self, XServer};
 use agentd_local::{CaptureMethod, LocalConfig, LocalProvider};
 use agentd_vnc::{Encodings, VncConfig, VncProvider};
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 struct Stats {
     name: String,

@@ -13,25 +13,17 @@
 //! node's filesystem store, so the figures are the queue's and the daemon's, not S3's. Each run uses a fresh
 //! schema. `cargo bench --bench fleet -- --tasks 300 --idle 40 --concurrency 4`.
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{arg, percentile};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentd::cli::client::{Client, Endpoint};
 use hyper::Method;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 struct Node {
     child: Child,

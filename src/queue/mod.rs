@@ -228,6 +228,49 @@ pub trait Queue: Send + Sync {
     }
 }
 
+/// How the queue itself ends tasks, the same in every backend.
+pub(crate) mod ending {
+    use super::QueueError;
+    use crate::agent::events::EventKind;
+    use crate::model::Usage;
+    use crate::record::{EndReason, Outcome, TaskState};
+
+    pub fn cancelled() -> Outcome {
+        Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled }
+    }
+
+    pub fn rejected(reason: &str) -> Outcome {
+        let summary = if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
+        Outcome { success: false, summary, reason: EndReason::Rejected }
+    }
+
+    /// A task whose lease expired for the last time.
+    pub fn worker_lost(attempts: i64) -> Outcome {
+        Outcome {
+            success: false,
+            summary: format!("the worker running this task was lost {attempts} time(s)"),
+            reason: EndReason::Error,
+        }
+    }
+
+    /// The `task_finished` event of an ending.
+    pub fn event(outcome: &Outcome, usage: Usage) -> EventKind {
+        EventKind::TaskFinished { state: outcome.state(), outcome: outcome.clone(), usage }
+    }
+
+    pub fn already_finished(id: &str, state: TaskState) -> QueueError {
+        QueueError::WrongState { id: id.to_string(), state: state.as_str(), message: "it has already finished".into() }
+    }
+
+    pub fn not_waiting(id: &str, state: TaskState) -> QueueError {
+        QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: "only a task waiting for a human can be approved or rejected".into(),
+        }
+    }
+}
+
 /// A task runs on a worker only if every label of the task is a label of the worker with the same value.
 pub fn labels_match(task: &BTreeMap<String, String>, worker: &BTreeMap<String, String>) -> bool {
     task.iter().all(|(k, v)| worker.get(k) == Some(v))

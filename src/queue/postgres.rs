@@ -30,11 +30,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
-    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash,
+    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, ending,
 };
 use crate::agent::events::{Event, EventKind};
 use crate::model::Usage;
-use crate::record::{EndReason, Outcome, RECORD_VERSION, StepRecord, TaskRecord, TaskState};
+use crate::record::{Outcome, RECORD_VERSION, StepRecord, TaskRecord, TaskState};
 use crate::task::TaskSpec;
 
 /// Channel notified when a task may have become claimable.
@@ -141,10 +141,6 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, QueueError> {
 
 fn secs(duration: Duration) -> f64 {
     duration.as_secs_f64()
-}
-
-fn finished_event(outcome: &Outcome, usage: Usage) -> EventKind {
-    EventKind::TaskFinished { state: outcome.state(), outcome: outcome.clone(), usage }
 }
 
 /// A connection target for logs: user, host, port and database, never the password.
@@ -337,7 +333,7 @@ impl PostgresQueue {
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;
-        Self::own_event(tx, id, finished_event(outcome, Usage::default())).await
+        Self::own_event(tx, id, ending::event(outcome, Usage::default())).await
     }
 }
 
@@ -633,7 +629,7 @@ impl Queue for PostgresQueue {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         match Self::lock_state(&mut tx, id).await? {
             TaskState::Queued | TaskState::WaitingForHuman => {
-                let outcome = Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled };
+                let outcome = ending::cancelled();
                 Self::end_unleased(&mut tx, id, &outcome, false).await?;
                 tx.commit().await.map_err(db_error)?;
                 Ok(Cancelled::Now)
@@ -654,11 +650,7 @@ impl Queue for PostgresQueue {
                 tx.commit().await.map_err(db_error)?;
                 Ok(Cancelled::Requested)
             }
-            other => Err(QueueError::WrongState {
-                id: id.to_string(),
-                state: other.as_str(),
-                message: "it has already finished".into(),
-            }),
+            other => Err(ending::already_finished(id, other)),
         }
     }
 
@@ -666,11 +658,7 @@ impl Queue for PostgresQueue {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let state = Self::lock_state(&mut tx, id).await?;
         if state != TaskState::WaitingForHuman {
-            return Err(QueueError::WrongState {
-                id: id.to_string(),
-                state: state.as_str(),
-                message: "only a task waiting for a human can be approved or rejected".into(),
-            });
+            return Err(ending::not_waiting(id, state));
         }
         match decision {
             Decision::Approve => {
@@ -686,9 +674,7 @@ impl Queue for PostgresQueue {
                 Self::notify_work(&mut tx).await?;
             }
             Decision::Reject { reason } => {
-                let summary =
-                    if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
-                let outcome = Outcome { success: false, summary, reason: EndReason::Rejected };
+                let outcome = ending::rejected(reason);
                 Self::end_unleased(&mut tx, id, &outcome, false).await?;
             }
         }
@@ -717,15 +703,8 @@ impl Queue for PostgresQueue {
             let cancel_requested: bool = row.try_get("cancel_requested").map_err(db_error)?;
             if cancel_requested || attempt >= max_attempts {
                 // Bumping the token fences the lost worker out for good.
-                let outcome = if cancel_requested {
-                    Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled }
-                } else {
-                    Outcome {
-                        success: false,
-                        summary: format!("the worker running this task was lost {attempt} time(s)"),
-                        reason: EndReason::Error,
-                    }
-                };
+                let outcome =
+                    if cancel_requested { ending::cancelled() } else { ending::worker_lost(i64::from(attempt)) };
                 Self::end_unleased(&mut tx, &id, &outcome, true).await?;
                 rescued.push(Rescued { task_id: id, new_state: outcome.state() });
             } else {

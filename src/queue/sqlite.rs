@@ -22,11 +22,11 @@ use sqlx::{Row, SqlitePool};
 
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
-    Submitted, WorkerIdentity, body_hash, from_ms, labels_match, now_ms,
+    Submitted, WorkerIdentity, body_hash, ending, from_ms, labels_match, now_ms,
 };
 use crate::agent::events::{Event, EventKind};
 use crate::model::Usage;
-use crate::record::{EndReason, Outcome, RECORD_VERSION, StepRecord, TaskRecord, TaskState};
+use crate::record::{RECORD_VERSION, StepRecord, TaskRecord, TaskState};
 use crate::task::TaskSpec;
 
 const SCHEMA: &[&str] = &[
@@ -199,10 +199,6 @@ impl SqliteQueue {
 
 fn json<T: serde::Serialize>(value: &T) -> Result<String, QueueError> {
     serde_json::to_string(value).map_err(|e| corrupt("serialize", e))
-}
-
-fn finished_event(outcome: &Outcome, usage: Usage) -> EventKind {
-    EventKind::TaskFinished { state: outcome.state(), outcome: outcome.clone(), usage }
 }
 
 #[async_trait]
@@ -523,7 +519,7 @@ impl Queue for SqliteQueue {
         let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
         match state {
             TaskState::Queued | TaskState::WaitingForHuman => {
-                let outcome = Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled };
+                let outcome = ending::cancelled();
                 sqlx::query(
                     "UPDATE tasks SET state = 'cancelled', finished_ms = ?2, outcome = ?3, waiting_reason = NULL
                      WHERE id = ?1",
@@ -534,7 +530,7 @@ impl Queue for SqliteQueue {
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
-                Self::own_event(&mut tx, id, finished_event(&outcome, Usage::default())).await?;
+                Self::own_event(&mut tx, id, ending::event(&outcome, Usage::default())).await?;
                 tx.commit().await.map_err(db_error)?;
                 Ok(Cancelled::Now)
             }
@@ -547,11 +543,7 @@ impl Queue for SqliteQueue {
                 tx.commit().await.map_err(db_error)?;
                 Ok(Cancelled::Requested)
             }
-            other => Err(QueueError::WrongState {
-                id: id.to_string(),
-                state: other.as_str(),
-                message: "it has already finished".into(),
-            }),
+            other => Err(ending::already_finished(id, other)),
         }
     }
 
@@ -567,11 +559,7 @@ impl Queue for SqliteQueue {
         let state_text: String = row.try_get("state").map_err(db_error)?;
         let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
         if state != TaskState::WaitingForHuman {
-            return Err(QueueError::WrongState {
-                id: id.to_string(),
-                state: state.as_str(),
-                message: "only a task waiting for a human can be approved or rejected".into(),
-            });
+            return Err(ending::not_waiting(id, state));
         }
         match decision {
             Decision::Approve => {
@@ -586,9 +574,7 @@ impl Queue for SqliteQueue {
                 .map_err(db_error)?;
             }
             Decision::Reject { reason } => {
-                let summary =
-                    if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
-                let outcome = Outcome { success: false, summary, reason: EndReason::Rejected };
+                let outcome = ending::rejected(reason);
                 sqlx::query(
                     "UPDATE tasks SET state = 'failed', finished_ms = ?2, outcome = ?3, waiting_reason = NULL
                      WHERE id = ?1 AND state = 'waiting_for_human'",
@@ -599,7 +585,7 @@ impl Queue for SqliteQueue {
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
-                Self::own_event(&mut tx, id, finished_event(&outcome, Usage::default())).await?;
+                Self::own_event(&mut tx, id, ending::event(&outcome, Usage::default())).await?;
             }
         }
         tx.commit().await.map_err(db_error)
@@ -625,15 +611,7 @@ impl Queue for SqliteQueue {
             let cancel_requested: i64 = row.try_get("cancel_requested").map_err(db_error)?;
             if cancel_requested != 0 || attempt >= max_attempts {
                 // A cancel asked for while the worker was alive is honoured, not forgotten by a new claim.
-                let outcome = if cancel_requested != 0 {
-                    Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled }
-                } else {
-                    Outcome {
-                        success: false,
-                        summary: format!("the worker running this task was lost {attempt} time(s)"),
-                        reason: EndReason::Error,
-                    }
-                };
+                let outcome = if cancel_requested != 0 { ending::cancelled() } else { ending::worker_lost(attempt) };
                 sqlx::query(
                     "UPDATE tasks SET state = ?4, finished_ms = ?2, outcome = ?3, lease_until_ms = NULL,
                         lease_token = lease_token + 1
@@ -646,7 +624,7 @@ impl Queue for SqliteQueue {
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
-                Self::own_event(&mut tx, &id, finished_event(&outcome, Usage::default())).await?;
+                Self::own_event(&mut tx, &id, ending::event(&outcome, Usage::default())).await?;
                 rescued.push(Rescued { task_id: id, new_state: outcome.state() });
             } else {
                 // Bumping the token fences the lost worker out even before anyone claims the task again.
