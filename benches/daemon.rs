@@ -89,8 +89,8 @@ async fn load(concurrency: u32, tasks: usize, steps: usize) {
         let mut start = None;
         client
             .follow_events(id, 0, false, |event| match event.kind {
-                agentd::agent::events::EventKind::TaskQueued {} => queued = Some(event.ts),
-                agentd::agent::events::EventKind::TaskStarted { .. } if start.is_none() => start = Some(event.ts),
+                agentd::record::events::EventKind::TaskQueued {} => queued = Some(event.ts),
+                agentd::record::events::EventKind::TaskStarted { .. } if start.is_none() => start = Some(event.ts),
                 _ => {}
             })
             .await
@@ -152,8 +152,8 @@ async fn idle_latency(samples: usize) {
         let mut start = None;
         client
             .follow_events(&id, 0, true, |event| match event.kind {
-                agentd::agent::events::EventKind::TaskQueued {} => queued = Some(event.ts),
-                agentd::agent::events::EventKind::TaskStarted { .. } => start = Some(event.ts),
+                agentd::record::events::EventKind::TaskQueued {} => queued = Some(event.ts),
+                agentd::record::events::EventKind::TaskStarted { .. } => start = Some(event.ts),
                 _ => {}
             })
             .await

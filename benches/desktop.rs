@@ -9,7 +9,7 @@
 //! ```
 //!
 //! A *step* is what the agent loop does per action, minus the model: the action, a capture, and scale +
-//! encode (`agentd::agent::image::prepare`: the full-resolution PNG artifact, plus a scaled PNG for the model
+//! encode (`agentd::screen::image::prepare`: the full-resolution PNG artifact, plus a scaled PNG for the model
 //! when the screen is larger than 1366x768, as for the Anthropic API at 1080p). Prints median and p95 in ms
 //! (nearest rank) for every figure, and the pieces alone; no assertions. Options: `--display :N` (default
 //! `$DISPLAY`), `--reps N` (default 30), `--no-vnc`, `--xvnc` (also a TigerVNC Xvnc of the same size).
@@ -22,8 +22,8 @@ use support::percentile;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentd::agent::coords::fit_within;
-use agentd::agent::image;
+use agentd::screen::coords::fit_within;
+use agentd::screen::image;
 use agentd_computer::{Action, ComputerProvider, Frame, MouseButton, Size};
 use agentd_local::testing::{self, XServer};
 use agentd_local::{CaptureMethod, LocalConfig, LocalProvider};

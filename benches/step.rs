@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentd::agent::coords::{CoordinateMap, fit_within};
+use agentd::screen::coords::{CoordinateMap, fit_within};
 use agentd::agent::events::{EventKind, EventSink};
-use agentd::agent::image;
+use agentd::screen::image;
 use agentd::agent::journal::MemoryJournal;
 use agentd::agent::{LoopInput, run};
 use agentd::artifacts::{FsStore, Uploader};

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::record::Usage;
 use crate::task::TaskDefaults;
 
 /// The system-wide config file, used when `--config` and `$AGENTD_CONFIG` are not given and it exists.
@@ -31,7 +32,7 @@ pub struct Config {
     pub models: BTreeMap<String, ModelConfig>,
     pub defaults: TaskDefaults,
     /// How the loop waits for the screen after actions.
-    pub settle: crate::agent::settle::SettlePolicy,
+    pub settle: SettlePolicy,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -213,7 +214,7 @@ pub struct ModelConfig {
     pub context_window: Option<u64>,
     /// Prices in USD per million tokens by model id prefix, overriding the built-in table:
     /// `{ "model-id" = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 } }`.
-    pub prices: BTreeMap<String, crate::model::pricing::Price>,
+    pub prices: BTreeMap<String, Price>,
     /// Acknowledge vendor safety checks without asking a human. Off unless set.
     pub auto_acknowledge_safety_checks: bool,
 }
@@ -231,7 +232,7 @@ impl Default for Config {
             artifacts: ArtifactsConfig::default(),
             models: BTreeMap::new(),
             defaults: TaskDefaults::default(),
-            settle: crate::agent::settle::SettlePolicy::default(),
+            settle: SettlePolicy::default(),
         }
     }
 }
@@ -757,6 +758,59 @@ fn locate_key(text: &str, field: &str) -> (usize, usize) {
         }
     }
     best
+}
+
+/// How the loop waits for the screen after acting (`[settle]` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SettlePolicy {
+    /// Settle at all (false: take the next screenshot right after the actions).
+    pub enabled: bool,
+    /// How long the screen must stay unchanged, in milliseconds.
+    pub quiet_ms: u64,
+    /// How often to look, in milliseconds.
+    pub interval_ms: u64,
+    /// The longest to wait, in milliseconds; the screen is then taken as it is.
+    pub timeout_ms: u64,
+    /// Changed pixels that still count as "unchanged" (a caret, a pointer).
+    pub tolerance_pixels: u64,
+}
+
+impl Default for SettlePolicy {
+    fn default() -> Self {
+        Self { enabled: true, quiet_ms: 100, interval_ms: 25, timeout_ms: 3000, tolerance_pixels: 256 }
+    }
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    /// Cache reads (default: the input price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<f64>,
+    /// Cache writes (default: the input price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+}
+
+impl Price {
+    pub const fn new(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Self {
+        Self { input, output, cache_read: Some(cache_read), cache_write: Some(cache_write) }
+    }
+
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        let read = usage.cache_read_tokens.min(usage.input_tokens);
+        let write = usage.cache_write_tokens.min(usage.input_tokens - read);
+        let plain = usage.input_tokens - read - write;
+        (plain as f64 * self.input
+            + read as f64 * self.cache_read.unwrap_or(self.input)
+            + write as f64 * self.cache_write.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output)
+            / 1_000_000.0
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::model::ToolSpec;
 
-pub const TASK_COMPLETION: &str = "task_completion";
+pub use crate::model::TASK_COMPLETION;
 
 /// The envelope every tool call produces.
 #[derive(Debug, Clone, PartialEq)]

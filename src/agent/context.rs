@@ -14,7 +14,7 @@
 use crate::model::{CallKind, Exchange};
 
 /// What adapters put where a dropped screenshot was.
-pub const SCREENSHOT_PLACEHOLDER: &str = "[screenshot omitted to save context]";
+pub use crate::model::SCREENSHOT_PLACEHOLDER;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContextPolicy {

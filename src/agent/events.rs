@@ -1,4 +1,4 @@
-//! Task events (§8): the ordered stream a task emits while it runs, and the sink that numbers them.
+//! The sink that numbers a task's events (§8; the event types are `record::events`).
 //!
 //! Every event is `{seq, task_id, ts, type, …}`; `seq` is per task, strictly increasing, and continues
 //! across attempts (a resumed task starts its sink after the last stored seq). The sink never blocks: it
@@ -7,62 +7,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentd_computer::Action;
-use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
-use crate::model::Usage;
-use crate::record::{Outcome, TaskState};
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    pub seq: u64,
-    pub task_id: String,
-    #[serde(with = "time::serde::rfc3339")]
-    pub ts: OffsetDateTime,
-    #[serde(flatten)]
-    pub kind: EventKind,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeltaKind {
-    Text,
-    Thinking,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum EventKind {
-    TaskQueued {},
-    TaskStarted { attempt: u32, worker: String },
-    StepStarted { step: u32 },
-    ModelDelta { step: u32, kind: DeltaKind, text: String },
-    ActionStarted { step: u32, index: u32, action: Action },
-    ActionFinished { step: u32, index: u32, ok: bool, message: String, duration_ms: u64 },
-    ScreenshotSaved { step: u32, key: String, url: String, width: u32, height: u32, bytes: u64 },
-    StepFinished { step: u32, duration_ms: u64, usage: Usage },
-    WaitingForHuman { reason: String },
-    TaskFinished { state: TaskState, outcome: Outcome, usage: Usage },
-}
-
-impl EventKind {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Self::TaskQueued {} => "task_queued",
-            Self::TaskStarted { .. } => "task_started",
-            Self::StepStarted { .. } => "step_started",
-            Self::ModelDelta { .. } => "model_delta",
-            Self::ActionStarted { .. } => "action_started",
-            Self::ActionFinished { .. } => "action_finished",
-            Self::ScreenshotSaved { .. } => "screenshot_saved",
-            Self::StepFinished { .. } => "step_finished",
-            Self::WaitingForHuman { .. } => "waiting_for_human",
-            Self::TaskFinished { .. } => "task_finished",
-        }
-    }
-}
+pub use crate::record::events::{DeltaKind, Event, EventKind};
 
 /// Numbers, timestamps and forwards a task's events. Cheap to clone; safe to use from several tasks.
 #[derive(Clone)]

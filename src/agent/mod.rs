@@ -1,10 +1,9 @@
-//! The agent loop and what it owns: coordinate spaces, the context policy, screenshot processing, events
-//! and the step journal boundary.
+//! The agent loop and its policies: the loop itself (`runner`), which screenshots the model still sees
+//! (`context`), waiting for a quiet screen (`settle`), the sink that numbers events (`events`) and the step
+//! journal boundary (`journal`). Coordinate spaces and pixels are `screen`; the event types are `record`.
 
 pub mod context;
-pub mod coords;
 pub mod events;
-pub mod image;
 pub mod journal;
 pub mod runner;
 pub mod settle;

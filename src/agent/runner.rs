@@ -14,9 +14,9 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::context::ContextPolicy;
-use super::coords::{CoordinateMap, fit_within};
+use crate::screen::coords::{CoordinateMap, fit_within};
 use super::events::{DeltaKind, EventKind, EventSink};
-use super::image::{self, Prepared};
+use crate::screen::image::{self, Prepared};
 use super::journal::{Journal, JournalError};
 use super::settle::{SettlePolicy, settle};
 use crate::artifacts::{Uploader, artifact_key};

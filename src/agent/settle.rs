@@ -13,29 +13,8 @@ use std::time::{Duration, Instant};
 use tokio::time::Instant as Clock;
 
 use agentd_computer::{ComputerProvider, Frame, ProviderError};
-use serde::{Deserialize, Serialize};
 
-/// How the loop waits for the screen after acting (`[settle]` in the config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SettlePolicy {
-    /// Settle at all (false: take the next screenshot right after the actions).
-    pub enabled: bool,
-    /// How long the screen must stay unchanged, in milliseconds.
-    pub quiet_ms: u64,
-    /// How often to look, in milliseconds.
-    pub interval_ms: u64,
-    /// The longest to wait, in milliseconds; the screen is then taken as it is.
-    pub timeout_ms: u64,
-    /// Changed pixels that still count as "unchanged" (a caret, a pointer).
-    pub tolerance_pixels: u64,
-}
-
-impl Default for SettlePolicy {
-    fn default() -> Self {
-        Self { enabled: true, quiet_ms: 100, interval_ms: 25, timeout_ms: 3000, tolerance_pixels: 256 }
-    }
-}
+pub use crate::config::SettlePolicy;
 
 /// What settling found.
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 
 use super::{ApiError, ApiState};
-use crate::agent::events::{Event, EventKind};
+use crate::record::events::{Event, EventKind};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -7,7 +7,10 @@
 //! (413 past it).
 
 mod events;
+mod handle;
 mod tasks;
+
+pub use handle::WorkerHandle;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,8 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::artifacts::{ArtifactStore, Uploader};
 use crate::config::Config;
-use crate::daemon::metrics::Metrics;
-use crate::daemon::worker::Workers;
+use crate::metrics::Metrics;
 use crate::queue::{Queue, QueueError};
 
 /// What every handler can reach.
@@ -35,7 +37,8 @@ pub struct ApiState {
     pub store: Arc<dyn ArtifactStore>,
     pub uploader: Uploader,
     pub metrics: Arc<Metrics>,
-    pub workers: Arc<Workers>,
+    /// What the API may do to this process's workers.
+    pub workers: WorkerHandle,
     /// Fired at shutdown: new tasks are refused with 503.
     pub stopping: CancellationToken,
 }

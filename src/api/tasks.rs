@@ -16,7 +16,8 @@ use serde_json::json;
 use super::{ApiError, ApiState};
 use crate::backends;
 use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Submitted};
-use crate::record::{TaskRecord, TaskState};
+use crate::record::TaskState;
+use crate::status::TaskRecord;
 use crate::task::{TaskFileError, TaskId, TaskSpec};
 
 fn body_text(body: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {

@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use super::exit::{CliError, Exit};
-use crate::agent::events::Event;
+use crate::record::events::Event;
 use crate::config::Config;
 
 /// Where the daemon is.
@@ -197,7 +197,7 @@ impl Client {
                     }
                     if let Ok(event) = serde_json::from_str::<Event>(&payload) {
                         after = event.seq;
-                        finished |= matches!(event.kind, crate::agent::events::EventKind::TaskFinished { .. });
+                        finished |= matches!(event.kind, crate::record::events::EventKind::TaskFinished { .. });
                         on_event(&event);
                     }
                 }

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::agent::events::{Event, EventKind};
+use crate::record::events::{Event, EventKind};
 use crate::record::TaskState;
 
 /// Prints events as they arrive until the channel closes.

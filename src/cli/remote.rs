@@ -10,9 +10,9 @@ use serde_json::Value;
 use super::client::Client;
 use super::exit::{CliError, CliResult, Exit};
 use super::progress::Printer;
-use crate::agent::events::Event;
+use crate::record::events::Event;
 use crate::model::scripted::Script;
-use crate::record::TaskRecord;
+use crate::status::TaskRecord;
 use crate::task::{ComputerSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, TaskSpec};
 
 /// Makes a task file self-contained for a daemon that cannot see it: script files are inlined, scene files
@@ -76,7 +76,7 @@ pub async fn submit(client: &Client, task: &Path, wait: bool, json: bool) -> Cli
     let mut final_state = None;
     client
         .follow_events(&id, 0, true, |event| {
-            if let crate::agent::events::EventKind::TaskFinished { state, .. } = &event.kind {
+            if let crate::record::events::EventKind::TaskFinished { state, .. } = &event.kind {
                 final_state = Some(*state);
             }
             if let Some(line) = printer.line(event) {

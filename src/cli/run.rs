@@ -23,7 +23,8 @@ use crate::artifacts::Uploader;
 use crate::artifacts::fs::write_atomically;
 use crate::backends::{self, BuildError, ComputerContext};
 use crate::config::Config;
-use crate::record::{EndReason, Outcome, RECORD_VERSION, TaskRecord};
+use crate::record::{EndReason, Outcome, RECORD_VERSION};
+use crate::status::TaskRecord;
 use crate::task::{TaskId, TaskSpec};
 
 /// How long `run` waits for outstanding uploads before giving up (they stay in the spool).

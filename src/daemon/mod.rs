@@ -7,7 +7,6 @@
 //! exit. After `worker.shutdown_grace_secs`, whatever still runs is abandoned (its lease expires and another
 //! start resumes it). A second signal exits at once.
 
-pub mod metrics;
 pub mod notify;
 pub mod worker;
 
@@ -26,7 +25,7 @@ use crate::queue::Queue;
 use crate::queue::postgres::{PostgresQueue, PostgresSettings};
 use crate::queue::sqlite::SqliteQueue;
 use crate::queue::{QueueSignal, SignalHandler};
-use metrics::Metrics;
+use crate::metrics::Metrics;
 use worker::Workers;
 
 #[derive(Debug, Error)]
@@ -102,7 +101,7 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         store,
         uploader: uploader.clone(),
         metrics,
-        workers: workers.clone(),
+        workers: workers.handle.clone(),
         stopping: stop_claiming.clone(),
     });
     let servers = api::bind(&state).await.map_err(|e| DaemonError::Unreachable(e.to_string()))?;
@@ -164,7 +163,7 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
 fn signal_handler(workers: &Arc<Workers>) -> SignalHandler {
     let workers = workers.clone();
     Arc::new(move |signal| match signal {
-        QueueSignal::Work => workers.wake.notify_one(),
+        QueueSignal::Work => workers.handle.wake.notify_one(),
         QueueSignal::Cancel(task_id) => workers.cancel_local(&task_id),
     })
 }
@@ -175,7 +174,7 @@ async fn feed_watchdog(workers: Arc<Workers>, interval: Duration, stop: Cancella
     let every = interval / 2;
     let stale_after_ms = (interval.as_millis() / 2).max(1) as i64 + workers.config.queue.poll_ms as i64;
     loop {
-        let age = crate::queue::now_ms() - workers.claim_loop_alive_ms.load(Ordering::Relaxed);
+        let age = crate::queue::now_ms() - workers.handle.claim_loop_alive_ms.load(Ordering::Relaxed);
         if age <= stale_after_ms {
             notify::notify("WATCHDOG=1");
         } else {

@@ -6,19 +6,20 @@
 //! the daemon's `TaskTracker` and runs the loop through `run_isolated`, so a panic fails that task only.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::agent::events::{Event, EventKind, EventSink};
 use crate::agent::journal::{Journal, JournalError};
 use crate::agent::{LoopEnd, LoopInput, run_isolated};
+use crate::api::WorkerHandle;
 use crate::artifacts::Uploader;
 use crate::backends::{self, BuildError, ComputerContext};
 use crate::config::Config;
@@ -36,15 +37,11 @@ pub struct Workers {
     /// One HTTP client and rate limiter per model provider for the whole process, so that a retry storm is
     /// not multiplied by the number of tasks.
     pub models: crate::model::Shared,
-    /// Wakes the claim loop (a task was submitted or a slot freed).
-    pub wake: Arc<Notify>,
-    /// Fires when events of a task were stored (SSE followers wait on it).
-    pub events_stored: Arc<Notify>,
+    /// What the API may do to the workers (wake, cancel, count); the workers use the same signals.
+    pub handle: WorkerHandle,
     /// Leases held by this process: task id → (token, the runner's cancel token).
     active: Mutex<HashMap<String, ActiveLease>>,
     slots: Arc<Semaphore>,
-    /// Milliseconds since the epoch when the claim loop last went round (the systemd watchdog feeds on it).
-    pub claim_loop_alive_ms: AtomicI64,
 }
 
 struct ActiveLease {
@@ -70,25 +67,19 @@ impl Workers {
             metrics,
             identity,
             models,
-            wake: Arc::new(Notify::new()),
-            events_stored: Arc::new(Notify::new()),
+            handle: WorkerHandle::new(now_ms()),
             active: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(concurrency)),
-            claim_loop_alive_ms: AtomicI64::new(now_ms()),
         })
     }
 
     /// Cancels a task this process is running now (the queue already records the request).
     pub fn cancel_local(&self, task_id: &str) {
-        if let Ok(active) = self.active.lock()
-            && let Some(lease) = active.get(task_id)
-        {
-            lease.cancel.cancel();
-        }
+        self.handle.cancel_local(task_id);
     }
 
     pub fn running(&self) -> usize {
-        self.active.lock().map(|a| a.len()).unwrap_or(0)
+        self.handle.running()
     }
 
     fn lease_for(&self) -> Duration {
@@ -106,7 +97,7 @@ impl Workers {
         let poll = Duration::from_millis(self.config.queue.poll_ms);
         let mut refusing_for_spool = false;
         loop {
-            self.claim_loop_alive_ms.store(now_ms(), Ordering::Relaxed);
+            self.handle.claim_loop_alive_ms.store(now_ms(), Ordering::Relaxed);
             if stop.is_cancelled() {
                 return;
             }
@@ -150,7 +141,7 @@ impl Workers {
                     drop(permit);
                     tokio::select! {
                         () = stop.cancelled() => return,
-                        () = self.wake.notified() => {}
+                        () = self.handle.wake.notified() => {}
                         () = tokio::time::sleep(poll) => {}
                     }
                 }
@@ -212,8 +203,8 @@ impl Workers {
                     for r in &rescued {
                         tracing::info!(task_id = %r.task_id, state = r.new_state.as_str(), "rescued an expired lease");
                     }
-                    self.wake.notify_waiters();
-                    self.events_stored.notify_waiters();
+                    self.handle.wake.notify_waiters();
+                    self.handle.events_stored.notify_waiters();
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
@@ -235,13 +226,15 @@ impl Workers {
         if let Ok(mut active) = self.active.lock() {
             active.insert(task_id.clone(), ActiveLease { token, cancel: cancel.clone(), lost: lost.clone() });
         }
+        self.handle.started(&task_id, cancel.clone());
         self.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
         tracing::Instrument::instrument(self.clone().attempt(lease, cancel, lost, shutdown), span).await;
         if let Ok(mut active) = self.active.lock() {
             active.remove(&task_id);
         }
+        self.handle.stopped(&task_id);
         drop(permit);
-        self.wake.notify_one();
+        self.handle.wake.notify_one();
     }
 
     async fn attempt(
@@ -428,8 +421,8 @@ impl Workers {
             }
             Err(e) => tracing::error!(error = %e, "could not record how the attempt ended; the lease will expire"),
         }
-        self.events_stored.notify_waiters();
-        self.wake.notify_one();
+        self.handle.events_stored.notify_waiters();
+        self.handle.wake.notify_one();
     }
 
     /// Stores a task's events in batches as they come; ends when every sender is gone.
@@ -463,7 +456,7 @@ impl Workers {
             }
             batch.clear();
             let _ = stored.send(last);
-            self.events_stored.notify_waiters();
+            self.handle.events_stored.notify_waiters();
         }
     }
 }

@@ -27,7 +27,7 @@ use super::{
     CallKind, Delta, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall, ToolResult, ToolSpec,
     Usage,
 };
-use crate::agent::coords::CoordinateMap;
+use crate::screen::coords::CoordinateMap;
 
 pub const API_VERSION: &str = "2023-06-01";
 

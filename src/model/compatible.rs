@@ -29,8 +29,8 @@ use super::http::{AttemptError, Decoder, HttpRequest, SseEvent};
 use super::shared::Settings;
 use super::wire::{self, Screen};
 use super::{CallKind, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall, ToolSpec, Usage};
-use crate::agent::coords::{CoordinateMap, fit_within};
-use crate::tools::TASK_COMPLETION;
+use crate::screen::coords::{CoordinateMap, fit_within};
+use super::TASK_COMPLETION;
 
 /// Scroll distance when the model gives none, in its own units.
 const DEFAULT_SCROLL: i32 = 300;

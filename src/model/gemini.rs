@@ -28,7 +28,7 @@ use super::{
     ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall,
     Usage,
 };
-use crate::agent::coords::{CoordinateMap, fit_within};
+use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::model::ModelError as Error;
 
 /// The grid Gemini's coordinates live on.

@@ -20,63 +20,21 @@ mod wire;
 
 pub use shared::Shared;
 
-use std::sync::{Arc, OnceLock};
+/// The function tool the loop always declares beside the computer tool: the model calls it to end the task.
+pub const TASK_COMPLETION: &str = "task_completion";
 
-use agentd_computer::{Action, Size};
+/// What an old screenshot is replaced with once it leaves the model's context.
+pub const SCREENSHOT_PLACEHOLDER: &str = "[screenshot omitted to save context]";
+
+
+use agentd_computer::Size;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::agent::coords::CoordinateMap;
-
-/// An encoded screenshot as a model sees it.
-#[derive(Clone)]
-pub struct ModelImage {
-    pub size: Size,
-    pub media_type: &'static str,
-    pub bytes: Arc<[u8]>,
-    /// Base64 of `bytes`, computed once on first use (several requests may resend the same image).
-    base64: Arc<OnceLock<String>>,
-}
-
-impl ModelImage {
-    pub fn new(size: Size, media_type: &'static str, bytes: Arc<[u8]>) -> Self {
-        Self { size, media_type, bytes, base64: Arc::new(OnceLock::new()) }
-    }
-
-    pub fn base64(&self) -> &str {
-        self.base64.get_or_init(|| {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD.encode(&self.bytes)
-        })
-    }
-}
-
-impl std::fmt::Debug for ModelImage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ModelImage({}, {}, {} bytes)", self.size, self.media_type, self.bytes.len())
-    }
-}
-
-/// Tokens and money one model call (or a whole task) used.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    pub cache_write_tokens: u64,
-    pub cost_usd: f64,
-}
-
-impl Usage {
-    pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-        self.cost_usd += other.cost_usd;
-    }
-}
+pub use crate::record::{CallKind, ToolCall, Usage};
+pub use crate::screen::ModelImage;
+use crate::screen::CoordinateMap;
 
 /// A tool the loop declares next to the model's computer tool (e.g. `task_completion`).
 #[derive(Debug, Clone, PartialEq)]
@@ -85,24 +43,6 @@ pub struct ToolSpec {
     pub description: &'static str,
     /// JSON Schema of the arguments.
     pub parameters: serde_json::Value,
-}
-
-/// One call the model made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCall {
-    /// The vendor's call id (echoed in the result), or one the adapter made up.
-    pub id: String,
-    #[serde(flatten)]
-    pub kind: CallKind,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "call", rename_all = "snake_case")]
-pub enum CallKind {
-    /// Computer actions in the model's coordinate space, to run in order.
-    Computer { actions: Vec<Action> },
-    /// A declared function tool.
-    Function { name: String, arguments: serde_json::Value },
 }
 
 /// What the model answered in one call.

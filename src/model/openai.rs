@@ -32,7 +32,7 @@ use super::{
     ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall,
     Usage,
 };
-use crate::agent::coords::CoordinateMap;
+use crate::screen::coords::CoordinateMap;
 
 /// How long the model's `wait` action waits.
 pub const WAIT_MS: u64 = 1000;
@@ -144,9 +144,9 @@ fn placeholder_image() -> &'static ModelImage {
         let size = Size::new(8, 8);
         let bytes = agentd_computer::Frame::from_rgb(size, vec![128; 8 * 8 * 3])
             .ok()
-            .and_then(|frame| crate::agent::image::encode_png(&frame).ok())
+            .and_then(|frame| crate::screen::image::encode_png(&frame).ok())
             .unwrap_or_default();
-        ModelImage::new(size, crate::agent::image::PNG, bytes.into())
+        ModelImage::new(size, crate::screen::image::PNG, bytes.into())
     })
 }
 

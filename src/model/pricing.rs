@@ -13,40 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-use super::Usage;
-
-/// USD per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Price {
-    pub input: f64,
-    pub output: f64,
-    /// Cache reads (default: the input price).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read: Option<f64>,
-    /// Cache writes (default: the input price).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write: Option<f64>,
-}
-
-impl Price {
-    const fn new(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Self {
-        Self { input, output, cache_read: Some(cache_read), cache_write: Some(cache_write) }
-    }
-
-    pub fn cost(&self, usage: &Usage) -> f64 {
-        let read = usage.cache_read_tokens.min(usage.input_tokens);
-        let write = usage.cache_write_tokens.min(usage.input_tokens - read);
-        let plain = usage.input_tokens - read - write;
-        (plain as f64 * self.input
-            + read as f64 * self.cache_read.unwrap_or(self.input)
-            + write as f64 * self.cache_write.unwrap_or(self.input)
-            + usage.output_tokens as f64 * self.output)
-            / 1_000_000.0
-    }
-}
+pub use crate::config::Price;
 
 /// (provider, model id prefix, price). Anthropic cache: writes 1.25×, reads 0.1× the input price (5-minute
 /// cache); OpenAI cached input as listed; Gemini implicit-cache reads at 0.1× (Gemini 3) / 0.25× (2.5).

@@ -1,4 +1,5 @@
-//! The scripted model (§6): plays a fixed script, no network. It is how CI and examples run without a model.
+//! The scripted model (§6): plays a fixed script (`task::script`), no network. It is how CI and examples run
+//! without a model.
 //!
 //! Script format: `{"turns": [TURN, …]}` where a TURN has any of
 //! - `say`: text the model "says" (becomes `model_text`);
@@ -12,102 +13,13 @@
 //! The model plays turn N at step N (it counts the exchanges in the history), so a task resumed after a
 //! crash continues with the turn after the last recorded step and never replays one.
 
-use std::path::Path;
-
-use agentd_computer::{Action, Size};
+use agentd_computer::Size;
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 use super::{ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelRequest, ModelTurn, ToolCall, Usage};
-use crate::agent::coords::CoordinateMap;
-use crate::task::{TaskFileError, parse_json};
-use crate::tools::TASK_COMPLETION;
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Script {
-    pub turns: Vec<ScriptTurn>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScriptTurn {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub say: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub actions: Vec<Action>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub complete: Option<Completion>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<ScriptUsage>,
-    /// Ask a human before the turn's actions run (the task waits in `waiting_for_human`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ask_human: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Completion {
-    pub success: bool,
-    #[serde(default)]
-    pub summary: String,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScriptUsage {
-    #[serde(default)]
-    pub input_tokens: u64,
-    #[serde(default)]
-    pub output_tokens: u64,
-    #[serde(default)]
-    pub cache_read_tokens: u64,
-    #[serde(default)]
-    pub cache_write_tokens: u64,
-    #[serde(default)]
-    pub cost_usd: f64,
-}
-
-impl Script {
-    /// Parses a script file's text; errors name `source_name`, the field and the line/column.
-    pub fn parse(text: &str, source_name: &str) -> Result<Self, TaskFileError> {
-        let script: Script = parse_json(text, source_name)?;
-        script.check(source_name)?;
-        Ok(script)
-    }
-
-    pub fn load(path: &Path) -> Result<Self, TaskFileError> {
-        let name = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|error| TaskFileError::Read { source_name: name.clone(), error })?;
-        Self::parse(&text, &name)
-    }
-
-    /// Checks what the types cannot: a script has turns, and no turn is empty.
-    pub fn check(&self, source_name: &str) -> Result<(), TaskFileError> {
-        let invalid = |field: String, message: &str| TaskFileError::Invalid {
-            source_name: source_name.to_string(),
-            field: Some(field),
-            line: 0,
-            column: 0,
-            message: message.to_string(),
-        };
-        if self.turns.is_empty() {
-            return Err(invalid("turns".into(), "a script needs at least one turn"));
-        }
-        for (i, turn) in self.turns.iter().enumerate() {
-            if turn.say.is_none() && turn.actions.is_empty() && turn.complete.is_none() && turn.ask_human.is_none() {
-                return Err(invalid(format!("turns[{i}]"), "a turn needs `say`, `actions` or `complete`"));
-            }
-            if let Some(usage) = &turn.usage
-                && (!usage.cost_usd.is_finite() || usage.cost_usd < 0.0)
-            {
-                return Err(invalid(format!("turns[{i}].usage.cost_usd"), "must be a non-negative number"));
-            }
-        }
-        Ok(())
-    }
-}
+use super::TASK_COMPLETION;
+use crate::screen::CoordinateMap;
+pub use crate::task::script::{Completion, Script, ScriptTurn, ScriptUsage};
 
 /// A [`Model`] that plays a [`Script`].
 pub struct ScriptedModel {
@@ -171,23 +83,5 @@ impl Model for ScriptedModel {
             .as_ref()
             .map(|reason| ApprovalRequest { reason: reason.clone(), details: serde_json::Value::Null });
         Ok(ModelTurn { text, thinking: String::new(), calls, usage, raw: None, approval })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn script_errors_name_the_field() {
-        let err =
-            Script::parse(r#"{"turns":[{"say":"hi","actions":[{"type":"click","x":1}]}]}"#, "s.json").unwrap_err();
-        assert_eq!(err.field(), Some("turns[0].actions[0].y"), "{err}");
-        let err = Script::parse(r#"{"turns":[]}"#, "s.json").unwrap_err();
-        assert_eq!(err.field(), Some("turns"));
-        let err = Script::parse(r#"{"turns":[{}]}"#, "s.json").unwrap_err();
-        assert_eq!(err.field(), Some("turns[0]"));
-        let err = Script::parse(r#"{"turns":[{"sya":"x"}]}"#, "s.json").unwrap_err();
-        assert_eq!(err.field(), Some("turns[0].sya"), "{err}");
     }
 }

@@ -5,8 +5,8 @@ use agentd_computer::{Action, Point, Size};
 use serde_json::Value;
 
 use super::{CallKind, Exchange, ModelImage, ModelRequest, ToolCall, ToolResult, Usage};
-use crate::agent::context::SCREENSHOT_PLACEHOLDER;
-use crate::agent::coords::fit_within;
+use super::SCREENSHOT_PLACEHOLDER;
+use crate::screen::coords::fit_within;
 
 /// What the model is told in every request, besides the task.
 pub const SYSTEM_PROMPT: &str = "You operate a computer through the tools you are given, to carry out the task the \

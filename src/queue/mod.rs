@@ -19,9 +19,10 @@ use thiserror::Error;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::events::Event;
-use crate::model::Usage;
-use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskRecord, TaskState};
+use crate::record::events::Event;
+use crate::record::Usage;
+use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskState};
+use crate::status::TaskRecord;
 use crate::task::TaskSpec;
 
 #[derive(Debug, Error)]
@@ -231,8 +232,8 @@ pub trait Queue: Send + Sync {
 /// How the queue itself ends tasks, the same in every backend.
 pub(crate) mod ending {
     use super::QueueError;
-    use crate::agent::events::EventKind;
-    use crate::model::Usage;
+    use crate::record::events::EventKind;
+    use crate::record::Usage;
     use crate::record::{EndReason, Outcome, TaskState};
 
     pub fn cancelled() -> Outcome {

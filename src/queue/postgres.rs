@@ -32,9 +32,10 @@ use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
     Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, ending,
 };
-use crate::agent::events::{Event, EventKind};
-use crate::model::Usage;
-use crate::record::{Outcome, RECORD_VERSION, StepRecord, TaskRecord, TaskState};
+use crate::record::events::{Event, EventKind};
+use crate::record::Usage;
+use crate::record::{Outcome, RECORD_VERSION, StepRecord, TaskState};
+use crate::status::TaskRecord;
 use crate::task::TaskSpec;
 
 /// Channel notified when a task may have become claimable.

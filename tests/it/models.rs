@@ -510,7 +510,7 @@ async fn compatible_task_base_url_elsewhere_gets_no_key() {
 
 fn tiny_image(size: Size) -> ModelImage {
     let frame = Frame::from_rgb(size, vec![200; size.area() as usize * 3]).unwrap();
-    ModelImage::new(size, "image/png", agentd::agent::image::encode_png(&frame).unwrap().into())
+    ModelImage::new(size, "image/png", agentd::screen::image::encode_png(&frame).unwrap().into())
 }
 
 /// Calls `model` once for a fresh task on a 1280×800 screen.

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentd::agent::image::encode_png;
+use agentd::screen::image::encode_png;
 use agentd::model::anthropic::{self, AnthropicModel, MessageDecoder};
 use agentd::model::compatible::CompatibleModel;
 use agentd::model::gemini::{self, ContentDecoder, GeminiModel};

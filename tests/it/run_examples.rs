@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use agentd::agent::image::decode_png;
+use agentd::screen::image::decode_png;
 use agentd_computer::{Frame, Point};
 
 use crate::support::{Agentd, Run, repo};

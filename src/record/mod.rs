@@ -1,16 +1,19 @@
-//! The task record (§8): what `agentd status --json` and `GET /v1/tasks/{id}` return, and what the journal
-//! stores step by step. These are wire types: they derive `Serialize`, and `version` says which shape a
-//! stored record has.
+//! Wire types that are stored and served, the vocabulary every layer may use: the parts of the status
+//! document (§8) — states, outcomes, step records, screenshot references —, the persisted usage and tool-call
+//! types, and task events ([`events`]). They derive `Serialize`; [`RECORD_VERSION`] says which shape a stored
+//! record has. The whole status document, which also holds the task file, is `status::TaskRecord`.
 
 use agentd_computer::Action;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::model::{ToolCall, Usage};
-use crate::task::TaskSpec;
 
 /// The shape version of stored records and status documents.
 pub const RECORD_VERSION: u32 = 1;
+
+pub mod events;
+
+pub use events::{DeltaKind, Event, EventKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -165,29 +168,40 @@ pub struct StepApproval {
     pub approved: Option<bool>,
 }
 
+/// Tokens and money one model call (or a whole task) used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_usd: f64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.cost_usd += other.cost_usd;
+    }
+}
+
+/// One call the model made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskRecord {
-    pub version: u32,
+pub struct ToolCall {
+    /// The vendor's call id (echoed in the result), or one the adapter made up.
     pub id: String,
-    pub state: TaskState,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub started_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub finished_at: Option<OffsetDateTime>,
-    pub attempt: u32,
-    pub worker: Option<String>,
-    pub task: TaskSpec,
-    pub outcome: Option<Outcome>,
-    pub usage: Usage,
-    pub steps: Vec<StepRecord>,
-    /// The screen after the last step's actions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub final_screenshot: Option<ScreenshotRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub computer_state: Option<serde_json::Value>,
-    /// Why the task waits for a human (in `waiting_for_human`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting_reason: Option<String>,
+    #[serde(flatten)]
+    pub kind: CallKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case")]
+pub enum CallKind {
+    /// Computer actions in the model's coordinate space, to run in order.
+    Computer { actions: Vec<Action> },
+    /// A declared function tool.
+    Function { name: String, arguments: serde_json::Value },
 }

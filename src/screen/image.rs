@@ -4,14 +4,13 @@
 //! model API, and costs a few milliseconds on a UI screenshot; scaling uses `fast_image_resize` (bilinear,
 //! SIMD). Both are CPU work, so the loop runs them on the blocking pool.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use agentd_computer::{Frame, Size};
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use thiserror::Error;
 
-use crate::model::ModelImage;
 
 pub const PNG: &str = "image/png";
 
@@ -97,6 +96,35 @@ pub fn prepare(frame: &Frame, model_size: Size) -> Result<Prepared, ImageError> 
         ModelImage::new(model_size, PNG, encode_png(&scaled)?.into())
     };
     Ok(Prepared { artifact, model })
+}
+
+/// An encoded screenshot as a model sees it.
+#[derive(Clone)]
+pub struct ModelImage {
+    pub size: Size,
+    pub media_type: &'static str,
+    pub bytes: Arc<[u8]>,
+    /// Base64 of `bytes`, computed once on first use (several requests may resend the same image).
+    base64: Arc<OnceLock<String>>,
+}
+
+impl ModelImage {
+    pub fn new(size: Size, media_type: &'static str, bytes: Arc<[u8]>) -> Self {
+        Self { size, media_type, bytes, base64: Arc::new(OnceLock::new()) }
+    }
+
+    pub fn base64(&self) -> &str {
+        self.base64.get_or_init(|| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(&self.bytes)
+        })
+    }
+}
+
+impl std::fmt::Debug for ModelImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModelImage({}, {}, {} bytes)", self.size, self.media_type, self.bytes.len())
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,58 @@
+//! [`WorkerHandle`]: what the API may do to this process's workers, and nothing more — wake the claim loop,
+//! tell SSE followers that events were stored, cancel a task running here, count running tasks, and read
+//! how long ago the claim loop last went round. The workers own the other end (`daemon::worker`); the API
+//! never sees their fields.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Cheap to clone; every clone is the same handle.
+#[derive(Clone, Default)]
+pub struct WorkerHandle {
+    /// Wakes the claim loop (a task was submitted, approved or a slot freed).
+    pub wake: Arc<Notify>,
+    /// Fires when events of a task were stored (SSE followers wait on it).
+    pub events_stored: Arc<Notify>,
+    /// Milliseconds since the epoch when the claim loop last went round (the watchdog and `/healthz` read it).
+    pub claim_loop_alive_ms: Arc<AtomicI64>,
+    /// The cancel token of each task running in this process.
+    running: Arc<Mutex<HashMap<String, CancellationToken>>>,
+}
+
+impl WorkerHandle {
+    pub fn new(now_ms: i64) -> Self {
+        Self { claim_loop_alive_ms: Arc::new(AtomicI64::new(now_ms)), ..Self::default() }
+    }
+
+    /// Cancels a task this process is running now (the queue already records the request).
+    pub fn cancel_local(&self, task_id: &str) {
+        if let Ok(running) = self.running.lock()
+            && let Some(cancel) = running.get(task_id)
+        {
+            cancel.cancel();
+        }
+    }
+
+    /// How many tasks this process runs now.
+    pub fn running(&self) -> usize {
+        self.running.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// A task started running here; `cancel` stops it at its next safe point.
+    pub fn started(&self, task_id: &str, cancel: CancellationToken) {
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(task_id.to_string(), cancel);
+        }
+    }
+
+    /// A task stopped running here.
+    pub fn stopped(&self, task_id: &str) {
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(task_id);
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! The status document (§8): what `agentd status --json` and `GET /v1/tasks/{id}` return and what `agentd run`
+//! writes to `runs/{id}.json` — the task file as submitted beside the stored records of its run.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskState, Usage};
+use crate::task::TaskSpec;
+
+/// The whole task record; `version` is [`crate::record::RECORD_VERSION`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub version: u32,
+    pub id: String,
+    pub state: TaskState,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub started_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    pub attempt: u32,
+    pub worker: Option<String>,
+    pub task: TaskSpec,
+    pub outcome: Option<Outcome>,
+    pub usage: Usage,
+    pub steps: Vec<StepRecord>,
+    /// The screen after the last step's actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_screenshot: Option<ScreenshotRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub computer_state: Option<serde_json::Value>,
+    /// Why the task waits for a human (in `waiting_for_human`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<String>,
+}

@@ -1,0 +1,266 @@
+//! Keeps the house one-way: every module of `src/` imports only from layers below its own.
+//!
+//! The layer order is written once, in ARCHITECTURE.md (the fenced `layers` block, top layer first); this test
+//! reads it and every file of `src/`, resolves each `crate::…` and `super::…` path to the top-level module
+//! it names, and fails with the file, the line and both layers when an arrow points up or sideways (modules of
+//! one layer do not import each other). A module that is not in any layer fails too, so a new module has to
+//! be placed before it can land. In the spirit of rust-analyzer's tidy tests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom first: `layers[i]` holds the modules of layer `i`.
+fn parse_layers(architecture: &str) -> Result<Vec<Vec<String>>, String> {
+    let start = architecture.find("```layers\n").ok_or("ARCHITECTURE.md has no ```layers block")?;
+    let body = &architecture[start + "```layers\n".len()..];
+    let end = body.find("```").ok_or("the ```layers block is not closed")?;
+    let mut layers: Vec<Vec<String>> = body[..end]
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default())
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| line.split_whitespace().map(str::to_string).collect())
+        .collect();
+    layers.reverse();
+    Ok(layers)
+}
+
+/// A module path as written in one file: its components below the crate root.
+fn module_of(relative: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if let Some(last) = parts.pop() {
+        let stem = last.trim_end_matches(".rs").to_string();
+        if stem != "mod" && stem != "lib" && stem != "main" {
+            parts.push(stem);
+        }
+    }
+    parts
+}
+
+/// Removes comments and the contents of string literals, keeping line breaks (so line numbers stay right).
+fn strip_comments_and_strings(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    in_string = false;
+                    out.push('"');
+                }
+                '\n' => out.push('\n'),
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '"' => {
+                in_string = true;
+                out.push('"');
+            }
+            // A char literal like '"' must not open a string.
+            '\'' => {
+                out.push('\'');
+                let rest: String = chars.clone().take(3).collect();
+                if rest.starts_with("\"'") || rest.starts_with("\\\"") {
+                    chars.next();
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Every top-level module a file's code names, with the line where it does.
+fn imports_of(module: &[String], code: &str) -> Vec<(String, usize)> {
+    let code = strip_comments_and_strings(code);
+    let mut found = Vec::new();
+    for (number, line) in code.lines().enumerate() {
+        let mut rest = line;
+        while let Some(at) = find_path_start(rest) {
+            let (resolved, tail) = resolve(module, &rest[at..]);
+            for name in resolved {
+                found.push((name, number + 1));
+            }
+            rest = tail;
+        }
+    }
+    found
+}
+
+/// The next `crate::` or `super::` that starts a path (not part of a longer identifier).
+fn find_path_start(text: &str) -> Option<usize> {
+    let candidates = ["crate::", "super::"];
+    let mut best: Option<usize> = None;
+    for pattern in candidates {
+        let mut from = 0;
+        while let Some(i) = text[from..].find(pattern) {
+            let at = from + i;
+            let before = text[..at].chars().last();
+            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                best = Some(best.map_or(at, |b| b.min(at)));
+                break;
+            }
+            from = at + pattern.len();
+        }
+    }
+    best
+}
+
+/// Resolves a path that starts with `crate::` or `super::` (possibly `super::super::`) to the top-level
+/// modules it reaches (several for `crate::{a, b}`); returns them and the text after the path's head.
+fn resolve<'a>(module: &[String], text: &'a str) -> (Vec<String>, &'a str) {
+    let mut base: Vec<String> = module.to_vec();
+    let mut rest = text;
+    if let Some(tail) = rest.strip_prefix("crate::") {
+        base.clear();
+        rest = tail;
+    } else {
+        while let Some(tail) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = tail;
+        }
+    }
+    if !base.is_empty() {
+        // Still inside a top-level module: that module itself.
+        return (vec![base[0].clone()], rest);
+    }
+    if let Some(group) = rest.strip_prefix('{') {
+        // `crate::{a, b::c, d as e}`: the first identifier of each top-level item.
+        let mut names = Vec::new();
+        let mut depth = 0;
+        let mut item_start = true;
+        let mut end = group.len();
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    end = i + 1;
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => item_start = true,
+                c if item_start && (c.is_alphanumeric() || c == '_') => {
+                    let ident: String =
+                        group[i..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    names.push(ident);
+                    item_start = false;
+                }
+                _ => {}
+            }
+        }
+        return (names, &group[end.min(group.len())..]);
+    }
+    let ident: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    let tail = &rest[ident.len()..];
+    if ident.is_empty() || ident == "self" { (Vec::new(), tail) } else { (vec![ident], tail) }
+}
+
+/// Every arrow that points up or sideways, as a readable line each.
+fn violations(layers: &[Vec<String>], files: &[(PathBuf, String)]) -> Vec<String> {
+    let layer_of: BTreeMap<&str, usize> =
+        layers.iter().enumerate().flat_map(|(i, names)| names.iter().map(move |n| (n.as_str(), i))).collect();
+    let mut problems = Vec::new();
+    for (path, code) in files {
+        let module = module_of(path);
+        let Some(top) = module.first() else { continue };
+        let Some(&own) = layer_of.get(top.as_str()) else {
+            problems.push(format!("src/{}: module `{top}` is in no layer of ARCHITECTURE.md", path.display()));
+            continue;
+        };
+        for (name, line) in imports_of(&module, code) {
+            if name == *top {
+                continue;
+            }
+            // Names that are not our modules (macros, `crate::` in a doc example) are not arrows.
+            let Some(&theirs) = layer_of.get(name.as_str()) else { continue };
+            if theirs >= own {
+                let how = if theirs == own { "a module of its own layer" } else { "a layer above it" };
+                problems.push(format!(
+                    "src/{}:{line}: `{top}` (layer {own}) imports `{name}` (layer {theirs}), {how}",
+                    path.display()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn source_files(root: &Path) -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<(PathBuf, String)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let relative = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                out.push((relative, text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    // lib.rs is the module map and main.rs the binary's edge: they may name every module.
+    out.retain(|(path, _)| path != Path::new("lib.rs") && path != Path::new("main.rs"));
+    out
+}
+
+#[test]
+fn every_module_imports_only_from_layers_below_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let layers = parse_layers(&architecture).unwrap_or_else(|e| panic!("{e}"));
+    assert!(layers.len() >= 5, "the layers block looks empty: {layers:?}");
+    let files = source_files(&root.join("src"));
+    assert!(files.len() > 40, "found only {} files under src/", files.len());
+    let problems = violations(&layers, &files);
+    assert!(problems.is_empty(), "imports that point up the house:\n{}", problems.join("\n"));
+}
+
+fn synthetic_layers() -> Vec<Vec<String>> {
+    parse_layers("```layers\ncli\nagent\nmodel queue\nrecord screen\n```\n").unwrap_or_default()
+}
+
+#[test]
+fn a_back_import_is_found_with_its_file_and_line() {
+    let files = vec![
+        (PathBuf::from("queue/sqlite.rs"), "use crate::record::Event;\n\nuse crate::agent::runner::run;\n".into()),
+        (PathBuf::from("agent/runner.rs"), "use crate::{model::Model, queue::Queue};\nuse super::context;\n".into()),
+    ];
+    let problems = violations(&synthetic_layers(), &files);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("src/queue/sqlite.rs:3: `queue` (layer 1) imports `agent` (layer 2)"), "{problems:?}");
+}
+
+#[test]
+fn peers_grouped_imports_super_paths_and_unplaced_modules_are_checked() {
+    let files = vec![
+        // A grouped import that names a peer of the same layer.
+        (PathBuf::from("model/mod.rs"), "use crate::{record::Usage, queue::Lease};\n".into()),
+        // `super::super` from a nested file reaches the crate root.
+        (PathBuf::from("record/events/x.rs"), "use super::super::super::cli::main;\n".into()),
+        // Comments and strings are not code.
+        (PathBuf::from("screen/coords.rs"), "// use crate::cli::x;\nlet s = \"crate::cli\";\n".into()),
+        (PathBuf::from("newthing.rs"), "fn f() {}\n".into()),
+    ];
+    let problems = violations(&synthetic_layers(), &files);
+    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert!(problems[0].contains("`model` (layer 1) imports `queue` (layer 1), a module of its own layer"));
+    assert!(problems[1].contains("`record` (layer 0) imports `cli` (layer 3)"));
+    assert!(problems[2].contains("module `newthing` is in no layer"));
+}
