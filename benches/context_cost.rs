@@ -1,6 +1,6 @@
 //! Context cost of a 50-step task through the Anthropic adapter, with `keep_screenshots` 3 versus unlimited:
 //! input tokens per call by step, and the prompt-cache hit ratio, as a fake Anthropic server counts them
-//! (`model::fake::CacheSim`: text at 4 characters a token, images at w·h/750, Anthropic's prefix cache with
+//! (`agentd_testkit::fake::CacheSim`: text at 4 characters a token, images at w·h/750, Anthropic's prefix cache with
 //! breakpoints and a 20-block lookback). The agent loop, the context policy and the adapter are the real
 //! ones; the desktop is the mock (1280×800, so each screenshot costs 1365 tokens).
 //!
@@ -14,7 +14,7 @@ use std::time::Duration;
 use agentd::agent::journal::MemoryJournal;
 use agentd::agent::{LoopEnd, LoopInput, run};
 use agentd::artifacts::{FsStore, Uploader};
-use agentd::model::fake::{self, CacheSim, FakeServer, Vendor};
+use agentd_testkit::fake::{self, CacheSim, FakeServer, Vendor};
 use agentd::model::{Shared, Usage};
 use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask};
 use agentd_computer::Size;

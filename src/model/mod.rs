@@ -9,7 +9,6 @@
 
 pub mod anthropic;
 pub mod compatible;
-pub mod fake;
 pub mod gemini;
 pub mod http;
 pub mod openai;

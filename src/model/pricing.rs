@@ -63,6 +63,7 @@ fn longest<'a>(entries: impl Iterator<Item = (&'a str, Price)>, model: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Usage;
 
     #[test]
     fn prefixes_and_overrides() {

@@ -13,7 +13,7 @@ use agentd::agent::journal::MemoryJournal;
 use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::backends;
-use agentd::model::fake::{self, FakeServer, Recorded, Reply, Vendor};
+use agentd_testkit::fake::{self, FakeServer, Recorded, Reply, Vendor};
 use agentd::model::{Delta, Model, ModelError, ModelImage, ModelRequest, ModelTurn, Shared};
 use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask};
 use agentd_computer::{Action, Frame, MouseButton, Point, Size};

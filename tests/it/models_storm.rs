@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agentd::agent::LoopEnd;
 use agentd::backends;
-use agentd::model::fake::{self, FakeServer, Reply, Vendor};
+use agentd_testkit::fake::{self, FakeServer, Reply, Vendor};
 use agentd_computer::Size;
 use agentd_mock::{MockDesktop, Scene};
 use serde_json::json;

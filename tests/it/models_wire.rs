@@ -361,7 +361,7 @@ fn structured_streams_survive_reordering_and_truncation() {
 #[test]
 fn anthropic_cache_breakpoints_survive_dropping_screenshots() {
     use agentd::agent::context::ContextPolicy;
-    use agentd::model::fake::CacheSim;
+    use agentd_testkit::fake::CacheSim;
     let big = |shade: u8| {
         let frame = Frame::from_rgb(SCREEN, vec![shade; SCREEN.area() as usize * 3]).unwrap();
         ModelImage::new(SCREEN, "image/png", encode_png(&frame).unwrap().into())
