@@ -8,14 +8,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentd::screen::coords::{CoordinateMap, fit_within};
 use agentd::agent::events::{EventKind, EventSink};
-use agentd::screen::image;
 use agentd::agent::journal::MemoryJournal;
 use agentd::agent::{LoopInput, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::model::scripted::{Script, ScriptedModel};
 use agentd::model::{DeltaSink, Model, ModelError, ModelRequest, ModelTurn};
+use agentd::screen::coords::{CoordinateMap, fit_within};
+use agentd::screen::image;
 use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};
 use agentd_computer::{ComputerProvider, Size};
 use agentd_mock::{MockDesktop, Scene};

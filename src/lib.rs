@@ -6,12 +6,13 @@
 pub mod agent;
 pub mod api;
 pub mod artifacts;
+pub mod attempt;
 pub mod backends;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod input;
 pub mod metrics;
-pub mod daemon;
 pub mod model;
 pub mod queue;
 pub mod record;

@@ -14,9 +14,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::context::ContextPolicy;
-use crate::screen::coords::{CoordinateMap, fit_within};
 use super::events::{DeltaKind, EventKind, EventSink};
-use crate::screen::image::{self, Prepared};
 use super::journal::{Journal, JournalError};
 use super::settle::{SettlePolicy, settle};
 use crate::artifacts::{Uploader, artifact_key};
@@ -24,6 +22,8 @@ use crate::model::{
     CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult, Usage,
 };
 use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepApproval, StepRecord};
+use crate::screen::coords::{CoordinateMap, fit_within};
+use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
 use crate::tools::{self, Effect};
 

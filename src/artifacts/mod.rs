@@ -16,7 +16,17 @@ pub use uploader::Uploader;
 
 /// `tasks/{task_id}/{attempt}/{step:05}.{ext}` — a re-upload of the same step overwrites, never duplicates.
 pub fn artifact_key(task_id: &str, attempt: u32, step: u32, extension: &str) -> String {
-    format!("tasks/{task_id}/{attempt}/{step:05}.{extension}")
+    format!("{}{step:05}.{extension}", attempt_prefix(task_id, attempt))
+}
+
+/// The key prefix of every artifact of a task, all attempts (`tasks/{task_id}/`).
+pub fn task_prefix(task_id: &str) -> String {
+    format!("tasks/{task_id}/")
+}
+
+/// The key prefix of one attempt's artifacts (`tasks/{task_id}/{attempt}/`).
+pub fn attempt_prefix(task_id: &str, attempt: u32) -> String {
+    format!("{}{attempt}/", task_prefix(task_id))
 }
 
 /// The content type for an artifact key, from its extension.

@@ -11,8 +11,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use super::exit::{CliError, Exit};
-use crate::record::events::Event;
 use crate::config::Config;
+use crate::record::events::Event;
 
 /// Where the daemon is.
 #[derive(Debug, Clone)]

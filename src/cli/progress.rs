@@ -4,8 +4,8 @@ use std::io::Write;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::record::events::{Event, EventKind};
 use crate::record::TaskState;
+use crate::record::events::{Event, EventKind};
 
 /// Prints events as they arrive until the channel closes.
 pub async fn print(mut events: UnboundedReceiver<Event>, mut out: impl Write) {

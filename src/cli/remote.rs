@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::client::Client;
 use super::exit::{CliError, CliResult, Exit};
 use super::progress::Printer;
-use crate::record::events::Event;
 use crate::model::scripted::Script;
+use crate::record::events::Event;
 use crate::status::TaskRecord;
 use crate::task::{ComputerSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, TaskSpec};
 

@@ -16,14 +16,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::exit::{CliError, CliResult, Exit};
-use crate::agent::events::{EventKind, EventSink};
+use crate::agent::events::EventSink;
 use crate::agent::journal::MemoryJournal;
-use crate::agent::{self, LoopEnd, LoopInput};
 use crate::artifacts::Uploader;
 use crate::artifacts::fs::write_atomically;
-use crate::backends::{self, BuildError, ComputerContext};
+use crate::attempt::{self, Attempt};
+use crate::backends::{self, BuildError};
 use crate::config::Config;
-use crate::record::{EndReason, Outcome, RECORD_VERSION};
+use crate::record::RECORD_VERSION;
 use crate::status::TaskRecord;
 use crate::task::{TaskId, TaskSpec};
 
@@ -49,11 +49,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         BuildError::Unreachable(message) => CliError::unreachable(anyhow::anyhow!("{}: {message}", source.name)),
     };
     let shared = crate::model::Shared::new(config);
-    let model = backends::model(&resolved.model, &shared, Some(&source.base_dir)).map_err(build_error)?;
-    let computer_ctx = ComputerContext { base_dir: Some(&source.base_dir), persist_dir: None };
-    let computer = backends::computer(&resolved.computer, &computer_ctx).await.map_err(build_error)?;
     let store = backends::artifact_store(config).await.map_err(build_error)?;
-
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
     let uploader = Uploader::start(
@@ -65,52 +61,40 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         background.clone(),
     );
     let (events, receiver) = EventSink::channel(task_id.as_str(), 1);
-    let printer = tokio::spawn(super::progress::print(receiver, std::io::stderr()));
-
     let cancel = CancellationToken::new();
-    let signals = watch_interrupts(cancel.clone());
     let worker = format!("run@{}", crate::config::host_name());
     let created_at = OffsetDateTime::now_utc();
-    events.emit(EventKind::TaskStarted { attempt: 1, worker: worker.clone() });
-    eprintln!(
-        "agentd: task {task_id}: {} on {} with {}",
-        source.name,
-        describe_computer(&resolved.computer),
-        model.describe()
-    );
-
-    let output = agent::run_isolated(LoopInput {
-        task_id: task_id.to_string(),
+    let computer_name = describe_computer(&resolved.computer);
+    let attempt = Attempt {
+        task_id: task_id.as_str(),
         attempt: 1,
+        worker: &worker,
         task: resolved,
-        computer,
-        model,
+        base_dir: Some(&source.base_dir),
+        persist_dir: None,
+        models: &shared,
         uploader: uploader.clone(),
         journal: Arc::new(MemoryJournal::default()),
         events: events.clone(),
-        cancel,
+        cancel: cancel.clone(),
         shutdown: CancellationToken::new(),
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
         approved: false,
         settle: config.settle,
-    })
-    .await;
+    };
+    // Input the task file states wrongly is refused before the task starts: exit 2 naming the field.
+    let built = attempt.build().await.map_err(build_error)?;
+    let printer = tokio::spawn(super::progress::print(receiver, std::io::stderr()));
+    let signals = watch_interrupts(cancel);
+    eprintln!("agentd: task {task_id}: {} on {computer_name} with {}", source.name, built.model.describe());
+    let output = attempt.run(Some(built)).await;
     signals.abort();
 
-    let outcome = match output.end {
-        LoopEnd::Finished(outcome) | LoopEnd::Retryable(outcome) => outcome,
-        LoopEnd::Interrupted => Outcome { success: false, summary: "interrupted".into(), reason: EndReason::Cancelled },
-        LoopEnd::LeaseLost(why) => Outcome { success: false, summary: why, reason: EndReason::Error },
-        LoopEnd::WaitingForHuman { reason } => Outcome {
-            success: false,
-            summary: format!("needs a human's approval ({reason}); submit it to the daemon to approve it"),
-            reason: EndReason::Rejected,
-        },
-    };
+    let outcome = output.ending.clone().into_outcome();
     let pending = uploader.flush(FLUSH_TIMEOUT).await;
     let state = outcome.state();
-    events.emit(EventKind::TaskFinished { state, outcome: outcome.clone(), usage: output.usage });
+    attempt::emit_finished(&events, &outcome, output.usage);
     drop(events);
     let _ = printer.await;
     background.cancel();
@@ -140,7 +124,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     if let Err(e) = write_atomically(&record_path, &document) {
         eprintln!("agentd: warning: cannot write {}: {e}", record_path.display());
     }
-    let screenshots = store.url(&format!("tasks/{task_id}/1"));
+    let screenshots = store.url(crate::artifacts::attempt_prefix(task_id.as_str(), 1).trim_end_matches('/'));
     if pending > 0 {
         eprintln!(
             "agentd: {pending} screenshot(s) not stored yet; they stay in {} and upload on the next start",

@@ -21,11 +21,11 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, ApiState};
 use crate::artifacts::{ArtifactError, Uploader};
 use crate::config::{Config, QueueBackend};
+use crate::metrics::Metrics;
 use crate::queue::Queue;
 use crate::queue::postgres::{PostgresQueue, PostgresSettings};
 use crate::queue::sqlite::SqliteQueue;
 use crate::queue::{QueueSignal, SignalHandler};
-use crate::metrics::Metrics;
 use worker::Workers;
 
 #[derive(Debug, Error)]

@@ -15,17 +15,16 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::metrics::Metrics;
 use crate::agent::events::{Event, EventKind, EventSink};
 use crate::agent::journal::{Journal, JournalError};
-use crate::agent::{LoopEnd, LoopInput, run_isolated};
 use crate::api::WorkerHandle;
 use crate::artifacts::Uploader;
-use crate::backends::{self, BuildError, ComputerContext};
+use crate::attempt::{self, Attempt, Ending};
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::model::Usage;
 use crate::queue::{Finish, Lease, LeaseStatus, Queue, QueueError, Release, WorkerIdentity, now_ms};
-use crate::record::{EndReason, Outcome};
+use crate::record::Outcome;
 
 /// What the claim loop and runners share.
 pub struct Workers {
@@ -249,42 +248,7 @@ impl Workers {
         let (events, receiver) = EventSink::channel(&task_id, lease.next_seq);
         let (stored_tx, stored_rx) = watch::channel(lease.next_seq.saturating_sub(1));
         let writer = tokio::spawn(self.clone().write_events(task_id.clone(), token, receiver, stored_tx));
-        events.emit(EventKind::TaskStarted { attempt: lease.attempt, worker: self.identity.name.clone() });
-
-        let resolved = lease.spec.resolve(&self.config.defaults);
         let persist = self.config.mock_dir(&task_id);
-        let ctx = ComputerContext { base_dir: None, persist_dir: Some(&persist) };
-        let built = match backends::model(&resolved.model, &self.models, None) {
-            Ok(model) => backends::computer(&resolved.computer, &ctx).await.map(|computer| (computer, model)),
-            Err(e) => Err(e),
-        };
-        let (computer, model) = match built {
-            Ok(pair) => pair,
-            Err(e) => {
-                let (retry, message) = match e {
-                    BuildError::Invalid(m) => (false, m),
-                    BuildError::Unreachable(m) => (true, m),
-                };
-                let outcome = Outcome { success: false, summary: message, reason: EndReason::Error };
-                let finish = Finish {
-                    outcome: outcome.clone(),
-                    usage: Usage::default(),
-                    final_screenshot: None,
-                    computer_state: None,
-                };
-                self.end(
-                    &lease,
-                    &events,
-                    &stored_rx,
-                    if retry { End::Retry(outcome, finish, None) } else { End::Finish(finish) },
-                )
-                .await;
-                drop(events);
-                let _ = writer.await;
-                return;
-            }
-        };
-
         let journal = Arc::new(QueueJournal {
             queue: self.queue.clone(),
             task_id: task_id.clone(),
@@ -294,12 +258,14 @@ impl Workers {
             metrics: self.metrics.clone(),
             retry_for: self.lease_for(),
         });
-        let output = run_isolated(LoopInput {
-            task_id: task_id.clone(),
+        let output = Attempt {
+            task_id: &task_id,
             attempt: lease.attempt,
-            task: resolved,
-            computer,
-            model,
+            worker: &self.identity.name,
+            task: lease.spec.resolve(&self.config.defaults),
+            base_dir: None,
+            persist_dir: Some(&persist),
+            models: &self.models,
             uploader: self.uploader.clone(),
             journal,
             events: events.clone(),
@@ -309,7 +275,8 @@ impl Workers {
             elapsed_before: lease.elapsed,
             approved: lease.approved,
             settle: self.config.settle,
-        })
+        }
+        .run(None)
         .await;
         for step in &output.steps {
             self.metrics
@@ -325,12 +292,12 @@ impl Workers {
         let end = if lost.is_cancelled() {
             End::Lost
         } else {
-            match output.end.clone() {
-                LoopEnd::Finished(outcome) => End::Finish(finish(outcome)),
-                LoopEnd::Retryable(outcome) => End::Retry(outcome.clone(), finish(outcome), output.retry_after),
-                LoopEnd::Interrupted => End::Requeue,
-                LoopEnd::LeaseLost(_) => End::Lost,
-                LoopEnd::WaitingForHuman { reason } => End::Wait(reason),
+            match output.ending {
+                Ending::Finished(outcome) => End::Finish(finish(outcome)),
+                Ending::Retryable { outcome, retry_after } => End::Retry(outcome.clone(), finish(outcome), retry_after),
+                Ending::Interrupted => End::Requeue,
+                Ending::LeaseLost(_) => End::Lost,
+                Ending::WaitingForHuman(reason) => End::Wait(reason),
             }
         };
         self.metrics.model_errors.fetch_add(u64::from(output.model_errors), Ordering::Relaxed);
@@ -346,7 +313,7 @@ impl Workers {
     /// safe in the spool and their events follow when they are stored.
     async fn wait_for_uploads(&self, task_id: &str) {
         if !self.uploader.store_failing() {
-            let prefix = format!("tasks/{task_id}/");
+            let prefix = crate::artifacts::task_prefix(task_id);
             let left = self.uploader.wait_for_prefix(&prefix, Duration::from_secs(3)).await;
             if left > 0 {
                 tracing::debug!(left, "finishing before every screenshot is uploaded");
@@ -361,12 +328,7 @@ impl Workers {
             End::Finish(finish) => {
                 self.wait_for_uploads(task_id).await;
                 let outcome = finish.outcome.clone();
-                let seq = emit_and_wait(
-                    events,
-                    stored,
-                    EventKind::TaskFinished { state: outcome.state(), outcome: outcome.clone(), usage: finish.usage },
-                )
-                .await;
+                let seq = finish_and_wait(events, stored, &outcome, finish.usage).await;
                 tracing::info!(
                     state = outcome.state().as_str(),
                     reason = outcome.reason.as_str(),
@@ -387,16 +349,7 @@ impl Workers {
                 self.wait_for_uploads(task_id).await;
                 finish.outcome =
                     Outcome { summary: format!("{} (after {} attempts)", outcome.summary, lease.attempt), ..outcome };
-                emit_and_wait(
-                    events,
-                    stored,
-                    EventKind::TaskFinished {
-                        state: finish.outcome.state(),
-                        outcome: finish.outcome.clone(),
-                        usage: finish.usage,
-                    },
-                )
-                .await;
+                finish_and_wait(events, stored, &finish.outcome, finish.usage).await;
                 self.metrics.tasks_finished.fetch_add(1, Ordering::Relaxed);
                 retry_unavailable(self.lease_for(), || self.queue.finish(task_id, lease.token, &finish)).await
             }
@@ -498,10 +451,10 @@ where
     }
 }
 
-/// Emits an event and waits (briefly) until it is stored, so the state change that follows is never seen
-/// before the event that explains it.
-async fn emit_and_wait(events: &EventSink, stored: &watch::Receiver<u64>, kind: EventKind) -> u64 {
-    events.emit(kind);
+/// Emits `task_finished` and waits (briefly) until it is stored, so the state change that follows is never
+/// seen before the event that explains it.
+async fn finish_and_wait(events: &EventSink, stored: &watch::Receiver<u64>, outcome: &Outcome, usage: Usage) -> u64 {
+    attempt::emit_finished(events, outcome, usage);
     wait_stored(stored, events).await
 }
 

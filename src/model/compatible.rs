@@ -25,12 +25,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::TASK_COMPLETION;
 use super::http::{AttemptError, Decoder, HttpRequest, SseEvent};
 use super::shared::Settings;
 use super::wire::{self, Screen};
 use super::{CallKind, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall, ToolSpec, Usage};
 use crate::screen::coords::{CoordinateMap, fit_within};
-use super::TASK_COMPLETION;
 
 /// Scroll distance when the model gives none, in its own units.
 const DEFAULT_SCROLL: i32 = 300;

@@ -28,8 +28,8 @@ use super::{
     ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall,
     Usage,
 };
-use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::model::ModelError as Error;
+use crate::screen::coords::{CoordinateMap, fit_within};
 
 /// The grid Gemini's coordinates live on.
 pub const GRID: u32 = 1000;

@@ -25,15 +25,14 @@ pub const TASK_COMPLETION: &str = "task_completion";
 /// What an old screenshot is replaced with once it leaves the model's context.
 pub const SCREENSHOT_PLACEHOLDER: &str = "[screenshot omitted to save context]";
 
-
 use agentd_computer::Size;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub use crate::record::{CallKind, ToolCall, Usage};
-pub use crate::screen::ModelImage;
 use crate::screen::CoordinateMap;
+pub use crate::screen::ModelImage;
 
 /// A tool the loop declares next to the model's computer tool (e.g. `task_completion`).
 #[derive(Debug, Clone, PartialEq)]

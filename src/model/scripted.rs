@@ -16,8 +16,8 @@
 use agentd_computer::Size;
 use async_trait::async_trait;
 
-use super::{ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelRequest, ModelTurn, ToolCall, Usage};
 use super::TASK_COMPLETION;
+use super::{ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelRequest, ModelTurn, ToolCall, Usage};
 use crate::screen::CoordinateMap;
 pub use crate::task::script::{Completion, Script, ScriptTurn, ScriptUsage};
 

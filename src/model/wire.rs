@@ -4,8 +4,8 @@
 use agentd_computer::{Action, Point, Size};
 use serde_json::Value;
 
-use super::{CallKind, Exchange, ModelImage, ModelRequest, ToolCall, ToolResult, Usage};
 use super::SCREENSHOT_PLACEHOLDER;
+use super::{CallKind, Exchange, ModelImage, ModelRequest, ToolCall, ToolResult, Usage};
 use crate::screen::coords::fit_within;
 
 /// What the model is told in every request, besides the task.

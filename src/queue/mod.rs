@@ -19,8 +19,8 @@ use thiserror::Error;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::record::events::Event;
 use crate::record::Usage;
+use crate::record::events::Event;
 use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskState};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;
@@ -232,8 +232,8 @@ pub trait Queue: Send + Sync {
 /// How the queue itself ends tasks, the same in every backend.
 pub(crate) mod ending {
     use super::QueueError;
-    use crate::record::events::EventKind;
     use crate::record::Usage;
+    use crate::record::events::EventKind;
     use crate::record::{EndReason, Outcome, TaskState};
 
     pub fn cancelled() -> Outcome {

@@ -32,8 +32,8 @@ use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
     Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, ending,
 };
-use crate::record::events::{Event, EventKind};
 use crate::record::Usage;
+use crate::record::events::{Event, EventKind};
 use crate::record::{Outcome, RECORD_VERSION, StepRecord, TaskState};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;

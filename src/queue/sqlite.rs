@@ -24,8 +24,8 @@ use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
     Submitted, WorkerIdentity, body_hash, ending, from_ms, labels_match, now_ms,
 };
-use crate::record::events::{Event, EventKind};
 use crate::record::Usage;
+use crate::record::events::{Event, EventKind};
 use crate::record::{RECORD_VERSION, StepRecord, TaskState};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;

@@ -10,8 +10,8 @@ use super::{
     Cancelled, Decision, Finish, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Submitted,
     WorkerIdentity,
 };
-use crate::record::events::{Event, EventKind};
 use crate::record::Usage;
+use crate::record::events::{Event, EventKind};
 use crate::record::{EndReason, Outcome, ScreenshotRef, StepRecord, TaskState};
 use crate::task::{TaskId, TaskSpec};
 

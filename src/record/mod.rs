@@ -7,7 +7,6 @@ use agentd_computer::Action;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-
 /// The shape version of stored records and status documents.
 pub const RECORD_VERSION: u32 = 1;
 

@@ -11,7 +11,6 @@ use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use thiserror::Error;
 
-
 pub const PNG: &str = "image/png";
 
 #[derive(Debug, Error)]

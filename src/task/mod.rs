@@ -12,8 +12,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub mod script;
 
-pub use crate::input::{TaskFileError, format_location, locate_field, parse_json};
 use crate::input::line_column;
+pub use crate::input::{TaskFileError, format_location, locate_field, parse_json};
 use script::Script;
 
 /// Built-in limits and context defaults (used when neither the task nor the config says).

@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agentd::screen::coords::CoordinateMap;
 use agentd::model::{DeltaSink, Model, ModelError, ModelRequest, ModelTurn};
+use agentd::screen::coords::CoordinateMap;
 use agentd_computer::provider::{check_action, sleep_for};
 use agentd_computer::{Action, ActionReport, ComputerProvider, Frame, Point, ProviderError, Size};
 use async_trait::async_trait;

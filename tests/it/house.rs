@@ -153,8 +153,7 @@ fn resolve<'a>(module: &[String], text: &'a str) -> (Vec<String>, &'a str) {
                 '}' => depth -= 1,
                 ',' if depth == 0 => item_start = true,
                 c if item_start && (c.is_alphanumeric() || c == '_') => {
-                    let ident: String =
-                        group[i..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    let ident: String = group[i..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
                     names.push(ident);
                     item_start = false;
                 }
@@ -244,7 +243,10 @@ fn a_back_import_is_found_with_its_file_and_line() {
     ];
     let problems = violations(&synthetic_layers(), &files);
     assert_eq!(problems.len(), 1, "{problems:?}");
-    assert!(problems[0].starts_with("src/queue/sqlite.rs:3: `queue` (layer 1) imports `agent` (layer 2)"), "{problems:?}");
+    assert!(
+        problems[0].starts_with("src/queue/sqlite.rs:3: `queue` (layer 1) imports `agent` (layer 2)"),
+        "{problems:?}"
+    );
 }
 
 #[test]

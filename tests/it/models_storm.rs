@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use agentd::agent::LoopEnd;
 use agentd::backends;
-use agentd_testkit::fake::{self, FakeServer, Reply, Vendor};
 use agentd_computer::Size;
 use agentd_mock::{MockDesktop, Scene};
+use agentd_testkit::fake::{self, FakeServer, Reply, Vendor};
 use serde_json::json;
 use tokio::time::Instant;
 

@@ -7,13 +7,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentd::screen::image::encode_png;
 use agentd::model::anthropic::{self, AnthropicModel, MessageDecoder};
 use agentd::model::compatible::CompatibleModel;
 use agentd::model::gemini::{self, ContentDecoder, GeminiModel};
 use agentd::model::http::{Decoder, SseEvent};
 use agentd::model::openai::{self, OpenAiModel, ResponseDecoder};
 use agentd::model::{Delta, Exchange, ModelImage, ModelRequest, ModelTurn, Shared, ToolResult};
+use agentd::screen::image::encode_png;
 use agentd::task::ModelOptions;
 use agentd_computer::{Frame, Size};
 use proptest::prelude::*;

@@ -1,0 +1,188 @@
+//! One attempt of a task, for `agentd run` and the daemon's workers alike: the one place that emits
+//! `task_started` and `task_finished`, builds the attempt's computer and model, runs the agent loop, maps how
+//! the loop ended (or why nothing could be built) to an [`Ending`], and names the attempt's artifacts.
+//!
+//! What differs between the two callers stays with them: `agentd run` has no queue, so an ending that would
+//! go back to the queue becomes a final outcome ([`Ending::into_outcome`]); a worker releases, requeues or
+//! finishes its lease.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentd_computer::ComputerProvider;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::events::EventSink;
+use crate::agent::journal::Journal;
+use crate::agent::settle::SettlePolicy;
+use crate::agent::{LoopEnd, LoopInput, run_isolated};
+use crate::artifacts::Uploader;
+use crate::backends::{self, BuildError, ComputerContext};
+use crate::model::{Model, Shared};
+use crate::record::{EndReason, EventKind, Outcome, ScreenshotRef, StepRecord, Usage};
+use crate::task::ResolvedTask;
+
+/// Everything one attempt needs.
+pub struct Attempt<'a> {
+    pub task_id: &'a str,
+    pub attempt: u32,
+    /// Who runs it (`host:pid` for a worker, `run@host` for `agentd run`), as `task_started` says.
+    pub worker: &'a str,
+    pub task: ResolvedTask,
+    /// Where relative scene and script paths resolve (the task file's directory), if anywhere.
+    pub base_dir: Option<&'a Path>,
+    /// Where the mock desktop keeps its state between attempts, if anywhere.
+    pub persist_dir: Option<&'a Path>,
+    /// The process's model clients and rate limiters.
+    pub models: &'a Shared,
+    pub uploader: Uploader,
+    pub journal: Arc<dyn Journal>,
+    pub events: EventSink,
+    pub cancel: CancellationToken,
+    pub shutdown: CancellationToken,
+    /// Steps of earlier attempts (the loop continues after them).
+    pub resume: Vec<StepRecord>,
+    pub elapsed_before: Duration,
+    pub approved: bool,
+    pub settle: SettlePolicy,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// The task is over with this outcome.
+    Finished(Outcome),
+    /// It failed in a way a later attempt may not (a computer or model out of reach); the outcome is how
+    /// it ends if no attempt is left, `retry_after` what the model provider asked for.
+    Retryable { outcome: Outcome, retry_after: Option<Duration> },
+    /// Shutdown stopped it at a step boundary; it goes back to the queue with its steps.
+    Interrupted,
+    /// The last step's calls wait for a human; nothing of that step has run.
+    WaitingForHuman(String),
+    /// Another worker owns the task now; nothing more may be written.
+    LeaseLost(String),
+}
+
+impl Ending {
+    /// The final outcome when there is no queue to hand the task back to and no human to wait for
+    /// (`agentd run`).
+    pub fn into_outcome(self) -> Outcome {
+        match self {
+            Self::Finished(outcome) | Self::Retryable { outcome, .. } => outcome,
+            Self::Interrupted => {
+                Outcome { success: false, summary: "interrupted".into(), reason: EndReason::Cancelled }
+            }
+            Self::LeaseLost(why) => Outcome { success: false, summary: why, reason: EndReason::Error },
+            Self::WaitingForHuman(reason) => Outcome {
+                success: false,
+                summary: format!("needs a human's approval ({reason}); submit it to the daemon to approve it"),
+                reason: EndReason::Rejected,
+            },
+        }
+    }
+}
+
+/// What an attempt produced.
+#[derive(Debug)]
+pub struct AttemptOutput {
+    pub ending: Ending,
+    /// Every step, the resumed ones included.
+    pub steps: Vec<StepRecord>,
+    pub usage: Usage,
+    pub final_screenshot: Option<ScreenshotRef>,
+    pub computer_state: Option<serde_json::Value>,
+    pub model_errors: u32,
+    /// The computer or model could not be built; the attempt never ran (the message is in the ending).
+    pub build_failed: bool,
+}
+
+/// The computer and the model an attempt runs with.
+pub struct Built {
+    pub computer: Arc<dyn ComputerProvider>,
+    pub model: Arc<dyn Model>,
+}
+
+impl Attempt<'_> {
+    /// Builds the task's computer and model (`agentd run` does this first, to refuse bad input before the
+    /// task starts).
+    pub async fn build(&self) -> Result<Built, BuildError> {
+        let model = backends::model(&self.task.model, self.models, self.base_dir)?;
+        let context = ComputerContext { base_dir: self.base_dir, persist_dir: self.persist_dir };
+        let computer = backends::computer(&self.task.computer, &context).await?;
+        Ok(Built { computer, model })
+    }
+
+    /// Emits `task_started`, builds the computer and the model unless `built` brings them, and runs the loop
+    /// to its end. Never panics: a panic in the loop is the attempt's `error` outcome.
+    pub async fn run(self, built: Option<Built>) -> AttemptOutput {
+        self.events.emit(EventKind::TaskStarted { attempt: self.attempt, worker: self.worker.to_string() });
+        let built = match built {
+            Some(built) => built,
+            None => match self.build().await {
+                Ok(built) => built,
+                Err(error) => return AttemptOutput::unbuilt(error),
+            },
+        };
+        let Built { computer, model } = built;
+        let output = run_isolated(LoopInput {
+            task_id: self.task_id.to_string(),
+            attempt: self.attempt,
+            task: self.task,
+            computer,
+            model,
+            uploader: self.uploader,
+            journal: self.journal,
+            events: self.events,
+            cancel: self.cancel,
+            shutdown: self.shutdown,
+            resume: self.resume,
+            elapsed_before: self.elapsed_before,
+            approved: self.approved,
+            settle: self.settle,
+        })
+        .await;
+        let ending = match output.end {
+            LoopEnd::Finished(outcome) => Ending::Finished(outcome),
+            LoopEnd::Retryable(outcome) => Ending::Retryable { outcome, retry_after: output.retry_after },
+            LoopEnd::Interrupted => Ending::Interrupted,
+            LoopEnd::LeaseLost(why) => Ending::LeaseLost(why),
+            LoopEnd::WaitingForHuman { reason } => Ending::WaitingForHuman(reason),
+        };
+        AttemptOutput {
+            ending,
+            steps: output.steps,
+            usage: output.usage,
+            final_screenshot: output.final_screenshot,
+            computer_state: output.computer_state,
+            model_errors: output.model_errors,
+            build_failed: false,
+        }
+    }
+}
+
+impl AttemptOutput {
+    /// An attempt whose computer or model could not be built: wrong input ends the task, an unreachable
+    /// backend may pass by the next attempt.
+    fn unbuilt(error: BuildError) -> Self {
+        let outcome = |summary: String| Outcome { success: false, summary, reason: EndReason::Error };
+        let ending = match error {
+            BuildError::Invalid(message) => Ending::Finished(outcome(message)),
+            BuildError::Unreachable(message) => Ending::Retryable { outcome: outcome(message), retry_after: None },
+        };
+        Self {
+            ending,
+            steps: Vec::new(),
+            usage: Usage::default(),
+            final_screenshot: None,
+            computer_state: None,
+            model_errors: 0,
+            build_failed: true,
+        }
+    }
+}
+
+/// Emits the task's last event, `task_finished`, for `outcome`. The one place it is made.
+pub fn emit_finished(events: &EventSink, outcome: &Outcome, usage: Usage) {
+    events.emit(EventKind::TaskFinished { state: outcome.state(), outcome: outcome.clone(), usage });
+}
