@@ -165,13 +165,13 @@ mod tests {
         // (state, what follows: the new state, the answer; or None for a refusal)
         let table = [
             (TaskState::Queued, Some((TaskState::Cancelled, Cancelled::Now))),
-            (TaskState::WaitingForHuman, Some((TaskState::Cancelled, Cancelled::Now))),
             (TaskState::Running, Some((TaskState::Running, Cancelled::Requested))),
+            (TaskState::WaitingForHuman, Some((TaskState::Cancelled, Cancelled::Now))),
             (TaskState::Succeeded, None),
             (TaskState::Failed, None),
             (TaskState::Cancelled, None),
         ];
-        assert_eq!(table.map(|(s, _)| s), ALL, "every state is covered");
+        assert_eq!(table.each_ref().map(|(s, _)| *s), ALL, "every state is covered");
         for (state, expected) in table {
             let result = cancel("t", state);
             match expected {

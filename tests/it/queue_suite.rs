@@ -1,0 +1,428 @@
+//! The queue behaviour every backend must show, one test per scenario and backend, so a failure names both:
+//! `queue_suite::sqlite::<scenario>` runs on a fresh SQLite file, `queue_suite::postgres::<scenario>` in a
+//! fresh schema of the server at `AGENTD_TEST_POSTGRES_URL` (and says it skips when that is not set).
+//! [`queue_suite!`] stamps the tests; each scenario is an `async fn(&dyn Queue)` below.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agentd::agent::events::{Event, EventKind};
+use agentd::model::Usage;
+use agentd::queue::{
+    Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Submitted,
+    WorkerIdentity,
+};
+use agentd::record::{EndReason, Outcome, ScreenshotRef, StepRecord, TaskState};
+use agentd::task::{TaskId, TaskSpec};
+use time::OffsetDateTime;
+
+/// One `#[tokio::test]` per scenario in `mod sqlite` and again in `mod postgres`, each on a queue of its own.
+macro_rules! queue_suite {
+    ($($scenario:ident),+ $(,)?) => {
+        mod sqlite {
+            use agentd::queue::Queue as _;
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    let dir = tempfile::tempdir().expect("tempdir");
+                    let queue = agentd::queue::sqlite::SqliteQueue::open(&dir.path().join("queue.db"))
+                        .await
+                        .unwrap_or_else(|e| panic!("open: {e}"));
+                    queue.health().await.unwrap_or_else(|e| panic!("health: {e}"));
+                    super::$scenario(&queue).await;
+                }
+            )+
+        }
+
+        mod postgres {
+            use agentd::queue::Queue as _;
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    let Some(url) = crate::support::postgres_url() else { return };
+                    let schema = crate::support::PgSchema::create(&url);
+                    let queue = agentd::queue::postgres::PostgresQueue::open(&schema.url(), Default::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("open: {e}"));
+                    queue.health().await.unwrap_or_else(|e| panic!("health: {e}"));
+                    super::$scenario(&queue).await;
+                    queue.pool().close().await;
+                }
+            )+
+        }
+    };
+}
+
+queue_suite!(
+    submit_is_idempotent,
+    claims_follow_labels_and_order,
+    fencing_rejects_a_stale_worker,
+    cancellation_reaches_queued_and_running_tasks,
+    a_cancelled_task_whose_worker_died_stays_cancelled,
+    release_and_attempts,
+    humans_approve_and_reject,
+    events_are_ordered_and_resumable,
+    steps_are_journaled_and_returned,
+    listing_and_counts,
+);
+
+fn spec(id: &str, labels: &[(&str, &str)]) -> TaskSpec {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let json = serde_json::json!({"id": id, "instructions": format!("task {id}"), "labels": labels});
+    TaskSpec::parse(&json.to_string(), "suite").unwrap_or_else(|e| panic!("suite spec: {e}"))
+}
+
+fn new_task(id: &str, labels: &[(&str, &str)]) -> NewTask {
+    NewTask { spec: spec(id, labels), max_attempts: 2 }
+}
+
+fn worker(name: &str, labels: &[(&str, &str)]) -> WorkerIdentity {
+    WorkerIdentity {
+        name: name.to_string(),
+        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    }
+}
+
+fn step(index: u32) -> StepRecord {
+    StepRecord {
+        index,
+        started_at: OffsetDateTime::now_utc(),
+        duration_ms: 1,
+        screenshot: ScreenshotRef { url: "u".into(), width: 1, height: 1, key: format!("k{index}") },
+        model_text: format!("step {index}"),
+        thinking: String::new(),
+        actions: Vec::new(),
+        results: Vec::new(),
+        usage: Usage::default(),
+        screen_changed: None,
+        settle_ms: 0,
+        visual_change: None,
+        calls: Vec::new(),
+        call_results: Vec::new(),
+        raw: None,
+        finished: true,
+        approval: None,
+    }
+}
+
+fn event(task_id: &str, seq: u64, step: u32) -> Event {
+    Event { seq, task_id: task_id.to_string(), ts: OffsetDateTime::now_utc(), kind: EventKind::StepStarted { step } }
+}
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// Claims until `id` comes up (other checks' tasks may be queued too), releasing nothing else.
+async fn claim_id(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> Lease {
+    for _ in 0..1000 {
+        match queue.claim(who, LEASE).await {
+            Ok(Some(lease)) if lease.task_id == id => return lease,
+            Ok(Some(other)) => {
+                let _ = queue.finish(&other.task_id, other.token, &finish(true)).await;
+            }
+            Ok(None) => break,
+            Err(e) => panic!("claim: {e}"),
+        }
+    }
+    panic!("task {id} was never claimable");
+}
+
+fn finish(success: bool) -> Finish {
+    Finish {
+        outcome: Outcome {
+            success,
+            summary: "done".into(),
+            reason: if success { EndReason::Completed } else { EndReason::Error },
+        },
+        usage: Usage { input_tokens: 5, ..Usage::default() },
+        final_screenshot: None,
+        computer_state: Some(serde_json::json!({"screen": "end"})),
+    }
+}
+
+async fn submit_is_idempotent(queue: &dyn Queue) {
+    let first = queue.submit(new_task("idem-1", &[])).await.unwrap_or_else(|e| panic!("submit: {e}"));
+    assert!(matches!(first, Submitted::Created(_)));
+    assert_eq!(first.record().state, TaskState::Queued);
+    let again = queue.submit(new_task("idem-1", &[])).await.unwrap_or_else(|e| panic!("resubmit: {e}"));
+    assert!(matches!(again, Submitted::Existing(_)));
+    let mut different = new_task("idem-1", &[]);
+    different.spec.instructions = serde_json::from_str("\"something else\"").unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(queue.submit(different).await, Err(QueueError::Conflict(_))));
+    assert!(matches!(queue.get("no-such-task").await, Err(QueueError::NotFound(_))));
+    let events = queue.events_after("idem-1", 0, 10).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(events.len(), 1, "one task_queued event, not one per submission");
+    assert_eq!(events[0].kind, EventKind::TaskQueued {});
+    assert_eq!(events[0].seq, 1);
+    // Clean up so later claims do not see it.
+    let _ = queue.cancel("idem-1").await;
+}
+
+async fn claims_follow_labels_and_order(queue: &dyn Queue) {
+    queue.submit(new_task("labels-win", &[("os", "windows")])).await.unwrap_or_else(|e| panic!("{e}"));
+    queue.submit(new_task("labels-a", &[("os", "ubuntu")])).await.unwrap_or_else(|e| panic!("{e}"));
+    queue.submit(new_task("labels-b", &[])).await.unwrap_or_else(|e| panic!("{e}"));
+    let ubuntu = worker("w-ubuntu", &[("os", "ubuntu"), ("gpu", "no")]);
+    let a = queue
+        .claim(&ubuntu, LEASE)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("nothing claimed"));
+    assert_eq!(a.task_id, "labels-a", "oldest matching first; the windows task is skipped");
+    assert_eq!(a.attempt, 1);
+    assert_eq!(a.next_seq, 2, "after task_queued");
+    let b = queue
+        .claim(&ubuntu, LEASE)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("nothing claimed"));
+    assert_eq!(b.task_id, "labels-b");
+    assert!(queue.claim(&ubuntu, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(), "windows task stays queued");
+    let running = queue.get("labels-a").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(running.state, TaskState::Running);
+    assert_eq!(running.worker.as_deref(), Some("w-ubuntu"));
+    assert!(running.started_at.is_some());
+    queue.finish("labels-a", a.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue.finish("labels-b", b.token, &finish(false)).await.unwrap_or_else(|e| panic!("{e}"));
+    let windows = worker("w-win", &[("os", "windows")]);
+    let w = claim_id(queue, &windows, "labels-win").await;
+    queue.finish("labels-win", w.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+    let done = queue.get("labels-a").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.state, TaskState::Succeeded);
+    assert_eq!(done.usage.input_tokens, 5);
+    assert_eq!(done.computer_state, Some(serde_json::json!({"screen": "end"})));
+    assert_eq!(queue.get("labels-b").await.unwrap_or_else(|e| panic!("{e}")).state, TaskState::Failed);
+}
+
+async fn fencing_rejects_a_stale_worker(queue: &dyn Queue) {
+    queue.submit(new_task("fence-1", &[("fence", "yes")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let slow = worker("w-slow", &[("fence", "yes")]);
+    let fast = worker("w-fast", &[("fence", "yes")]);
+    // A lease that is over at once, as if the worker froze past it.
+    let stale = queue
+        .claim(&slow, Duration::ZERO)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no claim"));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let rescued = queue.rescue_expired().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(rescued.iter().any(|r| r.task_id == "fence-1" && r.new_state == TaskState::Queued), "{rescued:?}");
+    // Fenced out before anyone else claims it.
+    assert_eq!(
+        queue.heartbeat("fence-1", stale.token, LEASE).await.unwrap_or_else(|e| panic!("{e}")),
+        LeaseStatus::Lost
+    );
+    let fresh = claim_id(queue, &fast, "fence-1").await;
+    assert!(fresh.token > stale.token);
+    assert_eq!(fresh.attempt, 2, "a lost worker uses an attempt");
+    assert!(matches!(
+        queue.record_step("fence-1", stale.token, &step(0), Duration::ZERO).await,
+        Err(QueueError::LeaseLost(_))
+    ));
+    assert!(matches!(queue.finish("fence-1", stale.token, &finish(true)).await, Err(QueueError::LeaseLost(_))));
+    assert!(matches!(
+        queue.append_events("fence-1", Some(stale.token), &[event("fence-1", 50, 0)]).await,
+        Err(QueueError::LeaseLost(_))
+    ));
+    assert!(matches!(
+        queue
+            .release(
+                "fence-1",
+                stale.token,
+                &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "x".into() }
+            )
+            .await,
+        Err(QueueError::LeaseLost(_))
+    ));
+    assert!(matches!(
+        queue.heartbeat("fence-1", fresh.token, LEASE).await,
+        Ok(LeaseStatus::Held { cancel_requested: false })
+    ));
+    queue.record_step("fence-1", fresh.token, &step(0), Duration::from_secs(3)).await.unwrap_or_else(|e| panic!("{e}"));
+    // Out of attempts: the rescuer fails the task instead of queueing it a third time.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let expired = queue.heartbeat("fence-1", fresh.token, Duration::ZERO).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(expired, LeaseStatus::Held { cancel_requested: false });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let rescued = queue.rescue_expired().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(rescued.iter().any(|r| r.task_id == "fence-1" && r.new_state == TaskState::Failed), "{rescued:?}");
+    let failed = queue.get("fence-1").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(failed.state, TaskState::Failed);
+    assert_eq!(failed.outcome.map(|o| o.reason), Some(EndReason::Error));
+    let last = queue.events_after("fence-1", 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(last.last().map(|e| &e.kind), Some(EventKind::TaskFinished { .. })));
+}
+
+async fn cancellation_reaches_queued_and_running_tasks(queue: &dyn Queue) {
+    queue.submit(new_task("cancel-q", &[("c", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(queue.cancel("cancel-q").await.unwrap_or_else(|e| panic!("{e}")), Cancelled::Now);
+    assert_eq!(queue.get("cancel-q").await.unwrap_or_else(|e| panic!("{e}")).state, TaskState::Cancelled);
+    assert!(matches!(queue.cancel("cancel-q").await, Err(QueueError::WrongState { .. })));
+    assert!(matches!(queue.cancel("cancel-none").await, Err(QueueError::NotFound(_))));
+
+    queue.submit(new_task("cancel-r", &[("c", "2")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let lease = claim_id(queue, &worker("w", &[("c", "2")]), "cancel-r").await;
+    assert_eq!(queue.cancel("cancel-r").await.unwrap_or_else(|e| panic!("{e}")), Cancelled::Requested);
+    assert_eq!(
+        queue.heartbeat("cancel-r", lease.token, LEASE).await.unwrap_or_else(|e| panic!("{e}")),
+        LeaseStatus::Held { cancel_requested: true }
+    );
+    let cancelled = Finish {
+        outcome: Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled },
+        ..finish(false)
+    };
+    queue.finish("cancel-r", lease.token, &cancelled).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(queue.get("cancel-r").await.unwrap_or_else(|e| panic!("{e}")).state, TaskState::Cancelled);
+}
+
+/// A cancel requested while the task ran, then the worker died before it could stop: the rescuer ends the
+/// task as cancelled instead of queueing it again (where the next claim would forget the request).
+async fn a_cancelled_task_whose_worker_died_stays_cancelled(queue: &dyn Queue) {
+    queue.submit(new_task("cancel-dead", &[("c", "3")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let lease = claim_id(queue, &worker("w", &[("c", "3")]), "cancel-dead").await;
+    assert_eq!(queue.cancel("cancel-dead").await.unwrap_or_else(|e| panic!("{e}")), Cancelled::Requested);
+    // The worker dies: its lease runs out.
+    let _ = queue.heartbeat("cancel-dead", lease.token, Duration::ZERO).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let rescued = queue.rescue_expired().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(rescued.iter().any(|r| r.task_id == "cancel-dead" && r.new_state == TaskState::Cancelled), "{rescued:?}");
+    let record = queue.get("cancel-dead").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.state, TaskState::Cancelled);
+    assert_eq!(record.outcome.map(|o| o.reason), Some(EndReason::Cancelled));
+    assert!(matches!(queue.finish("cancel-dead", lease.token, &finish(true)).await, Err(QueueError::LeaseLost(_))));
+    let events = queue.events_after("cancel-dead", 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(events.last().map(|e| &e.kind), Some(EventKind::TaskFinished { .. })));
+}
+
+async fn release_and_attempts(queue: &dyn Queue) {
+    queue.submit(new_task("release-1", &[("r", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let who = worker("w", &[("r", "1")]);
+    let first = claim_id(queue, &who, "release-1").await;
+    queue
+        .release(
+            "release-1",
+            first.token,
+            &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "shutdown".into() },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let again = claim_id(queue, &who, "release-1").await;
+    assert_eq!(again.attempt, 1, "a graceful hand-back does not use an attempt");
+    queue
+        .release(
+            "release-1",
+            again.token,
+            &Release::Requeue { count_attempt: true, delay: Duration::from_secs(3600), reason: "retry".into() },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(), "held back by the retry delay");
+    assert_eq!(queue.get("release-1").await.unwrap_or_else(|e| panic!("{e}")).state, TaskState::Queued);
+    let _ = queue.cancel("release-1").await;
+}
+
+async fn humans_approve_and_reject(queue: &dyn Queue) {
+    let who = worker("w", &[("h", "1")]);
+    for (id, approve) in [("human-yes", true), ("human-no", false)] {
+        queue.submit(new_task(id, &[("h", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+        let lease = claim_id(queue, &who, id).await;
+        assert!(!lease.approved);
+        assert!(
+            matches!(queue.decide(id, &Decision::Approve).await, Err(QueueError::WrongState { .. })),
+            "not waiting yet"
+        );
+        queue
+            .release(id, lease.token, &Release::WaitForHuman { reason: "confirm the purchase".into() })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let waiting = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(waiting.state, TaskState::WaitingForHuman);
+        assert_eq!(waiting.waiting_reason.as_deref(), Some("confirm the purchase"));
+        assert!(
+            queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(),
+            "a waiting task holds no worker"
+        );
+        if approve {
+            queue.decide(id, &Decision::Approve).await.unwrap_or_else(|e| panic!("{e}"));
+            let resumed = claim_id(queue, &who, id).await;
+            assert!(resumed.approved);
+            assert_eq!(resumed.attempt, 1, "waiting for a human does not use an attempt");
+            queue.finish(id, resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+        } else {
+            queue
+                .decide(id, &Decision::Reject { reason: "too expensive".into() })
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let rejected = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(rejected.state, TaskState::Failed);
+            let outcome = rejected.outcome.unwrap_or_else(|| panic!("outcome"));
+            assert_eq!(outcome.reason, EndReason::Rejected);
+            assert!(outcome.summary.contains("too expensive"));
+        }
+    }
+}
+
+async fn events_are_ordered_and_resumable(queue: &dyn Queue) {
+    queue.submit(new_task("events-1", &[("e", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let lease = claim_id(queue, &worker("w", &[("e", "1")]), "events-1").await;
+    let batch: Vec<Event> = (0..5).map(|i| event("events-1", lease.next_seq + i, i as u32)).collect();
+    queue.append_events("events-1", Some(lease.token), &batch).await.unwrap_or_else(|e| panic!("{e}"));
+    let all = queue.events_after("events-1", 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6]);
+    let tail = queue.events_after("events-1", 4, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![5, 6]);
+    assert_eq!(queue.events_after("events-1", 0, 2).await.unwrap_or_else(|e| panic!("{e}")).len(), 2);
+    queue.finish("events-1", lease.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+async fn steps_are_journaled_and_returned(queue: &dyn Queue) {
+    queue.submit(new_task("steps-1", &[("s", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let who = worker("w", &[("s", "1")]);
+    let lease = claim_id(queue, &who, "steps-1").await;
+    let mut pending = step(1);
+    pending.finished = false;
+    queue.record_step("steps-1", lease.token, &step(0), Duration::from_secs(1)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue.record_step("steps-1", lease.token, &pending, Duration::from_secs(2)).await.unwrap_or_else(|e| panic!("{e}"));
+    let record = queue.get("steps-1").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(record.steps.len(), 2);
+    assert!(!record.steps[1].finished);
+    queue.record_step("steps-1", lease.token, &step(1), Duration::from_secs(3)).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        queue.get("steps-1").await.unwrap_or_else(|e| panic!("{e}")).steps[1].finished,
+        "a second write replaces the first"
+    );
+    queue
+        .release(
+            "steps-1",
+            lease.token,
+            &Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "x".into() },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let resumed = claim_id(queue, &who, "steps-1").await;
+    assert_eq!(resumed.steps.len(), 2, "a resumed lease carries the journal");
+    assert_eq!(resumed.elapsed, Duration::from_secs(3));
+    queue.finish("steps-1", resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+async fn listing_and_counts(queue: &dyn Queue) {
+    let who = worker("w", &[("l", "1")]);
+    for n in 0..3 {
+        let done = format!("list-done-{n}");
+        queue.submit(new_task(&done, &[("l", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+        let lease = claim_id(queue, &who, &done).await;
+        queue.finish(&done, lease.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let id = TaskId::generate();
+    queue.submit(new_task(id.as_str(), &[("never", "matches")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let newest = queue.list(&ListFilter { state: None, limit: 1 }).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(newest.len(), 1);
+    assert_eq!(newest[0].id, id.as_str(), "newest first");
+    let queued =
+        queue.list(&ListFilter { state: Some(TaskState::Queued), limit: 100 }).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(queued.iter().all(|t| t.state == TaskState::Queued));
+    assert!(queued.iter().any(|t| t.id == id.as_str()));
+    let counts = queue.counts().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(counts.get(&TaskState::Succeeded).copied().unwrap_or(0) >= 3, "{counts:?}");
+    assert!(counts.get(&TaskState::Queued).copied().unwrap_or(0) >= 1, "{counts:?}");
+}
