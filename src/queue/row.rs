@@ -157,7 +157,8 @@ mod tests {
         assert_eq!((record.state, record.attempt, record.usage.input_tokens), (TaskState::Failed, 2, 0));
         assert_eq!(record.computer_state, Some(serde_json::json!({"screen": "end"})));
         // (the broken row, the column the error names)
-        let broken: [(fn(&mut TaskRow), &str); 5] = [
+        type Breaks = fn(&mut TaskRow);
+        let broken: [(Breaks, &str); 5] = [
             (|r| r.spec = "{".into(), "spec"),
             (|r| r.state = "sleeping".into(), "state"),
             (|r| r.outcome = Some("[]".into()), "outcome"),
@@ -176,8 +177,7 @@ mod tests {
 
     #[test]
     fn own_events_are_numbered_from_one() {
-        let (seq, text) =
-            own_event("t", 0, OffsetDateTime::UNIX_EPOCH, EventKind::TaskQueued {}).expect("serializes");
+        let (seq, text) = own_event("t", 0, OffsetDateTime::UNIX_EPOCH, EventKind::TaskQueued {}).expect("serializes");
         assert_eq!(seq, 1);
         assert_eq!(event(&text).expect("reads back").seq, 1);
     }

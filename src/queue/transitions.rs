@@ -69,7 +69,9 @@ impl Change {
 /// Cancels a queued or waiting task now; asks a running one to stop; refuses a finished one.
 pub fn cancel(id: &str, state: TaskState) -> Result<Change, QueueError> {
     match state {
-        TaskState::Queued | TaskState::WaitingForHuman => Ok(Change::End { outcome: ending::cancelled(), fence: false }),
+        TaskState::Queued | TaskState::WaitingForHuman => {
+            Ok(Change::End { outcome: ending::cancelled(), fence: false })
+        }
         TaskState::Running => Ok(Change::RequestCancel),
         finished => Err(ending::already_finished(id, finished)),
     }
