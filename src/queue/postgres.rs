@@ -29,7 +29,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::row::{LeaseRow, TaskRow, json};
-use super::transitions::{self, Change, Expired, Handback};
+use super::transitions::{self, Change, Handback};
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
     Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, row,
@@ -645,7 +645,7 @@ impl Queue for PostgresQueue {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         // SKIP LOCKED: rescuers on several nodes split the work instead of queueing behind each other, and a
         // row a worker is writing to right now (its lease being renewed) is left for the next round.
-        let expired = sqlx::query(
+        let expired: Vec<(String, i32, i32, bool)> = sqlx::query_as(
             "SELECT id, attempt, max_attempts, cancel_requested FROM agentd_tasks
              WHERE state = 'running' AND lease_until < now()
              ORDER BY lease_until
@@ -657,15 +657,9 @@ impl Queue for PostgresQueue {
         .map_err(db_error)?;
         let mut rescued = Vec::new();
         let mut wake = false;
-        for row in expired {
-            let id: String = row.try_get("id").map_err(db_error)?;
-            let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
-            let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
-            let change = transitions::rescue(&Expired {
-                cancel_requested: row.try_get("cancel_requested").map_err(db_error)?,
-                attempt: attempt.max(0) as u32,
-                max_attempts: max_attempts.max(0) as u32,
-            });
+        for (id, attempt, max_attempts, cancel_requested) in expired {
+            let change =
+                transitions::rescue(&row::expired(i64::from(attempt), i64::from(max_attempts), cancel_requested));
             Self::apply(&mut tx, &id, &change).await?;
             wake |= change.wakes_workers();
             rescued.push(Rescued { task_id: id, new_state: change.state() });
@@ -678,17 +672,11 @@ impl Queue for PostgresQueue {
     }
 
     async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM agentd_tasks GROUP BY state")
+        let rows = sqlx::query_as("SELECT state, COUNT(*) AS n FROM agentd_tasks GROUP BY state")
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        let mut counts = BTreeMap::new();
-        for row in rows {
-            let state: String = row.try_get("state").map_err(db_error)?;
-            let n: i64 = row.try_get("n").map_err(db_error)?;
-            counts.insert(row::state(&state)?, n.max(0) as u64);
-        }
-        Ok(counts)
+        row::counts(rows)
     }
 
     async fn health(&self) -> Result<(), QueueError> {

@@ -4,11 +4,13 @@
 //! kept as milliseconds or as `timestamptz`, integer widths); the JSON columns are parsed here, and what
 //! cannot be read back is [`QueueError::Corrupt`] naming the column.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use super::transitions::Expired;
 use super::{Lease, ListFilter, QueueError};
 use crate::agent::events::{Event, EventKind};
 use crate::record::{RECORD_VERSION, StepRecord, TaskRecord, TaskState};
@@ -53,6 +55,17 @@ pub(super) fn own_event(
     let seq = seq.max(1);
     let event = Event { seq: seq as u64, task_id: task_id.to_string(), ts, kind };
     Ok((seq, json(&event)?))
+}
+
+/// `(state, number of tasks)` rows into [`super::Queue::counts`]'s answer.
+pub(super) fn counts(rows: Vec<(String, i64)>) -> Result<BTreeMap<TaskState, u64>, QueueError> {
+    rows.into_iter().map(|(text, n)| Ok((state(&text)?, n.max(0) as u64))).collect()
+}
+
+/// The rescuer's facts of an expired lease, from its row's `attempt`, `max_attempts`, `cancel_requested`.
+pub(super) fn expired(attempt: i64, max_attempts: i64, cancel_requested: bool) -> Expired {
+    let count = |n: i64| n.clamp(0, i64::from(u32::MAX)) as u32;
+    Expired { cancel_requested, attempt: count(attempt), max_attempts: count(max_attempts) }
 }
 
 /// How many tasks [`super::Queue::list`] returns: 100 unless asked, at most 10 000.
@@ -173,6 +186,19 @@ mod tests {
                 other => panic!("{column}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn counts_and_expired_leases_read_back() {
+        let counts = counts(vec![("queued".into(), 2), ("failed".into(), 1)]).expect("counts");
+        assert_eq!(counts, BTreeMap::from([(TaskState::Queued, 2), (TaskState::Failed, 1)]));
+        assert!(matches!(counts_err(), Err(QueueError::Corrupt(m)) if m.starts_with("state")));
+        let facts = expired(-1, i64::MAX, true);
+        assert_eq!(facts, Expired { cancel_requested: true, attempt: 0, max_attempts: u32::MAX });
+    }
+
+    fn counts_err() -> Result<BTreeMap<TaskState, u64>, QueueError> {
+        counts(vec![("sleeping".into(), 1)])
     }
 
     #[test]

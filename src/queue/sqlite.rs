@@ -20,7 +20,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqlitePool};
 
 use super::row::{LeaseRow, TaskRow, corrupt, json};
-use super::transitions::{self, Change, Expired, Handback};
+use super::transitions::{self, Change, Handback};
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
     Submitted, WorkerIdentity, body_hash, from_ms, labels_match, now_ms, row,
@@ -516,7 +516,7 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let now = now_ms();
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let expired = sqlx::query(
+        let expired: Vec<(String, i64, i64, bool)> = sqlx::query_as(
             "SELECT id, attempt, max_attempts, cancel_requested FROM tasks
              WHERE state = 'running' AND lease_until_ms < ?1",
         )
@@ -525,16 +525,8 @@ impl Queue for SqliteQueue {
         .await
         .map_err(db_error)?;
         let mut rescued = Vec::new();
-        for row in expired {
-            let id: String = row.try_get("id").map_err(db_error)?;
-            let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
-            let max_attempts: i64 = row.try_get("max_attempts").map_err(db_error)?;
-            let cancel_requested: i64 = row.try_get("cancel_requested").map_err(db_error)?;
-            let change = transitions::rescue(&Expired {
-                cancel_requested: cancel_requested != 0,
-                attempt: attempt.clamp(0, i64::from(u32::MAX)) as u32,
-                max_attempts: max_attempts.clamp(0, i64::from(u32::MAX)) as u32,
-            });
+        for (id, attempt, max_attempts, cancel_requested) in expired {
+            let change = transitions::rescue(&row::expired(attempt, max_attempts, cancel_requested));
             Self::apply(&mut tx, &id, &change).await?;
             rescued.push(Rescued { task_id: id, new_state: change.state() });
         }
@@ -543,17 +535,11 @@ impl Queue for SqliteQueue {
     }
 
     async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM tasks GROUP BY state")
+        let rows = sqlx::query_as("SELECT state, COUNT(*) AS n FROM tasks GROUP BY state")
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        let mut counts = BTreeMap::new();
-        for row in rows {
-            let state: String = row.try_get("state").map_err(db_error)?;
-            let n: i64 = row.try_get("n").map_err(db_error)?;
-            counts.insert(row::state(&state)?, n as u64);
-        }
-        Ok(counts)
+        row::counts(rows)
     }
 
     async fn health(&self) -> Result<(), QueueError> {
