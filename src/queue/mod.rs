@@ -5,11 +5,14 @@
 //! is refused with [`QueueError::LeaseLost`], so a worker that was paused past its lease cannot act on a
 //! task another worker now owns. [`Queue::rescue_expired`] hands tasks of dead workers back. Backends:
 //! [`sqlite::SqliteQueue`] (embedded, default) and [`postgres::PostgresQueue`] (shared by a fleet of
-//! workers on many machines); both pass the same [`suite`].
+//! workers on many machines). Both apply the same decisions (`transitions`) with their own SQL, decode rows
+//! the same way (`row`), and pass the same scenarios (the `queue_suite` integration tests, one test per
+//! scenario and backend).
 
 pub mod postgres;
+mod row;
 pub mod sqlite;
-pub mod suite;
+mod transitions;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -28,15 +28,15 @@ use sqlx::{Connection, Postgres, Row, Transaction};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+use super::row::{LeaseRow, TaskRow, json};
+use super::transitions::{self, Change, Handback};
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
-    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, ending,
+    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, row,
 };
-use crate::record::Usage;
 use crate::record::events::{Event, EventKind};
-use crate::record::{Outcome, RECORD_VERSION, StepRecord, TaskState};
+use crate::record::{StepRecord, TaskState};
 use crate::status::TaskRecord;
-use crate::task::TaskSpec;
 
 /// Channel notified when a task may have become claimable.
 const WORK_CHANNEL: &str = "agentd_work";
@@ -130,14 +130,6 @@ fn error_text(e: sqlx::Error) -> String {
 
 fn db_error(e: sqlx::Error) -> QueueError {
     QueueError::Unavailable(error_text(e))
-}
-
-fn corrupt(what: &str, e: impl std::fmt::Display) -> QueueError {
-    QueueError::Corrupt(format!("{what}: {e}"))
-}
-
-fn json<T: serde::Serialize>(value: &T) -> Result<String, QueueError> {
-    serde_json::to_string(value).map_err(|e| corrupt("serialize", e))
 }
 
 fn secs(duration: Duration) -> f64 {
@@ -238,32 +230,24 @@ impl PostgresQueue {
     }
 
     fn record_from_row(row: &PgRow) -> Result<TaskRecord, QueueError> {
-        fn parse<T: serde::de::DeserializeOwned>(row: &PgRow, column: &str) -> Result<Option<T>, QueueError> {
-            let text: Option<String> = row.try_get(column).map_err(db_error)?;
-            text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(column, e))).transpose()
-        }
-        let spec_text: String = row.try_get("spec").map_err(db_error)?;
-        let task: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
-        let state_text: String = row.try_get("state").map_err(db_error)?;
-        let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
+        let get = |column: &str| row.try_get::<Option<String>, _>(column).map_err(db_error);
         let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
-        Ok(TaskRecord {
-            version: RECORD_VERSION,
+        TaskRow {
             id: row.try_get("id").map_err(db_error)?,
-            state,
+            spec: row.try_get("spec").map_err(db_error)?,
+            state: row.try_get("state").map_err(db_error)?,
             created_at: row.try_get("created_at").map_err(db_error)?,
             started_at: row.try_get("started_at").map_err(db_error)?,
             finished_at: row.try_get("finished_at").map_err(db_error)?,
-            attempt: attempt.max(0) as u32,
-            worker: row.try_get("worker").map_err(db_error)?,
-            task,
-            outcome: parse(row, "outcome")?,
-            usage: parse(row, "usage")?.unwrap_or_default(),
-            steps: Vec::new(),
-            final_screenshot: parse(row, "final_screenshot")?,
-            computer_state: parse(row, "computer_state")?,
-            waiting_reason: row.try_get("waiting_reason").map_err(db_error)?,
-        })
+            attempt: i64::from(attempt),
+            worker: get("worker")?,
+            outcome: get("outcome")?,
+            usage: get("usage")?,
+            final_screenshot: get("final_screenshot")?,
+            computer_state: get("computer_state")?,
+            waiting_reason: get("waiting_reason")?,
+        }
+        .decode()
     }
 
     async fn steps(executor: impl sqlx::PgExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
@@ -272,7 +256,7 @@ impl PostgresQueue {
             .fetch_all(executor)
             .await
             .map_err(db_error)?;
-        rows.iter().map(|text| serde_json::from_str(text).map_err(|e| corrupt("step", e))).collect()
+        rows.iter().map(|text| row::step(text)).collect()
     }
 
     async fn next_seq(executor: impl sqlx::PgExecutor<'_>, task_id: &str) -> Result<i64, QueueError> {
@@ -286,12 +270,12 @@ impl PostgresQueue {
     /// Appends an event the queue itself emits, numbered after the task's last event. Callers hold the task
     /// row's lock, so no other writer numbers an event of this task meanwhile.
     async fn own_event(tx: &mut Transaction<'_, Postgres>, task_id: &str, kind: EventKind) -> Result<(), QueueError> {
-        let seq = Self::next_seq(&mut **tx, task_id).await?;
-        let event = Event { seq: seq.max(1) as u64, task_id: task_id.to_string(), ts: OffsetDateTime::now_utc(), kind };
+        let next = Self::next_seq(&mut **tx, task_id).await?;
+        let (seq, text) = row::own_event(task_id, next, OffsetDateTime::now_utc(), kind)?;
         sqlx::query("INSERT INTO agentd_events (task_id, seq, event) VALUES ($1, $2, $3)")
             .bind(task_id)
             .bind(seq)
-            .bind(json(&event)?)
+            .bind(text)
             .execute(&mut **tx)
             .await
             .map_err(db_error)?;
@@ -312,29 +296,53 @@ impl PostgresQueue {
             .await
             .map_err(db_error)?
             .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
-        TaskState::from_str(&state).map_err(|e| corrupt("state", e))
+        row::state(&state)
     }
 
-    /// Ends a task that no worker is running, with its `task_finished` event. The caller holds the row lock.
-    async fn end_unleased(
-        tx: &mut Transaction<'_, Postgres>,
-        id: &str,
-        outcome: &Outcome,
-        bump_token: bool,
-    ) -> Result<(), QueueError> {
-        sqlx::query(
-            "UPDATE agentd_tasks SET state = $2, finished_at = now(), outcome = $3, waiting_reason = NULL,
-                lease_until = NULL, lease_token = lease_token + CASE WHEN $4 THEN 1 ELSE 0 END
-             WHERE id = $1",
-        )
-        .bind(id)
-        .bind(outcome.state().as_str())
-        .bind(json(outcome)?)
-        .bind(bump_token)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
-        Self::own_event(tx, id, ending::event(outcome, Usage::default())).await
+    /// Writes a decision about a task no worker may write to now. The caller holds the row lock; the wake-up
+    /// for a task that became claimable is the caller's (one per transaction).
+    async fn apply(tx: &mut Transaction<'_, Postgres>, id: &str, change: &Change) -> Result<(), QueueError> {
+        let update = match change {
+            Change::End { outcome, fence } => sqlx::query(
+                "UPDATE agentd_tasks SET state = $2, finished_at = now(), outcome = $3, waiting_reason = NULL,
+                    lease_until = NULL, lease_token = lease_token + CASE WHEN $4 THEN 1 ELSE 0 END
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(outcome.state().as_str())
+            .bind(json(outcome)?)
+            .bind(*fence),
+            Change::RequestCancel => {
+                sqlx::query("UPDATE agentd_tasks SET cancel_requested = true WHERE id = $1").bind(id)
+            }
+            Change::Approve => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'queued', approved = true, same_attempt = true,
+                    waiting_reason = NULL, not_before = '-infinity'
+                 WHERE id = $1",
+            )
+            .bind(id),
+            // Bumping the token fences the lost worker out even before anyone claims the task again.
+            Change::Requeue => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'queued', lease_until = NULL, worker = NULL,
+                    lease_token = lease_token + 1
+                 WHERE id = $1",
+            )
+            .bind(id),
+        };
+        update.execute(&mut **tx).await.map_err(db_error)?;
+        if *change == Change::RequestCancel {
+            // The node running it hears this at once; the heartbeat carries it too, as a safety net.
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CANCEL_CHANNEL)
+                .bind(id)
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
+        if let Some(kind) = change.event() {
+            Self::own_event(tx, id, kind).await?;
+        }
+        Ok(())
     }
 }
 
@@ -371,9 +379,7 @@ impl Queue for PostgresQueue {
                 .await
                 .map_err(db_error)?;
             drop(tx);
-            if stored != hash {
-                return Err(QueueError::Conflict(id));
-            }
+            transitions::resubmit(&id, &stored, &hash)?;
             return Ok(Submitted::Existing(self.get(&id).await?));
         }
         Self::own_event(&mut tx, &id, EventKind::TaskQueued {}).await?;
@@ -402,7 +408,7 @@ impl Queue for PostgresQueue {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
-        let limit = i64::from(if filter.limit == 0 { 100 } else { filter.limit.min(10_000) });
+        let limit = row::list_limit(filter);
         let rows = sqlx::query(
             "SELECT * FROM agentd_tasks WHERE ($1::text IS NULL OR state = $1)
              ORDER BY created_at DESC, id DESC LIMIT $2",
@@ -442,27 +448,22 @@ impl Queue for PostgresQueue {
             return Ok(None);
         };
         let id: String = row.try_get("id").map_err(db_error)?;
-        let spec_text: String = row.try_get("spec").map_err(db_error)?;
-        let spec: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
         let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
         let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
-        let token: i64 = row.try_get("lease_token").map_err(db_error)?;
-        let elapsed: i64 = row.try_get("elapsed_ms").map_err(db_error)?;
-        let approved: bool = row.try_get("approved").map_err(db_error)?;
-        let steps = Self::steps(&mut *tx, &id).await?;
-        let next = Self::next_seq(&mut *tx, &id).await?;
+        let lease = LeaseRow {
+            spec: row.try_get("spec").map_err(db_error)?,
+            attempt: i64::from(attempt),
+            max_attempts: i64::from(max_attempts),
+            token: row.try_get("lease_token").map_err(db_error)?,
+            elapsed_ms: row.try_get("elapsed_ms").map_err(db_error)?,
+            approved: row.try_get("approved").map_err(db_error)?,
+            steps: Self::steps(&mut *tx, &id).await?,
+            next_seq: Self::next_seq(&mut *tx, &id).await?,
+            id,
+        }
+        .decode()?;
         tx.commit().await.map_err(db_error)?;
-        Ok(Some(Lease {
-            task_id: id,
-            token,
-            attempt: attempt.max(0) as u32,
-            max_attempts: max_attempts.max(0) as u32,
-            spec,
-            steps,
-            next_seq: next.max(1) as u64,
-            elapsed: Duration::from_millis(elapsed.max(0) as u64),
-            approved,
-        }))
+        Ok(Some(lease))
     }
 
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
@@ -503,9 +504,7 @@ impl Queue for PostgresQueue {
         .await
         .map_err(db_error)?
         .rows_affected();
-        if held == 0 {
-            return Err(QueueError::LeaseLost(task_id.to_string()));
-        }
+        transitions::fenced(task_id, held)?;
         sqlx::query(
             "INSERT INTO agentd_steps (task_id, idx, record) VALUES ($1, $2, $3)
              ON CONFLICT (task_id, idx) DO UPDATE SET record = EXCLUDED.record",
@@ -565,7 +564,7 @@ impl Queue for PostgresQueue {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(db_error)?;
-        rows.iter().map(|text| serde_json::from_str(text).map_err(|e| corrupt("event", e))).collect()
+        rows.iter().map(|text| row::event(text)).collect()
     }
 
     async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError> {
@@ -585,26 +584,27 @@ impl Queue for PostgresQueue {
         .await
         .map_err(db_error)?
         .rows_affected();
-        if done == 0 { Err(QueueError::LeaseLost(task_id.to_string())) } else { Ok(()) }
+        transitions::fenced(task_id, done)
     }
 
     async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let changed = match release {
-            Release::Requeue { count_attempt, delay, .. } => sqlx::query(
+        let handback = transitions::release(release);
+        let changed = match handback {
+            Handback::Requeue { same_attempt, delay, .. } => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'queued', lease_until = NULL, worker = NULL,
-                    same_attempt = NOT $3, not_before = now() + make_interval(secs => $4)
+                    same_attempt = $3, not_before = now() + make_interval(secs => $4)
                  WHERE id = $1 AND lease_token = $2 AND state = 'running'",
             )
             .bind(task_id)
             .bind(token)
-            .bind(*count_attempt)
-            .bind(secs(*delay))
+            .bind(same_attempt)
+            .bind(secs(delay))
             .execute(&mut *tx)
             .await
             .map_err(db_error)?
             .rows_affected(),
-            Release::WaitForHuman { reason } => sqlx::query(
+            Handback::WaitForHuman { reason } => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'waiting_for_human', lease_until = NULL, worker = NULL,
                     waiting_reason = $3, approved = false
                  WHERE id = $1 AND lease_token = $2 AND state = 'running'",
@@ -617,10 +617,8 @@ impl Queue for PostgresQueue {
             .map_err(db_error)?
             .rows_affected(),
         };
-        if changed == 0 {
-            return Err(QueueError::LeaseLost(task_id.to_string()));
-        }
-        if matches!(release, Release::Requeue { delay, .. } if delay.is_zero()) {
+        transitions::fenced(task_id, changed)?;
+        if matches!(handback, Handback::Requeue { wakes_workers: true, .. }) {
             Self::notify_work(&mut tx).await?;
         }
         tx.commit().await.map_err(db_error)
@@ -628,56 +626,18 @@ impl Queue for PostgresQueue {
 
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        match Self::lock_state(&mut tx, id).await? {
-            TaskState::Queued | TaskState::WaitingForHuman => {
-                let outcome = ending::cancelled();
-                Self::end_unleased(&mut tx, id, &outcome, false).await?;
-                tx.commit().await.map_err(db_error)?;
-                Ok(Cancelled::Now)
-            }
-            TaskState::Running => {
-                sqlx::query("UPDATE agentd_tasks SET cancel_requested = true WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                // The node running it hears this at once; the heartbeat carries it too, as a safety net.
-                sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(CANCEL_CHANNEL)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                tx.commit().await.map_err(db_error)?;
-                Ok(Cancelled::Requested)
-            }
-            other => Err(ending::already_finished(id, other)),
-        }
+        let change = transitions::cancel(id, Self::lock_state(&mut tx, id).await?)?;
+        Self::apply(&mut tx, id, &change).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(transitions::cancelled(&change))
     }
 
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let state = Self::lock_state(&mut tx, id).await?;
-        if state != TaskState::WaitingForHuman {
-            return Err(ending::not_waiting(id, state));
-        }
-        match decision {
-            Decision::Approve => {
-                sqlx::query(
-                    "UPDATE agentd_tasks SET state = 'queued', approved = true, same_attempt = true,
-                        waiting_reason = NULL, not_before = '-infinity'
-                     WHERE id = $1",
-                )
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                Self::notify_work(&mut tx).await?;
-            }
-            Decision::Reject { reason } => {
-                let outcome = ending::rejected(reason);
-                Self::end_unleased(&mut tx, id, &outcome, false).await?;
-            }
+        let change = transitions::decide(id, Self::lock_state(&mut tx, id).await?, decision)?;
+        Self::apply(&mut tx, id, &change).await?;
+        if change.wakes_workers() {
+            Self::notify_work(&mut tx).await?;
         }
         tx.commit().await.map_err(db_error)
     }
@@ -686,7 +646,7 @@ impl Queue for PostgresQueue {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         // SKIP LOCKED: rescuers on several nodes split the work instead of queueing behind each other, and a
         // row a worker is writing to right now (its lease being renewed) is left for the next round.
-        let expired = sqlx::query(
+        let expired: Vec<(String, i32, i32, bool)> = sqlx::query_as(
             "SELECT id, attempt, max_attempts, cancel_requested FROM agentd_tasks
              WHERE state = 'running' AND lease_until < now()
              ORDER BY lease_until
@@ -697,31 +657,15 @@ impl Queue for PostgresQueue {
         .await
         .map_err(db_error)?;
         let mut rescued = Vec::new();
-        for row in expired {
-            let id: String = row.try_get("id").map_err(db_error)?;
-            let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
-            let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
-            let cancel_requested: bool = row.try_get("cancel_requested").map_err(db_error)?;
-            if cancel_requested || attempt >= max_attempts {
-                // Bumping the token fences the lost worker out for good.
-                let outcome =
-                    if cancel_requested { ending::cancelled() } else { ending::worker_lost(i64::from(attempt)) };
-                Self::end_unleased(&mut tx, &id, &outcome, true).await?;
-                rescued.push(Rescued { task_id: id, new_state: outcome.state() });
-            } else {
-                sqlx::query(
-                    "UPDATE agentd_tasks SET state = 'queued', lease_until = NULL, worker = NULL,
-                        lease_token = lease_token + 1
-                     WHERE id = $1",
-                )
-                .bind(&id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                rescued.push(Rescued { task_id: id, new_state: TaskState::Queued });
-            }
+        let mut wake = false;
+        for (id, attempt, max_attempts, cancel_requested) in expired {
+            let change =
+                transitions::rescue(&row::expired(i64::from(attempt), i64::from(max_attempts), cancel_requested));
+            Self::apply(&mut tx, &id, &change).await?;
+            wake |= change.wakes_workers();
+            rescued.push(Rescued { task_id: id, new_state: change.state() });
         }
-        if rescued.iter().any(|r| r.new_state == TaskState::Queued) {
+        if wake {
             Self::notify_work(&mut tx).await?;
         }
         tx.commit().await.map_err(db_error)?;
@@ -729,17 +673,11 @@ impl Queue for PostgresQueue {
     }
 
     async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM agentd_tasks GROUP BY state")
+        let rows = sqlx::query_as("SELECT state, COUNT(*) AS n FROM agentd_tasks GROUP BY state")
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        let mut counts = BTreeMap::new();
-        for row in rows {
-            let state: String = row.try_get("state").map_err(db_error)?;
-            let n: i64 = row.try_get("n").map_err(db_error)?;
-            counts.insert(TaskState::from_str(&state).map_err(|e| corrupt("state", e))?, n.max(0) as u64);
-        }
-        Ok(counts)
+        row::counts(rows)
     }
 
     async fn health(&self) -> Result<(), QueueError> {
@@ -799,6 +737,7 @@ impl Queue for PostgresQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::TaskSpec;
     use std::sync::{Arc, Mutex};
 
     /// The PostgreSQL server the tests use (`scripts/test` sets it), or `None` with a note why they skip.
@@ -842,16 +781,6 @@ mod tests {
 
     fn spec(id: &str) -> TaskSpec {
         TaskSpec::parse(&format!(r#"{{"id": "{id}", "instructions": "x"}}"#), "t").expect("spec")
-    }
-
-    #[tokio::test]
-    async fn the_queue_suite_passes_on_postgres() {
-        let Some(url) = server() else { return };
-        let fresh = Fresh::new(&url).await;
-        let queue = fresh.queue(PostgresSettings::default()).await;
-        crate::queue::suite::run_all(&queue).await;
-        queue.pool.close().await;
-        fresh.drop_schema().await;
     }
 
     #[tokio::test]

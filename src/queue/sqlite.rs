@@ -13,22 +13,21 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
+use super::row::{LeaseRow, TaskRow, corrupt, json};
+use super::transitions::{self, Change, Handback};
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
-    Submitted, WorkerIdentity, body_hash, ending, from_ms, labels_match, now_ms,
+    Submitted, WorkerIdentity, body_hash, from_ms, labels_match, now_ms, row,
 };
-use crate::record::Usage;
 use crate::record::events::{Event, EventKind};
-use crate::record::{RECORD_VERSION, StepRecord, TaskState};
+use crate::record::{StepRecord, TaskState};
 use crate::status::TaskRecord;
-use crate::task::TaskSpec;
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS tasks (
@@ -89,10 +88,6 @@ fn db_error(e: sqlx::Error) -> QueueError {
     QueueError::Unavailable(e.to_string())
 }
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> QueueError {
-    QueueError::Corrupt(format!("{what}: {e}"))
-}
-
 impl SqliteQueue {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub async fn open(path: &Path) -> Result<Self, QueueError> {
@@ -121,45 +116,25 @@ impl SqliteQueue {
     }
 
     fn record_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord, QueueError> {
-        let get_json = |column: &str| -> Result<Option<serde_json::Value>, QueueError> {
-            let text: Option<String> = row.try_get(column).map_err(db_error)?;
-            text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(column, e))).transpose()
-        };
-        let spec_text: String = row.try_get("spec").map_err(db_error)?;
-        let task: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
-        let state_text: String = row.try_get("state").map_err(db_error)?;
-        let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
-        let outcome =
-            get_json("outcome")?.map(serde_json::from_value).transpose().map_err(|e| corrupt("outcome", e))?;
-        let usage = get_json("usage")?
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| corrupt("usage", e))?
-            .unwrap_or_default();
-        let final_screenshot = get_json("final_screenshot")?
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| corrupt("final_screenshot", e))?;
+        let get = |column: &str| row.try_get::<Option<String>, _>(column).map_err(db_error);
         let started: Option<i64> = row.try_get("started_ms").map_err(db_error)?;
         let finished: Option<i64> = row.try_get("finished_ms").map_err(db_error)?;
-        let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
-        Ok(TaskRecord {
-            version: RECORD_VERSION,
+        TaskRow {
             id: row.try_get("id").map_err(db_error)?,
-            state,
+            spec: row.try_get("spec").map_err(db_error)?,
+            state: row.try_get("state").map_err(db_error)?,
             created_at: from_ms(row.try_get("created_ms").map_err(db_error)?),
             started_at: started.map(from_ms),
             finished_at: finished.map(from_ms),
-            attempt: attempt as u32,
-            worker: row.try_get("worker").map_err(db_error)?,
-            task,
-            outcome,
-            usage,
-            steps: Vec::new(),
-            final_screenshot,
-            computer_state: get_json("computer_state")?,
-            waiting_reason: row.try_get("waiting_reason").map_err(db_error)?,
-        })
+            attempt: row.try_get("attempt").map_err(db_error)?,
+            worker: get("worker")?,
+            outcome: get("outcome")?,
+            usage: get("usage")?,
+            final_screenshot: get("final_screenshot")?,
+            computer_state: get("computer_state")?,
+            waiting_reason: get("waiting_reason")?,
+        }
+        .decode()
     }
 
     async fn steps(&self, executor: impl sqlx::SqliteExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
@@ -168,38 +143,76 @@ impl SqliteQueue {
             .fetch_all(executor)
             .await
             .map_err(db_error)?;
-        rows.iter()
-            .map(|row| {
-                let text: String = row.try_get("record").map_err(db_error)?;
-                serde_json::from_str(&text).map_err(|e| corrupt("step", e))
-            })
-            .collect()
+        rows.iter().map(|r| row::step(&r.try_get::<String, _>("record").map_err(db_error)?)).collect()
     }
 
     /// Appends an event the queue itself emits, numbered after the task's last event.
     async fn own_event(tx: &mut sqlx::SqliteConnection, task_id: &str, kind: EventKind) -> Result<(), QueueError> {
-        let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM events WHERE task_id = ?1")
-            .bind(task_id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .try_get("next")
-            .map_err(db_error)?;
-        let event = Event { seq: next as u64, task_id: task_id.to_string(), ts: from_ms(now_ms()), kind };
-        let text = serde_json::to_string(&event).map_err(|e| corrupt("event", e))?;
+        let next = Self::next_seq(&mut *tx, task_id).await?;
+        let (seq, text) = row::own_event(task_id, next, from_ms(now_ms()), kind)?;
         sqlx::query("INSERT INTO events (task_id, seq, event) VALUES (?1, ?2, ?3)")
             .bind(task_id)
-            .bind(next)
+            .bind(seq)
             .bind(text)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
         Ok(())
     }
-}
 
-fn json<T: serde::Serialize>(value: &T) -> Result<String, QueueError> {
-    serde_json::to_string(value).map_err(|e| corrupt("serialize", e))
+    async fn next_seq(executor: impl sqlx::SqliteExecutor<'_>, task_id: &str) -> Result<i64, QueueError> {
+        sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?1")
+            .bind(task_id)
+            .fetch_one(executor)
+            .await
+            .map_err(db_error)
+    }
+
+    /// Writes a decision about a task no worker may write to now; the caller holds the write transaction.
+    async fn apply(tx: &mut sqlx::SqliteConnection, id: &str, change: &Change) -> Result<(), QueueError> {
+        let update = match change {
+            Change::End { outcome, fence } => sqlx::query(
+                "UPDATE tasks SET state = ?2, finished_ms = ?3, outcome = ?4, waiting_reason = NULL,
+                    lease_until_ms = NULL, lease_token = lease_token + CASE WHEN ?5 THEN 1 ELSE 0 END
+                 WHERE id = ?1",
+            )
+            .bind(id)
+            .bind(outcome.state().as_str())
+            .bind(now_ms())
+            .bind(json(outcome)?)
+            .bind(*fence),
+            Change::RequestCancel => sqlx::query("UPDATE tasks SET cancel_requested = 1 WHERE id = ?1").bind(id),
+            Change::Approve => sqlx::query(
+                "UPDATE tasks SET state = 'queued', approved = 1, same_attempt = 1, waiting_reason = NULL,
+                    not_before_ms = 0
+                 WHERE id = ?1",
+            )
+            .bind(id),
+            // Bumping the token fences the lost worker out even before anyone claims the task again.
+            Change::Requeue => sqlx::query(
+                "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
+                    lease_token = lease_token + 1
+                 WHERE id = ?1",
+            )
+            .bind(id),
+        };
+        update.execute(&mut *tx).await.map_err(db_error)?;
+        if let Some(kind) = change.event() {
+            Self::own_event(tx, id, kind).await?;
+        }
+        Ok(())
+    }
+
+    /// The state of a task, read inside the caller's write transaction.
+    async fn state(tx: &mut sqlx::SqliteConnection, id: &str) -> Result<TaskState, QueueError> {
+        let state: String = sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        row::state(&state)
+    }
 }
 
 #[async_trait]
@@ -221,9 +234,7 @@ impl Queue for SqliteQueue {
         if let Some(row) = existing {
             let stored: String = row.try_get("body_hash").map_err(db_error)?;
             drop(tx);
-            if stored != hash {
-                return Err(QueueError::Conflict(id));
-            }
+            transitions::resubmit(&id, &stored, &hash)?;
             return Ok(Submitted::Existing(self.get(&id).await?));
         }
         let labels: BTreeMap<&str, &str> = task.spec.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -258,7 +269,7 @@ impl Queue for SqliteQueue {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
-        let limit = i64::from(if filter.limit == 0 { 100 } else { filter.limit.min(10_000) });
+        let limit = row::list_limit(filter);
         let rows = match filter.state {
             Some(state) => {
                 sqlx::query("SELECT * FROM tasks WHERE state = ?1 ORDER BY created_ms DESC, id DESC LIMIT ?2")
@@ -318,33 +329,21 @@ impl Queue for SqliteQueue {
         .fetch_one(&mut *tx)
         .await
         .map_err(db_error)?;
-        let spec_text: String = row.try_get("spec").map_err(db_error)?;
-        let spec: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
-        let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
-        let max_attempts: i64 = row.try_get("max_attempts").map_err(db_error)?;
-        let token: i64 = row.try_get("lease_token").map_err(db_error)?;
-        let elapsed: i64 = row.try_get("elapsed_ms").map_err(db_error)?;
         let approved: i64 = row.try_get("approved").map_err(db_error)?;
-        let steps = self.steps(&mut *tx, &id).await?;
-        let next: i64 = sqlx::query("SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM events WHERE task_id = ?1")
-            .bind(&id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .try_get("next")
-            .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(Some(Lease {
-            task_id: id,
-            token,
-            attempt: attempt as u32,
-            max_attempts: max_attempts as u32,
-            spec,
-            steps,
-            next_seq: next as u64,
-            elapsed: Duration::from_millis(elapsed.max(0) as u64),
+        let lease = LeaseRow {
+            spec: row.try_get("spec").map_err(db_error)?,
+            attempt: row.try_get("attempt").map_err(db_error)?,
+            max_attempts: row.try_get("max_attempts").map_err(db_error)?,
+            token: row.try_get("lease_token").map_err(db_error)?,
+            elapsed_ms: row.try_get("elapsed_ms").map_err(db_error)?,
             approved: approved != 0,
-        }))
+            steps: self.steps(&mut *tx, &id).await?,
+            next_seq: Self::next_seq(&mut *tx, &id).await?,
+            id,
+        }
+        .decode()?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(Some(lease))
     }
 
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
@@ -389,9 +388,7 @@ impl Queue for SqliteQueue {
                 .await
                 .map_err(db_error)?
                 .rows_affected();
-        if held == 0 {
-            return Err(QueueError::LeaseLost(task_id.to_string()));
-        }
+        transitions::fenced(task_id, held)?;
         sqlx::query(
             "INSERT INTO steps (task_id, idx, record) VALUES (?1, ?2, ?3)
              ON CONFLICT (task_id, idx) DO UPDATE SET record = excluded.record",
@@ -442,12 +439,7 @@ impl Queue for SqliteQueue {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        rows.iter()
-            .map(|row| {
-                let text: String = row.try_get("event").map_err(db_error)?;
-                serde_json::from_str(&text).map_err(|e| corrupt("event", e))
-            })
-            .collect()
+        rows.iter().map(|r| row::event(&r.try_get::<String, _>("event").map_err(db_error)?)).collect()
     }
 
     async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError> {
@@ -469,26 +461,26 @@ impl Queue for SqliteQueue {
         .await
         .map_err(db_error)?
         .rows_affected();
-        if done == 0 { Err(QueueError::LeaseLost(task_id.to_string())) } else { Ok(()) }
+        transitions::fenced(task_id, done)
     }
 
     async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
         let _write = self.writes.lock().await;
-        let result = match release {
-            Release::Requeue { count_attempt, delay, .. } => {
+        let result = match transitions::release(release) {
+            Handback::Requeue { same_attempt, delay, .. } => {
                 sqlx::query(
                     "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
-                    same_attempt = CASE WHEN ?3 THEN 0 ELSE 1 END, not_before_ms = ?4
+                    same_attempt = ?3, not_before_ms = ?4
                  WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
                 )
                 .bind(task_id)
                 .bind(token)
-                .bind(*count_attempt)
+                .bind(same_attempt)
                 .bind(now_ms() + delay.as_millis() as i64)
                 .execute(&self.durable)
                 .await
             }
-            Release::WaitForHuman { reason } => {
+            Handback::WaitForHuman { reason } => {
                 sqlx::query(
                     "UPDATE tasks SET state = 'waiting_for_human', lease_until_ms = NULL, worker = NULL,
                     waiting_reason = ?3, approved = 0
@@ -501,94 +493,23 @@ impl Queue for SqliteQueue {
                 .await
             }
         };
-        if result.map_err(db_error)?.rows_affected() == 0 {
-            return Err(QueueError::LeaseLost(task_id.to_string()));
-        }
-        Ok(())
+        transitions::fenced(task_id, result.map_err(db_error)?.rows_affected())
     }
 
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
         let _write = self.writes.lock().await;
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let row = sqlx::query("SELECT state, usage FROM tasks WHERE id = ?1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
-        let state_text: String = row.try_get("state").map_err(db_error)?;
-        let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
-        match state {
-            TaskState::Queued | TaskState::WaitingForHuman => {
-                let outcome = ending::cancelled();
-                sqlx::query(
-                    "UPDATE tasks SET state = 'cancelled', finished_ms = ?2, outcome = ?3, waiting_reason = NULL
-                     WHERE id = ?1",
-                )
-                .bind(id)
-                .bind(now_ms())
-                .bind(json(&outcome)?)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                Self::own_event(&mut tx, id, ending::event(&outcome, Usage::default())).await?;
-                tx.commit().await.map_err(db_error)?;
-                Ok(Cancelled::Now)
-            }
-            TaskState::Running => {
-                sqlx::query("UPDATE tasks SET cancel_requested = 1 WHERE id = ?1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                tx.commit().await.map_err(db_error)?;
-                Ok(Cancelled::Requested)
-            }
-            other => Err(ending::already_finished(id, other)),
-        }
+        let change = transitions::cancel(id, Self::state(&mut tx, id).await?)?;
+        Self::apply(&mut tx, id, &change).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(transitions::cancelled(&change))
     }
 
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
         let _write = self.writes.lock().await;
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let row = sqlx::query("SELECT state FROM tasks WHERE id = ?1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
-        let state_text: String = row.try_get("state").map_err(db_error)?;
-        let state = TaskState::from_str(&state_text).map_err(|e| corrupt("state", e))?;
-        if state != TaskState::WaitingForHuman {
-            return Err(ending::not_waiting(id, state));
-        }
-        match decision {
-            Decision::Approve => {
-                sqlx::query(
-                    "UPDATE tasks SET state = 'queued', approved = 1, same_attempt = 1, waiting_reason = NULL,
-                        not_before_ms = 0
-                     WHERE id = ?1 AND state = 'waiting_for_human'",
-                )
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            }
-            Decision::Reject { reason } => {
-                let outcome = ending::rejected(reason);
-                sqlx::query(
-                    "UPDATE tasks SET state = 'failed', finished_ms = ?2, outcome = ?3, waiting_reason = NULL
-                     WHERE id = ?1 AND state = 'waiting_for_human'",
-                )
-                .bind(id)
-                .bind(now_ms())
-                .bind(json(&outcome)?)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                Self::own_event(&mut tx, id, ending::event(&outcome, Usage::default())).await?;
-            }
-        }
+        let change = transitions::decide(id, Self::state(&mut tx, id).await?, decision)?;
+        Self::apply(&mut tx, id, &change).await?;
         tx.commit().await.map_err(db_error)
     }
 
@@ -596,7 +517,7 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let now = now_ms();
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let expired = sqlx::query(
+        let expired: Vec<(String, i64, i64, bool)> = sqlx::query_as(
             "SELECT id, attempt, max_attempts, cancel_requested FROM tasks
              WHERE state = 'running' AND lease_until_ms < ?1",
         )
@@ -605,58 +526,21 @@ impl Queue for SqliteQueue {
         .await
         .map_err(db_error)?;
         let mut rescued = Vec::new();
-        for row in expired {
-            let id: String = row.try_get("id").map_err(db_error)?;
-            let attempt: i64 = row.try_get("attempt").map_err(db_error)?;
-            let max_attempts: i64 = row.try_get("max_attempts").map_err(db_error)?;
-            let cancel_requested: i64 = row.try_get("cancel_requested").map_err(db_error)?;
-            if cancel_requested != 0 || attempt >= max_attempts {
-                // A cancel asked for while the worker was alive is honoured, not forgotten by a new claim.
-                let outcome = if cancel_requested != 0 { ending::cancelled() } else { ending::worker_lost(attempt) };
-                sqlx::query(
-                    "UPDATE tasks SET state = ?4, finished_ms = ?2, outcome = ?3, lease_until_ms = NULL,
-                        lease_token = lease_token + 1
-                     WHERE id = ?1",
-                )
-                .bind(&id)
-                .bind(now)
-                .bind(json(&outcome)?)
-                .bind(outcome.state().as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                Self::own_event(&mut tx, &id, ending::event(&outcome, Usage::default())).await?;
-                rescued.push(Rescued { task_id: id, new_state: outcome.state() });
-            } else {
-                // Bumping the token fences the lost worker out even before anyone claims the task again.
-                sqlx::query(
-                    "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
-                        lease_token = lease_token + 1
-                     WHERE id = ?1",
-                )
-                .bind(&id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                rescued.push(Rescued { task_id: id, new_state: TaskState::Queued });
-            }
+        for (id, attempt, max_attempts, cancel_requested) in expired {
+            let change = transitions::rescue(&row::expired(attempt, max_attempts, cancel_requested));
+            Self::apply(&mut tx, &id, &change).await?;
+            rescued.push(Rescued { task_id: id, new_state: change.state() });
         }
         tx.commit().await.map_err(db_error)?;
         Ok(rescued)
     }
 
     async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM tasks GROUP BY state")
+        let rows = sqlx::query_as("SELECT state, COUNT(*) AS n FROM tasks GROUP BY state")
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        let mut counts = BTreeMap::new();
-        for row in rows {
-            let state: String = row.try_get("state").map_err(db_error)?;
-            let n: i64 = row.try_get("n").map_err(db_error)?;
-            counts.insert(TaskState::from_str(&state).map_err(|e| corrupt("state", e))?, n as u64);
-        }
-        Ok(counts)
+        row::counts(rows)
     }
 
     async fn health(&self) -> Result<(), QueueError> {
@@ -667,13 +551,7 @@ impl Queue for SqliteQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn the_queue_suite_passes_on_sqlite() {
-        let dir = tempfile::tempdir().unwrap();
-        let queue = SqliteQueue::open(&dir.path().join("queue.db")).await.unwrap();
-        crate::queue::suite::run_all(&queue).await;
-    }
+    use crate::task::TaskSpec;
 
     #[tokio::test]
     async fn tasks_survive_a_reopen() {

@@ -1,10 +1,50 @@
 //! The real `agentd serve` on a temp dir, driven through the real CLI and the raw HTTP API: submit, wait,
 //! status, list, events (SSE, resumable), cancel, approve/reject, idempotent ids, bad input (400/413 and
-//! exit 2), the TCP guard (401/403), unreachable daemons (exit 3), and SIGTERM mid-task.
+//! exit 2), the TCP guard (401/403), unreachable daemons (exit 3), and SIGTERM mid-task. Every test that runs a
+//! daemon runs on each queue backend.
 
 use std::time::Duration;
 
-use crate::support::{Agentd, Daemon, fixtures, http, repo};
+use crate::support::{Agentd, Backend, Daemon, fixtures, http, repo};
+
+/// Each test twice, named for its queue: `daemon::sqlite::NAME` and `daemon::postgres::NAME`, the latter in a
+/// schema of its own on the server at `AGENTD_TEST_POSTGRES_URL` (it says it skips when that is not set).
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(crate::support::Backend::Sqlite);
+                }
+            )+
+        }
+
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(backend) = crate::support::Backend::postgres() {
+                        super::$name(backend);
+                    }
+                }
+            )+
+        }
+    };
+}
+
+on_both_backends!(
+    submit_wait_status_list_and_events,
+    ids_are_idempotent_and_conflicts_are_refused,
+    a_failed_task_exits_1_and_a_cancelled_one_too,
+    a_task_waiting_for_a_human_is_approved_or_rejected,
+    a_rejected_task_fails_with_reason_rejected,
+    the_malformed_corpus_is_refused_by_the_api_and_the_cli,
+    the_tcp_listener_requires_a_token_and_our_host,
+    the_socket_is_group_only_and_config_check_reaches_everything,
+    sigterm_mid_task_hands_it_back_and_a_restart_finishes_it,
+    a_second_signal_exits_at_once,
+);
 
 fn ask_task(dir: &std::path::Path) -> std::path::PathBuf {
     let task = serde_json::json!({
@@ -38,9 +78,8 @@ fn slow_task(dir: &std::path::Path, id: &str, steps: usize, wait_ms: u64) -> std
     path
 }
 
-#[test]
-fn submit_wait_status_list_and_events() {
-    let daemon = Daemon::start("");
+fn submit_wait_status_list_and_events(backend: Backend) {
+    let daemon = Daemon::start_on(backend, "", "");
     let run = daemon.cli(&["submit", "config/tasks/mock-login.json", "--wait"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stderr, daemon.log());
     let id = run.stdout.trim().to_string();
@@ -95,9 +134,8 @@ fn submit_wait_status_list_and_events() {
     assert_eq!(code, 404);
 }
 
-#[test]
-fn ids_are_idempotent_and_conflicts_are_refused() {
-    let daemon = Daemon::start("");
+fn ids_are_idempotent_and_conflicts_are_refused(backend: Backend) {
+    let daemon = Daemon::start_on(backend, "", "");
     let dir = daemon.agentd.dir.path().to_path_buf();
     let task = slow_task(&dir, "same-id", 1, 1);
     let first = daemon.cli(&["submit", task.to_str().expect("path")]);
@@ -122,9 +160,8 @@ fn ids_are_idempotent_and_conflicts_are_refused() {
     assert!(body.contains("\"field\":\"model.script\""), "{body}");
 }
 
-#[test]
-fn a_failed_task_exits_1_and_a_cancelled_one_too() {
-    let daemon = Daemon::start("");
+fn a_failed_task_exits_1_and_a_cancelled_one_too(backend: Backend) {
+    let daemon = Daemon::start_on(backend, "", "");
     let dir = daemon.agentd.dir.path().to_path_buf();
     let failing = dir.join("fail.json");
     std::fs::write(
@@ -151,9 +188,8 @@ fn a_failed_task_exits_1_and_a_cancelled_one_too() {
     assert_eq!(daemon.cli(&["cancel", "to-cancel"]).code, 2, "already finished");
 }
 
-#[test]
-fn a_task_waiting_for_a_human_is_approved_or_rejected() {
-    let daemon = Daemon::start("[worker]\nconcurrency = 1\n");
+fn a_task_waiting_for_a_human_is_approved_or_rejected(backend: Backend) {
+    let daemon = Daemon::start_on(backend, "", "[worker]\nconcurrency = 1\n");
     let dir = daemon.agentd.dir.path().to_path_buf();
     let task = ask_task(&dir);
     let id = daemon.cli(&["submit", task.to_str().expect("path")]).stdout.trim().to_string();
@@ -177,9 +213,8 @@ fn a_task_waiting_for_a_human_is_approved_or_rejected() {
     assert_eq!(daemon.cli(&["approve", &id]).code, 2, "nothing to approve any more");
 }
 
-#[test]
-fn a_rejected_task_fails_with_reason_rejected() {
-    let daemon = Daemon::start("");
+fn a_rejected_task_fails_with_reason_rejected(backend: Backend) {
+    let daemon = Daemon::start_on(backend, "", "");
     let task = ask_task(daemon.agentd.dir.path());
     let id = daemon.cli(&["submit", task.to_str().expect("path")]).stdout.trim().to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -196,9 +231,8 @@ fn a_rejected_task_fails_with_reason_rejected() {
     assert_eq!(task["computer_state"], serde_json::Value::Null);
 }
 
-#[test]
-fn the_malformed_corpus_is_refused_by_the_api_and_the_cli() {
-    let daemon = Daemon::start_with_api("max_body_bytes = 65536", "");
+fn the_malformed_corpus_is_refused_by_the_api_and_the_cli(backend: Backend) {
+    let daemon = Daemon::start_on(backend, "max_body_bytes = 65536", "");
     let expected: std::collections::BTreeMap<String, Vec<String>> = serde_json::from_str(
         &std::fs::read_to_string(fixtures().join("bad-tasks/expected.json")).expect("expected.json"),
     )
@@ -241,14 +275,14 @@ fn the_malformed_corpus_is_refused_by_the_api_and_the_cli() {
     assert_eq!(list.json()["tasks"].as_array().map(Vec::len), Some(0), "nothing was queued");
 }
 
-#[test]
-fn the_tcp_listener_requires_a_token_and_our_host() {
+fn the_tcp_listener_requires_a_token_and_our_host(backend: Backend) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let dir = tempfile::tempdir().expect("tempdir");
     let token = "0123456789abcdef0123456789abcdef";
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{token}\n")).expect("token");
-    let daemon = Daemon::start_with_api(
+    let daemon = Daemon::start_on(
+        backend,
         &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
         "",
     );
@@ -298,10 +332,9 @@ fn an_unreachable_daemon_exits_3_and_says_where_it_looked() {
     assert!(run.stderr.contains("http://127.0.0.1:9"), "{}", run.stderr);
 }
 
-#[test]
-fn the_socket_is_group_only_and_config_check_reaches_everything() {
+fn the_socket_is_group_only_and_config_check_reaches_everything(backend: Backend) {
     use std::os::unix::fs::PermissionsExt;
-    let daemon = Daemon::start("");
+    let daemon = Daemon::start_on(backend, "", "");
     let mode = std::fs::metadata(&daemon.socket).expect("socket").permissions().mode() & 0o777;
     assert_eq!(mode, 0o660);
     let check = daemon.cli(&["config", "check", "--json"]);
@@ -319,9 +352,8 @@ fn the_socket_is_group_only_and_config_check_reaches_everything() {
     }
 }
 
-#[test]
-fn sigterm_mid_task_hands_it_back_and_a_restart_finishes_it() {
-    let mut daemon = Daemon::start("[worker]\nshutdown_grace_secs = 10\n");
+fn sigterm_mid_task_hands_it_back_and_a_restart_finishes_it(backend: Backend) {
+    let mut daemon = Daemon::start_on(backend, "", "[worker]\nshutdown_grace_secs = 10\n");
     let dir = daemon.agentd.dir.path().to_path_buf();
     let task = slow_task(&dir, "graceful", 30, 60);
     assert_eq!(daemon.cli(&["submit", task.to_str().expect("path")]).code, 0);
@@ -346,9 +378,8 @@ fn sigterm_mid_task_hands_it_back_and_a_restart_finishes_it() {
     let _ = repo();
 }
 
-#[test]
-fn a_second_signal_exits_at_once() {
-    let mut daemon = Daemon::start("[worker]\nshutdown_grace_secs = 60\n");
+fn a_second_signal_exits_at_once(backend: Backend) {
+    let mut daemon = Daemon::start_on(backend, "", "[worker]\nshutdown_grace_secs = 60\n");
     let dir = daemon.agentd.dir.path().to_path_buf();
     // One step that waits 30 s: the first SIGTERM lets it run to its end, so only the second can stop it.
     let task = slow_task(&dir, "stubborn", 1, 30_000);

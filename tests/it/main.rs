@@ -13,6 +13,7 @@ mod models;
 mod models_storm;
 mod models_wire;
 mod proxy;
+mod queue_suite;
 mod run_examples;
 mod s3;
 mod support;

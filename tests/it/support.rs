@@ -121,11 +121,92 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The test PostgreSQL server (`./scripts/test` sets `AGENTD_TEST_POSTGRES_URL`), or `None` after saying
+/// that the calling test skips.
+pub fn postgres_url() -> Option<String> {
+    let url = std::env::var("AGENTD_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty());
+    if url.is_none() {
+        eprintln!("skipping: AGENTD_TEST_POSTGRES_URL is not set (./scripts/test sets it to a private PostgreSQL)");
+    }
+    url
+}
+
+/// A schema of its own on the test PostgreSQL server, so tests running side by side never see each other's
+/// tasks; dropped (with everything in it) when this is dropped, also when the test fails.
+pub struct PgSchema {
+    server: String,
+    name: String,
+}
+
+impl PgSchema {
+    pub fn create(server: &str) -> Self {
+        let name = format!("agentd_it_{}", uuid::Uuid::now_v7().simple());
+        pg_execute(server, format!("CREATE SCHEMA {name}")).unwrap_or_else(|e| panic!("create schema {name}: {e}"));
+        Self { server: server.to_string(), name }
+    }
+
+    /// The server's URL with this schema as the search path, as `queue.url` takes it.
+    pub fn url(&self) -> String {
+        let separator = if self.server.contains('?') { '&' } else { '?' };
+        format!("{}{separator}options[search_path]={}", self.server, self.name)
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        if let Err(e) = pg_execute(&self.server, format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name)) {
+            eprintln!("could not drop schema {}: {e}", self.name);
+        }
+    }
+}
+
+/// Runs one statement on `url`, on a thread and runtime of its own (so async tests can call it too).
+fn pg_execute(url: &str, statement: String) -> Result<(), String> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&url).await.map_err(|e| e.to_string())?;
+            let done = sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut conn).await.map_err(|e| e.to_string());
+            let _ = conn.close().await;
+            done.map(drop)
+        })
+    })
+    .join()
+    .unwrap_or_else(|_| Err("the statement's thread panicked".into()))
+}
+
+/// The queue a test daemon uses.
+pub enum Backend {
+    /// The embedded default, in the daemon's data dir.
+    Sqlite,
+    /// A schema of its own on the test PostgreSQL server.
+    Postgres(PgSchema),
+}
+
+impl Backend {
+    /// PostgreSQL in a fresh schema, or `None` (the test skips, saying so) when no server is configured.
+    pub fn postgres() -> Option<Self> {
+        postgres_url().map(|url| Self::Postgres(PgSchema::create(&url)))
+    }
+
+    /// The `[queue]` lines that select this backend.
+    fn queue_config(&self) -> String {
+        match self {
+            Self::Sqlite => String::new(),
+            Self::Postgres(schema) => format!("backend = \"postgres\"\nurl = {:?}\n", schema.url()),
+        }
+    }
+}
+
 /// A running `agentd serve` on a private data dir and socket; killed when dropped.
 pub struct Daemon {
     pub agentd: Agentd,
     pub child: Option<std::process::Child>,
     pub socket: PathBuf,
+    /// Dropped after the daemon is killed (a PostgreSQL schema goes with it).
+    _backend: Backend,
 }
 
 impl Daemon {
@@ -142,14 +223,24 @@ impl Daemon {
     /// Like [`Daemon::start_with_api`], with `queue` as the `[queue]` section's first lines instead of the
     /// short test leases (3 s lease, 1 s heartbeat, 100 ms poll).
     pub fn start_with(api: &str, queue: &str, extra: &str) -> Self {
+        Self::start_on_with(Backend::Sqlite, api, queue, extra)
+    }
+
+    /// Like [`Daemon::start_with_api`], on the queue `backend`.
+    pub fn start_on(backend: Backend, api: &str, extra: &str) -> Self {
+        Self::start_on_with(backend, api, "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100", extra)
+    }
+
+    fn start_on_with(backend: Backend, api: &str, queue: &str, extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agentd.sock");
+        let queue = format!("{}{queue}", backend.queue_config());
         let config = format!("[api]\nsocket = {:?}\n{api}\n[queue]\n{queue}\n{extra}", socket.display().to_string());
         let agentd = Agentd { dir };
         let mut text = format!("data_dir = {:?}\n", agentd.data_dir().display().to_string());
         text.push_str(&config);
         std::fs::write(agentd.dir.path().join("agentd.toml"), text).expect("write config");
-        let mut daemon = Self { agentd, child: None, socket };
+        let mut daemon = Self { agentd, child: None, socket, _backend: backend };
         daemon.spawn();
         daemon
     }

@@ -1,19 +1,70 @@
-//! The queue behaviour every backend must show, as one function its tests call on a fresh queue:
-//! `queue::suite::run_all(&queue).await`. Each check uses its own task ids, so one database serves all.
+//! The queue behaviour every backend must show, one test per scenario and backend, so a failure names both:
+//! `queue_suite::sqlite::<scenario>` runs on a fresh SQLite file, `queue_suite::postgres::<scenario>` in a
+//! fresh schema of the server at `AGENTD_TEST_POSTGRES_URL` (and says it skips when that is not set).
+//! [`queue_suite!`] stamps the tests; each scenario is an `async fn(&dyn Queue)` below.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use time::OffsetDateTime;
-
-use super::{
-    Cancelled, Decision, Finish, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Submitted,
+use agentd::queue::{
+    Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Submitted,
     WorkerIdentity,
 };
-use crate::record::Usage;
-use crate::record::events::{Event, EventKind};
-use crate::record::{EndReason, Outcome, ScreenshotRef, StepRecord, TaskState};
-use crate::task::{TaskId, TaskSpec};
+use agentd::record::Usage;
+use agentd::record::events::{Event, EventKind};
+use agentd::record::{EndReason, Outcome, ScreenshotRef, StepRecord, TaskState};
+use agentd::task::{TaskId, TaskSpec};
+use time::OffsetDateTime;
+
+/// One `#[tokio::test]` per scenario in `mod sqlite` and again in `mod postgres`, each on a queue of its own.
+macro_rules! queue_suite {
+    ($($scenario:ident),+ $(,)?) => {
+        mod sqlite {
+            use agentd::queue::Queue as _;
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    let dir = tempfile::tempdir().expect("tempdir");
+                    let queue = agentd::queue::sqlite::SqliteQueue::open(&dir.path().join("queue.db"))
+                        .await
+                        .unwrap_or_else(|e| panic!("open: {e}"));
+                    queue.health().await.unwrap_or_else(|e| panic!("health: {e}"));
+                    super::$scenario(&queue).await;
+                }
+            )+
+        }
+
+        mod postgres {
+            use agentd::queue::Queue as _;
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    let Some(url) = crate::support::postgres_url() else { return };
+                    let schema = crate::support::PgSchema::create(&url);
+                    let queue = agentd::queue::postgres::PostgresQueue::open(&schema.url(), Default::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("open: {e}"));
+                    queue.health().await.unwrap_or_else(|e| panic!("health: {e}"));
+                    super::$scenario(&queue).await;
+                    queue.pool().close().await;
+                }
+            )+
+        }
+    };
+}
+
+queue_suite!(
+    submit_is_idempotent,
+    claims_follow_labels_and_order,
+    fencing_rejects_a_stale_worker,
+    cancellation_reaches_queued_and_running_tasks,
+    a_cancelled_task_whose_worker_died_stays_cancelled,
+    release_and_attempts,
+    humans_approve_and_reject,
+    events_are_ordered_and_resumable,
+    steps_are_journaled_and_returned,
+    listing_and_counts,
+);
 
 fn spec(id: &str, labels: &[(&str, &str)]) -> TaskSpec {
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
@@ -61,7 +112,7 @@ fn event(task_id: &str, seq: u64, step: u32) -> Event {
 const LEASE: Duration = Duration::from_secs(30);
 
 /// Claims until `id` comes up (other checks' tasks may be queued too), releasing nothing else.
-async fn claim_id(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> super::Lease {
+async fn claim_id(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> Lease {
     for _ in 0..1000 {
         match queue.claim(who, LEASE).await {
             Ok(Some(lease)) if lease.task_id == id => return lease,
@@ -86,20 +137,6 @@ fn finish(success: bool) -> Finish {
         final_screenshot: None,
         computer_state: Some(serde_json::json!({"screen": "end"})),
     }
-}
-
-pub async fn run_all(queue: &dyn Queue) {
-    queue.health().await.unwrap_or_else(|e| panic!("health: {e}"));
-    submit_is_idempotent(queue).await;
-    claims_follow_labels_and_order(queue).await;
-    fencing_rejects_a_stale_worker(queue).await;
-    cancellation_reaches_queued_and_running_tasks(queue).await;
-    a_cancelled_task_whose_worker_died_stays_cancelled(queue).await;
-    release_and_attempts(queue).await;
-    humans_approve_and_reject(queue).await;
-    events_are_ordered_and_resumable(queue).await;
-    steps_are_journaled_and_returned(queue).await;
-    listing_and_counts(queue).await;
 }
 
 async fn submit_is_idempotent(queue: &dyn Queue) {
@@ -369,6 +406,13 @@ async fn steps_are_journaled_and_returned(queue: &dyn Queue) {
 }
 
 async fn listing_and_counts(queue: &dyn Queue) {
+    let who = worker("w", &[("l", "1")]);
+    for n in 0..3 {
+        let done = format!("list-done-{n}");
+        queue.submit(new_task(&done, &[("l", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+        let lease = claim_id(queue, &who, &done).await;
+        queue.finish(&done, lease.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+    }
     let id = TaskId::generate();
     queue.submit(new_task(id.as_str(), &[("never", "matches")])).await.unwrap_or_else(|e| panic!("{e}"));
     let newest = queue.list(&ListFilter { state: None, limit: 1 }).await.unwrap_or_else(|e| panic!("{e}"));

@@ -1,0 +1,303 @@
+//! The task state machine's decisions, written once for every backend.
+//!
+//! Pure functions: given the facts of a task's row (its state, whether a cancel was requested, its attempts)
+//! and a request, each says what changes — the new state, the outcome and its `task_finished` event, whether
+//! the lease token is bumped to fence a lost worker out — or why the request is refused. A backend reads the
+//! row under its own lock (`BEGIN IMMEDIATE` in SQLite, `FOR UPDATE` in PostgreSQL), calls the function and
+//! writes the [`Change`] with its own SQL. No database and no clock here, so each decision is tested alone.
+//!
+//! A worker's own writes (finish, release, the step journal) are fenced in the statement itself (`WHERE
+//! lease_token = ? AND state = 'running'`), one round trip with nothing to race; here they get the values
+//! they write ([`release`]) and the answer when the fence held nobody ([`fenced`]).
+
+use std::time::Duration;
+
+use super::{Cancelled, Decision, QueueError, Release, ending};
+use crate::record::Usage;
+use crate::record::events::EventKind;
+use crate::record::{Outcome, TaskState};
+
+/// What the rescuer needs to know of a running task's row whose lease expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    /// A cancel was asked for while the task ran.
+    pub cancel_requested: bool,
+    /// Attempts started so far (the running one included).
+    pub attempt: u32,
+    pub max_attempts: u32,
+}
+
+/// How a decision changes a task that no worker may write to now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// The task ends with `outcome` (and its `task_finished` event); nobody holds its lease any more. With
+    /// `fence` the lease token is bumped, so the worker whose lease expired can never write again.
+    End { outcome: Outcome, fence: bool },
+    /// The task runs: its worker is asked to stop at the next safe point (the heartbeat carries the request).
+    RequestCancel,
+    /// A human approved: back to `queued`, claimable at once, in the same attempt, marked approved.
+    Approve,
+    /// The lease expired with attempts left: back to `queued`, without a worker, the token bumped so the lost
+    /// worker is fenced out before anyone claims the task again. The next claim counts a new attempt.
+    Requeue,
+}
+
+impl Change {
+    /// The state the task is in afterwards.
+    pub fn state(&self) -> TaskState {
+        match self {
+            Self::End { outcome, .. } => outcome.state(),
+            Self::RequestCancel => TaskState::Running,
+            Self::Approve | Self::Requeue => TaskState::Queued,
+        }
+    }
+
+    /// The event the queue appends for this change, numbered after the task's last one.
+    pub fn event(&self) -> Option<EventKind> {
+        match self {
+            Self::End { outcome, .. } => Some(ending::event(outcome, Usage::default())),
+            Self::RequestCancel | Self::Approve | Self::Requeue => None,
+        }
+    }
+
+    /// The task became claimable: waiting workers should look.
+    pub fn wakes_workers(&self) -> bool {
+        matches!(self, Self::Approve | Self::Requeue)
+    }
+}
+
+/// Cancels a queued or waiting task now; asks a running one to stop; refuses a finished one.
+pub fn cancel(id: &str, state: TaskState) -> Result<Change, QueueError> {
+    match state {
+        TaskState::Queued | TaskState::WaitingForHuman => {
+            Ok(Change::End { outcome: ending::cancelled(), fence: false })
+        }
+        TaskState::Running => Ok(Change::RequestCancel),
+        finished => Err(ending::already_finished(id, finished)),
+    }
+}
+
+/// What [`Queue::cancel`](super::Queue::cancel) answers for a change [`cancel`] decided.
+pub fn cancelled(change: &Change) -> Cancelled {
+    if *change == Change::RequestCancel { Cancelled::Requested } else { Cancelled::Now }
+}
+
+/// A human's answer, only to a task waiting for one: approval queues it again, rejection fails it.
+pub fn decide(id: &str, state: TaskState, decision: &Decision) -> Result<Change, QueueError> {
+    if state != TaskState::WaitingForHuman {
+        return Err(ending::not_waiting(id, state));
+    }
+    Ok(match decision {
+        Decision::Approve => Change::Approve,
+        Decision::Reject { reason } => Change::End { outcome: ending::rejected(reason), fence: false },
+    })
+}
+
+/// A running task whose lease expired: queued again while attempts are left; ended when its attempts are
+/// used up, or as cancelled when a cancel was requested while the worker lived (a new claim would forget it).
+pub fn rescue(facts: &Expired) -> Change {
+    if facts.cancel_requested {
+        Change::End { outcome: ending::cancelled(), fence: true }
+    } else if facts.attempt >= facts.max_attempts {
+        Change::End { outcome: ending::worker_lost(i64::from(facts.attempt)), fence: true }
+    } else {
+        Change::Requeue
+    }
+}
+
+/// What a worker's hand-back writes (fenced by its token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handback<'a> {
+    /// Back to `queued`, claimable after `delay`. `same_attempt`: the next claim does not count an attempt
+    /// (a graceful shutdown). `wakes_workers`: claimable at once, so waiting workers should look.
+    Requeue { same_attempt: bool, delay: Duration, wakes_workers: bool },
+    /// Parked in `waiting_for_human` with `reason`, its earlier approval spent.
+    WaitForHuman { reason: &'a str },
+}
+
+pub fn release(release: &Release) -> Handback<'_> {
+    match release {
+        Release::Requeue { count_attempt, delay, .. } => {
+            Handback::Requeue { same_attempt: !count_attempt, delay: *delay, wakes_workers: delay.is_zero() }
+        }
+        Release::WaitForHuman { reason } => Handback::WaitForHuman { reason },
+    }
+}
+
+/// A fenced worker write that changed `rows` rows: none means the lease is gone.
+pub fn fenced(id: &str, rows: u64) -> Result<(), QueueError> {
+    if rows == 0 { Err(QueueError::LeaseLost(id.to_string())) } else { Ok(()) }
+}
+
+/// A submission of an id that exists: the same body gets the existing task, another body is refused.
+pub fn resubmit(id: &str, stored_hash: &str, hash: &str) -> Result<(), QueueError> {
+    if stored_hash == hash { Ok(()) } else { Err(QueueError::Conflict(id.to_string())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::EndReason;
+
+    const ALL: [TaskState; 6] = [
+        TaskState::Queued,
+        TaskState::Running,
+        TaskState::WaitingForHuman,
+        TaskState::Succeeded,
+        TaskState::Failed,
+        TaskState::Cancelled,
+    ];
+
+    fn reason(change: &Change) -> Option<EndReason> {
+        match change {
+            Change::End { outcome, .. } => Some(outcome.reason),
+            _ => None,
+        }
+    }
+
+    fn wrong_state(result: &Result<Change, QueueError>) -> Option<&'static str> {
+        match result {
+            Err(QueueError::WrongState { state, .. }) => Some(state),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn cancel_ends_unclaimed_tasks_asks_running_ones_and_refuses_finished_ones() {
+        // (state, what follows: the new state, the answer; or None for a refusal)
+        let table = [
+            (TaskState::Queued, Some((TaskState::Cancelled, Cancelled::Now))),
+            (TaskState::Running, Some((TaskState::Running, Cancelled::Requested))),
+            (TaskState::WaitingForHuman, Some((TaskState::Cancelled, Cancelled::Now))),
+            (TaskState::Succeeded, None),
+            (TaskState::Failed, None),
+            (TaskState::Cancelled, None),
+        ];
+        assert_eq!(table.each_ref().map(|(s, _)| *s), ALL, "every state is covered");
+        for (state, expected) in table {
+            let result = cancel("t", state);
+            match expected {
+                Some((new_state, answer)) => {
+                    let change = result.unwrap_or_else(|e| panic!("{state:?}: {e}"));
+                    assert_eq!((change.state(), cancelled(&change)), (new_state, answer), "{state:?}");
+                    assert!(!change.wakes_workers(), "{state:?}");
+                    if let Change::End { fence, .. } = change {
+                        assert!(!fence, "no worker holds a {state:?} task: nothing to fence");
+                        assert_eq!(reason(&change), Some(EndReason::Cancelled));
+                        assert!(
+                            matches!(change.event(), Some(EventKind::TaskFinished { state: TaskState::Cancelled, .. })),
+                            "{state:?}"
+                        );
+                    } else {
+                        assert_eq!(change.event(), None, "a cancel request is not an event");
+                    }
+                }
+                None => assert_eq!(wrong_state(&result), Some(state.as_str()), "{state:?}: {result:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn only_a_waiting_task_takes_a_decision() {
+        let reject = Decision::Reject { reason: "too expensive".into() };
+        for state in ALL {
+            for decision in [Decision::Approve, reject.clone()] {
+                let result = decide("t", state, &decision);
+                if state == TaskState::WaitingForHuman {
+                    continue;
+                }
+                assert_eq!(wrong_state(&result), Some(state.as_str()), "{state:?} {decision:?}: {result:?}");
+                let Err(QueueError::WrongState { message, .. }) = result else { unreachable!() };
+                assert!(message.contains("waiting for a human"), "{message}");
+            }
+        }
+    }
+
+    #[test]
+    fn approval_requeues_and_rejection_fails_with_the_reason() {
+        let approve = decide("t", TaskState::WaitingForHuman, &Decision::Approve).expect("approve");
+        assert_eq!(approve, Change::Approve);
+        assert_eq!(approve.state(), TaskState::Queued);
+        assert!(approve.wakes_workers());
+        assert_eq!(approve.event(), None);
+
+        // (reason given, the summary it gives)
+        let table = [("too expensive", "rejected: too expensive"), ("", "rejected by a human")];
+        for (given, summary) in table {
+            let decision = Decision::Reject { reason: given.into() };
+            let change = decide("t", TaskState::WaitingForHuman, &decision).expect("reject");
+            let Change::End { outcome, fence } = &change else { panic!("{change:?}") };
+            assert_eq!((outcome.reason, outcome.summary.as_str(), *fence), (EndReason::Rejected, summary, false));
+            assert_eq!(change.state(), TaskState::Failed);
+            assert!(!change.wakes_workers());
+            assert!(matches!(change.event(), Some(EventKind::TaskFinished { state: TaskState::Failed, .. })));
+        }
+    }
+
+    #[test]
+    fn rescue_requeues_while_attempts_last_and_honours_a_cancel() {
+        // (cancel requested, attempt, max attempts, new state, end reason)
+        let table = [
+            (false, 1, 2, TaskState::Queued, None),
+            (false, 1, 3, TaskState::Queued, None),
+            (false, 2, 2, TaskState::Failed, Some(EndReason::Error)),
+            (false, 3, 2, TaskState::Failed, Some(EndReason::Error)),
+            (false, 1, 1, TaskState::Failed, Some(EndReason::Error)),
+            (true, 1, 2, TaskState::Cancelled, Some(EndReason::Cancelled)),
+            (true, 2, 2, TaskState::Cancelled, Some(EndReason::Cancelled)),
+        ];
+        for (cancel_requested, attempt, max_attempts, state, end) in table {
+            let facts = Expired { cancel_requested, attempt, max_attempts };
+            let change = rescue(&facts);
+            assert_eq!((change.state(), reason(&change)), (state, end), "{facts:?}");
+            match &change {
+                Change::End { fence, .. } => {
+                    assert!(fence, "the lost worker is fenced out: {facts:?}");
+                    assert!(change.event().is_some() && !change.wakes_workers());
+                }
+                other => {
+                    assert_eq!(*other, Change::Requeue);
+                    assert!(change.event().is_none() && change.wakes_workers());
+                }
+            }
+        }
+        let lost = rescue(&Expired { cancel_requested: false, attempt: 3, max_attempts: 3 });
+        let Change::End { outcome, .. } = lost else { panic!("{lost:?}") };
+        assert!(outcome.summary.contains("lost 3 time(s)"), "{}", outcome.summary);
+    }
+
+    #[test]
+    fn hand_backs_keep_or_count_the_attempt_and_wake_only_when_claimable() {
+        let requeue = |count_attempt, delay| Release::Requeue { count_attempt, delay, reason: "r".into() };
+        // (count the attempt, delay, what is written)
+        let hour = Duration::from_secs(3600);
+        let table = [
+            (false, Duration::ZERO, (true, Duration::ZERO, true)),
+            (true, Duration::ZERO, (false, Duration::ZERO, true)),
+            (true, hour, (false, hour, false)),
+            (false, hour, (true, hour, false)),
+        ];
+        for (count_attempt, delay, (same_attempt, not_before, wakes)) in table {
+            let release = requeue(count_attempt, delay);
+            assert_eq!(
+                super::release(&release),
+                Handback::Requeue { same_attempt, delay: not_before, wakes_workers: wakes },
+                "{release:?}"
+            );
+        }
+        let wait = Release::WaitForHuman { reason: "confirm".into() };
+        assert_eq!(super::release(&wait), Handback::WaitForHuman { reason: "confirm" });
+    }
+
+    #[test]
+    fn a_fenced_write_that_matched_nothing_lost_its_lease() {
+        assert!(fenced("t", 1).is_ok());
+        assert!(matches!(fenced("t", 0), Err(QueueError::LeaseLost(id)) if id == "t"));
+    }
+
+    #[test]
+    fn a_resubmission_must_carry_the_same_body() {
+        assert!(resubmit("t", "abc", "abc").is_ok());
+        assert!(matches!(resubmit("t", "abc", "abd"), Err(QueueError::Conflict(id)) if id == "t"));
+    }
+}
