@@ -10,6 +10,7 @@ pub mod backends;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod input;
 pub mod model;
 pub mod queue;
 pub mod record;

@@ -18,6 +18,10 @@ pub const DEFAULT_MAX_STEPS: u32 = 50;
 pub const DEFAULT_TIMEOUT_SECS: u64 = 1800;
 pub const DEFAULT_MAX_COST_USD: f64 = 2.0;
 pub const DEFAULT_KEEP_SCREENSHOTS: u32 = 3;
+/// The most `limits.max_steps` a task may ask for.
+pub const MAX_STEPS_LIMIT: u64 = 100_000;
+/// The longest `limits.timeout_secs` a task may ask for (30 days).
+pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 
 /// A task as submitted. Every field but `instructions` is optional and falls back to config defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -460,9 +464,9 @@ impl<'de> Deserialize<'de> for ScriptSource {
 #[serde(deny_unknown_fields)]
 pub struct LimitsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_steps: Option<Positive<u32>>,
+    pub max_steps: Option<Limit<u32, MAX_STEPS_LIMIT>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_secs: Option<Positive<u64>>,
+    pub timeout_secs: Option<Limit<u64, MAX_TIMEOUT_SECS>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<Cost>,
 }
@@ -507,6 +511,33 @@ where
         let v = T::deserialize(d)?;
         if v < T::from(1u8) {
             return Err(serde::de::Error::custom(format!("must be at least 1, got {v}")));
+        }
+        Ok(Self(v))
+    }
+}
+
+/// A limit: an integer from 1 to `MAX` (so that no deadline or counter built from it can overflow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Limit<T, const MAX: u64>(T);
+
+impl<T: Copy, const MAX: u64> Limit<T, MAX> {
+    pub fn get(self) -> T {
+        self.0
+    }
+}
+
+impl<'de, T, const MAX: u64> Deserialize<'de> for Limit<T, MAX>
+where
+    T: Deserialize<'de> + Copy + Into<u64> + fmt::Display,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = T::deserialize(d)?;
+        if v.into() < 1 {
+            return Err(serde::de::Error::custom(format!("must be at least 1, got {v}")));
+        }
+        if v.into() > MAX {
+            return Err(serde::de::Error::custom(format!("must be at most {MAX}, got {v}")));
         }
         Ok(Self(v))
     }
@@ -680,11 +711,8 @@ impl TaskSource {
 
     pub fn read_text(&self) -> Result<String, TaskFileError> {
         let read = match &self.path {
-            Some(path) => std::fs::read(path),
-            None => {
-                let mut buf = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
-            }
+            Some(path) => crate::input::read_bytes_blocking(path).map_err(crate::input::FileError::into_io),
+            None => crate::input::read_stream(std::io::stdin()),
         };
         let bytes = read.map_err(|error| TaskFileError::Read { source_name: self.name.clone(), error })?;
         String::from_utf8(bytes).map_err(|e| {
@@ -900,12 +928,12 @@ impl TaskSpec {
             .or_else(|| defaults.model.clone())
             .unwrap_or_else(|| ModelSpec::Anthropic(VendorModelSpec::default()));
         let limits = Limits {
-            max_steps: self.limits.max_steps.or(defaults.limits.max_steps).map_or(DEFAULT_MAX_STEPS, Positive::get),
+            max_steps: self.limits.max_steps.or(defaults.limits.max_steps).map_or(DEFAULT_MAX_STEPS, Limit::get),
             timeout_secs: self
                 .limits
                 .timeout_secs
                 .or(defaults.limits.timeout_secs)
-                .map_or(DEFAULT_TIMEOUT_SECS, Positive::get),
+                .map_or(DEFAULT_TIMEOUT_SECS, Limit::get),
             max_cost_usd: self
                 .limits
                 .max_cost_usd

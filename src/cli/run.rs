@@ -22,6 +22,7 @@ use crate::agent::{self, LoopEnd, LoopInput};
 use crate::artifacts::Uploader;
 use crate::artifacts::fs::write_atomically;
 use crate::backends::{self, BuildError, ComputerContext};
+use crate::input::FileAccess;
 use crate::config::Config;
 use crate::record::{EndReason, Outcome, RECORD_VERSION, TaskRecord};
 use crate::task::{TaskId, TaskSpec};
@@ -48,8 +49,10 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         BuildError::Unreachable(message) => CliError::unreachable(anyhow::anyhow!("{}: {message}", source.name)),
     };
     let shared = crate::model::Shared::new(config);
-    let model = backends::model(&resolved.model, &shared, Some(&source.base_dir)).map_err(build_error)?;
-    let computer_ctx = ComputerContext { base_dir: Some(&source.base_dir), persist_dir: None };
+    let files = FileAccess::Local { base_dir: source.base_dir.clone() };
+    let model_spec = backends::inline_script(&resolved.model, &files).await.map_err(build_error)?;
+    let model = backends::model(&model_spec, &shared, Some(&source.base_dir)).map_err(build_error)?;
+    let computer_ctx = ComputerContext { files: &files, persist_dir: None };
     let computer = backends::computer(&resolved.computer, &computer_ctx).await.map_err(build_error)?;
     let store = backends::artifact_store(config).await.map_err(build_error)?;
 

@@ -21,6 +21,7 @@ use crate::agent::journal::{Journal, JournalError};
 use crate::agent::{LoopEnd, LoopInput, run_isolated};
 use crate::artifacts::Uploader;
 use crate::backends::{self, BuildError, ComputerContext};
+use crate::input::FileAccess;
 use crate::config::Config;
 use crate::model::Usage;
 use crate::queue::{Finish, Lease, LeaseStatus, Queue, QueueError, Release, WorkerIdentity, now_ms};
@@ -260,10 +261,18 @@ impl Workers {
 
         let resolved = lease.spec.resolve(&self.config.defaults);
         let persist = self.config.mock_dir(&task_id);
-        let ctx = ComputerContext { base_dir: None, persist_dir: Some(&persist) };
-        let built = match backends::model(&resolved.model, &self.models, None) {
-            Ok(model) => backends::computer(&resolved.computer, &ctx).await.map(|computer| (computer, model)),
-            Err(e) => Err(e),
+        // The task came over an API (this node's or another's): it may name only what this node allows.
+        let files = FileAccess::api(&self.config);
+        let ctx = ComputerContext { files: &files, persist_dir: Some(&persist) };
+        let built = match backends::check_names(&resolved, &self.config) {
+            Err((field, message)) => Err(BuildError::Invalid(format!("field `{field}`: {message}"))),
+            Ok(()) => match backends::inline_script(&resolved.model, &files).await {
+                Ok(model_spec) => match backends::model(&model_spec, &self.models, None) {
+                    Ok(model) => backends::computer(&resolved.computer, &ctx).await.map(|computer| (computer, model)),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            },
         };
         let (computer, model) = match built {
             Ok(pair) => pair,

@@ -18,7 +18,7 @@ pub mod scripted;
 mod shared;
 mod wire;
 
-pub use shared::Shared;
+pub use shared::{Shared, default_base_url};
 
 use std::sync::{Arc, OnceLock};
 
