@@ -15,7 +15,9 @@ use crate::config::{ArtifactsBackend, Config};
 use crate::input::{FileAccess, FileError};
 use crate::model::scripted::{Script, ScriptedModel};
 use crate::model::{Model, ModelError, Shared};
-use crate::task::{CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, VncSpec};
+use crate::task::{
+    CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec, VncSpec,
+};
 
 #[derive(Debug, Error)]
 pub enum BuildError {
@@ -39,9 +41,10 @@ pub struct ComputerContext<'a> {
 pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     match spec {
         ComputerSpec::Mock(MockSpec { scene, width, height }) => {
-            let name = scene.as_deref().unwrap_or("blank");
-            let scene =
-                load_scene(name, ctx.files).await.map_err(|e| BuildError::Invalid(format!("field `computer.scene`: {e}")))?;
+            let blank = SceneSource::from("blank");
+            let scene = load_scene(scene.as_ref().unwrap_or(&blank), ctx.files)
+                .await
+                .map_err(|e| BuildError::Invalid(format!("field `computer.scene`: {e}")))?;
             let size = match (width, height) {
                 (None, None) => None,
                 (w, h) => Some(Size::new(
@@ -64,10 +67,14 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
     }
 }
 
-/// A built-in scene by name, else a scene file the task may name, read with [`FileAccess::read`]. Errors about
-/// the files of API tasks quote none of their content.
-async fn load_scene(name: &str, files: &FileAccess) -> Result<agentd_mock::Scene, String> {
+/// An inline scene, a built-in scene by name, else a scene file the task may name, read with
+/// [`FileAccess::read`]. Errors about the files of API tasks quote none of their content.
+async fn load_scene(source: &SceneSource, files: &FileAccess) -> Result<agentd_mock::Scene, String> {
     use agentd_mock::{Scene, SceneError};
+    let name = match source {
+        SceneSource::Named(name) => name.as_str(),
+        SceneSource::Inline(scene) => return SceneSource::parse_inline(scene).map_err(|e| e.to_string()),
+    };
     if let Some(scene) = Scene::builtin(name) {
         return Ok(scene);
     }
@@ -118,8 +125,9 @@ async fn load_script(path: &str, files: &FileAccess) -> Result<Script, String> {
 pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<ModelSpec, BuildError> {
     match spec {
         ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) => {
-            let script =
-                load_script(path, files).await.map_err(|e| BuildError::Invalid(format!("field `model.script`: {e}")))?;
+            let script = load_script(path, files)
+                .await
+                .map_err(|e| BuildError::Invalid(format!("field `model.script`: {e}")))?;
             Ok(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Inline(script) }))
         }
         other => Ok(other.clone()),
@@ -247,8 +255,7 @@ pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<
 /// names. Checked at submission and again by the worker that runs the task. Returns the field and why.
 pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), (&'static str, String)> {
     if let ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) = &task.computer {
-        let from_defaults =
-            matches!(&config.defaults.computer, Some(ComputerSpec::Vnc(VncSpec { password_env: Some(d), .. })) if d == name);
+        let from_defaults = matches!(&config.defaults.computer, Some(ComputerSpec::Vnc(VncSpec { password_env: Some(d), .. })) if d == name);
         if !from_defaults && !config.worker.allowed_env.contains(name) {
             return Err((
                 "computer.password_env",

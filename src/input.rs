@@ -28,9 +28,7 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum FileError {
     #[error("path {path:?} must be absolute when submitted to the daemon")]
     Relative { path: String },
-    #[error(
-        "path {path:?} is not under a directory the daemon allows files from (`api.allowed_paths` in its config)"
-    )]
+    #[error("path {path:?} is not under a directory the daemon allows files from (`api.allowed_paths` in its config)")]
     NotAllowed { path: String },
     #[error("path {path:?} leads out of the allowed directories (a symbolic link)")]
     Escapes { path: String },
@@ -52,10 +50,14 @@ impl FileError {
         use std::io::{Error, ErrorKind};
         match self {
             Self::Io { source, .. } => source,
-            Self::NotRegular { kind, .. } => Error::new(ErrorKind::InvalidInput, format!("not a regular file (it is a {kind})")),
+            Self::NotRegular { kind, .. } => {
+                Error::new(ErrorKind::InvalidInput, format!("not a regular file (it is a {kind})"))
+            }
             Self::TooLarge { .. } => Error::new(ErrorKind::FileTooLarge, format!("larger than {MAX_FILE_BYTES} bytes")),
             Self::NotUtf8 { .. } => Error::new(ErrorKind::InvalidData, "not valid UTF-8"),
-            Self::TimedOut { .. } => Error::new(ErrorKind::TimedOut, format!("took longer than {} s", READ_TIMEOUT.as_secs())),
+            Self::TimedOut { .. } => {
+                Error::new(ErrorKind::TimedOut, format!("took longer than {} s", READ_TIMEOUT.as_secs()))
+            }
             other @ (Self::Relative { .. } | Self::NotAllowed { .. } | Self::Escapes { .. }) => {
                 Error::new(ErrorKind::PermissionDenied, other.to_string())
             }

@@ -154,16 +154,70 @@ pub enum ComputerSpec {
     Vnc(VncSpec),
 }
 
-/// The built-in mock desktop. `scene` is a built-in scene name or a path to a scene file.
+/// The built-in mock desktop. `scene` is a built-in scene name, a path to a scene file, or the scene itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MockSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scene: Option<String>,
+    pub scene: Option<SceneSource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub width: Option<ScreenWidth>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub height: Option<ScreenHeight>,
+}
+
+/// A mock scene: a built-in name or a path to a scene file (a string), or the scene itself (an object in
+/// the scene file format, checked with the task; `agentd submit` sends scene files this way).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum SceneSource {
+    Named(String),
+    Inline(serde_json::Map<String, serde_json::Value>),
+}
+
+impl SceneSource {
+    /// How progress lines and messages name the scene.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Named(name) => name.clone(),
+            Self::Inline(scene) => scene.get("name").and_then(|n| n.as_str()).unwrap_or("inline scene").to_string(),
+        }
+    }
+
+    /// Parses and checks an inline scene.
+    pub fn parse_inline(
+        scene: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<agentd_mock::Scene, agentd_mock::SceneError> {
+        let text = serde_json::Value::Object(scene.clone()).to_string();
+        agentd_mock::Scene::from_json_str(&text, "inline scene")
+    }
+}
+
+impl From<&str> for SceneSource {
+    fn from(name: &str) -> Self {
+        Self::Named(name.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for SceneSource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(name) if name.is_empty() => Err(D::Error::custom("scene must not be empty")),
+            serde_json::Value::String(name) => Ok(Self::Named(name)),
+            serde_json::Value::Object(scene) => match Self::parse_inline(&scene) {
+                Ok(_) => Ok(Self::Inline(scene)),
+                Err(agentd_mock::SceneError::Invalid { path, message, .. }) if !path.is_empty() => {
+                    Err(D::Error::custom(format!("field `{path}`: {message}")))
+                }
+                Err(e) => Err(D::Error::custom(e)),
+            },
+            other => Err(D::Error::custom(format!(
+                "invalid type: {}, expected a scene name, a path to a scene file or a scene object",
+                json_kind(&other)
+            ))),
+        }
+    }
 }
 
 /// The desktop agentd runs on.
@@ -1007,6 +1061,27 @@ mod tests {
 
         let e = err(r#"{"instructions":"x","id":"../../etc"}"#);
         assert_eq!(e.field(), Some("id"), "{e}");
+    }
+
+    #[test]
+    fn a_scene_is_a_name_a_path_or_the_scene_itself() {
+        let task = TaskSpec::parse(
+            r#"{"instructions":"x","computer":{"provider":"mock","scene":{"name":"mine","screens":[{"id":"a"}]}}}"#,
+            "t.json",
+        )
+        .unwrap();
+        let Some(ComputerSpec::Mock(MockSpec { scene: Some(scene @ SceneSource::Inline(_)), .. })) = &task.computer
+        else {
+            panic!("{task:?}")
+        };
+        assert_eq!(scene.describe(), "mine");
+        let back = serde_json::to_string(&task).unwrap();
+        assert_eq!(TaskSpec::parse(&back, "x").unwrap(), task);
+
+        let e = err(r#"{"instructions":"x","computer":{"provider":"mock","scene":{"screens":[{"id":5}]}}}"#);
+        assert_eq!(e.field(), Some("computer.scene.screens[0].id"), "{e}");
+        let e = err(r#"{"instructions":"x","computer":{"provider":"mock","scene":7}}"#);
+        assert_eq!(e.field(), Some("computer.scene"), "{e}");
     }
 
     #[test]

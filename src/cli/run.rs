@@ -22,8 +22,8 @@ use crate::agent::{self, LoopEnd, LoopInput};
 use crate::artifacts::Uploader;
 use crate::artifacts::fs::write_atomically;
 use crate::backends::{self, BuildError, ComputerContext};
-use crate::input::FileAccess;
 use crate::config::Config;
+use crate::input::FileAccess;
 use crate::record::{EndReason, Outcome, RECORD_VERSION, TaskRecord};
 use crate::task::{TaskId, TaskSpec};
 
@@ -161,7 +161,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
 fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
     match spec {
         crate::task::ComputerSpec::Mock(mock) => {
-            format!("mock({})", mock.scene.as_deref().unwrap_or("blank"))
+            format!("mock({})", mock.scene.as_ref().map_or_else(|| "blank".to_string(), |s| s.describe()))
         }
         crate::task::ComputerSpec::Local(local) => {
             format!("local({})", local.display.as_deref().unwrap_or("$DISPLAY"))

@@ -60,7 +60,8 @@ fn devices_fifos_and_huge_files_are_refused_and_the_api_stays_responsive() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let allowed = scratch.path().join("allowed");
     std::fs::create_dir_all(&allowed).expect("mkdir");
-    let daemon = Daemon::start_with_api(&format!("allowed_paths = [{:?}, \"/dev\"]", allowed.display().to_string()), "");
+    let daemon =
+        Daemon::start_with_api(&format!("allowed_paths = [{:?}, \"/dev\"]", allowed.display().to_string()), "");
 
     // Before: /dev/zero grew the daemon's memory without bound.
     let message = refused(&daemon, &scene_task(Path::new("/dev/zero")), "computer.scene");
@@ -154,7 +155,9 @@ fn env_names_base_urls_files_and_limits_are_what_the_operator_allows() {
         task
     };
     let vnc = |env: &str| {
-        parked(json!({"instructions": "x", "computer": {"provider": "vnc", "address": "127.0.0.1:1", "password_env": env}}))
+        parked(
+            json!({"instructions": "x", "computer": {"provider": "vnc", "address": "127.0.0.1:1", "password_env": env}}),
+        )
     };
     let message = refused(&daemon, &vnc("ANTHROPIC_API_KEY"), "computer.password_env");
     assert!(message.contains("worker.allowed_env"), "{message}");
@@ -176,6 +179,16 @@ fn env_names_base_urls_files_and_limits_are_what_the_operator_allows() {
     let scene = scratch.path().join("one.json");
     std::fs::write(&scene, r#"{"screens": [{"id": "only"}]}"#).expect("write");
     refused(&daemon, &scene_task(&scene), "computer.scene");
+    // `agentd submit` reads the scene file as its user and sends the scene itself.
+    let task = scratch.path().join("task.json");
+    let mut with_file = parked(scene_task(Path::new("one.json")));
+    with_file["id"] = json!("scene-from-a-file");
+    std::fs::write(&task, with_file.to_string()).expect("write");
+    let run = daemon.cli(&["submit", task.to_str().expect("path")]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sent = daemon.task("scene-from-a-file");
+    assert_eq!(sent["task"]["computer"]["scene"]["name"], "one", "{sent:#}");
+    assert_eq!(sent["task"]["computer"]["scene"]["screens"][0]["id"], "only", "{sent:#}");
 
     // Before: a timeout of 2^63-1 s panicked the task (`overflow when adding duration to instant`).
     let limits = |limits: Value| json!({"instructions": "x", "limits": limits});
