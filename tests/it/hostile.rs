@@ -204,3 +204,42 @@ fn env_names_base_urls_files_and_limits_are_what_the_operator_allows() {
     assert!(run.stderr.contains("computer.password_env"), "{}", run.stderr);
     healthy(&daemon);
 }
+
+#[test]
+fn the_worker_checks_again_what_its_own_config_allows() {
+    // A task accepted by a node whose config allowed more (here: the same daemon before a config change)
+    // is refused by the worker that runs it, naming the setting, instead of reaching the file or variable.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let allowed = scratch.path().join("allowed");
+    std::fs::create_dir_all(&allowed).expect("mkdir");
+    let scene = allowed.join("one.json");
+    std::fs::write(&scene, r#"{"screens": [{"id": "only"}]}"#).expect("write");
+    let allow_paths = format!("allowed_paths = [{:?}]", allowed.display().to_string());
+    let allow_env = "allowed_env = [\"AGENTD_TEST_VNC_PW\"]";
+    let mut daemon = Daemon::start_with_api(&allow_paths, &format!("[worker]\n{allow_env}\n"));
+
+    let parked = json!({"parked": "yes"});
+    let mut vnc = json!({"id": "vnc-env", "instructions": "x",
+        "computer": {"provider": "vnc", "address": "127.0.0.1:1", "password_env": "AGENTD_TEST_VNC_PW"}});
+    vnc["labels"] = parked.clone();
+    let mut file = scene_task(&scene);
+    file["id"] = json!("scene-file");
+    file["labels"] = parked;
+    for task in [&vnc, &file] {
+        let (code, body) = submit(&daemon, task);
+        assert_eq!(code, 201, "{body}");
+    }
+
+    daemon.kill();
+    let config_path = daemon.agentd.dir.path().join("agentd.toml");
+    let config = std::fs::read_to_string(&config_path).expect("config");
+    let config = config.replace(&allow_paths, "").replace(allow_env, "labels = { parked = \"yes\" }");
+    std::fs::write(&config_path, config).expect("write config");
+    daemon.spawn();
+    for (id, setting) in [("vnc-env", "worker.allowed_env"), ("scene-file", "api.allowed_paths")] {
+        let task = daemon.wait_terminal(id, Duration::from_secs(60));
+        assert_eq!(task["state"], "failed", "{task:#}");
+        let summary = task["outcome"]["summary"].as_str().unwrap_or_default();
+        assert!(summary.contains(setting), "{id}: {summary}");
+    }
+}
