@@ -233,7 +233,8 @@ pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Resu
     }
 }
 
-/// Checks, without opening anything, that a task submitted over the API may run here and can be built: it
+/// Checks, without opening a computer or a model, that a task submitted over the API may run here and can be
+/// built: it
 /// names only environment variables and base URLs the config allows ([`check_names`]), and its scene and
 /// script files lie under `[api] allowed_paths` (absolute paths; `agentd submit` inlines scripts), are
 /// regular files of bounded size, and parse. Returns the field at fault and why.

@@ -132,12 +132,20 @@ fn resolve_allowed(path: &str, allowed: &[PathBuf]) -> Result<PathBuf, FileError
     if !roots.iter().any(|root| p.starts_with(root)) {
         return Err(not_allowed());
     }
-    let real = std::fs::canonicalize(p).map_err(|source| FileError::Io { path: p.to_path_buf(), source })?;
     let real_roots: Vec<PathBuf> = allowed.iter().filter_map(|dir| std::fs::canonicalize(dir).ok()).collect();
-    if !real_roots.iter().any(|root| real.starts_with(root)) {
-        return Err(FileError::Escapes { path: path.to_string() });
+    let inside = |real: &Path| real_roots.iter().any(|root| real.starts_with(root));
+    match std::fs::canonicalize(p) {
+        Ok(real) if inside(&real) => Ok(real),
+        Ok(_) => Err(FileError::Escapes { path: path.to_string() }),
+        Err(source) => {
+            // Whether a file behind a link out of the allowed directories exists is not said either.
+            let nearest = p.ancestors().skip(1).find_map(|a| std::fs::canonicalize(a).ok());
+            match nearest {
+                Some(real) if inside(&real) => Err(FileError::Io { path: p.to_path_buf(), source }),
+                _ => Err(FileError::Escapes { path: path.to_string() }),
+            }
+        }
     }
-    Ok(real)
 }
 
 /// Reads a task-named file: a regular file of at most [`MAX_FILE_BYTES`], as UTF-8. See [`read_bytes_blocking`].
@@ -314,6 +322,11 @@ mod tests {
             Err(FileError::NotAllowed { .. })
         ));
         assert!(matches!(access.resolve(&path(&allowed.join("link.json"))), Err(FileError::Escapes { .. })));
+        // Through a linked directory, an existing and a missing file outside get the same answer.
+        std::os::unix::fs::symlink(&outside, allowed.join("out")).unwrap();
+        assert!(matches!(access.resolve(&path(&allowed.join("out/key.json"))), Err(FileError::Escapes { .. })));
+        assert!(matches!(access.resolve(&path(&allowed.join("out/nope.json"))), Err(FileError::Escapes { .. })));
+        assert!(matches!(access.resolve(&path(&allowed.join("nope.json"))), Err(FileError::Io { .. })));
         // No directory allowed: no path at all.
         let none = FileAccess::Api { allowed: Vec::new() };
         assert!(matches!(none.resolve(&path(&allowed.join("ok.json"))), Err(FileError::NotAllowed { .. })));

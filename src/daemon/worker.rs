@@ -264,16 +264,15 @@ impl Workers {
         // The task came over an API (this node's or another's): it may name only what this node allows.
         let files = FileAccess::api(&self.config);
         let ctx = ComputerContext { files: &files, persist_dir: Some(&persist) };
-        let built = match backends::check_names(&resolved, &self.config) {
-            Err((field, message)) => Err(BuildError::Invalid(format!("field `{field}`: {message}"))),
-            Ok(()) => match backends::inline_script(&resolved.model, &files).await {
-                Ok(model_spec) => match backends::model(&model_spec, &self.models, None) {
-                    Ok(model) => backends::computer(&resolved.computer, &ctx).await.map(|computer| (computer, model)),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            },
-        };
+        let built = async {
+            backends::check_names(&resolved, &self.config)
+                .map_err(|(field, message)| BuildError::Invalid(format!("field `{field}`: {message}")))?;
+            let model_spec = backends::inline_script(&resolved.model, &files).await?;
+            let model = backends::model(&model_spec, &self.models, None)?;
+            let computer = backends::computer(&resolved.computer, &ctx).await?;
+            Ok::<_, BuildError>((computer, model))
+        }
+        .await;
         let (computer, model) = match built {
             Ok(pair) => pair,
             Err(e) => {
