@@ -8,7 +8,7 @@
 //! [`FileAccess`] says which paths a task may name. `agentd run` reads the user's own files (relative paths
 //! resolve against the task file's directory). A task submitted over the API is untrusted: its paths must be
 //! absolute, lie under a directory of `[api] allowed_paths` once symbolic links are resolved (none by
-//! default), and errors about them never quote the file's content ([`redact`]), so the daemon — often root —
+//! default) or be one the config names itself (`[defaults]`), and errors about them never quote the file's content ([`redact`]), so the daemon — often root —
 //! is neither a reader of files its callers cannot read nor an oracle of which files exist.
 
 use std::io::Read;
@@ -70,14 +70,25 @@ impl FileError {
 pub enum FileAccess {
     /// `agentd run`: the user's own files; relative paths resolve against `base_dir` (the task file's).
     Local { base_dir: PathBuf },
-    /// A task from the API: absolute paths under one of `allowed` (after resolving symbolic links) only.
-    Api { allowed: Vec<PathBuf> },
+    /// A task from the API: absolute paths under one of `allowed` (after resolving symbolic links) only, and
+    /// the paths the config itself names (`configured`: `[defaults]`'s scene and script), as written.
+    Api { allowed: Vec<PathBuf>, configured: Vec<String> },
 }
 
 impl FileAccess {
     /// What tasks submitted over the API may name, from the daemon's config.
     pub fn api(config: &crate::config::Config) -> Self {
-        Self::Api { allowed: config.api.allowed_paths.clone() }
+        use crate::task::{ComputerSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec};
+        let mut configured = Vec::new();
+        if let Some(ComputerSpec::Mock(MockSpec { scene: Some(SceneSource::Named(scene)), .. })) =
+            &config.defaults.computer
+        {
+            configured.push(scene.clone());
+        }
+        if let Some(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(script) })) = &config.defaults.model {
+            configured.push(script.clone());
+        }
+        Self::Api { allowed: config.api.allowed_paths.clone(), configured }
     }
 
     /// Whether errors about this file may quote its content (only the user's own files).
@@ -93,7 +104,8 @@ impl FileAccess {
                 let p = Path::new(path);
                 Ok(if p.is_absolute() { p.to_path_buf() } else { base_dir.join(p) })
             }
-            Self::Api { allowed } => resolve_allowed(path, allowed),
+            Self::Api { configured, .. } if configured.iter().any(|c| c == path) => Ok(PathBuf::from(path)),
+            Self::Api { allowed, .. } => resolve_allowed(path, allowed),
         }
     }
 
@@ -309,7 +321,7 @@ mod tests {
         std::fs::write(allowed.join("ok.json"), "{}").unwrap();
         std::fs::write(outside.join("key.json"), "{}").unwrap();
         std::os::unix::fs::symlink(outside.join("key.json"), allowed.join("link.json")).unwrap();
-        let access = FileAccess::Api { allowed: vec![allowed.clone()] };
+        let access = FileAccess::Api { allowed: vec![allowed.clone()], configured: Vec::new() };
         let path = |p: &Path| p.to_str().unwrap().to_string();
 
         assert!(access.resolve(&path(&allowed.join("ok.json"))).is_ok());
@@ -328,8 +340,11 @@ mod tests {
         assert!(matches!(access.resolve(&path(&allowed.join("out/nope.json"))), Err(FileError::Escapes { .. })));
         assert!(matches!(access.resolve(&path(&allowed.join("nope.json"))), Err(FileError::Io { .. })));
         // No directory allowed: no path at all.
-        let none = FileAccess::Api { allowed: Vec::new() };
+        let none = FileAccess::Api { allowed: Vec::new(), configured: Vec::new() };
         assert!(matches!(none.resolve(&path(&allowed.join("ok.json"))), Err(FileError::NotAllowed { .. })));
+        // What the config names itself (a `[defaults]` scene) is the operator's choice.
+        let configured = FileAccess::Api { allowed: Vec::new(), configured: vec![path(&outside.join("key.json"))] };
+        assert_eq!(configured.resolve(&path(&outside.join("key.json"))).unwrap(), outside.join("key.json"));
         // A local run reads what its user names.
         let local = FileAccess::Local { base_dir: outside.clone() };
         assert_eq!(local.resolve("key.json").unwrap(), outside.join("key.json"));
