@@ -19,6 +19,8 @@ use crate::agent::settle::SettlePolicy;
 use crate::agent::{LoopEnd, LoopInput, run_isolated};
 use crate::artifacts::Uploader;
 use crate::backends::{self, BuildError, ComputerContext};
+use crate::config::Config;
+use crate::input::FileAccess;
 use crate::model::{Model, Shared};
 use crate::record::{EndReason, EventKind, Outcome, ScreenshotRef, StepRecord, Usage};
 use crate::task::ResolvedTask;
@@ -30,8 +32,11 @@ pub struct Attempt<'a> {
     /// Who runs it (`host:pid` for a worker, `run@host` for `agentd run`), as `task_started` says.
     pub worker: &'a str,
     pub task: ResolvedTask,
-    /// Where relative scene and script paths resolve (the task file's directory), if anywhere.
-    pub base_dir: Option<&'a Path>,
+    /// Which files the task may name: the user's own (`agentd run`) or what the config allows an API task.
+    pub files: &'a FileAccess,
+    /// For a task that came over the API: the config whose allowed environment variables and base URLs it
+    /// must keep to (checked again here, since the node that accepted it may allow more).
+    pub allowed_by: Option<&'a Config>,
     /// Where the mock desktop keeps its state between attempts, if anywhere.
     pub persist_dir: Option<&'a Path>,
     /// The process's model clients and rate limiters.
@@ -107,8 +112,17 @@ impl Attempt<'_> {
     /// Builds the task's computer and model (`agentd run` does this first, to refuse bad input before the
     /// task starts).
     pub async fn build(&self) -> Result<Built, BuildError> {
-        let model = backends::model(&self.task.model, self.models, self.base_dir)?;
-        let context = ComputerContext { base_dir: self.base_dir, persist_dir: self.persist_dir };
+        if let Some(config) = self.allowed_by {
+            backends::check_names(&self.task, config)
+                .map_err(|(field, message)| BuildError::Invalid(format!("field `{field}`: {message}")))?;
+        }
+        let base_dir = match self.files {
+            FileAccess::Local { base_dir } => Some(base_dir.as_path()),
+            FileAccess::Api { .. } => None,
+        };
+        let model_spec = backends::inline_script(&self.task.model, self.files).await?;
+        let model = backends::model(&model_spec, self.models, base_dir)?;
+        let context = ComputerContext { files: self.files, persist_dir: self.persist_dir };
         let computer = backends::computer(&self.task.computer, &context).await?;
         Ok(Built { computer, model })
     }

@@ -12,9 +12,12 @@ use thiserror::Error;
 
 use crate::artifacts::{ArtifactStore, FsStore};
 use crate::config::{ArtifactsBackend, Config};
+use crate::input::{FileAccess, FileError};
 use crate::model::scripted::{Script, ScriptedModel};
 use crate::model::{Model, ModelError, Shared};
-use crate::task::{CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, VncSpec};
+use crate::task::{
+    CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec, VncSpec,
+};
 
 #[derive(Debug, Error)]
 pub enum BuildError {
@@ -28,8 +31,8 @@ pub enum BuildError {
 
 /// How a computer is opened.
 pub struct ComputerContext<'a> {
-    /// Relative scene paths resolve against this directory (the task file's).
-    pub base_dir: Option<&'a Path>,
+    /// Which scene files the task may name (and what relative paths resolve against).
+    pub files: &'a FileAccess,
     /// Keep the mock desktop's state here so it survives a restart (the daemon); `None` keeps it in memory.
     pub persist_dir: Option<&'a Path>,
 }
@@ -38,8 +41,9 @@ pub struct ComputerContext<'a> {
 pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     match spec {
         ComputerSpec::Mock(MockSpec { scene, width, height }) => {
-            let name = scene.as_deref().unwrap_or("blank");
-            let scene = agentd_mock::Scene::resolve(name, ctx.base_dir)
+            let blank = SceneSource::from("blank");
+            let scene = load_scene(scene.as_ref().unwrap_or(&blank), ctx.files)
+                .await
                 .map_err(|e| BuildError::Invalid(format!("field `computer.scene`: {e}")))?;
             let size = match (width, height) {
                 (None, None) => None,
@@ -60,6 +64,73 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
         }
         ComputerSpec::Local(spec) => local_computer(spec).await,
         ComputerSpec::Vnc(spec) => vnc_computer(spec).await,
+    }
+}
+
+/// An inline scene, a built-in scene by name, else a scene file the task may name, read with
+/// [`FileAccess::read`]. Errors about the files of API tasks quote none of their content.
+async fn load_scene(source: &SceneSource, files: &FileAccess) -> Result<agentd_mock::Scene, String> {
+    use agentd_mock::{Scene, SceneError};
+    let name = match source {
+        SceneSource::Named(name) => name.as_str(),
+        SceneSource::Inline(scene) => return SceneSource::parse_inline(scene).map_err(|e| e.to_string()),
+    };
+    if let Some(scene) = Scene::builtin(name) {
+        return Ok(scene);
+    }
+    let unknown = || {
+        let builtins = Scene::builtin_names().join(", ");
+        format!("unknown scene {name:?}: it is not a built-in scene ({builtins})")
+    };
+    let (path, text) = match files.read(name).await {
+        Ok(read) => read,
+        Err(FileError::Relative { .. }) if !name.contains('/') => {
+            return Err(format!("{}, and a scene file is named by its absolute path", unknown()));
+        }
+        Err(FileError::Io { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("{} and {} does not exist", unknown(), path.display()));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    Scene::from_json_str(&text, &path.display().to_string()).map_err(|e| match e {
+        SceneError::Invalid { origin, path, line, column, message } if !files.may_quote() => {
+            let message = crate::input::redact(&message);
+            SceneError::Invalid { origin, path, line, column, message }.to_string()
+        }
+        e => e.to_string(),
+    })
+}
+
+/// A script file the task names, read with [`FileAccess::read`] and parsed; errors about the files of API
+/// tasks quote none of their content.
+async fn load_script(path: &str, files: &FileAccess) -> Result<Script, String> {
+    let (file, text) = files.read(path).await.map_err(|e| e.to_string())?;
+    let name = file.display().to_string();
+    Script::parse(&text, &name).map_err(|e| match e {
+        crate::task::TaskFileError::Invalid { source_name, field, line, column, message } if !files.may_quote() => {
+            // An unknown field's name is the file's content too: name its parent.
+            let field = match field {
+                Some(f) if message.starts_with("unknown field") => f.rsplit_once('.').map(|(p, _)| p.to_string()),
+                f => f,
+            };
+            let message = crate::input::redact(&message);
+            crate::task::TaskFileError::Invalid { source_name, field, line, column, message }.to_string()
+        }
+        e => e.to_string(),
+    })
+}
+
+/// The task's model with a script file replaced by the script it holds, read off the async runtime (the
+/// daemon and `agentd run` call this before [`model`], which then reads no file).
+pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<ModelSpec, BuildError> {
+    match spec {
+        ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) => {
+            let script = load_script(path, files)
+                .await
+                .map_err(|e| BuildError::Invalid(format!("field `model.script`: {e}")))?;
+            Ok(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Inline(script) }))
+        }
+        other => Ok(other.clone()),
     }
 }
 
@@ -162,27 +233,62 @@ pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Resu
     }
 }
 
-/// Checks, without opening anything, that a task submitted to the daemon can be built: its scene resolves,
-/// its script loads. Paths must be absolute (the daemon has no task file to resolve them against; `agentd
-/// submit` inlines scripts and absolutizes scene paths). Returns the field at fault and why.
-pub fn check(task: &crate::task::ResolvedTask) -> Result<(), (&'static str, String)> {
+/// Checks, without opening a computer or a model, that a task submitted over the API may run here and can be
+/// built: it
+/// names only environment variables and base URLs the config allows ([`check_names`]), and its scene and
+/// script files lie under `[api] allowed_paths` (absolute paths; `agentd submit` inlines scripts), are
+/// regular files of bounded size, and parse. Returns the field at fault and why.
+pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), (&'static str, String)> {
+    check_names(task, config)?;
+    let files = config.file_access();
     if let ComputerSpec::Mock(MockSpec { scene: Some(scene), .. }) = &task.computer {
-        if scene.contains('/') && Path::new(scene).is_relative() {
-            return Err((
-                "computer.scene",
-                format!("scene path {scene:?} must be absolute when submitted to the daemon"),
-            ));
-        }
-        agentd_mock::Scene::resolve(scene, None).map_err(|e| ("computer.scene", e.to_string()))?;
+        load_scene(scene, &files).await.map_err(|e| ("computer.scene", e))?;
     }
     if let ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) = &task.model {
-        if Path::new(path).is_relative() {
+        load_script(path, &files).await.map_err(|e| ("model.script", e))?;
+    }
+    Ok(())
+}
+
+/// The environment variables and endpoints a task submitted over the API may name: a VNC `password_env` in
+/// `[worker] allowed_env` or named by `[defaults]`; an `openai-compatible` `base_url` that is the
+/// configured one (or the provider's default), one of its `allowed_base_urls`, or the one `[defaults]`
+/// names. Checked at submission and again by the worker that runs the task. Returns the field and why.
+pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), (&'static str, String)> {
+    if let ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) = &task.computer {
+        let from_defaults = matches!(&config.defaults.computer, Some(ComputerSpec::Vnc(VncSpec { password_env: Some(d), .. })) if d == name);
+        if !from_defaults && !config.worker.allowed_env.contains(name) {
             return Err((
-                "model.script",
-                format!("script path {path:?} must be absolute when submitted to the daemon"),
+                "computer.password_env",
+                format!(
+                    "the environment variable {name:?} is not one tasks from the API may name (add it to \
+                     `worker.allowed_env` in the daemon's config)"
+                ),
             ));
         }
-        Script::load(Path::new(path)).map_err(|e| ("model.script", e.to_string()))?;
+    }
+    if let ModelSpec::OpenaiCompatible(CompatibleSpec { base_url: Some(url), .. }) = &task.model {
+        let provider = "openai-compatible";
+        let normal = |u: &str| u.trim_end_matches('/').to_string();
+        let configured = config.models.get(provider);
+        let mut allowed: Vec<String> = configured.map(|m| m.allowed_base_urls.clone()).unwrap_or_default();
+        allowed.push(
+            configured
+                .and_then(|m| m.base_url.clone())
+                .unwrap_or_else(|| crate::model::default_base_url(provider).to_string()),
+        );
+        if let Some(ModelSpec::OpenaiCompatible(CompatibleSpec { base_url: Some(d), .. })) = &config.defaults.model {
+            allowed.push(d.clone());
+        }
+        if !allowed.iter().any(|a| normal(a) == normal(url)) {
+            return Err((
+                "model.base_url",
+                format!(
+                    "base_url {url:?} is not one tasks from the API may use (the configured \
+                     `models.{provider}.base_url`, or one of its `allowed_base_urls`)"
+                ),
+            ));
+        }
     }
     Ok(())
 }

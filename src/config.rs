@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::input::FileAccess;
 use crate::record::Usage;
 use crate::task::TaskDefaults;
 
@@ -49,11 +50,21 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Host names accepted in the `Host` header of TCP requests, besides localhost and the listen address.
     pub allowed_hosts: Vec<String>,
+    /// Directories whose files (mock scenes, model scripts) tasks submitted over the API may name, by
+    /// absolute path. Empty (the default): such tasks name no files (`agentd submit` inlines its scripts).
+    pub allowed_paths: Vec<PathBuf>,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self { socket: None, listen: None, token_file: None, max_body_bytes: 1024 * 1024, allowed_hosts: Vec::new() }
+        Self {
+            socket: None,
+            listen: None,
+            token_file: None,
+            max_body_bytes: 1024 * 1024,
+            allowed_hosts: Vec::new(),
+            allowed_paths: Vec::new(),
+        }
     }
 }
 
@@ -118,11 +129,21 @@ pub struct WorkerConfig {
     /// Where mock desktops keep their state between restarts (default `data_dir/mock`). Nodes of a fleet
     /// that should resume each other's mock tasks share it, as a real VM outlives the worker driving it.
     pub mock_state_dir: Option<PathBuf>,
+    /// Environment variables of this worker that tasks submitted over the API may name (a VNC computer's
+    /// `password_env`), besides those `[defaults]` names. Empty by default: such tasks name none.
+    pub allowed_env: Vec<String>,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self { concurrency: 2, labels: BTreeMap::new(), name: None, shutdown_grace_secs: 30, mock_state_dir: None }
+        Self {
+            concurrency: 2,
+            labels: BTreeMap::new(),
+            name: None,
+            shutdown_grace_secs: 30,
+            mock_state_dir: None,
+            allowed_env: Vec::new(),
+        }
     }
 }
 
@@ -177,6 +198,9 @@ impl Default for ArtifactsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     pub base_url: Option<String>,
+    /// Base URLs a task submitted over the API may name for this provider (`openai-compatible`'s per-task
+    /// `base_url`), besides `base_url` (or the provider's default). Empty by default.
+    pub allowed_base_urls: Vec<String>,
     /// The environment variable holding the API key (default: the provider's usual one).
     pub api_key_env: Option<String>,
     /// A file holding the API key (read when a task's model is built; wins over `api_key_env`).
@@ -283,6 +307,22 @@ pub fn default_data_dir() -> PathBuf {
 }
 
 impl Config {
+    /// Which files tasks submitted over the API may name: absolute paths under `[api] allowed_paths`, and the
+    /// scene and script the config itself names in `[defaults]`.
+    pub fn file_access(&self) -> FileAccess {
+        use crate::task::{ComputerSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec};
+        let mut configured = Vec::new();
+        if let Some(ComputerSpec::Mock(MockSpec { scene: Some(SceneSource::Named(scene)), .. })) =
+            &self.defaults.computer
+        {
+            configured.push(scene.clone());
+        }
+        if let Some(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(script) })) = &self.defaults.model {
+            configured.push(script.clone());
+        }
+        FileAccess::Api { allowed: self.api.allowed_paths.clone(), configured }
+    }
+
     pub fn socket_path(&self) -> PathBuf {
         if let Some(socket) = &self.api.socket {
             return socket.clone();
@@ -402,6 +442,7 @@ impl ConfigSource {
 const SECTIONS: &[&str] = &["api", "queue", "worker", "artifacts", "models", "defaults", "settle"];
 const MODEL_KEYS: &[&str] = &[
     "base_url",
+    "allowed_base_urls",
     "api_key_env",
     "api_key_file",
     "model",
@@ -650,6 +691,24 @@ fn validate(config: &Config) -> Vec<(String, String)> {
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
             problem(&format!("models.{name}.base_url"), format!("{url:?} must start with http:// or https://"));
+        }
+        for url in &model.allowed_base_urls {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                problem(
+                    &format!("models.{name}.allowed_base_urls"),
+                    format!("{url:?} must start with http:// or https://"),
+                );
+            }
+        }
+    }
+    for dir in &config.api.allowed_paths {
+        if !dir.is_absolute() {
+            problem("api.allowed_paths", format!("{:?} must be an absolute directory", dir.display().to_string()));
+        }
+    }
+    for name in &config.worker.allowed_env {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            problem("worker.allowed_env", format!("{name:?} is not an environment variable name"));
         }
     }
     problems

@@ -164,7 +164,11 @@ enum Stop {
 pub async fn run(input: LoopInput) -> LoopOutput {
     let started = Instant::now();
     let remaining = Duration::from_secs(input.task.limits.timeout_secs).saturating_sub(input.elapsed_before);
-    let deadline = started + remaining;
+    // Saturating: a deadline past what `Instant` can hold is as good as none (a century ahead).
+    let deadline = started
+        .checked_add(remaining)
+        .or_else(|| started.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(started);
     let policy = ContextPolicy::new(input.task.keep_screenshots, input.model.context_chunk());
     let mut input = input;
     let resume = std::mem::take(&mut input.resume);

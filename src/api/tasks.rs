@@ -45,7 +45,7 @@ pub async fn submit(
     let text = body_text(body)?;
     let mut spec = TaskSpec::parse(&text, "request body").map_err(invalid_task)?;
     let resolved = spec.resolve(&state.config.defaults);
-    backends::check(&resolved).map_err(|(field, message)| ApiError {
+    backends::check(&resolved, &state.config).await.map_err(|(field, message)| ApiError {
         status: StatusCode::BAD_REQUEST,
         code: "invalid_task",
         message: format!("request body: field `{field}`: {message}"),

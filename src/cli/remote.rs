@@ -13,10 +13,11 @@ use super::progress::Printer;
 use crate::model::scripted::Script;
 use crate::record::events::Event;
 use crate::status::TaskRecord;
-use crate::task::{ComputerSpec, MockSpec, ModelSpec, ScriptSource, ScriptedSpec, TaskSpec};
+use crate::task::{ComputerSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec, TaskSpec};
 
-/// Makes a task file self-contained for a daemon that cannot see it: script files are inlined, scene files
-/// get absolute paths.
+/// Makes a task file self-contained for a daemon that cannot see it (and that takes file paths only from
+/// the directories its operator allows): script and scene files are read here, as the user running the
+/// command, and inlined.
 pub fn prepare_for_daemon(mut spec: TaskSpec, source: &crate::task::TaskSource) -> Result<TaskSpec, CliError> {
     if let Some(ModelSpec::Scripted(ScriptedSpec { script })) = &mut spec.model
         && let ScriptSource::Path(path) = script
@@ -26,13 +27,38 @@ pub fn prepare_for_daemon(mut spec: TaskSpec, source: &crate::task::TaskSource) 
         *script = ScriptSource::Inline(loaded);
     }
     if let Some(ComputerSpec::Mock(MockSpec { scene: Some(scene), .. })) = &mut spec.computer
-        && agentd_mock::Scene::builtin(scene).is_none()
+        && let SceneSource::Named(name) = scene
+        && agentd_mock::Scene::builtin(name).is_none()
     {
-        let path = source.resolve(scene);
-        let absolute = std::path::absolute(&path).unwrap_or(path);
-        *scene = absolute.display().to_string();
+        *scene = SceneSource::Inline(inline_scene_file(name, source)?);
     }
     Ok(spec)
+}
+
+/// Reads a scene file a task names (relative to the task file), checks it, and returns it as an object named
+/// after the file unless it names itself.
+fn inline_scene_file(name: &str, source: &crate::task::TaskSource) -> Result<serde_json::Map<String, Value>, CliError> {
+    let invalid =
+        |message: String| CliError::invalid(anyhow::anyhow!("{}: field `computer.scene`: {message}", source.name));
+    let path = source.resolve(name);
+    let text = match crate::input::read_text_blocking(&path) {
+        Ok(text) => text,
+        Err(crate::input::FileError::Io { source: e, .. }) if e.kind() == std::io::ErrorKind::NotFound => {
+            let builtins = agentd_mock::Scene::builtin_names().join(", ");
+            return Err(invalid(format!(
+                "unknown scene {name:?}: it is not a built-in scene ({builtins}) and {} does not exist",
+                path.display()
+            )));
+        }
+        Err(e) => return Err(invalid(e.to_string())),
+    };
+    agentd_mock::Scene::from_json_str(&text, &path.display().to_string()).map_err(|e| invalid(e.to_string()))?;
+    let mut scene: serde_json::Map<String, Value> =
+        serde_json::from_str(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    if let Some(stem) = path.file_stem() {
+        scene.entry("name").or_insert_with(|| Value::String(stem.to_string_lossy().into_owned()));
+    }
+    Ok(scene)
 }
 
 fn record_of(value: Value) -> Result<TaskRecord, CliError> {

@@ -23,6 +23,7 @@ use crate::artifacts::fs::write_atomically;
 use crate::attempt::{self, Attempt};
 use crate::backends::{self, BuildError};
 use crate::config::Config;
+use crate::input::FileAccess;
 use crate::record::RECORD_VERSION;
 use crate::status::TaskRecord;
 use crate::task::{TaskId, TaskSpec};
@@ -65,12 +66,14 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let worker = format!("run@{}", crate::config::host_name());
     let created_at = OffsetDateTime::now_utc();
     let computer_name = describe_computer(&resolved.computer);
+    let files = FileAccess::Local { base_dir: source.base_dir.clone() };
     let attempt = Attempt {
         task_id: task_id.as_str(),
         attempt: 1,
         worker: &worker,
         task: resolved,
-        base_dir: Some(&source.base_dir),
+        files: &files,
+        allowed_by: None,
         persist_dir: None,
         models: &shared,
         uploader: uploader.clone(),
@@ -143,7 +146,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
 fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
     match spec {
         crate::task::ComputerSpec::Mock(mock) => {
-            format!("mock({})", mock.scene.as_deref().unwrap_or("blank"))
+            format!("mock({})", mock.scene.as_ref().map_or_else(|| "blank".to_string(), |s| s.describe()))
         }
         crate::task::ComputerSpec::Local(local) => {
             format!("local({})", local.display.as_deref().unwrap_or("$DISPLAY"))

@@ -249,6 +249,8 @@ impl Workers {
         let (stored_tx, stored_rx) = watch::channel(lease.next_seq.saturating_sub(1));
         let writer = tokio::spawn(self.clone().write_events(task_id.clone(), token, receiver, stored_tx));
         let persist = self.config.mock_dir(&task_id);
+        // The task came over an API (this node's or another's): it may name only what this node allows.
+        let files = self.config.file_access();
         let journal = Arc::new(QueueJournal {
             queue: self.queue.clone(),
             task_id: task_id.clone(),
@@ -263,7 +265,8 @@ impl Workers {
             attempt: lease.attempt,
             worker: &self.identity.name,
             task: lease.spec.resolve(&self.config.defaults),
-            base_dir: None,
+            files: &files,
+            allowed_by: Some(&self.config),
             persist_dir: Some(&persist),
             models: &self.models,
             uploader: self.uploader.clone(),

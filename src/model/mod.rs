@@ -17,7 +17,7 @@ pub mod scripted;
 mod shared;
 mod wire;
 
-pub use shared::Shared;
+pub use shared::{Shared, default_base_url};
 
 /// The function tool the loop always declares beside the computer tool: the model calls it to end the task.
 pub const TASK_COMPLETION: &str = "task_completion";

@@ -78,6 +78,11 @@ fn defaults(provider: &str) -> Defaults {
     }
 }
 
+/// The base URL a provider is reached at when `[models.NAME] base_url` is not set.
+pub fn default_base_url(provider: &str) -> &'static str {
+    defaults(provider).base_url
+}
+
 /// One adapter's options, resolved from the task, the config and the provider's defaults.
 #[derive(Debug, Clone)]
 pub struct Settings {

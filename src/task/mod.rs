@@ -21,6 +21,10 @@ pub const DEFAULT_MAX_STEPS: u32 = 50;
 pub const DEFAULT_TIMEOUT_SECS: u64 = 1800;
 pub const DEFAULT_MAX_COST_USD: f64 = 2.0;
 pub const DEFAULT_KEEP_SCREENSHOTS: u32 = 3;
+/// The most `limits.max_steps` a task may ask for.
+pub const MAX_STEPS_LIMIT: u64 = 100_000;
+/// The longest `limits.timeout_secs` a task may ask for (30 days).
+pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 
 /// A task as submitted. Every field but `instructions` is optional and falls back to config defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,16 +157,70 @@ pub enum ComputerSpec {
     Vnc(VncSpec),
 }
 
-/// The built-in mock desktop. `scene` is a built-in scene name or a path to a scene file.
+/// The built-in mock desktop. `scene` is a built-in scene name, a path to a scene file, or the scene itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MockSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scene: Option<String>,
+    pub scene: Option<SceneSource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub width: Option<ScreenWidth>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub height: Option<ScreenHeight>,
+}
+
+/// A mock scene: a built-in name or a path to a scene file (a string), or the scene itself (an object in
+/// the scene file format, checked with the task; `agentd submit` sends scene files this way).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum SceneSource {
+    Named(String),
+    Inline(serde_json::Map<String, serde_json::Value>),
+}
+
+impl SceneSource {
+    /// How progress lines and messages name the scene.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Named(name) => name.clone(),
+            Self::Inline(scene) => scene.get("name").and_then(|n| n.as_str()).unwrap_or("inline scene").to_string(),
+        }
+    }
+
+    /// Parses and checks an inline scene.
+    pub fn parse_inline(
+        scene: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<agentd_mock::Scene, agentd_mock::SceneError> {
+        let text = serde_json::Value::Object(scene.clone()).to_string();
+        agentd_mock::Scene::from_json_str(&text, "inline scene")
+    }
+}
+
+impl From<&str> for SceneSource {
+    fn from(name: &str) -> Self {
+        Self::Named(name.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for SceneSource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(name) if name.is_empty() => Err(D::Error::custom("scene must not be empty")),
+            serde_json::Value::String(name) => Ok(Self::Named(name)),
+            serde_json::Value::Object(scene) => match Self::parse_inline(&scene) {
+                Ok(_) => Ok(Self::Inline(scene)),
+                Err(agentd_mock::SceneError::Invalid { path, message, .. }) if !path.is_empty() => {
+                    Err(D::Error::custom(format!("field `{path}`: {message}")))
+                }
+                Err(e) => Err(D::Error::custom(e)),
+            },
+            other => Err(D::Error::custom(format!(
+                "invalid type: {}, expected a scene name, a path to a scene file or a scene object",
+                json_kind(&other)
+            ))),
+        }
+    }
 }
 
 /// The desktop agentd runs on.
@@ -463,9 +521,9 @@ impl<'de> Deserialize<'de> for ScriptSource {
 #[serde(deny_unknown_fields)]
 pub struct LimitsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_steps: Option<Positive<u32>>,
+    pub max_steps: Option<Limit<u32, MAX_STEPS_LIMIT>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_secs: Option<Positive<u64>>,
+    pub timeout_secs: Option<Limit<u64, MAX_TIMEOUT_SECS>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<Cost>,
 }
@@ -510,6 +568,33 @@ where
         let v = T::deserialize(d)?;
         if v < T::from(1u8) {
             return Err(serde::de::Error::custom(format!("must be at least 1, got {v}")));
+        }
+        Ok(Self(v))
+    }
+}
+
+/// A limit: an integer from 1 to `MAX` (so that no deadline or counter built from it can overflow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Limit<T, const MAX: u64>(T);
+
+impl<T: Copy, const MAX: u64> Limit<T, MAX> {
+    pub fn get(self) -> T {
+        self.0
+    }
+}
+
+impl<'de, T, const MAX: u64> Deserialize<'de> for Limit<T, MAX>
+where
+    T: Deserialize<'de> + Copy + Into<u64> + fmt::Display,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = T::deserialize(d)?;
+        if v.into() < 1 {
+            return Err(serde::de::Error::custom(format!("must be at least 1, got {v}")));
+        }
+        if v.into() > MAX {
+            return Err(serde::de::Error::custom(format!("must be at most {MAX}, got {v}")));
         }
         Ok(Self(v))
     }
@@ -590,11 +675,8 @@ impl TaskSource {
 
     pub fn read_text(&self) -> Result<String, TaskFileError> {
         let read = match &self.path {
-            Some(path) => std::fs::read(path),
-            None => {
-                let mut buf = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
-            }
+            Some(path) => crate::input::read_bytes_blocking(path).map_err(crate::input::FileError::into_io),
+            None => crate::input::read_stream(std::io::stdin()),
         };
         let bytes = read.map_err(|error| TaskFileError::Read { source_name: self.name.clone(), error })?;
         String::from_utf8(bytes).map_err(|e| {
@@ -662,12 +744,12 @@ impl TaskSpec {
             .or_else(|| defaults.model.clone())
             .unwrap_or_else(|| ModelSpec::Anthropic(VendorModelSpec::default()));
         let limits = Limits {
-            max_steps: self.limits.max_steps.or(defaults.limits.max_steps).map_or(DEFAULT_MAX_STEPS, Positive::get),
+            max_steps: self.limits.max_steps.or(defaults.limits.max_steps).map_or(DEFAULT_MAX_STEPS, Limit::get),
             timeout_secs: self
                 .limits
                 .timeout_secs
                 .or(defaults.limits.timeout_secs)
-                .map_or(DEFAULT_TIMEOUT_SECS, Positive::get),
+                .map_or(DEFAULT_TIMEOUT_SECS, Limit::get),
             max_cost_usd: self
                 .limits
                 .max_cost_usd
@@ -741,6 +823,27 @@ mod tests {
 
         let e = err(r#"{"instructions":"x","id":"../../etc"}"#);
         assert_eq!(e.field(), Some("id"), "{e}");
+    }
+
+    #[test]
+    fn a_scene_is_a_name_a_path_or_the_scene_itself() {
+        let task = TaskSpec::parse(
+            r#"{"instructions":"x","computer":{"provider":"mock","scene":{"name":"mine","screens":[{"id":"a"}]}}}"#,
+            "t.json",
+        )
+        .unwrap();
+        let Some(ComputerSpec::Mock(MockSpec { scene: Some(scene @ SceneSource::Inline(_)), .. })) = &task.computer
+        else {
+            panic!("{task:?}")
+        };
+        assert_eq!(scene.describe(), "mine");
+        let back = serde_json::to_string(&task).unwrap();
+        assert_eq!(TaskSpec::parse(&back, "x").unwrap(), task);
+
+        let e = err(r#"{"instructions":"x","computer":{"provider":"mock","scene":{"screens":[{"id":5}]}}}"#);
+        assert_eq!(e.field(), Some("computer.scene.screens[0].id"), "{e}");
+        let e = err(r#"{"instructions":"x","computer":{"provider":"mock","scene":7}}"#);
+        assert_eq!(e.field(), Some("computer.scene"), "{e}");
     }
 
     #[test]

@@ -61,10 +61,11 @@ impl Script {
         Ok(script)
     }
 
+    /// Reads and parses a script file (blocking; a regular file of bounded size, see [`crate::input::files`]).
     pub fn load(path: &Path) -> Result<Self, TaskFileError> {
         let name = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|error| TaskFileError::Read { source_name: name.clone(), error })?;
+        let text = crate::input::read_text_blocking(path)
+            .map_err(|e| TaskFileError::Read { source_name: name.clone(), error: e.into_io() })?;
         Self::parse(&text, &name)
     }
 

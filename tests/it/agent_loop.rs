@@ -217,6 +217,22 @@ async fn max_steps_ends_the_task() {
 }
 
 #[tokio::test]
+async fn a_time_limit_past_what_the_clock_holds_does_not_panic() {
+    // Before: `Instant + Duration` overflowed ("overflow when adding duration to instant") and the loop panicked.
+    let harness = Harness::new();
+    let model = Arc::new(script(serde_json::json!({"turns": [
+        {"actions": [{"type": "move", "x": 1, "y": 1}]},
+        {"complete": {"success": true, "summary": "done"}}
+    ]})));
+    for timeout_secs in [i64::MAX as u64, u64::MAX] {
+        let (input, _rx) = harness.input(task(5, timeout_secs, 1.0, 3), RecordingScreen::new(SCREEN), model.clone());
+        let output = run(input).await;
+        assert_eq!(outcome(&output), (true, EndReason::Completed), "timeout_secs = {timeout_secs}");
+    }
+    harness.finish().await;
+}
+
+#[tokio::test]
 async fn budget_is_checked_before_actions_and_model_calls() {
     let harness = Harness::new();
     let model = Observed::new(script(serde_json::json!({"turns": [

@@ -8,6 +8,7 @@ mod daemon;
 mod desktops;
 mod doubles;
 mod fleet;
+mod hostile;
 mod house;
 mod models;
 mod models_storm;

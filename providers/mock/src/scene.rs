@@ -471,10 +471,30 @@ impl Scene {
         })
     }
 
-    /// Reads and parses a scene file.
+    /// The largest scene file [`Scene::load`] reads.
+    pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+    /// Reads and parses a scene file: a regular file (a FIFO or a device is refused before it is opened) of
+    /// at most [`Scene::MAX_FILE_BYTES`]. Blocking. (agentd reads the files tasks name itself, off its async
+    /// runtime, and hands their text to [`Scene::from_json_str`].)
     pub fn load(path: &Path) -> Result<Scene, SceneError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| SceneError::Read { path: path.to_path_buf(), source })?;
+        use std::io::{Error, ErrorKind, Read};
+        let read_error = |source| SceneError::Read { path: path.to_path_buf(), source };
+        let check = |meta: std::fs::Metadata| {
+            if !meta.is_file() {
+                return Err(read_error(Error::new(ErrorKind::InvalidInput, "not a regular file")));
+            }
+            if meta.len() > Self::MAX_FILE_BYTES {
+                let message = format!("larger than {} bytes", Self::MAX_FILE_BYTES);
+                return Err(read_error(Error::new(ErrorKind::FileTooLarge, message)));
+            }
+            Ok(())
+        };
+        check(std::fs::metadata(path).map_err(read_error)?)?;
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        check(file.metadata().map_err(read_error)?)?;
+        let mut text = String::new();
+        file.take(Self::MAX_FILE_BYTES).read_to_string(&mut text).map_err(read_error)?;
         Self::from_json_str(&text, &path.display().to_string())
     }
 
@@ -1034,6 +1054,9 @@ mod tests {
         let scene = Scene::resolve("mine.json", Some(&dir));
         assert_eq!(scene.map(|s| s.name).ok().as_deref(), Some("mine"));
         assert!(matches!(Scene::resolve("missing.json", Some(&dir)), Err(SceneError::NotFound { .. })));
+        // Devices and directories are refused without reading them (`/dev/zero` would never end).
+        assert!(matches!(Scene::load(Path::new("/dev/zero")), Err(SceneError::Read { .. })));
+        assert!(matches!(Scene::load(&dir), Err(SceneError::Read { .. })));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -3,8 +3,12 @@
 //! one is a [`TaskFileError`] that names the file, the field path and the line/column
 //! (`file: field `a.b`: message (line L, column C)`, [`format_location`]). Problems found after parsing (a
 //! scene file that does not exist) are located with [`locate_field`]; the config's TOML errors use
-//! [`line_column`] on their spans.
+//! [`line_column`] on their spans. Files a task names are read by [`files`] only (regular files, bounded,
+//! off the runtime), from where [`FileAccess`] allows.
 
+pub mod files;
+
+pub use files::{FileAccess, FileError, read_bytes_blocking, read_stream, read_text, read_text_blocking, redact};
 use thiserror::Error;
 
 /// A task file could not be read or is not a valid task. `Display` names the file, the field and where.
