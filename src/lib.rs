@@ -13,5 +13,6 @@ pub mod daemon;
 pub mod model;
 pub mod queue;
 pub mod record;
+pub mod sse;
 pub mod task;
 pub mod tools;

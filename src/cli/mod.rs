@@ -6,7 +6,9 @@ pub mod exit;
 pub mod progress;
 pub mod remote;
 pub mod run;
+pub mod sanitize;
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -118,23 +120,34 @@ pub fn main() -> std::process::ExitCode {
     let exit = match result {
         Ok(exit) => exit,
         Err(e) => {
-            eprintln!("agentd: {e}");
+            print_error(&e.to_string());
             e.exit
         }
     };
     std::process::ExitCode::from(exit.code())
 }
 
-/// Logs go to stderr. Colour only on a terminal; under systemd (`JOURNAL_STREAM` names stderr's stream)
-/// no timestamp either, since journald stamps every line itself.
+/// Prints an error chain (or a warning) on stderr for people: control characters escaped, every line
+/// prefixed with `agentd: `.
+pub fn print_error(message: &str) {
+    let mut out = std::io::stderr().lock();
+    for line in sanitize::sanitize_lines(message).lines() {
+        let _ = writeln!(out, "agentd: {line}");
+    }
+}
+
+/// Logs go to stderr. Colour only on a terminal and when `NO_COLOR` is unset or empty (no-color.org); under
+/// systemd (`JOURNAL_STREAM` names stderr's stream) no timestamp either, since journald stamps every line
+/// itself.
 fn init_tracing() {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGENTD_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_ansi(std::io::stderr().is_terminal() && !no_color);
     let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
         builder.without_time().try_init()
     } else {
