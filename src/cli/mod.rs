@@ -120,16 +120,16 @@ pub fn main() -> std::process::ExitCode {
     let exit = match result {
         Ok(exit) => exit,
         Err(e) => {
-            print_error(&e.to_string());
+            print_stderr(&e.to_string());
             e.exit
         }
     };
     std::process::ExitCode::from(exit.code())
 }
 
-/// Prints an error chain (or a warning) on stderr for people: control characters escaped, every line
+/// Prints a message (an error chain, a warning) on stderr for people: control characters escaped, every line
 /// prefixed with `agentd: `.
-pub fn print_error(message: &str) {
+pub fn print_stderr(message: &str) {
     let mut out = std::io::stderr().lock();
     for line in sanitize::sanitize_lines(message).lines() {
         let _ = writeln!(out, "agentd: {line}");
@@ -187,16 +187,25 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Reject { id, reason } => {
             remote::decide(&client(&source.load()?)?, id, false, reason.clone(), json).await
         }
-        Command::Config { command: ConfigCommand::Check } => config_check(&source, json).await,
+        Command::Config { command: ConfigCommand::Check } => config_check(&source, cli.socket.as_deref(), json).await,
     }
 }
 
-async fn config_check(source: &ConfigSource, json: bool) -> CliResult {
-    let config: Config = source.load()?;
-    let queue = crate::daemon::open_queue(&config).await.map_err(|e| match e {
+/// `config check`: what `serve` would check before starting, without starting. Every line it prints on
+/// stderr starts with `agentd: ` and, when it is about one backend, names it.
+async fn config_check(source: &ConfigSource, socket: Option<&std::path::Path>, json: bool) -> CliResult {
+    let mut config: Config = source.load()?;
+    if let Some(socket) = socket {
+        config.api.socket = Some(socket.to_path_buf());
+    }
+    let daemon_error = |e| match e {
         crate::daemon::DaemonError::Invalid(m) => CliError::invalid(anyhow::anyhow!(m)),
         crate::daemon::DaemonError::Unreachable(m) => CliError::unreachable(anyhow::anyhow!(m)),
-    })?;
+    };
+    for warning in crate::daemon::preflight(&config).map_err(daemon_error)? {
+        print_stderr(&format!("warning: {warning}"));
+    }
+    let queue = crate::daemon::open_queue(&config).await.map_err(daemon_error)?;
     queue.health().await.map_err(|e| CliError::unreachable(anyhow::anyhow!("queue {}: {e}", queue.describe())))?;
     let store = crate::backends::artifact_store(&config).await.map_err(CliError::invalid)?;
     store
@@ -213,13 +222,13 @@ async fn config_check(source: &ConfigSource, json: bool) -> CliResult {
         });
         println!("{doc}");
     } else {
-        eprintln!(
+        print_stderr(&format!(
             "{}: ok (queue {}, artifacts {}, socket {})",
             source.name(),
             queue.describe(),
             store.describe(),
             config.socket_path().display()
-        );
+        ));
     }
     Ok(Exit::Success)
 }
