@@ -938,7 +938,8 @@ mod tests {
 
     #[test]
     fn unknown_environment_variables_are_problems() {
-        for name in ["AGENTD_BOGUS_KEY", "AGENTD_WORKERS_CONCURRENCY", "AGENTD_WORKER_CONCURENCY", "AGENTD_MODELS_X_Y"] {
+        for name in ["AGENTD_BOGUS_KEY", "AGENTD_WORKERS_CONCURRENCY", "AGENTD_WORKER_CONCURENCY", "AGENTD_MODELS_X_Y"]
+        {
             let err = parse("", "x.toml", &env(&[(name, "3")])).map(|_| ()).unwrap_err();
             assert_eq!(err.problems.len(), 1, "{name}: {err}");
             assert_eq!(err.problems[0].variable.as_deref(), Some(name), "{err}");

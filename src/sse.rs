@@ -93,8 +93,9 @@ mod tests {
 
     #[test]
     fn sse_events_split_anywhere_join_multiline_data_and_skip_comments() {
-        let text = "event: a\r\nid: 7\r\ndata: {\"x\":\r\ndata: \"é日\"}\r\n\r\n: ping\n\nevent: b\ndata:2\n\nid\ndata: 3\n\n"
-            .as_bytes();
+        let text =
+            "event: a\r\nid: 7\r\ndata: {\"x\":\r\ndata: \"é日\"}\r\n\r\n: ping\n\nevent: b\ndata:2\n\nid\ndata: 3\n\n"
+                .as_bytes();
         let whole = parse_all(&[text]);
         assert_eq!(
             whole,

@@ -30,13 +30,11 @@ impl Printer {
     pub fn line(&mut self, event: &Event) -> Option<String> {
         match &event.kind {
             EventKind::TaskQueued {} => Some(format!("task {} queued", sanitize(&event.task_id))),
-            EventKind::TaskStarted { attempt, worker } => {
-                Some(format!(
-                    "task {} started (attempt {attempt}, worker {})",
-                    sanitize(&event.task_id),
-                    sanitize(worker)
-                ))
-            }
+            EventKind::TaskStarted { attempt, worker } => Some(format!(
+                "task {} started (attempt {attempt}, worker {})",
+                sanitize(&event.task_id),
+                sanitize(worker)
+            )),
             EventKind::StepStarted { .. } => {
                 self.actions.clear();
                 self.failures.clear();

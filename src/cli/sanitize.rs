@@ -24,7 +24,8 @@ pub fn sanitize_lines(text: &str) -> Cow<'_, str> {
 /// isolates U+202A–U+202E and U+2066–U+2069, the marks U+200E, U+200F and U+061C), and the line and paragraph
 /// separators U+2028/U+2029.
 fn is_unsafe(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
 }
 
 fn escape(text: &str, keep_lines: bool) -> Cow<'_, str> {
