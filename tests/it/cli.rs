@@ -176,8 +176,9 @@ fn the_event_follower_keeps_split_characters_and_resumes_after_the_last_id() {
     assert!(heads[1].contains("last-event-id: 2\r\n"), "resumed with {}", heads[1]);
 }
 
-/// Runs `agentd` with stdout and stderr on a new pseudo-terminal and returns what it printed.
-fn on_a_terminal(mut cmd: std::process::Command) -> String {
+/// Runs `agentd` with stdout and stderr on a new pseudo-terminal until it prints `until` (then kills it) or
+/// exits, and returns what it printed.
+fn on_a_terminal(mut cmd: std::process::Command, until: &str) -> String {
     let (mut master, mut slave) = (0, 0);
     // SAFETY: openpty writes two descriptors into the given integers; the other arguments may be null.
     let rc =
@@ -193,53 +194,52 @@ fn on_a_terminal(mut cmd: std::process::Command) -> String {
         cmd.stdin(Stdio::null()).stdout(Stdio::from(slave)).stderr(Stdio::from(err)).spawn().expect("spawn");
     // The command keeps its copies of the terminal's descriptors: drop them, or the reader never ends.
     drop(cmd);
-    let reader = std::thread::spawn(move || {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         let mut master = master;
-        let mut out = Vec::new();
         let mut buf = [0u8; 4096];
         // EIO once the child (the last holder of the terminal) has exited.
         while let Ok(n) = master.read(&mut buf) {
-            if n == 0 {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
                 break;
             }
-            out.extend_from_slice(&buf[..n]);
         }
-        out
     });
-    child.wait().expect("wait");
-    String::from_utf8_lossy(&reader.join().expect("reader")).into_owned()
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while let Ok(bytes) = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+        out.extend_from_slice(&bytes);
+        if String::from_utf8_lossy(&out).contains(until) {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[test]
 fn no_color_turns_log_colours_off() {
-    // `serve` logs a warning (the token file is world-readable), then fails to bind a taken port.
+    let agentd = Agentd::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "0123456789abcdef0123456789abcdef").expect("token");
-    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    let agentd = Agentd::with_config(&format!(
-        "[api]\nlisten = \"{}\"\ntoken_file = {:?}\n",
-        taken.local_addr().expect("addr"),
-        token_file.display().to_string()
-    ));
     let socket = dir.path().join("agentd.sock");
+    // `serve` logs "agentd ready" at info.
     let command = |no_color: Option<&str>| {
         let mut cmd = agentd.command();
-        cmd.args(["--socket", socket.to_str().expect("path"), "serve"]);
+        cmd.args(["--socket", socket.to_str().expect("path"), "serve"]).env("AGENTD_LOG", "info");
         cmd.env_remove("NO_COLOR");
         if let Some(value) = no_color {
             cmd.env("NO_COLOR", value);
         }
         cmd
     };
-    let coloured = on_a_terminal(command(None));
-    assert!(coloured.contains("WARN"), "{coloured}");
+    let coloured = on_a_terminal(command(None), "agentd ready");
+    assert!(coloured.contains("agentd ready"), "{coloured}");
     assert!(coloured.contains('\u{1b}'), "logs on a terminal are coloured without NO_COLOR:\n{coloured}");
-    let empty = on_a_terminal(command(Some("")));
+    let empty = on_a_terminal(command(Some("")), "agentd ready");
     assert!(empty.contains('\u{1b}'), "an empty NO_COLOR is as if unset:\n{empty}");
-    let plain = on_a_terminal(command(Some("1")));
-    assert!(plain.contains("WARN"), "{plain}");
+    let plain = on_a_terminal(command(Some("1")), "agentd ready");
+    assert!(plain.contains("agentd ready"), "{plain}");
     assert!(!plain.contains('\u{1b}'), "NO_COLOR=1:\n{plain:?}");
 }
 
