@@ -82,7 +82,7 @@ fn prepare(frame: &Frame, to: Size) -> usize {
 /// pointer moves (xeyes follows it) and the screen changes every step.
 fn click_at(size: Size, i: usize) -> Action {
     let (w, h) = (size.width as i32, size.height as i32);
-    let (x, y) = if i % 2 == 0 { (w / 2 + 100, h - 200) } else { (w / 2 + 160, h - 170) };
+    let (x, y) = if i.is_multiple_of(2) { (w / 2 + 100, h - 200) } else { (w / 2 + 160, h - 170) };
     Action::Click { x: x.clamp(0, w - 1), y: y.clamp(0, h - 1), button: MouseButton::Left, keys: vec![] }
 }
 

@@ -362,10 +362,44 @@ impl Config {
     }
 }
 
+/// Shortest bearer token `api.token_file` may hold.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// Reads the bearer token of `api.token_file` (the file's text, trimmed) as `serve` uses it. Errors name the
+/// key and the file, never the token.
+pub fn read_token_file(path: &Path) -> Result<String, String> {
+    let token = std::fs::read_to_string(path)
+        .map_err(|e| format!("api.token_file {}: {e}", path.display()))?
+        .trim()
+        .to_string();
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        return Err(format!(
+            "api.token_file {}: the token must have at least {MIN_TOKEN_CHARS} characters",
+            path.display()
+        ));
+    }
+    Ok(token)
+}
+
+/// A warning when a secret's file may be read by every local user (mode `o+r`), else `None`.
+pub fn world_readable_warning(key: &str, path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o004 != 0).then(|| {
+        format!(
+            "{key} {} is readable by every local user (mode {:o}); make it 0600 or 0640 (chmod o-rwx)",
+            path.display(),
+            mode & 0o777
+        )
+    })
+}
+
 /// One configuration problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigProblem {
     pub field: Option<String>,
+    /// The environment variable the value came from (then `line` is 0: the file is not to blame).
+    pub variable: Option<String>,
     pub line: usize,
     pub column: usize,
     pub message: String,
@@ -383,7 +417,16 @@ impl fmt::Display for ConfigError {
         let lines: Vec<String> = self
             .problems
             .iter()
-            .map(|p| crate::task::format_location(&self.source_name, &p.field, p.line, p.column, &p.message))
+            .map(|p| match &p.variable {
+                Some(variable) => crate::task::format_location(
+                    &format!("environment variable {variable}"),
+                    &p.field,
+                    0,
+                    0,
+                    &p.message,
+                ),
+                None => crate::task::format_location(&self.source_name, &p.field, p.line, p.column, &p.message),
+            })
             .collect();
         f.write_str(&lines.join("\n"))
     }
@@ -397,18 +440,25 @@ pub enum ConfigSource {
 }
 
 impl ConfigSource {
-    /// `--config PATH`, else `$AGENTD_CONFIG`, else the system file when it exists, else built-in defaults.
+    /// `--config PATH`, else `$AGENTD_CONFIG`, else the system file unless it does not exist, else built-in
+    /// defaults. Only "not found" means there is no system file: one that cannot be looked at (permission
+    /// denied on `/etc/agentd`, an I/O error) is still the file, and loading it reports why it cannot be read
+    /// — a service never runs on the built-in defaults because its config was out of its reach.
     pub fn locate(explicit: Option<&Path>) -> Self {
+        Self::locate_with(explicit, Path::new(SYSTEM_CONFIG))
+    }
+
+    fn locate_with(explicit: Option<&Path>, system: &Path) -> Self {
         if let Some(path) = explicit {
             return Self::File(path.to_path_buf());
         }
         if let Some(path) = env_path("AGENTD_CONFIG") {
             return Self::File(path);
         }
-        if Path::new(SYSTEM_CONFIG).exists() {
-            return Self::File(PathBuf::from(SYSTEM_CONFIG));
+        match std::fs::metadata(system) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::BuiltIn,
+            _ => Self::File(system.to_path_buf()),
         }
-        Self::BuiltIn
     }
 
     pub fn name(&self) -> String {
@@ -427,6 +477,7 @@ impl ConfigSource {
                     source_name: self.name(),
                     problems: vec![ConfigProblem {
                         field: None,
+                        variable: None,
                         line: 0,
                         column: 0,
                         message: format!("cannot read: {e}"),
@@ -469,10 +520,16 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
     let error = |problems| ConfigError { source_name: source_name.to_string(), problems };
     let mut table: toml::Table = toml::from_str(text).map_err(|e| {
         let (line, column) = e.span().map_or((0, 0), |span| line_column(text, span.start));
-        error(vec![ConfigProblem { field: None, line, column, message: e.message().trim().to_string() }])
+        error(vec![ConfigProblem {
+            field: None,
+            variable: None,
+            line,
+            column,
+            message: e.message().trim().to_string(),
+        }])
     })?;
     let mut problems = Vec::new();
-    apply_env(&mut table, env, &mut problems);
+    let from_env = apply_env(&mut table, env, &mut problems);
 
     let locate = |field: &str| locate_key(text, field);
     let mut config = Config::default();
@@ -497,8 +554,13 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
         };
     }
     for (field, message) in section_problems.into_iter().chain(validate(&config)) {
-        let (line, column) = locate(&field);
-        problems.push(ConfigProblem { field: Some(field), line, column, message });
+        // A value set by a variable is that variable's problem, not the file's.
+        let variable = from_env
+            .iter()
+            .find(|(key, _)| field == **key || field.starts_with(&format!("{key}.")))
+            .map(|(_, variable)| variable.clone());
+        let (line, column) = if variable.is_some() { (0, 0) } else { locate(&field) };
+        problems.push(ConfigProblem { field: Some(field), variable, line, column, message });
     }
     if problems.is_empty() { Ok(config) } else { Err(error(problems)) }
 }
@@ -714,16 +776,43 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     problems
 }
 
-/// Merges `AGENTD_<SECTION>_<KEY>` (and `AGENTD_DATA_DIR`, `AGENTD_MODELS_<NAME>_<KEY>`) into the table.
-fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut Vec<ConfigProblem>) {
+/// `AGENTD_*` variables that are not configuration keys: the CLI's (`AGENTD_CONFIG`, `AGENTD_SOCKET`,
+/// `AGENTD_URL`, `AGENTD_TOKEN`), the log filter, and those the test suite and benchmarks read (besides every
+/// `AGENTD_TEST_*` and `AGENTD_BENCH_*`).
+const NOT_CONFIG_KEYS: &[&str] = &[
+    "AGENTD_CONFIG",
+    "AGENTD_SOCKET",
+    "AGENTD_URL",
+    "AGENTD_TOKEN",
+    "AGENTD_LOG",
+    "AGENTD_CRASH_SEED",
+    "AGENTD_X11VNC_ARGS",
+];
+
+/// Merges `AGENTD_<SECTION>_<KEY>` (and `AGENTD_DATA_DIR`, `AGENTD_MODELS_<NAME>_<KEY>`) into the table, and
+/// returns which variable set which key (`worker.concurrency` → `AGENTD_WORKER_CONCURRENCY`). An `AGENTD_*`
+/// variable that names no section is a problem, as an unknown key in the file is.
+fn apply_env(
+    table: &mut toml::Table,
+    env: &[(String, String)],
+    problems: &mut Vec<ConfigProblem>,
+) -> BTreeMap<String, String> {
+    let mut from_env = BTreeMap::new();
+    let mut unknown = |name: &str, message: String| {
+        problems.push(ConfigProblem { field: None, variable: Some(name.to_string()), line: 0, column: 0, message })
+    };
     for (name, raw) in env {
         let Some(rest) = name.strip_prefix("AGENTD_") else {
             continue;
         };
+        if NOT_CONFIG_KEYS.contains(&name.as_str()) || rest.starts_with("TEST_") || rest.starts_with("BENCH_") {
+            continue;
+        }
         let rest = rest.to_ascii_lowercase();
         let value = env_value(raw);
         if rest == "data_dir" {
             table.insert("data_dir".into(), value);
+            from_env.insert("data_dir".to_string(), name.clone());
             continue;
         }
         if let Some(model_rest) = rest.strip_prefix("models_") {
@@ -732,6 +821,7 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut V
             match key {
                 Some(key) => {
                     let provider = model_rest[..model_rest.len() - key.len() - 1].replace('_', "-");
+                    from_env.insert(format!("models.{provider}.{key}"), name.clone());
                     let models = table.entry("models").or_insert_with(|| toml::Value::Table(toml::Table::new()));
                     if let toml::Value::Table(models) = models {
                         let entry = models.entry(provider).or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -740,12 +830,7 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut V
                         }
                     }
                 }
-                None => problems.push(ConfigProblem {
-                    field: None,
-                    line: 0,
-                    column: 0,
-                    message: format!("environment variable {name}: unknown model key"),
-                }),
+                None => unknown(name, format!("unknown model key; expected one of {}", MODEL_KEYS.join(", "))),
             }
             continue;
         }
@@ -753,15 +838,25 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)], problems: &mut V
             .into_iter()
             .find(|s| rest.starts_with(&format!("{s}_")))
         else {
-            // AGENTD_CONFIG, AGENTD_SOCKET, AGENTD_URL, AGENTD_TOKEN and others are not config keys.
+            unknown(
+                name,
+                format!(
+                    "not a configuration variable; expected AGENTD_DATA_DIR or AGENTD_<SECTION>_<KEY> with a section \
+                     of {}, or one of {}",
+                    SECTIONS.join(", ").to_uppercase(),
+                    NOT_CONFIG_KEYS[..5].join(", ")
+                ),
+            );
             continue;
         };
         let key = rest[section.len() + 1..].to_string();
+        from_env.insert(format!("{section}.{key}"), name.clone());
         let entry = table.entry(section).or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let toml::Value::Table(entry) = entry {
             entry.insert(key, value);
         }
     }
+    from_env
 }
 
 /// An environment value as TOML: a literal when it parses as one (`8`, `true`, `["a"]`, `{a = "b"}`),
@@ -932,6 +1027,63 @@ mod tests {
     fn bad_environment_values_are_named() {
         let err = parse("", "x.toml", &env(&[("AGENTD_WORKER_CONCURRENCY", "many")])).unwrap_err();
         assert_eq!(err.problems[0].field.as_deref(), Some("worker.concurrency"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_environment_value_blames_its_variable_not_the_file() {
+        let text = "data_dir = \"/tmp/a\"\n[worker]\nconcurrency = 4\n";
+        for (value, fragment) in [("abc", "invalid type"), ("0", "must be between 1 and 256")] {
+            let err = parse(text, "x.toml", &env(&[("AGENTD_WORKER_CONCURRENCY", value)])).unwrap_err();
+            let message = err.to_string();
+            assert_eq!(err.problems.len(), 1, "{message}");
+            assert!(
+                message.starts_with("environment variable AGENTD_WORKER_CONCURRENCY: field `worker.concurrency`: "),
+                "{message}"
+            );
+            assert!(message.contains(fragment), "{message}");
+            assert!(!message.contains("x.toml") && !message.contains("line"), "{message}");
+        }
+        // A file value is still the file's problem, with its line.
+        let err = parse("[worker]\nconcurrency = 0\n", "x.toml", &env(&[("AGENTD_DATA_DIR", "/srv")])).unwrap_err();
+        assert!(err.to_string().starts_with("x.toml: field `worker.concurrency`"), "{err}");
+        assert_eq!(err.problems[0].line, 2, "{err}");
+    }
+
+    #[test]
+    fn unknown_environment_variables_are_problems() {
+        for name in ["AGENTD_BOGUS_KEY", "AGENTD_WORKERS_CONCURRENCY", "AGENTD_WORKER_CONCURENCY", "AGENTD_MODELS_X_Y"]
+        {
+            let err = parse("", "x.toml", &env(&[(name, "3")])).map(|_| ()).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{name}: {err}");
+            assert_eq!(err.problems[0].variable.as_deref(), Some(name), "{err}");
+            assert!(err.to_string().starts_with(&format!("environment variable {name}: ")), "{err}");
+        }
+        // Variables that are not configuration keys: the CLI's, the log filter, the test suite's.
+        let others = [
+            ("AGENTD_CONFIG", "/x.toml"),
+            ("AGENTD_SOCKET", "/x.sock"),
+            ("AGENTD_URL", "http://127.0.0.1:1"),
+            ("AGENTD_TOKEN", "t"),
+            ("AGENTD_LOG", "info"),
+            ("AGENTD_TEST_POSTGRES_URL", "postgres://x"),
+            ("AGENTD_BENCH_POSTGRES_URL", "postgres://x"),
+            ("AGENTD_CRASH_SEED", "1"),
+            ("AGENTD_X11VNC_ARGS", "-defer 0"),
+        ];
+        parse("", "x.toml", &env(&others)).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_system_config_that_cannot_be_looked_at_is_not_taken_for_a_missing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(ConfigSource::locate_with(None, &dir.path().join("agentd.toml")), ConfigSource::BuiltIn));
+        // Not "not found": a path through a file (ENOTDIR); under /etc, permission denied is the usual one
+        // (tested as an unprivileged user in tests/it/cli.rs).
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let behind_a_file = dir.path().join("file/agentd.toml");
+        assert!(matches!(ConfigSource::locate_with(None, &behind_a_file), ConfigSource::File(p) if p == behind_a_file));
+        let err = ConfigSource::File(behind_a_file).load().unwrap_err();
+        assert!(err.to_string().contains("cannot read"), "{err}");
     }
 
     #[test]

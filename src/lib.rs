@@ -17,6 +17,7 @@ pub mod model;
 pub mod queue;
 pub mod record;
 pub mod screen;
+pub mod sse;
 pub mod status;
 pub mod task;
 pub mod tools;

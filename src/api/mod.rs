@@ -182,30 +182,22 @@ pub enum Server {
 #[error("{0}")]
 pub struct BindError(String);
 
-/// Binds the Unix socket (mode 0660) and, when configured, the TCP listener.
+/// Binds the TCP listener when configured, then the Unix socket (mode 0660): TCP first, so a TCP address that
+/// cannot be bound leaves no socket file behind.
 pub async fn bind(state: &ApiState) -> Result<Vec<Server>, BindError> {
     let config = &state.config;
-    let path = config.socket_path();
-    let mut servers = vec![Server::Unix(bind_unix(&path).await?)];
+    let mut servers = Vec::new();
     if let Some(listen) = &config.api.listen {
         let token_file = config.api.token_file.as_ref().ok_or_else(|| {
             BindError("api.listen needs api.token_file: a TCP listener never runs without a token".into())
         })?;
-        let token = std::fs::read_to_string(token_file)
-            .map_err(|e| BindError(format!("api.token_file {}: {e}", token_file.display())))?
-            .trim()
-            .to_string();
-        if token.len() < 16 {
-            return Err(BindError(format!(
-                "api.token_file {}: the token must have at least 16 characters",
-                token_file.display()
-            )));
-        }
+        let token = crate::config::read_token_file(token_file).map_err(BindError)?;
         let listener = TcpListener::bind(listen).await.map_err(|e| BindError(format!("api.listen {listen}: {e}")))?;
         let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.clone());
         let guard = TcpGuard::new(token, &local, &config.api.allowed_hosts);
         servers.push(Server::Tcp(listener, Arc::new(guard)));
     }
+    servers.insert(0, Server::Unix(bind_unix(&config.socket_path()).await?));
     Ok(servers)
 }
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::exit::{CliError, Exit};
 use crate::config::Config;
 use crate::record::events::Event;
+use crate::sse::SseParser;
 
 /// Where the daemon is.
 #[derive(Debug, Clone)]
@@ -85,11 +86,23 @@ impl Client {
         ))
     }
 
+    /// A socket that exists but may not be opened is not a daemon that is down: say so, with the path.
+    fn unix_error(&self, path: &std::path::Path, e: std::io::Error) -> CliError {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            return CliError::unreachable(anyhow::anyhow!(
+                "cannot reach agentd at {}: permission denied (the socket and its directory must let you in: \
+                 run as the daemon's user or root, or join the socket's group)",
+                path.display()
+            ));
+        }
+        self.unreachable(e)
+    }
+
     async fn connect(&self) -> Result<Sender, CliError> {
         let connect = async {
             match &self.endpoint {
                 Endpoint::Unix(path) => {
-                    let stream = tokio::net::UnixStream::connect(path).await.map_err(|e| self.unreachable(e))?;
+                    let stream = tokio::net::UnixStream::connect(path).await.map_err(|e| self.unix_error(path, e))?;
                     handshake(TokioIo::new(stream)).await.map_err(|e| self.unreachable(e))
                 }
                 Endpoint::Tcp { authority, .. } => {
@@ -178,25 +191,28 @@ impl Client {
                 return Err(api_error(status, &serde_json::from_slice(&bytes).unwrap_or(Value::Null)));
             }
             let mut body = response.into_body();
-            let mut buffer = String::new();
+            let mut parser = SseParser::default();
+            let mut events = Vec::new();
             let mut finished = false;
             while let Some(frame) = body.frame().await {
                 let Ok(frame) = frame else { break };
                 let Some(data) = frame.data_ref() else { continue };
-                buffer.push_str(&String::from_utf8_lossy(data));
-                while let Some(end) = buffer.find("\n\n") {
-                    let block: String = buffer.drain(..end + 2).collect();
-                    let payload: String = block
-                        .lines()
-                        .filter_map(|line| line.strip_prefix("data:"))
-                        .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                        .collect::<Vec<_>>()
-                        .join("\n");
-                    if payload.is_empty() {
-                        continue;
+                if parser.push(data, &mut events).is_err() {
+                    break;
+                }
+                for sse in events.drain(..) {
+                    // Resume after the last event ID the daemon sent, even for an event this client cannot
+                    // read (a newer daemon's event type).
+                    let parsed = serde_json::from_str::<Event>(&sse.data);
+                    match sse.id.as_deref().and_then(|id| id.trim().parse::<u64>().ok()) {
+                        Some(id) => after = id,
+                        None => {
+                            if let Ok(event) = &parsed {
+                                after = event.seq;
+                            }
+                        }
                     }
-                    if let Ok(event) = serde_json::from_str::<Event>(&payload) {
-                        after = event.seq;
+                    if let Ok(event) = parsed {
                         finished |= matches!(event.kind, crate::record::events::EventKind::TaskFinished { .. });
                         on_event(&event);
                     }

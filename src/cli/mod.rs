@@ -6,7 +6,9 @@ pub mod exit;
 pub mod progress;
 pub mod remote;
 pub mod run;
+pub mod sanitize;
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -118,23 +120,34 @@ pub fn main() -> std::process::ExitCode {
     let exit = match result {
         Ok(exit) => exit,
         Err(e) => {
-            eprintln!("agentd: {e}");
+            print_stderr(&e.to_string());
             e.exit
         }
     };
     std::process::ExitCode::from(exit.code())
 }
 
-/// Logs go to stderr. Colour only on a terminal; under systemd (`JOURNAL_STREAM` names stderr's stream)
-/// no timestamp either, since journald stamps every line itself.
+/// Prints a message (an error chain, a warning) on stderr for people: control characters escaped, every line
+/// prefixed with `agentd: `.
+pub fn print_stderr(message: &str) {
+    let mut out = std::io::stderr().lock();
+    for line in sanitize::sanitize_lines(message).lines() {
+        let _ = writeln!(out, "agentd: {line}");
+    }
+}
+
+/// Logs go to stderr. Colour only on a terminal and when `NO_COLOR` is unset or empty (no-color.org); under
+/// systemd (`JOURNAL_STREAM` names stderr's stream) no timestamp either, since journald stamps every line
+/// itself.
 fn init_tracing() {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGENTD_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_ansi(std::io::stderr().is_terminal() && !no_color);
     let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
         builder.without_time().try_init()
     } else {
@@ -174,16 +187,25 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Reject { id, reason } => {
             remote::decide(&client(&source.load()?)?, id, false, reason.clone(), json).await
         }
-        Command::Config { command: ConfigCommand::Check } => config_check(&source, json).await,
+        Command::Config { command: ConfigCommand::Check } => config_check(&source, cli.socket.as_deref(), json).await,
     }
 }
 
-async fn config_check(source: &ConfigSource, json: bool) -> CliResult {
-    let config: Config = source.load()?;
-    let queue = crate::daemon::open_queue(&config).await.map_err(|e| match e {
+/// `config check`: what `serve` would check before starting, without starting. Every line it prints on
+/// stderr starts with `agentd: ` and, when it is about one backend, names it.
+async fn config_check(source: &ConfigSource, socket: Option<&std::path::Path>, json: bool) -> CliResult {
+    let mut config: Config = source.load()?;
+    if let Some(socket) = socket {
+        config.api.socket = Some(socket.to_path_buf());
+    }
+    let daemon_error = |e| match e {
         crate::daemon::DaemonError::Invalid(m) => CliError::invalid(anyhow::anyhow!(m)),
         crate::daemon::DaemonError::Unreachable(m) => CliError::unreachable(anyhow::anyhow!(m)),
-    })?;
+    };
+    for warning in crate::daemon::preflight(&config).map_err(daemon_error)? {
+        print_stderr(&format!("warning: {warning}"));
+    }
+    let queue = crate::daemon::open_queue(&config).await.map_err(daemon_error)?;
     queue.health().await.map_err(|e| CliError::unreachable(anyhow::anyhow!("queue {}: {e}", queue.describe())))?;
     let store = crate::backends::artifact_store(&config).await.map_err(CliError::invalid)?;
     store
@@ -200,13 +222,13 @@ async fn config_check(source: &ConfigSource, json: bool) -> CliResult {
         });
         println!("{doc}");
     } else {
-        eprintln!(
+        print_stderr(&format!(
             "{}: ok (queue {}, artifacts {}, socket {})",
             source.name(),
             queue.describe(),
             store.describe(),
             config.socket_path().display()
-        );
+        ));
     }
     Ok(Exit::Success)
 }

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::sanitize::sanitize;
 use crate::record::TaskState;
 use crate::record::events::{Event, EventKind};
 
@@ -17,7 +18,8 @@ pub async fn print(mut events: UnboundedReceiver<Event>, mut out: impl Write) {
     }
 }
 
-/// Turns events into progress lines; keeps what a step line needs until the step ends.
+/// Turns events into progress lines; keeps what a step line needs until the step ends. Every text from the
+/// event (ids, worker names, actions, messages, summaries) is [`sanitize`]d: lines are safe to print.
 #[derive(Default)]
 pub struct Printer {
     actions: Vec<String>,
@@ -27,21 +29,23 @@ pub struct Printer {
 impl Printer {
     pub fn line(&mut self, event: &Event) -> Option<String> {
         match &event.kind {
-            EventKind::TaskQueued {} => Some(format!("task {} queued", event.task_id)),
-            EventKind::TaskStarted { attempt, worker } => {
-                Some(format!("task {} started (attempt {attempt}, worker {worker})", event.task_id))
-            }
+            EventKind::TaskQueued {} => Some(format!("task {} queued", sanitize(&event.task_id))),
+            EventKind::TaskStarted { attempt, worker } => Some(format!(
+                "task {} started (attempt {attempt}, worker {})",
+                sanitize(&event.task_id),
+                sanitize(worker)
+            )),
             EventKind::StepStarted { .. } => {
                 self.actions.clear();
                 self.failures.clear();
                 None
             }
             EventKind::ActionStarted { action, .. } => {
-                self.actions.push(action.summary());
+                self.actions.push(sanitize(&action.summary()).into_owned());
                 None
             }
             EventKind::ActionFinished { ok: false, message, .. } => {
-                self.failures.push(message.clone());
+                self.failures.push(sanitize(message).into_owned());
                 None
             }
             EventKind::StepFinished { step, duration_ms, usage } => {
@@ -55,13 +59,13 @@ impl Printer {
                 }
                 Some(line)
             }
-            EventKind::WaitingForHuman { reason } => Some(format!("waiting for a human: {reason}")),
+            EventKind::WaitingForHuman { reason } => Some(format!("waiting for a human: {}", sanitize(reason))),
             EventKind::TaskFinished { state, outcome, usage } => {
                 let mark = if *state == TaskState::Succeeded { "✓" } else { "✗" };
                 Some(format!(
                     "{mark} {}: {} ({}; {} input / {} output tokens, ${:.4})",
                     state.as_str(),
-                    outcome.summary,
+                    sanitize(&outcome.summary),
                     outcome.reason.as_str(),
                     usage.input_tokens,
                     usage.output_tokens,

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::client::Client;
 use super::exit::{CliError, CliResult, Exit};
 use super::progress::Printer;
+use super::sanitize::sanitize;
 use crate::model::scripted::Script;
 use crate::record::events::Event;
 use crate::status::TaskRecord;
@@ -90,14 +91,17 @@ pub async fn submit(client: &Client, task: &Path, wait: bool, json: bool) -> Cli
         if json {
             print_json(&record);
         } else {
-            println!("{id}");
+            println!("{}", sanitize(&id));
             if status == hyper::StatusCode::OK {
-                eprintln!("agentd: task {id} was already submitted ({})", record.state.as_str());
+                eprintln!("agentd: task {} was already submitted ({})", sanitize(&id), record.state.as_str());
             }
         }
         return Ok(Exit::Success);
     }
-    eprintln!("agentd: task {id} submitted; following its progress (Ctrl-C stops following, not the task)");
+    eprintln!(
+        "agentd: task {} submitted; following its progress (Ctrl-C stops following, not the task)",
+        sanitize(&id)
+    );
     let mut printer = Printer::default();
     let mut final_state = None;
     client
@@ -122,7 +126,7 @@ pub async fn submit(client: &Client, task: &Path, wait: bool, json: bool) -> Cli
     if json {
         print_json(&record);
     } else {
-        println!("{id}");
+        println!("{}", sanitize(&id));
     }
     let succeeded = record.state.is_terminal() && exit_for(&record) == Exit::Success
         || !record.state.is_terminal() && final_state == Some(crate::record::TaskState::Succeeded);
@@ -138,14 +142,14 @@ pub async fn status(client: &Client, id: &str, json: bool) -> CliResult {
         let outcome = record
             .outcome
             .as_ref()
-            .map(|o| format!(" ({}): {}", o.reason.as_str(), o.summary))
-            .or_else(|| record.waiting_reason.as_ref().map(|r| format!(": {r}")))
+            .map(|o| format!(" ({}): {}", o.reason.as_str(), sanitize(&o.summary)))
+            .or_else(|| record.waiting_reason.as_ref().map(|r| format!(": {}", sanitize(r))))
             .unwrap_or_default();
-        println!("{}  {}{outcome}", record.id, record.state.as_str());
+        println!("{}  {}{outcome}", sanitize(&record.id), record.state.as_str());
         println!(
             "  attempt {}  worker {}  steps {}  tokens {}/{}  cost ${:.4}",
             record.attempt,
-            record.worker.as_deref().unwrap_or("-"),
+            sanitize(record.worker.as_deref().unwrap_or("-")),
             record.steps.len(),
             record.usage.input_tokens,
             record.usage.output_tokens,
@@ -172,7 +176,13 @@ pub async fn list(client: &Client, state: Option<&str>, limit: Option<u32>, json
         .map_err(|e| CliError::unreachable(anyhow::anyhow!("unexpected reply from agentd: {e}")))?;
     for task in tasks {
         let summary = task.outcome.as_ref().map(|o| o.summary.as_str()).unwrap_or_default();
-        println!("{:<40} {:<18} {}  {}", task.id, task.state.as_str(), task.created_at.date(), summary);
+        println!(
+            "{:<40} {:<18} {}  {}",
+            sanitize(&task.id),
+            task.state.as_str(),
+            task.created_at.date(),
+            sanitize(summary)
+        );
     }
     Ok(Exit::Success)
 }
@@ -182,9 +192,9 @@ pub async fn cancel(client: &Client, id: &str, json: bool) -> CliResult {
     if json {
         print_json(&reply);
     } else if reply["cancel"] == "requested" {
-        eprintln!("agentd: task {id} is running; it stops at its next safe point");
+        eprintln!("agentd: task {} is running; it stops at its next safe point", sanitize(id));
     } else {
-        eprintln!("agentd: task {id} cancelled");
+        eprintln!("agentd: task {} cancelled", sanitize(id));
     }
     Ok(Exit::Success)
 }
@@ -200,7 +210,7 @@ pub async fn decide(client: &Client, id: &str, approve: bool, reason: Option<Str
     if json {
         print_json(&reply);
     } else {
-        eprintln!("agentd: task {id} {}", if approve { "approved; it resumes" } else { "rejected" });
+        eprintln!("agentd: task {} {}", sanitize(id), if approve { "approved; it resumes" } else { "rejected" });
     }
     Ok(Exit::Success)
 }
@@ -213,7 +223,7 @@ pub async fn events(client: &Client, id: &str, follow: bool, json: bool) -> CliR
             let _ = serde_json::to_writer(&mut out, event);
             let _ = writeln!(out);
         } else {
-            let line = printer.line(event).unwrap_or_else(|| describe(event));
+            let line = printer.line(event).unwrap_or_else(|| sanitize(&describe(event)).into_owned());
             let _ = writeln!(out, "{:>5} {} {line}", event.seq, event.kind.type_name());
         }
     };

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::exit::{CliError, CliResult, Exit};
+use super::sanitize::sanitize;
 use crate::agent::events::EventSink;
 use crate::agent::journal::MemoryJournal;
 use crate::artifacts::Uploader;
@@ -90,7 +91,13 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let built = attempt.build().await.map_err(build_error)?;
     let printer = tokio::spawn(super::progress::print(receiver, std::io::stderr()));
     let signals = watch_interrupts(cancel);
-    eprintln!("agentd: task {task_id}: {} on {computer_name} with {}", source.name, built.model.describe());
+    eprintln!(
+        "agentd: task {}: {} on {} with {}",
+        sanitize(task_id.as_str()),
+        sanitize(&source.name),
+        sanitize(&computer_name),
+        sanitize(&built.model.describe())
+    );
     let output = attempt.run(Some(built)).await;
     signals.abort();
 
@@ -125,20 +132,24 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         serde_json::to_vec_pretty(&record).context("serializing the task record").map_err(CliError::failed)?;
     let record_path = config.data_dir.join("runs").join(format!("{task_id}.json"));
     if let Err(e) = write_atomically(&record_path, &document) {
-        eprintln!("agentd: warning: cannot write {}: {e}", record_path.display());
+        eprintln!("agentd: warning: {}", sanitize(&format!("cannot write {}: {e}", record_path.display())));
     }
     let screenshots = store.url(crate::artifacts::attempt_prefix(task_id.as_str(), 1).trim_end_matches('/'));
     if pending > 0 {
         eprintln!(
             "agentd: {pending} screenshot(s) not stored yet; they stay in {} and upload on the next start",
-            config.spool_dir().display()
+            sanitize(&config.spool_dir().display().to_string())
         );
     }
-    eprintln!("agentd: screenshots: {screenshots}/  record: {}", record_path.display());
+    eprintln!(
+        "agentd: screenshots: {}/  record: {}",
+        sanitize(&screenshots),
+        sanitize(&record_path.display().to_string())
+    );
     if json {
         println!("{}", String::from_utf8_lossy(&document));
     } else {
-        println!("{}: {} ({} steps)", state.as_str(), outcome.summary, record.steps.len());
+        println!("{}: {} ({} steps)", state.as_str(), sanitize(&outcome.summary), record.steps.len());
     }
     Ok(if outcome.success { Exit::Success } else { Exit::Unsuccessful })
 }

@@ -36,6 +36,47 @@ pub enum DaemonError {
     Unreachable(String),
 }
 
+/// What `serve` needs of the machine before it starts, checked by `serve` and by `config check` alike: the
+/// TCP listener's token file (readable, a token of at least 16 characters) and a socket directory this user
+/// may create the socket in. Returns warnings that do not stop the daemon (a token file every local user can
+/// read).
+pub fn preflight(config: &Config) -> Result<Vec<String>, DaemonError> {
+    let mut warnings = Vec::new();
+    if config.api.listen.is_some() {
+        let token_file = config.api.token_file.as_ref().ok_or_else(|| {
+            DaemonError::Invalid("api.listen needs api.token_file: a TCP listener never runs without a token".into())
+        })?;
+        crate::config::read_token_file(token_file).map_err(DaemonError::Invalid)?;
+        warnings.extend(crate::config::world_readable_warning("api.token_file", token_file));
+    }
+    let socket = config.socket_path();
+    if let Some(dir) = socket.parent() {
+        // The directory, or the nearest ancestor that exists (serve creates the rest), must let us in and write.
+        let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
+        if let Err(e) = writable_dir(existing) {
+            return Err(DaemonError::Unreachable(format!(
+                "socket directory {}: {e}{}",
+                dir.display(),
+                if existing == dir { String::new() } else { format!(" (at {})", existing.display()) }
+            )));
+        }
+    }
+    Ok(warnings)
+}
+
+/// Whether this process may create entries in `dir` (write and search permission, not a read-only mount).
+fn writable_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+    if unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Opens the queue the config names.
 pub async fn open_queue(config: &Config) -> Result<Arc<dyn Queue>, DaemonError> {
     match config.queue.backend {
@@ -66,6 +107,9 @@ pub async fn serve(config: Config) -> Result<(), DaemonError> {
 /// that embed the daemon).
 pub async fn serve_until(config: Config, stop: impl std::future::Future<Output = ()>) -> Result<(), DaemonError> {
     let config = Arc::new(config);
+    for warning in preflight(&config)? {
+        tracing::warn!("{warning}");
+    }
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| DaemonError::Unreachable(format!("data_dir {}: {e}", config.data_dir.display())))?;
     let queue = open_queue(&config).await?;

@@ -656,7 +656,7 @@ mod tests {
         assert_eq!(smart_resize(Size::new(1280, 800)), Size::new(1288, 812));
         assert_eq!(smart_resize(Size::new(1920, 1080)), Size::new(1932, 1092));
         let s = smart_resize(Size::new(10, 10));
-        assert!(s.width % 28 == 0 && s.height % 28 == 0 && s.area() >= 4 * 28 * 28);
+        assert!(s.width.is_multiple_of(28) && s.height.is_multiple_of(28) && s.area() >= 4 * 28 * 28);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The transport every vendor adapter shares: one HTTP client per process, one rate limiter per provider
-//! endpoint, retries, timeouts, Server-Sent Events, error classification, and secrets kept out of text.
+//! endpoint, retries, timeouts, Server-Sent Events (parsed by [`crate::sse`]), error classification, and
+//! secrets kept out of text.
 //!
 //! Retry policy (after the official Anthropic and OpenAI Python SDKs, `_base_client.py` at anthropic-sdk-python
 //! 009b0353 / openai-python e43b4224, and `shared/reference/reliability.md` §3):
@@ -32,6 +33,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::ModelError;
+pub use crate::sse::{SseEvent, SseParser};
 
 /// A secret (an API key). It never prints: `Debug` shows `Secret(***)`, and there is no `Display`.
 #[derive(Clone, PartialEq, Eq)]
@@ -257,74 +259,6 @@ impl Drop for Permit<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.limiter.release(AttemptOutcome::Neutral);
-        }
-    }
-}
-
-/// One Server-Sent Event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseEvent {
-    pub event: Option<String>,
-    pub data: String,
-}
-
-/// Largest line buffered while parsing a stream (a base64 image in an echo could be large).
-const MAX_SSE_LINE: usize = 64 * 1024 * 1024;
-
-/// An incremental SSE parser (WHATWG HTML "server-sent events" §9.2.6): `data:` lines are joined with `\n`,
-/// comments (`:`) ignored, an event dispatched at a blank line; `\r\n` and `\n` line ends.
-#[derive(Debug, Default)]
-pub struct SseParser {
-    line: Vec<u8>,
-    event: Option<String>,
-    data: Option<String>,
-}
-
-impl SseParser {
-    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), String> {
-        for &byte in chunk {
-            if byte == b'\n' {
-                let mut line = std::mem::take(&mut self.line);
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                self.line_done(&line, out);
-            } else {
-                if self.line.len() >= MAX_SSE_LINE {
-                    return Err("a stream line is longer than 64 MiB".into());
-                }
-                self.line.push(byte);
-            }
-        }
-        Ok(())
-    }
-
-    fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
-        if line.is_empty() {
-            if let Some(data) = self.data.take() {
-                out.push(SseEvent { event: self.event.take(), data });
-            }
-            self.event = None;
-            return;
-        }
-        if line[0] == b':' {
-            return;
-        }
-        let text = String::from_utf8_lossy(line);
-        let (field, value) = match text.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (text.as_ref(), ""),
-        };
-        match field {
-            "data" => match &mut self.data {
-                Some(data) => {
-                    data.push('\n');
-                    data.push_str(value);
-                }
-                None => self.data = Some(value.to_string()),
-            },
-            "event" => self.event = Some(value.to_string()),
-            _ => {}
         }
     }
 }
@@ -744,33 +678,6 @@ impl Transport {
 mod tests {
     use super::*;
     use reqwest::header::{HeaderMap, HeaderValue};
-
-    fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
-        let mut parser = SseParser::default();
-        let mut out = Vec::new();
-        for chunk in chunks {
-            parser.push(chunk, &mut out).unwrap();
-        }
-        out
-    }
-
-    #[test]
-    fn sse_events_split_anywhere_join_multiline_data_and_skip_comments() {
-        let text = b"event: a\r\ndata: {\"x\":\r\ndata: 1}\r\n\r\n: ping\n\nevent: b\ndata:2\n\n";
-        let whole = parse_all(&[text]);
-        assert_eq!(
-            whole,
-            vec![
-                SseEvent { event: Some("a".into()), data: "{\"x\":\n1}".into() },
-                SseEvent { event: Some("b".into()), data: "2".into() },
-            ]
-        );
-        for split in 1..text.len() {
-            assert_eq!(parse_all(&[&text[..split], &text[split..]]), whole, "split at {split}");
-        }
-        // An event without its blank line at the end of the stream is not dispatched.
-        assert!(parse_all(&[b"data: 1\n"]).is_empty());
-    }
 
     #[test]
     fn retry_hints_in_their_order() {

@@ -3,6 +3,7 @@
 
 mod agent_loop;
 mod bad_input;
+mod cli;
 mod crash;
 mod daemon;
 mod desktops;

@@ -278,7 +278,7 @@ fn feed_all(body: &[u8], events: &[String]) {
         d.start();
         if streamed {
             for data in events {
-                if d.event(SseEvent { event: None, data: data.clone() }).is_err() {
+                if d.event(SseEvent { id: None, event: None, data: data.clone() }).is_err() {
                     return;
                 }
             }
