@@ -113,8 +113,7 @@ impl Attempt<'_> {
     /// task starts).
     pub async fn build(&self) -> Result<Built, BuildError> {
         if let Some(config) = self.allowed_by {
-            backends::check_names(&self.task, config)
-                .map_err(|(field, message)| BuildError::Invalid(format!("field `{field}`: {message}")))?;
+            backends::check_names(&self.task, config)?;
         }
         let base_dir = match self.files {
             FileAccess::Local { base_dir } => Some(base_dir.as_path()),
@@ -179,10 +178,10 @@ impl AttemptOutput {
     /// An attempt whose computer or model could not be built: wrong input ends the task, an unreachable
     /// backend may pass by the next attempt.
     fn unbuilt(error: BuildError) -> Self {
-        let outcome = |summary: String| Outcome { success: false, summary, reason: EndReason::Error };
+        let outcome = Outcome { success: false, summary: error.to_string(), reason: EndReason::Error };
         let ending = match error {
-            BuildError::Invalid(message) => Ending::Finished(outcome(message)),
-            BuildError::Unreachable(message) => Ending::Retryable { outcome: outcome(message), retry_after: None },
+            BuildError::Invalid { .. } => Ending::Finished(outcome),
+            BuildError::Unreachable(_) => Ending::Retryable { outcome, retry_after: None },
         };
         Self {
             ending,

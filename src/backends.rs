@@ -21,12 +21,28 @@ use crate::task::{
 
 #[derive(Debug, Error)]
 pub enum BuildError {
-    /// The task or config asks for something invalid (a bad scene or script file, an unknown setting).
-    #[error("{0}")]
-    Invalid(String),
+    /// The task or config asks for something invalid (a bad scene or script file, an unknown setting); `field`
+    /// is the dotted path of the field at fault, when one is.
+    #[error("{}", match field { Some(field) => format!("field `{field}`: {message}"), None => message.clone() })]
+    Invalid { field: Option<&'static str>, message: String },
     /// A backend the task needs cannot be reached.
     #[error("{0}")]
     Unreachable(String),
+}
+
+impl BuildError {
+    /// Invalid input at `field` (a dotted path such as `computer.scene`).
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid { field: Some(field), message: message.into() }
+    }
+
+    /// The field at fault, when the error is about one.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::Invalid { field, .. } => *field,
+            Self::Unreachable(_) => None,
+        }
+    }
 }
 
 /// How a computer is opened.
@@ -44,7 +60,7 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
             let blank = SceneSource::from("blank");
             let scene = load_scene(scene.as_ref().unwrap_or(&blank), ctx.files)
                 .await
-                .map_err(|e| BuildError::Invalid(format!("field `computer.scene`: {e}")))?;
+                .map_err(|e| BuildError::invalid("computer.scene", format!("{e}")))?;
             let size = match (width, height) {
                 (None, None) => None,
                 (w, h) => Some(Size::new(
@@ -54,11 +70,11 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
             };
             let desktop = match ctx.persist_dir {
                 Some(dir) => agentd_mock::MockDesktop::open_persistent(scene, size, dir).map_err(|e| match e {
-                    e @ agentd_mock::MockError::Size { .. } => BuildError::Invalid(format!("field `computer`: {e}")),
+                    e @ agentd_mock::MockError::Size { .. } => BuildError::invalid("computer", format!("{e}")),
                     e => BuildError::Unreachable(format!("mock desktop state in {}: {e}", dir.display())),
                 })?,
                 None => agentd_mock::MockDesktop::new(scene, size)
-                    .map_err(|e| BuildError::Invalid(format!("field `computer`: {e}")))?,
+                    .map_err(|e| BuildError::invalid("computer", format!("{e}")))?,
             };
             Ok(Arc::new(desktop))
         }
@@ -125,9 +141,8 @@ async fn load_script(path: &str, files: &FileAccess) -> Result<Script, String> {
 pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<ModelSpec, BuildError> {
     match spec {
         ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) => {
-            let script = load_script(path, files)
-                .await
-                .map_err(|e| BuildError::Invalid(format!("field `model.script`: {e}")))?;
+            let script =
+                load_script(path, files).await.map_err(|e| BuildError::invalid("model.script", format!("{e}")))?;
             Ok(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Inline(script) }))
         }
         other => Ok(other.clone()),
@@ -142,15 +157,15 @@ async fn local_computer(spec: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, B
     let config = LocalConfig { monitor: spec.monitor, ..LocalConfig::new(spec.display.clone()) };
     match LocalProvider::shared(config).await {
         Ok(provider) => Ok(provider),
-        Err(e @ LocalError::NoSuchMonitor { .. }) => Err(BuildError::Invalid(format!("field `computer.monitor`: {e}"))),
-        Err(e @ LocalError::Invalid(_)) => Err(BuildError::Invalid(format!("field `computer`: {e}"))),
+        Err(e @ LocalError::NoSuchMonitor { .. }) => Err(BuildError::invalid("computer.monitor", format!("{e}"))),
+        Err(e @ LocalError::Invalid(_)) => Err(BuildError::invalid("computer", format!("{e}"))),
         Err(e) => Err(BuildError::Unreachable(format!("local desktop: {e}"))),
     }
 }
 
 #[cfg(not(feature = "local"))]
 async fn local_computer(_: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
-    Err(BuildError::Invalid("field `computer.provider`: this agentd was built without the `local` feature".into()))
+    Err(BuildError::invalid("computer.provider", "this agentd was built without the `local` feature"))
 }
 
 /// A VNC server. The password comes from the environment variable the task names, never from the task.
@@ -160,42 +175,41 @@ async fn vnc_computer(spec: &VncSpec) -> Result<Arc<dyn ComputerProvider>, Build
     match spec.address.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
         _ => {
-            return Err(BuildError::Invalid(format!(
-                "field `computer.address`: {:?} is not host:port (VNC display :N is port 5900+N)",
-                spec.address
-            )));
+            return Err(BuildError::invalid(
+                "computer.address",
+                format!("{:?} is not host:port (VNC display :N is port 5900+N)", spec.address),
+            ));
         }
     }
     let password = match &spec.password_env {
         Some(name) => Some(std::env::var(name).map_err(|_| {
-            BuildError::Invalid(format!(
-                "field `computer.password_env`: the environment variable {name} is not set on this worker"
-            ))
+            BuildError::invalid(
+                "computer.password_env",
+                format!("the environment variable {name} is not set on this worker"),
+            )
         })?),
         None => None,
     };
     match VncProvider::connect(VncConfig::new(spec.address.clone(), password)).await {
         Ok(provider) => Ok(Arc::new(provider)),
         Err(e @ (VncError::AuthFailed { .. } | VncError::PasswordRequired { .. })) => {
-            Err(BuildError::Invalid(format!("field `computer.password_env`: {e}")))
+            Err(BuildError::invalid("computer.password_env", format!("{e}")))
         }
-        Err(e @ VncError::UnsupportedSecurity { .. }) => {
-            Err(BuildError::Invalid(format!("field `computer.address`: {e}")))
-        }
+        Err(e @ VncError::UnsupportedSecurity { .. }) => Err(BuildError::invalid("computer.address", format!("{e}"))),
         Err(e) => Err(BuildError::Unreachable(e.to_string())),
     }
 }
 
 #[cfg(not(feature = "vnc"))]
 async fn vnc_computer(_: &VncSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
-    Err(BuildError::Invalid("field `computer.provider`: this agentd was built without the `vnc` feature".into()))
+    Err(BuildError::invalid("computer.provider", "this agentd was built without the `vnc` feature"))
 }
 
 /// Builds the model a task names, drawing HTTP clients, rate limiters, prices and keys from `shared` (one per
 /// process). Script paths resolve against `base_dir`.
 pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Result<Arc<dyn Model>, BuildError> {
     use crate::model::{anthropic, compatible, gemini, openai};
-    let invalid = |e: ModelError| BuildError::Invalid(format!("field `model`: {e}"));
+    let invalid = |e: ModelError| BuildError::invalid("model", format!("{e}"));
     let options = spec.options();
     match spec {
         ModelSpec::Scripted(ScriptedSpec { script }) => {
@@ -206,7 +220,7 @@ pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Resu
                         Some(base) if Path::new(path).is_relative() => base.join(path),
                         _ => Path::new(path).to_path_buf(),
                     };
-                    Script::load(&path).map_err(|e| BuildError::Invalid(format!("field `model.script`: {e}")))?
+                    Script::load(&path).map_err(|e| BuildError::invalid("model.script", format!("{e}")))?
                 }
             };
             Ok(Arc::new(ScriptedModel::new(script)))
@@ -238,14 +252,14 @@ pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Resu
 /// names only environment variables and base URLs the config allows ([`check_names`]), and its scene and
 /// script files lie under `[api] allowed_paths` (absolute paths; `agentd submit` inlines scripts), are
 /// regular files of bounded size, and parse. Returns the field at fault and why.
-pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), (&'static str, String)> {
+pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
     check_names(task, config)?;
     let files = config.file_access();
     if let ComputerSpec::Mock(MockSpec { scene: Some(scene), .. }) = &task.computer {
-        load_scene(scene, &files).await.map_err(|e| ("computer.scene", e))?;
+        load_scene(scene, &files).await.map_err(|e| BuildError::invalid("computer.scene", e))?;
     }
     if let ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) = &task.model {
-        load_script(path, &files).await.map_err(|e| ("model.script", e))?;
+        load_script(path, &files).await.map_err(|e| BuildError::invalid("model.script", e))?;
     }
     Ok(())
 }
@@ -254,11 +268,11 @@ pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<
 /// `[worker] allowed_env` or named by `[defaults]`; an `openai-compatible` `base_url` that is the
 /// configured one (or the provider's default), one of its `allowed_base_urls`, or the one `[defaults]`
 /// names. Checked at submission and again by the worker that runs the task. Returns the field and why.
-pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), (&'static str, String)> {
+pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
     if let ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) = &task.computer {
         let from_defaults = matches!(&config.defaults.computer, Some(ComputerSpec::Vnc(VncSpec { password_env: Some(d), .. })) if d == name);
         if !from_defaults && !config.worker.allowed_env.contains(name) {
-            return Err((
+            return Err(BuildError::invalid(
                 "computer.password_env",
                 format!(
                     "the environment variable {name:?} is not one tasks from the API may name (add it to \
@@ -281,7 +295,7 @@ pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<
             allowed.push(d.clone());
         }
         if !allowed.iter().any(|a| normal(a) == normal(url)) {
-            return Err((
+            return Err(BuildError::invalid(
                 "model.base_url",
                 format!(
                     "base_url {url:?} is not one tasks from the API may use (the configured \
@@ -305,12 +319,13 @@ pub async fn artifact_store(config: &Config) -> Result<Arc<dyn ArtifactStore>, B
 /// reached is found out by `health()`.
 #[cfg(feature = "s3")]
 async fn s3_store(config: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError> {
-    let store =
-        crate::artifacts::s3::S3Store::new(&config.artifacts).await.map_err(|e| BuildError::Invalid(e.to_string()))?;
+    let store = crate::artifacts::s3::S3Store::new(&config.artifacts)
+        .await
+        .map_err(|e| BuildError::Invalid { field: None, message: e.to_string() })?;
     Ok(Arc::new(store))
 }
 
 #[cfg(not(feature = "s3"))]
 async fn s3_store(_: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError> {
-    Err(BuildError::Invalid("artifacts.backend: this agentd was built without the `s3` feature".into()))
+    Err(BuildError::invalid("artifacts.backend", "this agentd was built without the `s3` feature"))
 }

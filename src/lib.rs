@@ -11,6 +11,7 @@ pub mod backends;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod exit;
 pub mod input;
 pub mod metrics;
 pub mod model;

@@ -68,6 +68,17 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<crate::backends::BuildError> for ApiError {
+    /// A submitted task that cannot be built here: 400 naming the field, or 503 when a backend is out of reach.
+    fn from(e: crate::backends::BuildError) -> Self {
+        let (status, code) = match e {
+            crate::backends::BuildError::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid_task"),
+            crate::backends::BuildError::Unreachable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        };
+        Self { status, code, message: format!("request body: {e}"), field: e.field().map(str::to_string) }
+    }
+}
+
 impl From<QueueError> for ApiError {
     fn from(e: QueueError) -> Self {
         match e {

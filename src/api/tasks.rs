@@ -45,12 +45,7 @@ pub async fn submit(
     let text = body_text(body)?;
     let mut spec = TaskSpec::parse(&text, "request body").map_err(invalid_task)?;
     let resolved = spec.resolve(&state.config.defaults);
-    backends::check(&resolved, &state.config).await.map_err(|(field, message)| ApiError {
-        status: StatusCode::BAD_REQUEST,
-        code: "invalid_task",
-        message: format!("request body: field `{field}`: {message}"),
-        field: Some(field.to_string()),
-    })?;
+    backends::check(&resolved, &state.config).await.map_err(ApiError::from)?;
     if spec.id.is_none() {
         spec.id = Some(TaskId::generate());
     }

@@ -1,22 +1,8 @@
-//! The exit codes of every command (product contract §2), and the error type that carries one.
+//! The error type that carries an exit code to `main` (the table itself is `crate::exit`).
 
 use std::fmt;
 
-/// `0` success; `1` the task ended without success; `2` invalid input; `3` the daemon or a backend could
-/// not be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    Success = 0,
-    Unsuccessful = 1,
-    InvalidInput = 2,
-    Unreachable = 3,
-}
-
-impl Exit {
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-}
+pub use crate::exit::Exit;
 
 /// An error at the binary's edge: the message chain to print and the exit code it maps to.
 #[derive(Debug)]

@@ -36,19 +36,19 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let (spec, source) = TaskSpec::read(task_path)?;
     let resolved = spec.resolve(&config.defaults);
     let task_id = spec.id.clone().unwrap_or_else(TaskId::generate);
-    let build_error = |e: BuildError| match e {
-        BuildError::Invalid(message) => {
-            // Found after parsing (a scene or script file that does not exist): point at the field too.
-            let position = message
-                .strip_prefix("field `")
-                .and_then(|rest| rest.split_once('`'))
-                .and_then(|(field, _)| crate::task::locate_field(&source.text, field))
-                .filter(|_| !message.contains("(line "))
-                .map(|(line, column)| format!(" (line {line}, column {column})"))
-                .unwrap_or_default();
-            CliError::invalid(anyhow::anyhow!("{}: {message}{position}", source.name))
+    let build_error = |e: BuildError| {
+        // Found after parsing (a scene or script file that does not exist): point at the field in the file.
+        let position = e
+            .field()
+            .and_then(|field| crate::task::locate_field(&source.text, field))
+            .filter(|_| !e.to_string().contains("(line "))
+            .map(|(line, column)| format!(" (line {line}, column {column})"))
+            .unwrap_or_default();
+        let error = anyhow::anyhow!("{}: {e}{position}", source.name);
+        match e {
+            BuildError::Invalid { .. } => CliError::invalid(error),
+            BuildError::Unreachable(_) => CliError::unreachable(error),
         }
-        BuildError::Unreachable(message) => CliError::unreachable(anyhow::anyhow!("{}: {message}", source.name)),
     };
     let shared = crate::model::Shared::new(config);
     let store = backends::artifact_store(config).await.map_err(build_error)?;
@@ -183,7 +183,7 @@ fn watch_interrupts(cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
                 cancel.cancel();
             } else {
                 eprintln!("agentd: quitting");
-                std::process::exit(130);
+                crate::exit::Exit::Interrupted.now();
             }
         }
     })

@@ -186,7 +186,7 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         }
         () = wait_for_signal() => {
             tracing::warn!("second signal: exiting now");
-            std::process::exit(130);
+            crate::exit::Exit::Interrupted.now();
         }
     }
     let pending = uploader.flush(Duration::from_secs(10)).await;
