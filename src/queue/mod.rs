@@ -7,6 +7,7 @@
 //! [`sqlite::SqliteQueue`] (embedded, default) and [`postgres::PostgresQueue`] (shared by a fleet of
 //! workers on many machines); both pass the same [`suite`].
 
+pub mod desktop;
 pub mod postgres;
 pub mod sqlite;
 pub mod suite;
@@ -78,6 +79,8 @@ impl Submitted {
 pub struct WorkerIdentity {
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// What the worker's machine fills into desktop keys (one task per desktop at a time).
+    pub desktops: desktop::DesktopScope,
 }
 
 /// A claimed task: what a worker needs to run (or resume) it, and the token every write must carry.
@@ -178,7 +181,8 @@ pub trait Queue: Send + Sync {
     /// Tasks newest first, without their steps.
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError>;
 
-    /// Claims the oldest queued task whose labels the worker has, leasing it for `lease_for`.
+    /// Claims the oldest queued task whose labels the worker has, leasing it for `lease_for`. A task whose
+    /// desktop ([`desktop`]) is held by a task running under a live lease is skipped: it waits its turn.
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError>;
 
     /// Extends a lease; tells whether it is still held and whether a cancel was requested.

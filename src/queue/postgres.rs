@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
-    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, ending,
+    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, desktop, ending,
 };
 use crate::agent::events::{Event, EventKind};
 use crate::model::Usage;
@@ -45,11 +45,13 @@ const CANCEL_CHANNEL: &str = "agentd_cancel";
 const MIGRATION_LOCK: i64 = 0x6167_656e_7464;
 
 /// Schema versions, applied in order, each once. Never edit a released entry: add a new one.
-const MIGRATIONS: &[(i32, &str, &[&str])] = &[(
-    1,
-    "tasks, step journal, event log",
-    &[
-        "CREATE TABLE agentd_tasks (
+/// Migrations that also need Rust after their statements get it in [`PostgresQueue::after_migration`].
+const MIGRATIONS: &[(i32, &str, &[&str])] = &[
+    (
+        1,
+        "tasks, step journal, event log",
+        &[
+            "CREATE TABLE agentd_tasks (
             id text PRIMARY KEY,
             spec text NOT NULL,
             body_hash text NOT NULL,
@@ -74,24 +76,34 @@ const MIGRATIONS: &[(i32, &str, &[&str])] = &[(
             final_screenshot text,
             computer_state text
         )",
-        "CREATE INDEX agentd_tasks_claimable ON agentd_tasks (created_at, id) WHERE state = 'queued'",
-        "CREATE INDEX agentd_tasks_leased ON agentd_tasks (lease_until) WHERE state = 'running'",
-        "CREATE INDEX agentd_tasks_newest ON agentd_tasks (created_at DESC, id DESC)",
-        "CREATE INDEX agentd_tasks_by_state ON agentd_tasks (state, created_at DESC, id DESC)",
-        "CREATE TABLE agentd_steps (
+            "CREATE INDEX agentd_tasks_claimable ON agentd_tasks (created_at, id) WHERE state = 'queued'",
+            "CREATE INDEX agentd_tasks_leased ON agentd_tasks (lease_until) WHERE state = 'running'",
+            "CREATE INDEX agentd_tasks_newest ON agentd_tasks (created_at DESC, id DESC)",
+            "CREATE INDEX agentd_tasks_by_state ON agentd_tasks (state, created_at DESC, id DESC)",
+            "CREATE TABLE agentd_steps (
             task_id text NOT NULL REFERENCES agentd_tasks (id) ON DELETE CASCADE,
             idx integer NOT NULL,
             record text NOT NULL,
             PRIMARY KEY (task_id, idx)
         )",
-        "CREATE TABLE agentd_events (
+            "CREATE TABLE agentd_events (
             task_id text NOT NULL REFERENCES agentd_tasks (id) ON DELETE CASCADE,
             seq bigint NOT NULL,
             event text NOT NULL,
             PRIMARY KEY (task_id, seq)
         )",
-    ],
-)];
+        ],
+    ),
+    (
+        2,
+        "desktop keys: one task per desktop at a time",
+        &[
+            "ALTER TABLE agentd_tasks ADD COLUMN desktop text",
+            "ALTER TABLE agentd_tasks ADD COLUMN desktop_held text",
+            "CREATE INDEX agentd_tasks_desktop_held ON agentd_tasks (desktop_held) WHERE state = 'running'",
+        ],
+    ),
+];
 
 /// How the queue connects.
 #[derive(Debug, Clone)]
@@ -220,6 +232,7 @@ impl PostgresQueue {
             for statement in *statements {
                 sqlx::query(*statement).execute(&mut *tx).await.map_err(db_error)?;
             }
+            Self::after_migration(&mut tx, *version).await?;
             sqlx::query("INSERT INTO agentd_schema_migrations (version, description) VALUES ($1, $2)")
                 .bind(version)
                 .bind(description)
@@ -229,6 +242,30 @@ impl PostgresQueue {
             tracing::info!(version, description, "queue schema migrated");
         }
         tx.commit().await.map_err(db_error)
+    }
+
+    /// What a migration needs beyond SQL. 2: tasks that may still run get their desktop key, so an upgrade
+    /// does not let them share a desktop.
+    async fn after_migration(tx: &mut Transaction<'_, Postgres>, version: i32) -> Result<(), QueueError> {
+        if version != 2 {
+            return Ok(());
+        }
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT id, spec FROM agentd_tasks WHERE state IN ('queued', 'running', 'waiting_for_human')",
+        )
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        for (id, spec_text) in rows {
+            let spec: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
+            sqlx::query("UPDATE agentd_tasks SET desktop = $2 WHERE id = $1")
+                .bind(id)
+                .bind(desktop::of_task(spec.computer.as_ref()))
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
+        Ok(())
     }
 
     /// The pool, for tests and benchmarks that inspect the database.
@@ -350,8 +387,8 @@ impl Queue for PostgresQueue {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         // ON CONFLICT DO NOTHING makes two nodes submitting the same id at once agree on one task.
         let inserted = sqlx::query(
-            "INSERT INTO agentd_tasks (id, spec, body_hash, labels, state, created_at, max_attempts)
-             VALUES ($1, $2, $3, $4, 'queued', now(), $5)
+            "INSERT INTO agentd_tasks (id, spec, body_hash, labels, state, created_at, max_attempts, desktop)
+             VALUES ($1, $2, $3, $4, 'queued', now(), $5, $6)
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(&id)
@@ -359,6 +396,7 @@ impl Queue for PostgresQueue {
         .bind(&hash)
         .bind(Json(&labels))
         .bind(task.max_attempts.clamp(1, i32::MAX as u32) as i32)
+        .bind(desktop::of_task(task.spec.computer.as_ref()))
         .execute(&mut *tx)
         .await
         .map_err(db_error)?
@@ -415,53 +453,95 @@ impl Queue for PostgresQueue {
     }
 
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let row = sqlx::query(
-            "WITH next AS (
-                SELECT id FROM agentd_tasks
-                WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
-                ORDER BY created_at, id
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED
-             )
-             UPDATE agentd_tasks t SET state = 'running',
-                attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
-                worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
-                started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL
-             FROM next WHERE t.id = next.id
-             RETURNING t.id, t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved",
-        )
-        .bind(Json(&worker.labels))
-        .bind(&worker.name)
-        .bind(secs(lease_for))
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let id: String = row.try_get("id").map_err(db_error)?;
-        let spec_text: String = row.try_get("spec").map_err(db_error)?;
-        let spec: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
-        let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
-        let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
-        let token: i64 = row.try_get("lease_token").map_err(db_error)?;
-        let elapsed: i64 = row.try_get("elapsed_ms").map_err(db_error)?;
-        let approved: bool = row.try_get("approved").map_err(db_error)?;
-        let steps = Self::steps(&mut *tx, &id).await?;
-        let next = Self::next_seq(&mut *tx, &id).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(Some(Lease {
-            task_id: id,
-            token,
-            attempt: attempt.max(0) as u32,
-            max_attempts: max_attempts.max(0) as u32,
-            spec,
-            steps,
-            next_seq: next.max(1) as u64,
-            elapsed: Duration::from_millis(elapsed.max(0) as u64),
-            approved,
-        }))
+        // The oldest claimable task, skipping those whose desktop a task running under a live lease holds
+        // (queue::desktop). Two nodes may pick two tasks of one free desktop at the same moment (neither sees
+        // the other's uncommitted claim), so a task with a desktop is claimed under a transaction-scoped
+        // advisory lock on its key and the desktop checked again after it, in a statement that sees every
+        // claim committed before: of two such claims, the second finds the first and leaves its task queued.
+        let pick = format!(
+            "SELECT id, {} AS desktop_key FROM agentd_tasks t
+             WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
+               AND NOT EXISTS (SELECT 1 FROM agentd_tasks r WHERE r.state = 'running' AND r.lease_until > now()
+                                 AND r.desktop_held = {})
+             ORDER BY created_at, id
+             LIMIT 1
+             FOR UPDATE SKIP LOCKED",
+            desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
+            desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
+        );
+        for _ in 0..4 {
+            let mut tx = self.pool.begin().await.map_err(db_error)?;
+            let picked: Option<(String, Option<String>)> = // Built from constants only (no input reaches the text).
+                sqlx::query_as(sqlx::AssertSqlSafe(pick.as_str()))
+                .bind(Json(&worker.labels))
+                .bind(&worker.desktops.default)
+                .bind(&worker.desktops.host)
+                .bind(&worker.desktops.display)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            let Some((id, desktop_key)) = picked else {
+                return Ok(None);
+            };
+            if let Some(key) = &desktop_key {
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                    .bind(key)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                let held: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM agentd_tasks
+                                    WHERE state = 'running' AND lease_until > now() AND desktop_held = $1)",
+                )
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                if held {
+                    tx.rollback().await.map_err(db_error)?;
+                    continue;
+                }
+            }
+            let row = sqlx::query(
+                "UPDATE agentd_tasks t SET state = 'running',
+                    attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
+                    worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
+                    started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL,
+                    desktop_held = $4
+                 WHERE t.id = $1
+                 RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved",
+            )
+            .bind(&id)
+            .bind(&worker.name)
+            .bind(secs(lease_for))
+            .bind(&desktop_key)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            let spec_text: String = row.try_get("spec").map_err(db_error)?;
+            let spec: TaskSpec = serde_json::from_str(&spec_text).map_err(|e| corrupt("spec", e))?;
+            let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
+            let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
+            let token: i64 = row.try_get("lease_token").map_err(db_error)?;
+            let elapsed: i64 = row.try_get("elapsed_ms").map_err(db_error)?;
+            let approved: bool = row.try_get("approved").map_err(db_error)?;
+            let steps = Self::steps(&mut *tx, &id).await?;
+            let next = Self::next_seq(&mut *tx, &id).await?;
+            tx.commit().await.map_err(db_error)?;
+            return Ok(Some(Lease {
+                task_id: id,
+                token,
+                attempt: attempt.max(0) as u32,
+                max_attempts: max_attempts.max(0) as u32,
+                spec,
+                steps,
+                next_seq: next.max(1) as u64,
+                elapsed: Duration::from_millis(elapsed.max(0) as u64),
+                approved,
+            }));
+        }
+        // Every pick lost its desktop to a concurrent claim: the next poll or wake-up looks again.
+        Ok(None)
     }
 
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
@@ -568,10 +648,11 @@ impl Queue for PostgresQueue {
     }
 
     async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError> {
-        let done = sqlx::query(
+        let freed: Option<bool> = sqlx::query_scalar(
             "UPDATE agentd_tasks SET state = $3, finished_at = now(), outcome = $4, usage = $5,
                 final_screenshot = $6, computer_state = $7, lease_until = NULL, waiting_reason = NULL
-             WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+             WHERE id = $1 AND lease_token = $2 AND state = 'running'
+             RETURNING desktop_held IS NOT NULL",
         )
         .bind(task_id)
         .bind(token)
@@ -580,11 +661,22 @@ impl Queue for PostgresQueue {
         .bind(json(&finish.usage)?)
         .bind(finish.final_screenshot.as_ref().map(json).transpose()?)
         .bind(finish.computer_state.as_ref().map(json).transpose()?)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await
-        .map_err(db_error)?
-        .rows_affected();
-        if done == 0 { Err(QueueError::LeaseLost(task_id.to_string())) } else { Ok(()) }
+        .map_err(db_error)?;
+        match freed {
+            None => Err(QueueError::LeaseLost(task_id.to_string())),
+            // A task waiting for this desktop may be claimable now, on any node.
+            Some(true) => {
+                sqlx::query("SELECT pg_notify($1, '')")
+                    .bind(WORK_CHANNEL)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(db_error)?;
+                Ok(())
+            }
+            Some(false) => Ok(()),
+        }
     }
 
     async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
@@ -619,7 +711,12 @@ impl Queue for PostgresQueue {
         if changed == 0 {
             return Err(QueueError::LeaseLost(task_id.to_string()));
         }
-        if matches!(release, Release::Requeue { delay, .. } if delay.is_zero()) {
+        let freed_desktop: bool = sqlx::query_scalar("SELECT desktop_held IS NOT NULL FROM agentd_tasks WHERE id = $1")
+            .bind(task_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if freed_desktop || matches!(release, Release::Requeue { delay, .. } if delay.is_zero()) {
             Self::notify_work(&mut tx).await?;
         }
         tx.commit().await.map_err(db_error)
@@ -865,7 +962,7 @@ mod tests {
             .fetch_all(&queues[0].pool)
             .await
             .expect("versions");
-        assert_eq!(versions, vec![1]);
+        assert_eq!(versions, vec![1, 2]);
         assert!(!queues[0].describe().contains("not-shown-anywhere"), "{}", queues[0].describe());
         assert!(queues[0].describe().starts_with("postgres://"), "{}", queues[0].describe());
         for queue in queues {
@@ -888,7 +985,11 @@ mod tests {
             let queue = queue.clone();
             let claimed = claimed.clone();
             handles.push(tokio::spawn(async move {
-                let who = WorkerIdentity { name: format!("w{w}"), labels: BTreeMap::new() };
+                let who = WorkerIdentity {
+                    name: format!("w{w}"),
+                    labels: BTreeMap::new(),
+                    desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+                };
                 while let Some(lease) = queue.claim(&who, Duration::from_secs(30)).await.expect("claim") {
                     claimed.lock().expect("lock").push(lease.task_id);
                 }
@@ -934,7 +1035,11 @@ mod tests {
         // (Channels are database-wide: tests running beside this one in other schemas may add signals.)
         tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("work signal");
         assert!(heard.lock().expect("lock").contains(&QueueSignal::Work));
-        let who = WorkerIdentity { name: "w".into(), labels: BTreeMap::new() };
+        let who = WorkerIdentity {
+            name: "w".into(),
+            labels: BTreeMap::new(),
+            desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+        };
         let lease = listener.claim(&who, Duration::from_secs(30)).await.expect("claim").expect("a task");
         assert_eq!(lease.task_id, "heard-1");
         assert_eq!(sender.cancel("heard-1").await.expect("cancel"), Cancelled::Requested);
@@ -955,7 +1060,11 @@ mod tests {
         let fresh = Fresh::new(&url).await;
         let queue = fresh.queue(PostgresSettings::default()).await;
         queue.submit(NewTask { spec: spec("clock-1"), max_attempts: 2 }).await.expect("submit");
-        let who = WorkerIdentity { name: "w".into(), labels: BTreeMap::new() };
+        let who = WorkerIdentity {
+            name: "w".into(),
+            labels: BTreeMap::new(),
+            desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+        };
         queue.claim(&who, Duration::from_secs(90)).await.expect("claim").expect("a task");
         let seconds: f64 = sqlx::query_scalar(
             "SELECT EXTRACT(EPOCH FROM lease_until - now())::float8 FROM agentd_tasks WHERE id = 'clock-1'",
