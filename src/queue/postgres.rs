@@ -1008,6 +1008,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn nodes_claiming_at_once_never_share_a_desktop() {
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let queue = Arc::new(fresh.queue(PostgresSettings { max_connections: 12, listen: false }).await);
+        for i in 0..20 {
+            let text = format!(
+                r#"{{"id": "vm-{i:02}", "instructions": "x", "computer": {{"provider": "vnc", "address": "vm.example:5900"}}}}"#
+            );
+            let spec = TaskSpec::parse(&text, "t").expect("spec");
+            queue.submit(NewTask { spec, max_attempts: 1 }).await.expect("submit");
+        }
+        for round in 0..5 {
+            let claims = (0..8).map(|w| {
+                let queue = queue.clone();
+                async move {
+                    let who = WorkerIdentity {
+                        name: format!("w{w}"),
+                        labels: BTreeMap::new(),
+                        desktops: crate::queue::desktop::DesktopScope::new(&format!("node-{w}"), None, None),
+                    };
+                    queue.claim(&who, Duration::from_secs(30)).await.expect("claim")
+                }
+            });
+            let leases: Vec<Lease> = futures_util::future::join_all(claims).await.into_iter().flatten().collect();
+            assert_eq!(leases.len(), 1, "round {round}: one task on the desktop at a time, from any node");
+            let lease = &leases[0];
+            queue.finish(&lease.task_id, lease.token, &done()).await.expect("finish");
+        }
+        queue.pool.close().await;
+        fresh.drop_schema().await;
+    }
+
+    fn done() -> Finish {
+        Finish {
+            outcome: Outcome { success: true, summary: "done".into(), reason: crate::record::EndReason::Completed },
+            usage: Usage::default(),
+            final_screenshot: None,
+            computer_state: None,
+        }
+    }
+
+    #[tokio::test]
     async fn other_nodes_hear_new_work_and_cancellations() {
         let Some(url) = server() else { return };
         let fresh = Fresh::new(&url).await;
