@@ -64,7 +64,7 @@ const SCHEMA: &[&str] = &[
         record TEXT NOT NULL,
         PRIMARY KEY (task_id, idx)
     )",
-    "CREATE TABLE IF NOT EXISTS health (id INTEGER PRIMARY KEY CHECK (id = 1), probed_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS health (id INTEGER PRIMARY KEY CHECK (id = 1), probed_ms INTEGER NOT NULL, room BLOB)",
     "CREATE TABLE IF NOT EXISTS events (
         task_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
@@ -925,23 +925,29 @@ impl Queue for SqliteQueue {
         Ok(counts)
     }
 
-    /// Whether the queue can be read and written now: a probe write (one row, rewritten each time), so a full
-    /// disk reports unhealthy while it lasts and healthy again as soon as writes succeed.
+    /// Whether the queue answers, and, after a write failed for want of space or IO, whether it can write
+    /// again: a probe write of 64 KiB (one row, rewritten each time) that clears the failure when it
+    /// succeeds, so `/healthz` says unhealthy while the disk is full and ok once space is back.
     async fn health(&self) -> Result<(), QueueError> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(db_error)?;
-        if let Some((at, error)) = self.write_failure.lock().ok().and_then(|f| f.clone()) {
-            let ago = (now_ms() - at).max(0) / 1000;
-            return Err(QueueError::Unavailable(format!("the last write failed {ago} s ago: {error}")));
-        }
+        let Some((at, error)) = self.write_failure.lock().ok().and_then(|f| f.clone()) else {
+            return Ok(());
+        };
         let _write = self.writes.lock().await;
-        sqlx::query(
-            "INSERT INTO health (id, probed_ms) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET probed_ms = excluded.probed_ms",
+        let probe = sqlx::query(
+            "INSERT INTO health (id, probed_ms, room) VALUES (1, ?1, zeroblob(65536))
+             ON CONFLICT (id) DO UPDATE SET probed_ms = excluded.probed_ms, room = excluded.room",
         )
         .bind(now_ms())
         .execute(&self.pool)
-        .await
-        .map_err(|e| QueueError::Unavailable(format!("writes fail: {e}")))
-        .map(drop)
+        .await;
+        match self.wrote(probe) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let ago = (now_ms() - at).max(0) / 1000;
+                Err(QueueError::Unavailable(format!("the last write failed {ago} s ago: {error}")))
+            }
+        }
     }
 }
 
@@ -1135,8 +1141,9 @@ mod tests {
         assert!(again.contains("full"), "{again}");
         let health = queue.health().await.map_err(|e| e.to_string()).unwrap_err();
         assert!(health.contains("full"), "{health}");
-        // Space back: writes work again, health is ok.
+        // Space back: health is ok again without waiting for another write, and writes work.
         std::fs::remove_file(&ballast).unwrap();
+        queue.health().await.unwrap_or_else(|e| panic!("health after space was freed: {e}"));
         submit(10_001).await.unwrap_or_else(|e| panic!("after space was freed: {e}"));
         queue.health().await.unwrap();
         drop(queue);
