@@ -81,6 +81,10 @@ pub struct LoopOutput {
 }
 
 /// Text the model sees when a task continues after its worker died mid-step.
+/// The result recorded for an action that was in flight when the worker running it stopped (it is never run
+/// again).
+pub const INTERRUPTED_ACTION: &str = "not known: the worker stopped before this action finished; it was not run again";
+
 pub const RESUME_NOTE: &str = "Note: this task was interrupted and has been resumed. The last actions you asked \
 for may or may not have happened; look at the current screenshot before you continue.";
 
@@ -192,8 +196,9 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         summary: None,
         input,
     };
-    state.restore(resume);
-    let end = match state.prepare_screen().await {
+    let interrupted = state.restore(resume);
+    let reconciled = state.journal_interrupted(&interrupted).await;
+    let end = match reconciled.and(state.prepare_screen().await) {
         Ok(()) => match state.resumed_completion.take() {
             Some(outcome) => LoopEnd::Finished(outcome),
             None => state.steps_until_end().await,
@@ -207,7 +212,9 @@ impl Loop {
     /// Rebuilds the model's history from the steps an earlier attempt recorded.
     /// Rebuilds the model's history from the steps an earlier attempt recorded. A last step that waits for a
     /// human's approval is kept aside in `pending_approval`; its calls never ran.
-    fn restore(&mut self, mut resume: Vec<StepRecord>) {
+    /// Returns the positions in `steps` of the steps an earlier attempt left unfinished (their actions were
+    /// in flight), now marked with what is known.
+    fn restore(&mut self, mut resume: Vec<StepRecord>) -> Vec<usize> {
         if resume.last().is_some_and(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none())) {
             self.pending_approval = resume.pop();
         }
@@ -240,17 +247,19 @@ impl Loop {
                 results,
             });
         }
-        // Unfinished steps are kept in the record as they were journaled, marked finished with what is known.
+        // Unfinished steps are kept in the record as they were journaled, marked finished with what is known:
+        // each action without a result gets one saying its outcome is not known.
+        let mut unfinished = Vec::new();
         self.steps = resume
             .into_iter()
-            .map(|mut step| {
+            .enumerate()
+            .map(|(position, mut step)| {
                 if !step.finished {
                     interrupted = true;
+                    unfinished.push(position);
                     step.finished = true;
-                    step.results.resize(
-                        step.actions.len(),
-                        ActionResult { ok: false, message: "interrupted: outcome unknown".into() },
-                    );
+                    step.results
+                        .resize(step.actions.len(), ActionResult { ok: false, message: INTERRUPTED_ACTION.into() });
                 }
                 step
             })
@@ -261,6 +270,15 @@ impl Loop {
         if interrupted {
             self.notes.push(RESUME_NOTE.to_string());
         }
+        unfinished
+    }
+
+    /// Journals the steps `restore` marked, so the task's record says what became of their actions too.
+    async fn journal_interrupted(&self, positions: &[usize]) -> Result<(), LoopEnd> {
+        for step in positions.iter().filter_map(|&i| self.steps.get(i)) {
+            self.journal(step).await.map_err(|Stop::End(end)| end)?;
+        }
+        Ok(())
     }
 
     /// Runs the calls of the step that waited for a human, now that the answer is known. They never ran

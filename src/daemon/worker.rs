@@ -56,7 +56,8 @@ impl Workers {
             .name
             .clone()
             .unwrap_or_else(|| format!("{}:{}", crate::config::host_name(), std::process::id()));
-        let identity = WorkerIdentity { name, labels: config.worker.labels.clone() };
+        let desktops = crate::queue::desktop::DesktopScope::of_this_process(config.defaults.computer.as_ref());
+        let identity = WorkerIdentity { name, labels: config.worker.labels.clone(), desktops };
         let concurrency = config.worker.concurrency.max(1) as usize;
         let models = crate::model::Shared::new(&config);
         Arc::new(Self {

@@ -9,6 +9,7 @@
 //! the same way (`row`), and pass the same scenarios (the `queue_suite` integration tests, one test per
 //! scenario and backend).
 
+pub mod desktop;
 pub mod postgres;
 mod row;
 pub mod sqlite;
@@ -82,6 +83,8 @@ impl Submitted {
 pub struct WorkerIdentity {
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// What the worker's machine fills into desktop keys (one task per desktop at a time).
+    pub desktops: desktop::DesktopScope,
 }
 
 /// A claimed task: what a worker needs to run (or resume) it, and the token every write must carry.
@@ -182,7 +185,8 @@ pub trait Queue: Send + Sync {
     /// Tasks newest first, without their steps.
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError>;
 
-    /// Claims the oldest queued task whose labels the worker has, leasing it for `lease_for`.
+    /// Claims the oldest queued task whose labels the worker has, leasing it for `lease_for`. A task whose
+    /// desktop ([`desktop`]) is held by a task running under a live lease is skipped: it waits its turn.
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError>;
 
     /// Extends a lease; tells whether it is still held and whether a cancel was requested.

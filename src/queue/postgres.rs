@@ -32,7 +32,7 @@ use super::row::{LeaseRow, TaskRow, json};
 use super::transitions::{self, Change, Handback};
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
-    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, row,
+    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, desktop, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -46,11 +46,13 @@ const CANCEL_CHANNEL: &str = "agentd_cancel";
 const MIGRATION_LOCK: i64 = 0x6167_656e_7464;
 
 /// Schema versions, applied in order, each once. Never edit a released entry: add a new one.
-const MIGRATIONS: &[(i32, &str, &[&str])] = &[(
-    1,
-    "tasks, step journal, event log",
-    &[
-        "CREATE TABLE agentd_tasks (
+/// Migrations that also need Rust after their statements get it in [`PostgresQueue::after_migration`].
+const MIGRATIONS: &[(i32, &str, &[&str])] = &[
+    (
+        1,
+        "tasks, step journal, event log",
+        &[
+            "CREATE TABLE agentd_tasks (
             id text PRIMARY KEY,
             spec text NOT NULL,
             body_hash text NOT NULL,
@@ -75,24 +77,34 @@ const MIGRATIONS: &[(i32, &str, &[&str])] = &[(
             final_screenshot text,
             computer_state text
         )",
-        "CREATE INDEX agentd_tasks_claimable ON agentd_tasks (created_at, id) WHERE state = 'queued'",
-        "CREATE INDEX agentd_tasks_leased ON agentd_tasks (lease_until) WHERE state = 'running'",
-        "CREATE INDEX agentd_tasks_newest ON agentd_tasks (created_at DESC, id DESC)",
-        "CREATE INDEX agentd_tasks_by_state ON agentd_tasks (state, created_at DESC, id DESC)",
-        "CREATE TABLE agentd_steps (
+            "CREATE INDEX agentd_tasks_claimable ON agentd_tasks (created_at, id) WHERE state = 'queued'",
+            "CREATE INDEX agentd_tasks_leased ON agentd_tasks (lease_until) WHERE state = 'running'",
+            "CREATE INDEX agentd_tasks_newest ON agentd_tasks (created_at DESC, id DESC)",
+            "CREATE INDEX agentd_tasks_by_state ON agentd_tasks (state, created_at DESC, id DESC)",
+            "CREATE TABLE agentd_steps (
             task_id text NOT NULL REFERENCES agentd_tasks (id) ON DELETE CASCADE,
             idx integer NOT NULL,
             record text NOT NULL,
             PRIMARY KEY (task_id, idx)
         )",
-        "CREATE TABLE agentd_events (
+            "CREATE TABLE agentd_events (
             task_id text NOT NULL REFERENCES agentd_tasks (id) ON DELETE CASCADE,
             seq bigint NOT NULL,
             event text NOT NULL,
             PRIMARY KEY (task_id, seq)
         )",
-    ],
-)];
+        ],
+    ),
+    (
+        2,
+        "desktop keys: one task per desktop at a time",
+        &[
+            "ALTER TABLE agentd_tasks ADD COLUMN desktop text",
+            "ALTER TABLE agentd_tasks ADD COLUMN desktop_held text",
+            "CREATE INDEX agentd_tasks_desktop_held ON agentd_tasks (desktop_held) WHERE state = 'running'",
+        ],
+    ),
+];
 
 /// How the queue connects.
 #[derive(Debug, Clone)]
@@ -213,6 +225,7 @@ impl PostgresQueue {
             for statement in *statements {
                 sqlx::query(*statement).execute(&mut *tx).await.map_err(db_error)?;
             }
+            Self::after_migration(&mut tx, *version).await?;
             sqlx::query("INSERT INTO agentd_schema_migrations (version, description) VALUES ($1, $2)")
                 .bind(version)
                 .bind(description)
@@ -222,6 +235,30 @@ impl PostgresQueue {
             tracing::info!(version, description, "queue schema migrated");
         }
         tx.commit().await.map_err(db_error)
+    }
+
+    /// What a migration needs beyond SQL. 2: tasks that may still run get their desktop key, so an upgrade
+    /// does not let them share a desktop.
+    async fn after_migration(tx: &mut Transaction<'_, Postgres>, version: i32) -> Result<(), QueueError> {
+        if version != 2 {
+            return Ok(());
+        }
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT id, spec FROM agentd_tasks WHERE state IN ('queued', 'running', 'waiting_for_human')",
+        )
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        for (id, spec_text) in rows {
+            let spec: crate::task::TaskSpec = serde_json::from_str(&spec_text).map_err(|e| row::corrupt("spec", e))?;
+            sqlx::query("UPDATE agentd_tasks SET desktop = $2 WHERE id = $1")
+                .bind(id)
+                .bind(desktop::of_task(spec.computer.as_ref()))
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
+        Ok(())
     }
 
     /// The pool, for tests and benchmarks that inspect the database.
@@ -359,8 +396,8 @@ impl Queue for PostgresQueue {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         // ON CONFLICT DO NOTHING makes two nodes submitting the same id at once agree on one task.
         let inserted = sqlx::query(
-            "INSERT INTO agentd_tasks (id, spec, body_hash, labels, state, created_at, max_attempts)
-             VALUES ($1, $2, $3, $4, 'queued', now(), $5)
+            "INSERT INTO agentd_tasks (id, spec, body_hash, labels, state, created_at, max_attempts, desktop)
+             VALUES ($1, $2, $3, $4, 'queued', now(), $5, $6)
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(&id)
@@ -368,6 +405,7 @@ impl Queue for PostgresQueue {
         .bind(&hash)
         .bind(Json(&labels))
         .bind(task.max_attempts.clamp(1, i32::MAX as u32) as i32)
+        .bind(desktop::of_task(task.spec.computer.as_ref()))
         .execute(&mut *tx)
         .await
         .map_err(db_error)?
@@ -422,48 +460,90 @@ impl Queue for PostgresQueue {
     }
 
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let row = sqlx::query(
-            "WITH next AS (
-                SELECT id FROM agentd_tasks
-                WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
-                ORDER BY created_at, id
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED
-             )
-             UPDATE agentd_tasks t SET state = 'running',
-                attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
-                worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
-                started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL
-             FROM next WHERE t.id = next.id
-             RETURNING t.id, t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved",
-        )
-        .bind(Json(&worker.labels))
-        .bind(&worker.name)
-        .bind(secs(lease_for))
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let id: String = row.try_get("id").map_err(db_error)?;
-        let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
-        let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
-        let lease = LeaseRow {
-            spec: row.try_get("spec").map_err(db_error)?,
-            attempt: i64::from(attempt),
-            max_attempts: i64::from(max_attempts),
-            token: row.try_get("lease_token").map_err(db_error)?,
-            elapsed_ms: row.try_get("elapsed_ms").map_err(db_error)?,
-            approved: row.try_get("approved").map_err(db_error)?,
-            steps: Self::steps(&mut *tx, &id).await?,
-            next_seq: Self::next_seq(&mut *tx, &id).await?,
-            id,
+        // The oldest claimable task, skipping those whose desktop a task running under a live lease holds
+        // (queue::desktop). Two nodes may pick two tasks of one free desktop at the same moment (neither sees
+        // the other's uncommitted claim), so a task with a desktop is claimed under a transaction-scoped
+        // advisory lock on its key and the desktop checked again after it, in a statement that sees every
+        // claim committed before: of two such claims, the second finds the first and leaves its task queued.
+        let pick = format!(
+            "SELECT id, {} AS desktop_key FROM agentd_tasks t
+             WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
+               AND NOT EXISTS (SELECT 1 FROM agentd_tasks r WHERE r.state = 'running' AND r.lease_until > now()
+                                 AND r.desktop_held = {})
+             ORDER BY created_at, id
+             LIMIT 1
+             FOR UPDATE SKIP LOCKED",
+            desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
+            desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
+        );
+        for _ in 0..4 {
+            let mut tx = self.pool.begin().await.map_err(db_error)?;
+            let picked: Option<(String, Option<String>)> = // Built from constants only (no input reaches the text).
+                sqlx::query_as(sqlx::AssertSqlSafe(pick.as_str()))
+                .bind(Json(&worker.labels))
+                .bind(&worker.desktops.default)
+                .bind(&worker.desktops.host)
+                .bind(&worker.desktops.display)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            let Some((id, desktop_key)) = picked else {
+                return Ok(None);
+            };
+            if let Some(key) = &desktop_key {
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                    .bind(key)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                let held: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM agentd_tasks
+                                    WHERE state = 'running' AND lease_until > now() AND desktop_held = $1)",
+                )
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                if held {
+                    tx.rollback().await.map_err(db_error)?;
+                    continue;
+                }
+            }
+            let row = sqlx::query(
+                "UPDATE agentd_tasks t SET state = 'running',
+                    attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
+                    worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
+                    started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL,
+                    desktop_held = $4
+                 WHERE t.id = $1
+                 RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved",
+            )
+            .bind(&id)
+            .bind(&worker.name)
+            .bind(secs(lease_for))
+            .bind(&desktop_key)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
+            let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
+            let lease = LeaseRow {
+                spec: row.try_get("spec").map_err(db_error)?,
+                attempt: i64::from(attempt),
+                max_attempts: i64::from(max_attempts),
+                token: row.try_get("lease_token").map_err(db_error)?,
+                elapsed_ms: row.try_get("elapsed_ms").map_err(db_error)?,
+                approved: row.try_get("approved").map_err(db_error)?,
+                steps: Self::steps(&mut *tx, &id).await?,
+                next_seq: Self::next_seq(&mut *tx, &id).await?,
+                id,
+            }
+            .decode()?;
+            tx.commit().await.map_err(db_error)?;
+            return Ok(Some(lease));
         }
-        .decode()?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(Some(lease))
+        // Every pick lost its desktop to a concurrent claim: the next poll or wake-up looks again.
+        Ok(None)
     }
 
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
@@ -568,10 +648,11 @@ impl Queue for PostgresQueue {
     }
 
     async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError> {
-        let done = sqlx::query(
+        let freed: Option<bool> = sqlx::query_scalar(
             "UPDATE agentd_tasks SET state = $3, finished_at = now(), outcome = $4, usage = $5,
                 final_screenshot = $6, computer_state = $7, lease_until = NULL, waiting_reason = NULL
-             WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+             WHERE id = $1 AND lease_token = $2 AND state = 'running'
+             RETURNING desktop_held IS NOT NULL",
         )
         .bind(task_id)
         .bind(token)
@@ -580,11 +661,15 @@ impl Queue for PostgresQueue {
         .bind(json(&finish.usage)?)
         .bind(finish.final_screenshot.as_ref().map(json).transpose()?)
         .bind(finish.computer_state.as_ref().map(json).transpose()?)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await
-        .map_err(db_error)?
-        .rows_affected();
-        transitions::fenced(task_id, done)
+        .map_err(db_error)?;
+        transitions::fenced(task_id, u64::from(freed.is_some()))?;
+        if freed == Some(true) {
+            // A task waiting for this desktop may be claimable now, on any node.
+            sqlx::query("SELECT pg_notify($1, '')").bind(WORK_CHANNEL).execute(&self.pool).await.map_err(db_error)?;
+        }
+        Ok(())
     }
 
     async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
@@ -618,7 +703,13 @@ impl Queue for PostgresQueue {
             .rows_affected(),
         };
         transitions::fenced(task_id, changed)?;
-        if matches!(handback, Handback::Requeue { wakes_workers: true, .. }) {
+        // A task waiting for the desktop this one held may be claimable now, on any node.
+        let freed_desktop: bool = sqlx::query_scalar("SELECT desktop_held IS NOT NULL FROM agentd_tasks WHERE id = $1")
+            .bind(task_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        if freed_desktop || matches!(handback, Handback::Requeue { wakes_workers: true, .. }) {
             Self::notify_work(&mut tx).await?;
         }
         tx.commit().await.map_err(db_error)
@@ -737,6 +828,7 @@ impl Queue for PostgresQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::{Outcome, Usage};
     use crate::task::TaskSpec;
     use std::sync::{Arc, Mutex};
 
@@ -795,7 +887,7 @@ mod tests {
             .fetch_all(&queues[0].pool)
             .await
             .expect("versions");
-        assert_eq!(versions, vec![1]);
+        assert_eq!(versions, vec![1, 2]);
         assert!(!queues[0].describe().contains("not-shown-anywhere"), "{}", queues[0].describe());
         assert!(queues[0].describe().starts_with("postgres://"), "{}", queues[0].describe());
         for queue in queues {
@@ -818,7 +910,11 @@ mod tests {
             let queue = queue.clone();
             let claimed = claimed.clone();
             handles.push(tokio::spawn(async move {
-                let who = WorkerIdentity { name: format!("w{w}"), labels: BTreeMap::new() };
+                let who = WorkerIdentity {
+                    name: format!("w{w}"),
+                    labels: BTreeMap::new(),
+                    desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+                };
                 while let Some(lease) = queue.claim(&who, Duration::from_secs(30)).await.expect("claim") {
                     claimed.lock().expect("lock").push(lease.task_id);
                 }
@@ -834,6 +930,48 @@ mod tests {
         assert_eq!(claimed.len(), 60, "no task claimed twice");
         queue.pool.close().await;
         fresh.drop_schema().await;
+    }
+
+    #[tokio::test]
+    async fn nodes_claiming_at_once_never_share_a_desktop() {
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let queue = Arc::new(fresh.queue(PostgresSettings { max_connections: 12, listen: false }).await);
+        for i in 0..20 {
+            let text = format!(
+                r#"{{"id": "vm-{i:02}", "instructions": "x", "computer": {{"provider": "vnc", "address": "vm.example:5900"}}}}"#
+            );
+            let spec = TaskSpec::parse(&text, "t").expect("spec");
+            queue.submit(NewTask { spec, max_attempts: 1 }).await.expect("submit");
+        }
+        for round in 0..5 {
+            let claims = (0..8).map(|w| {
+                let queue = queue.clone();
+                async move {
+                    let who = WorkerIdentity {
+                        name: format!("w{w}"),
+                        labels: BTreeMap::new(),
+                        desktops: crate::queue::desktop::DesktopScope::new(&format!("node-{w}"), None, None),
+                    };
+                    queue.claim(&who, Duration::from_secs(30)).await.expect("claim")
+                }
+            });
+            let leases: Vec<Lease> = futures_util::future::join_all(claims).await.into_iter().flatten().collect();
+            assert_eq!(leases.len(), 1, "round {round}: one task on the desktop at a time, from any node");
+            let lease = &leases[0];
+            queue.finish(&lease.task_id, lease.token, &done()).await.expect("finish");
+        }
+        queue.pool.close().await;
+        fresh.drop_schema().await;
+    }
+
+    fn done() -> Finish {
+        Finish {
+            outcome: Outcome { success: true, summary: "done".into(), reason: crate::record::EndReason::Completed },
+            usage: Usage::default(),
+            final_screenshot: None,
+            computer_state: None,
+        }
     }
 
     #[tokio::test]
@@ -864,7 +1002,11 @@ mod tests {
         // (Channels are database-wide: tests running beside this one in other schemas may add signals.)
         tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("work signal");
         assert!(heard.lock().expect("lock").contains(&QueueSignal::Work));
-        let who = WorkerIdentity { name: "w".into(), labels: BTreeMap::new() };
+        let who = WorkerIdentity {
+            name: "w".into(),
+            labels: BTreeMap::new(),
+            desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+        };
         let lease = listener.claim(&who, Duration::from_secs(30)).await.expect("claim").expect("a task");
         assert_eq!(lease.task_id, "heard-1");
         assert_eq!(sender.cancel("heard-1").await.expect("cancel"), Cancelled::Requested);
@@ -885,7 +1027,11 @@ mod tests {
         let fresh = Fresh::new(&url).await;
         let queue = fresh.queue(PostgresSettings::default()).await;
         queue.submit(NewTask { spec: spec("clock-1"), max_attempts: 2 }).await.expect("submit");
-        let who = WorkerIdentity { name: "w".into(), labels: BTreeMap::new() };
+        let who = WorkerIdentity {
+            name: "w".into(),
+            labels: BTreeMap::new(),
+            desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+        };
         queue.claim(&who, Duration::from_secs(90)).await.expect("claim").expect("a task");
         let seconds: f64 = sqlx::query_scalar(
             "SELECT EXTRACT(EPOCH FROM lease_until - now())::float8 FROM agentd_tasks WHERE id = 'clock-1'",

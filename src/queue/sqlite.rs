@@ -23,7 +23,7 @@ use super::row::{LeaseRow, TaskRow, corrupt, json};
 use super::transitions::{self, Change, Handback};
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
-    Submitted, WorkerIdentity, body_hash, from_ms, labels_match, now_ms, row,
+    Submitted, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -53,7 +53,9 @@ const SCHEMA: &[&str] = &[
         outcome TEXT,
         usage TEXT,
         final_screenshot TEXT,
-        computer_state TEXT
+        computer_state TEXT,
+        desktop TEXT,
+        desktop_held TEXT
     )",
     "CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks(state, created_ms)",
     "CREATE TABLE IF NOT EXISTS steps (
@@ -62,6 +64,7 @@ const SCHEMA: &[&str] = &[
         record TEXT NOT NULL,
         PRIMARY KEY (task_id, idx)
     )",
+    "CREATE TABLE IF NOT EXISTS health (id INTEGER PRIMARY KEY CHECK (id = 1), probed_ms INTEGER NOT NULL, room BLOB)",
     "CREATE TABLE IF NOT EXISTS events (
         task_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
@@ -82,37 +85,286 @@ pub struct SqliteQueue {
     /// it, concurrent writers meet `SQLITE_BUSY` and sleep in the busy handler's growing steps (up to 100 ms
     /// each), which under load made a submission wait seconds behind the workers' journal writes.
     writes: tokio::sync::Mutex<()>,
+    /// Why the last write failed for want of space or IO (a full disk), and when; cleared by the next write
+    /// that succeeds. While set, [`Queue::health`] reports it.
+    write_failure: std::sync::Mutex<Option<(i64, String)>>,
 }
 
 fn db_error(e: sqlx::Error) -> QueueError {
     QueueError::Unavailable(e.to_string())
 }
 
+/// An error opening the database, with the path (SQLite's own message does not name it).
+fn open_error(path: &Path, e: sqlx::Error) -> QueueError {
+    let text = e.to_string();
+    if text.contains("file is not a database") {
+        QueueError::Corrupt(format!("{} is not a SQLite database (damaged or another file): {text}", path.display()))
+    } else {
+        QueueError::Unavailable(format!("cannot open {}: {text}", path.display()))
+    }
+}
+
+/// Writes the marker that says a queue was created beside it.
+fn write_marker(marker: &Path) -> std::io::Result<()> {
+    let text = format!(
+        "agentd created its queue database here at {} (unix time); if the database goes missing, agentd refuses to start rather than begin an empty queue\n",
+        now_ms() / 1000
+    );
+    crate::artifacts::fs::write_atomically(marker, text.as_bytes())
+}
+
 impl SqliteQueue {
-    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    /// Opens the database at `path` and brings its schema up to date; creates it only where there never was
+    /// one. The file and its directory are created private (0600 / 0700) whatever the umask; the WAL and
+    /// shared-memory files SQLite makes beside it take the file's mode.
+    ///
+    /// Refused with [`QueueError::Corrupt`]: a file that holds no queue (emptied, truncated, not SQLite), one
+    /// that fails SQLite's `quick_check`, and a missing file where the marker beside it says a queue was
+    /// created (see [`SqliteQueue::marker_path`]).
     pub async fn open(path: &Path) -> Result<Self, QueueError> {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| QueueError::Unavailable(format!("{}: {e}", parent.display())))?;
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            crate::artifacts::fs::create_private_dir_all(parent)
+                .map_err(|e| QueueError::Unavailable(format!("cannot create {}: {e}", parent.display())))?;
         }
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options.clone()).await.map_err(db_error)?;
+        let marker = Self::marker_path(path);
+        let exists = match std::fs::symlink_metadata(path) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(QueueError::Unavailable(format!("{}: {e}", path.display()))),
+        };
+        if !exists {
+            if marker.exists() {
+                return Err(QueueError::Corrupt(format!(
+                    "{} is missing, but {} says a queue was created there: restore the database from a backup, \
+                     or remove the marker to start an empty queue",
+                    path.display(),
+                    marker.display()
+                )));
+            }
+            Self::create_new(path).await?;
+        } else {
+            // Opening read-write is what SQLite needs too; asking the OS first gets its reason (permission
+            // denied, read-only file system) where SQLite only says "unable to open database file".
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .map_err(|e| QueueError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+            Self::check_dir_writable(path)?;
+        }
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let options = Self::options(path);
+        let pool = Self::pool(4).connect_with(options.clone()).await.map_err(|e| open_error(path, e))?;
+        Self::check(&pool, path, &marker, size).await?;
         for statement in SCHEMA {
             sqlx::query(*statement).execute(&pool).await.map_err(db_error)?;
         }
+        Self::migrate(&pool).await?;
+        if !marker.exists() {
+            // A database created before markers existed, or a crash between creating it and the marker.
+            write_marker(&marker).map_err(|e| QueueError::Unavailable(format!("{}: {e}", marker.display())))?;
+        }
         // In WAL mode a commit on a FULL connection syncs the log, with every commit before it.
-        let durable = SqlitePoolOptions::new()
-            .max_connections(1)
+        let durable = Self::pool(1)
             .connect_with(options.synchronous(SqliteSynchronous::Full))
             .await
+            .map_err(|e| open_error(path, e))?;
+        Ok(Self {
+            pool,
+            durable,
+            path: path.display().to_string(),
+            writes: tokio::sync::Mutex::new(()),
+            write_failure: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// A failed write's error; remembered for [`Queue::health`] when the disk is full or failing.
+    fn failed(&self, e: sqlx::Error) -> QueueError {
+        let storage = match &e {
+            sqlx::Error::Database(db) => {
+                // Primary result codes: SQLITE_IOERR (10), SQLITE_FULL (13).
+                db.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| matches!(c & 0xff, 10 | 13))
+            }
+            sqlx::Error::Io(_) => true,
+            _ => false,
+        };
+        let error = db_error(e);
+        if storage && let Ok(mut failure) = self.write_failure.lock() {
+            *failure = Some((now_ms(), error.to_string()));
+        }
+        error
+    }
+
+    /// A write's commit: a success clears a remembered failure.
+    fn wrote<T>(&self, result: Result<T, sqlx::Error>) -> Result<T, QueueError> {
+        let value = result.map_err(|e| self.failed(e))?;
+        if let Ok(mut failure) = self.write_failure.lock() {
+            *failure = None;
+        }
+        Ok(value)
+    }
+
+    /// The file beside the database that says a queue was created there: `queue.db` missing while
+    /// `queue.db.created` exists is a lost database, never a new one.
+    pub fn marker_path(path: &Path) -> std::path::PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".created");
+        std::path::PathBuf::from(name)
+    }
+
+    fn options(path: &Path) -> SqliteConnectOptions {
+        SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(false)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true)
+    }
+
+    fn pool(max_connections: u32) -> SqlitePoolOptions {
+        SqlitePoolOptions::new().max_connections(max_connections).after_release(|conn, _| {
+            Box::pin(async move {
+                // A failed write (a full disk: SQLite may then roll the transaction back by itself) can leave
+                // the connection counted inside a transaction that its rollback cannot end; every later
+                // `BEGIN` on it would fail. The ping runs after any rollback still queued on the connection;
+                // a connection still inside a transaction after it is closed instead of reused.
+                use sqlx::Connection;
+                conn.ping().await?;
+                Ok(!conn.is_in_transaction())
+            })
+        })
+    }
+
+    /// Creates a new database: built beside `path` and renamed into place once its schema is in, so a file at
+    /// `path` is always a queue that was initialized (a crash midway leaves only the temporary file).
+    async fn create_new(path: &Path) -> Result<(), QueueError> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".new");
+        let tmp = std::path::PathBuf::from(tmp);
+        let unavailable =
+            |what: &Path, e: std::io::Error| QueueError::Unavailable(format!("cannot create {}: {e}", what.display()));
+        for leftover in ["", "-wal", "-shm", "-journal"] {
+            let mut name = tmp.as_os_str().to_owned();
+            name.push(leftover);
+            match std::fs::remove_file(&name) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(unavailable(Path::new(&name), e)),
+            }
+        }
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(|e| unavailable(&tmp, e))?;
+        }
+        let pool = Self::pool(1).connect_with(Self::options(&tmp)).await.map_err(|e| open_error(&tmp, e))?;
+        for statement in SCHEMA {
+            sqlx::query(*statement).execute(&pool).await.map_err(db_error)?;
+        }
+        Self::migrate(&pool).await?;
+        // Closing the last connection checkpoints the log into the file and removes it.
+        pool.close().await;
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| unavailable(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| unavailable(path, e))?;
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(|e| unavailable(parent, e))?;
+        }
+        write_marker(&Self::marker_path(path)).map_err(|e| unavailable(&Self::marker_path(path), e))
+    }
+
+    /// SQLite writes its `-wal` and `-shm` files beside the database: it needs the directory writable.
+    fn check_dir_writable(path: &Path) -> Result<(), QueueError> {
+        let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+            return Ok(());
+        };
+        let Ok(dir) = std::ffi::CString::new(parent.as_os_str().as_encoded_bytes()) else {
+            return Ok(());
+        };
+        // SAFETY: `dir` is a valid NUL-terminated path for the duration of the call.
+        if unsafe { libc::access(dir.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(QueueError::Unavailable(format!(
+                "cannot write in {} (the queue's log files go beside {}): {e}",
+                parent.display(),
+                path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a database that holds no queue or is damaged, naming the file.
+    async fn check(pool: &SqlitePool, path: &Path, marker: &Path, size: u64) -> Result<(), QueueError> {
+        let damaged = |detail: String| {
+            QueueError::Corrupt(format!("{} is damaged ({detail}): restore it from a backup", path.display()))
+        };
+        let tables: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'tasks'")
+                .fetch_one(pool)
+                .await
+                .map_err(|e| damaged(e.to_string()))?;
+        if tables == 0 {
+            let created = if marker.exists() {
+                format!(" although {} says a queue was created there", marker.display())
+            } else {
+                String::new()
+            };
+            return Err(QueueError::Corrupt(format!(
+                "{} holds no agentd queue ({size} bytes: emptied, truncated or another file){created}; restore \
+                 it from a backup, or move it away to start an empty queue",
+                path.display()
+            )));
+        }
+        let problems: Vec<String> =
+            sqlx::query_scalar("PRAGMA quick_check(5)").fetch_all(pool).await.map_err(|e| damaged(e.to_string()))?;
+        if problems.len() != 1 || problems[0] != "ok" {
+            return Err(damaged(format!("quick_check: {}", problems.join("; "))));
+        }
+        Ok(())
+    }
+
+    /// Brings a database made by an earlier version up to the current schema (columns added since).
+    async fn migrate(pool: &SqlitePool) -> Result<(), QueueError> {
+        let columns: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_table_info('tasks')")
+            .fetch_all(pool)
+            .await
             .map_err(db_error)?;
-        Ok(Self { pool, durable, path: path.display().to_string(), writes: tokio::sync::Mutex::new(()) })
+        if !columns.iter().any(|c| c == "desktop") {
+            let mut tx = pool.begin().await.map_err(db_error)?;
+            for statement in
+                ["ALTER TABLE tasks ADD COLUMN desktop TEXT", "ALTER TABLE tasks ADD COLUMN desktop_held TEXT"]
+            {
+                sqlx::query(statement).execute(&mut *tx).await.map_err(db_error)?;
+            }
+            // Tasks that may still run get their desktop key, so the upgrade does not let them share one.
+            let rows =
+                sqlx::query("SELECT id, spec FROM tasks WHERE state IN ('queued', 'running', 'waiting_for_human')")
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            for row in rows {
+                let id: String = row.try_get("id").map_err(db_error)?;
+                let spec_text: String = row.try_get("spec").map_err(db_error)?;
+                let spec: crate::task::TaskSpec =
+                    serde_json::from_str(&spec_text).map_err(|e| row::corrupt("spec", e))?;
+                sqlx::query("UPDATE tasks SET desktop = ?2 WHERE id = ?1")
+                    .bind(id)
+                    .bind(desktop::of_task(spec.computer.as_ref()))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            }
+            tx.commit().await.map_err(db_error)?;
+        }
+        sqlx::query("CREATE INDEX IF NOT EXISTS tasks_desktop_held ON tasks(desktop_held) WHERE state = 'running'")
+            .execute(pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
     }
 
     fn record_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord, QueueError> {
@@ -225,22 +477,22 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let id = task.id().to_string();
         let hash = body_hash(&task.spec);
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
         let existing = sqlx::query("SELECT body_hash FROM tasks WHERE id = ?1")
             .bind(&id)
             .fetch_optional(&mut *tx)
             .await
-            .map_err(db_error)?;
+            .map_err(|e| self.failed(e))?;
         if let Some(row) = existing {
-            let stored: String = row.try_get("body_hash").map_err(db_error)?;
+            let stored: String = row.try_get("body_hash").map_err(|e| self.failed(e))?;
             drop(tx);
             transitions::resubmit(&id, &stored, &hash)?;
             return Ok(Submitted::Existing(self.get(&id).await?));
         }
         let labels: BTreeMap<&str, &str> = task.spec.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         sqlx::query(
-            "INSERT INTO tasks (id, spec, body_hash, labels, state, created_ms, max_attempts)
-             VALUES (?1, ?2, ?3, ?4, 'queued', ?5, ?6)",
+            "INSERT INTO tasks (id, spec, body_hash, labels, state, created_ms, max_attempts, desktop)
+             VALUES (?1, ?2, ?3, ?4, 'queued', ?5, ?6, ?7)",
         )
         .bind(&id)
         .bind(json(&task.spec)?)
@@ -248,11 +500,12 @@ impl Queue for SqliteQueue {
         .bind(json(&labels)?)
         .bind(now_ms())
         .bind(i64::from(task.max_attempts.max(1)))
+        .bind(desktop::of_task(task.spec.computer.as_ref()))
         .execute(&mut *tx)
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.failed(e))?;
         Self::own_event(&mut tx, &id, EventKind::TaskQueued {}).await?;
-        tx.commit().await.map_err(db_error)?;
+        self.wrote(tx.commit().await)?;
         Ok(Submitted::Created(self.get(&id).await?))
     }
 
@@ -292,33 +545,43 @@ impl Queue for SqliteQueue {
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
         let _write = self.writes.lock().await;
         let now = now_ms();
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let candidates = sqlx::query(
-            "SELECT id, labels FROM tasks WHERE state = 'queued' AND not_before_ms <= ?1
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop).
+        // Built from constants only (no input reaches the text).
+        let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id, labels, desktop FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
+               AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.state = 'running' AND r.lease_until_ms >= ?1
+                                 AND r.desktop_held = {})
              ORDER BY created_ms, id LIMIT 200",
-        )
+            desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
+        )))
         .bind(now)
+        .bind(&worker.desktops.default)
+        .bind(&worker.desktops.host)
+        .bind(&worker.desktops.display)
         .fetch_all(&mut *tx)
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.failed(e))?;
         let mut chosen = None;
         for row in &candidates {
-            let labels_text: String = row.try_get("labels").map_err(db_error)?;
+            let labels_text: String = row.try_get("labels").map_err(|e| self.failed(e))?;
             let labels: BTreeMap<String, String> =
                 serde_json::from_str(&labels_text).map_err(|e| corrupt("labels", e))?;
             if labels_match(&labels, &worker.labels) {
-                chosen = Some(row.try_get::<String, _>("id").map_err(db_error)?);
+                let id = row.try_get::<String, _>("id").map_err(|e| self.failed(e))?;
+                let desktop: Option<String> = row.try_get("desktop").map_err(|e| self.failed(e))?;
+                chosen = Some((id, worker.desktops.qualify(desktop.as_deref())));
                 break;
             }
         }
-        let Some(id) = chosen else {
+        let Some((id, desktop_held)) = chosen else {
             return Ok(None);
         };
         let row = sqlx::query(
             "UPDATE tasks SET state = 'running', attempt = attempt + 1 - same_attempt, same_attempt = 0,
                 worker = ?2, lease_token = lease_token + 1,
                 lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
-                waiting_reason = NULL
+                waiting_reason = NULL, desktop_held = ?5
              WHERE id = ?1 AND state = 'queued'
              RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, approved",
         )
@@ -326,23 +589,24 @@ impl Queue for SqliteQueue {
         .bind(&worker.name)
         .bind(now + lease_for.as_millis() as i64)
         .bind(now)
+        .bind(desktop_held)
         .fetch_one(&mut *tx)
         .await
-        .map_err(db_error)?;
-        let approved: i64 = row.try_get("approved").map_err(db_error)?;
+        .map_err(|e| self.failed(e))?;
+        let approved: i64 = row.try_get("approved").map_err(|e| self.failed(e))?;
         let lease = LeaseRow {
-            spec: row.try_get("spec").map_err(db_error)?,
-            attempt: row.try_get("attempt").map_err(db_error)?,
-            max_attempts: row.try_get("max_attempts").map_err(db_error)?,
-            token: row.try_get("lease_token").map_err(db_error)?,
-            elapsed_ms: row.try_get("elapsed_ms").map_err(db_error)?,
+            spec: row.try_get("spec").map_err(|e| self.failed(e))?,
+            attempt: row.try_get("attempt").map_err(|e| self.failed(e))?,
+            max_attempts: row.try_get("max_attempts").map_err(|e| self.failed(e))?,
+            token: row.try_get("lease_token").map_err(|e| self.failed(e))?,
+            elapsed_ms: row.try_get("elapsed_ms").map_err(|e| self.failed(e))?,
             approved: approved != 0,
             steps: self.steps(&mut *tx, &id).await?,
             next_seq: Self::next_seq(&mut *tx, &id).await?,
             id,
         }
         .decode()?;
-        tx.commit().await.map_err(db_error)?;
+        self.wrote(tx.commit().await)?;
         Ok(Some(lease))
     }
 
@@ -357,7 +621,8 @@ impl Queue for SqliteQueue {
         .bind(now_ms() + lease_for.as_millis() as i64)
         .fetch_optional(&self.pool)
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.failed(e))?;
+        self.write_failure.lock().map(|mut f| f.take()).ok();
         Ok(match row {
             Some(row) => {
                 let cancel: i64 = row.try_get("cancel_requested").map_err(db_error)?;
@@ -378,7 +643,7 @@ impl Queue for SqliteQueue {
         // The write before a step's actions must survive a power cut (it is what keeps them from being run
         // again); the one after may be lost with it: the step then reads as interrupted, which is safe.
         let pool = if step.finished { &self.pool } else { &self.durable };
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
         let held =
             sqlx::query("UPDATE tasks SET elapsed_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'")
                 .bind(task_id)
@@ -386,7 +651,7 @@ impl Queue for SqliteQueue {
                 .bind(elapsed.as_millis() as i64)
                 .execute(&mut *tx)
                 .await
-                .map_err(db_error)?
+                .map_err(|e| self.failed(e))?
                 .rows_affected();
         transitions::fenced(task_id, held)?;
         sqlx::query(
@@ -398,8 +663,8 @@ impl Queue for SqliteQueue {
         .bind(json(step)?)
         .execute(&mut *tx)
         .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)
+        .map_err(|e| self.failed(e))?;
+        self.wrote(tx.commit().await)
     }
 
     async fn append_events(&self, task_id: &str, token: Option<i64>, events: &[Event]) -> Result<(), QueueError> {
@@ -407,14 +672,14 @@ impl Queue for SqliteQueue {
         if events.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
         if let Some(token) = token {
             let held = sqlx::query("SELECT 1 FROM tasks WHERE id = ?1 AND lease_token = ?2")
                 .bind(task_id)
                 .bind(token)
                 .fetch_optional(&mut *tx)
                 .await
-                .map_err(db_error)?;
+                .map_err(|e| self.failed(e))?;
             if held.is_none() {
                 return Err(QueueError::LeaseLost(task_id.to_string()));
             }
@@ -426,9 +691,9 @@ impl Queue for SqliteQueue {
                 .bind(json(event)?)
                 .execute(&mut *tx)
                 .await
-                .map_err(db_error)?;
+                .map_err(|e| self.failed(e))?;
         }
-        tx.commit().await.map_err(db_error)
+        self.wrote(tx.commit().await)
     }
 
     async fn events_after(&self, task_id: &str, after: u64, limit: u32) -> Result<Vec<Event>, QueueError> {
@@ -459,8 +724,9 @@ impl Queue for SqliteQueue {
         .bind(finish.computer_state.as_ref().map(json).transpose()?)
         .execute(&self.durable)
         .await
-        .map_err(db_error)?
+        .map_err(|e| self.failed(e))?
         .rows_affected();
+        self.write_failure.lock().map(|mut f| f.take()).ok();
         transitions::fenced(task_id, done)
     }
 
@@ -493,7 +759,9 @@ impl Queue for SqliteQueue {
                 .await
             }
         };
-        transitions::fenced(task_id, result.map_err(db_error)?.rows_affected())
+        let changed = result.map_err(|e| self.failed(e))?.rows_affected();
+        self.write_failure.lock().map(|mut f| f.take()).ok();
+        transitions::fenced(task_id, changed)
     }
 
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
@@ -543,8 +811,29 @@ impl Queue for SqliteQueue {
         row::counts(rows)
     }
 
+    /// Whether the queue answers, and, after a write failed for want of space or IO, whether it can write
+    /// again: a probe write of 64 KiB (one row, rewritten each time) that clears the failure when it
+    /// succeeds, so `/healthz` says unhealthy while the disk is full and ok once space is back.
     async fn health(&self) -> Result<(), QueueError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(db_error).map(drop)
+        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(db_error)?;
+        let Some((at, error)) = self.write_failure.lock().ok().and_then(|f| f.clone()) else {
+            return Ok(());
+        };
+        let _write = self.writes.lock().await;
+        let probe = sqlx::query(
+            "INSERT INTO health (id, probed_ms, room) VALUES (1, ?1, zeroblob(65536))
+             ON CONFLICT (id) DO UPDATE SET probed_ms = excluded.probed_ms, room = excluded.room",
+        )
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await;
+        match self.wrote(probe) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let ago = (now_ms() - at).max(0) / 1000;
+                Err(QueueError::Unavailable(format!("the last write failed {ago} s ago: {error}")))
+            }
+        }
     }
 }
 
@@ -552,6 +841,214 @@ impl Queue for SqliteQueue {
 mod tests {
     use super::*;
     use crate::task::TaskSpec;
+
+    #[tokio::test]
+    async fn the_claim_query_fills_in_desktop_keys_as_rust_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = SqliteQueue::open(&dir.path().join("queue.db")).await.unwrap();
+        let local =
+            crate::task::ComputerSpec::Local(crate::task::LocalSpec { display: Some(":3".into()), monitor: None });
+        let scopes = [
+            desktop::DesktopScope::new("node-a", Some(":1.0"), None),
+            desktop::DesktopScope::new("node-b", None, desktop::template(&local).as_deref()),
+        ];
+        let templates =
+            [None, Some("{default}"), Some("{host}/x11:{display}"), Some("vnc:vm:5900"), Some("{host}/x11:0")];
+        let sql = format!("SELECT {} AS key", desktop::sql_qualify("?1", "?2", "?3", "?4"));
+        for scope in &scopes {
+            for template in templates {
+                let key: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
+                    .bind(template)
+                    .bind(&scope.default)
+                    .bind(&scope.host)
+                    .bind(&scope.display)
+                    .fetch_one(&queue.pool)
+                    .await
+                    .unwrap();
+                assert_eq!(key, scope.qualify(template), "{template:?} for {scope:?}");
+            }
+        }
+    }
+
+    async fn with_tasks(path: &Path, n: usize) {
+        let queue = SqliteQueue::open(path).await.unwrap();
+        for i in 0..n {
+            let spec =
+                TaskSpec::parse(&format!(r#"{{"id": "t{i}", "instructions": "{}"}}"#, "x".repeat(500)), "t").unwrap();
+            queue.submit(NewTask { spec, max_attempts: 3 }).await.unwrap();
+        }
+        queue.pool.close().await;
+        queue.durable.close().await;
+    }
+
+    fn refused(result: Result<SqliteQueue, QueueError>) -> String {
+        match result {
+            Err(e @ QueueError::Corrupt(_)) => e.to_string(),
+            Err(other) => panic!("refused, but not as corrupt: {other}"),
+            Ok(_) => panic!("opened a database that lost its tasks"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_emptied_database_is_refused_not_taken_for_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.db");
+        with_tasks(&path, 120).await;
+        std::fs::File::create(&path).unwrap(); // truncated to 0 bytes
+        let message = refused(SqliteQueue::open(&path).await);
+        assert!(message.contains(&path.display().to_string()) && message.contains("0 bytes"), "{message}");
+        // Deleted outright: the marker beside it says there was a queue.
+        std::fs::remove_file(&path).unwrap();
+        let message = refused(SqliteQueue::open(&path).await);
+        assert!(message.contains("is missing") && message.contains("queue.db.created"), "{message}");
+        assert!(!path.exists(), "nothing was created in its place");
+    }
+
+    #[tokio::test]
+    async fn a_damaged_database_is_refused_naming_the_file() {
+        use std::io::{Seek, SeekFrom, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.db");
+        with_tasks(&path, 400).await;
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > 200 * 1024, "{len}");
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.seek(SeekFrom::Start(len / 2 / 4096 * 4096)).unwrap();
+        let garbage: Vec<u8> = (0..64 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        file.write_all(&garbage).unwrap();
+        drop(file);
+        let message = refused(SqliteQueue::open(&path).await);
+        assert!(message.contains(&path.display().to_string()) && message.contains("damaged"), "{message}");
+        // A header that is not SQLite's.
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all(&garbage[..100]).unwrap();
+        drop(file);
+        let message = refused(SqliteQueue::open(&path).await);
+        assert!(message.contains(&path.display().to_string()), "{message}");
+    }
+
+    #[tokio::test]
+    async fn the_database_and_its_log_are_private_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data/queue.db");
+        // SAFETY: umask only changes this process's file-creation mask; this test restores it.
+        let old = unsafe { libc::umask(0o022) };
+        let queue = SqliteQueue::open(&path).await;
+        unsafe { libc::umask(old) };
+        let queue = queue.unwrap();
+        let spec = TaskSpec::parse(r#"{"id": "secret", "instructions": "type hunter2"}"#, "t").unwrap();
+        queue.submit(NewTask { spec, max_attempts: 3 }).await.unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir.path().join("data")), 0o700);
+        for file in ["queue.db", "queue.db-wal", "queue.db-shm", "queue.db.created"] {
+            assert_eq!(mode(&dir.path().join("data").join(file)), 0o600, "{file}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_directory_is_named_with_the_os_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let _ro = ReadOnly::new(&data);
+        let message = match SqliteQueue::open(&data.join("queue.db")).await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("opened a queue in a directory it cannot write"),
+        };
+        assert!(message.contains(&data.display().to_string()) && message.contains("os error"), "{message}");
+    }
+
+    /// A directory agentd cannot write in: mode 0500, or, for root (who may write anyway), a read-only tmpfs.
+    struct ReadOnly(Option<std::path::PathBuf>);
+
+    impl ReadOnly {
+        fn new(dir: &Path) -> Self {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::create_dir_all(dir).unwrap();
+            if unsafe { libc::geteuid() } != 0 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+                return Self(None);
+            }
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"])
+                .arg(dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(mounted, "as root, the test mounts a read-only tmpfs");
+            Self(Some(dir.to_path_buf()))
+        }
+    }
+
+    impl Drop for ReadOnly {
+        fn drop(&mut self) {
+            if let Some(dir) = &self.0 {
+                let _ = std::process::Command::new("umount").arg("-l").arg(dir).status();
+            }
+        }
+    }
+
+    /// A real full disk (a 3 MB tmpfs; needs root to mount, says so and skips otherwise): writes fail and
+    /// health says so; once space is back, writes work again and health is ok — the connection a failed
+    /// transaction left behind is not reused.
+    #[tokio::test]
+    async fn after_a_full_disk_the_queue_recovers_and_health_tells_the_truth() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: mounting a small tmpfs to fill needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mount = Mounted::tmpfs(dir.path(), "3m");
+        let ballast = dir.path().join("ballast");
+        std::fs::write(&ballast, vec![1u8; 1024 * 1024]).unwrap();
+        let queue = SqliteQueue::open(&dir.path().join("queue.db")).await.unwrap();
+        queue.health().await.unwrap();
+        let submit = |i: usize| {
+            let text = format!(r#"{{"id": "full-{i}", "instructions": "{}"}}"#, "y".repeat(4000));
+            let spec = TaskSpec::parse(&text, "t").unwrap();
+            queue.submit(NewTask { spec, max_attempts: 3 })
+        };
+        let mut full = None;
+        for i in 0..2000 {
+            if let Err(e) = submit(i).await {
+                full = Some(e.to_string());
+                break;
+            }
+        }
+        let full = full.unwrap_or_else(|| panic!("3 MB never filled"));
+        assert!(full.contains("full"), "{full}");
+        // Still full: later writes fail for that reason, and health says so.
+        let again = submit(10_000).await.map(drop).unwrap_err().to_string();
+        assert!(again.contains("full"), "{again}");
+        let health = queue.health().await.map_err(|e| e.to_string()).unwrap_err();
+        assert!(health.contains("full"), "{health}");
+        // Space back: health is ok again without waiting for another write, and writes work.
+        std::fs::remove_file(&ballast).unwrap();
+        queue.health().await.unwrap_or_else(|e| panic!("health after space was freed: {e}"));
+        submit(10_001).await.unwrap_or_else(|e| panic!("after space was freed: {e}"));
+        queue.health().await.unwrap();
+        drop(queue);
+        drop(mount);
+    }
+
+    struct Mounted(std::path::PathBuf);
+
+    impl Mounted {
+        fn tmpfs(dir: &Path, size: &str) -> Self {
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "mount a tmpfs on {}", dir.display());
+            Self(dir.to_path_buf())
+        }
+    }
+
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
 
     #[tokio::test]
     async fn tasks_survive_a_reopen() {

@@ -434,6 +434,40 @@ async fn a_resumed_task_continues_without_replaying_actions() {
 }
 
 #[tokio::test]
+async fn a_resumed_task_records_what_became_of_the_actions_in_flight() {
+    let harness = Harness::new();
+    let script_json = serde_json::json!({"turns": [
+        {"actions": [{"type": "move", "x": 1, "y": 1}]},
+        {"actions": [{"type": "move", "x": 2, "y": 2}, {"type": "move", "x": 4, "y": 4}]},
+        {"complete": {"success": true, "summary": "ok"}}
+    ]});
+    let screen = RecordingScreen::new(SCREEN);
+    let (input, _rx) = harness.input(task(2, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
+    let first = run(input).await;
+    // The worker died with step 1's actions in flight: journaled before them, never after.
+    let mut in_flight = first.steps[1].clone();
+    in_flight.finished = false;
+    in_flight.results.clear();
+    in_flight.call_results.clear();
+    harness.journal.record_step(&in_flight).await.expect("journal");
+    let mut steps = first.steps.clone();
+    steps[1] = in_flight;
+
+    let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json)));
+    input.resume = steps;
+    input.attempt = 2;
+    let output = run(input).await;
+    assert_eq!(outcome(&output), (true, EndReason::Completed));
+    // The journal (what the status document shows) has a result for each action, saying it is not known.
+    let journaled = harness.journal.steps();
+    let step = journaled.iter().find(|s| s.index == 1).expect("step 1");
+    assert!(step.finished, "{step:?}");
+    assert_eq!(step.results.len(), 2, "{step:?}");
+    assert!(step.results.iter().all(|r| !r.ok && r.message == agentd::agent::runner::INTERRUPTED_ACTION), "{step:?}");
+    harness.finish().await;
+}
+
+#[tokio::test]
 async fn a_completion_journaled_before_a_crash_ends_the_resumed_task() {
     let harness = Harness::new();
     let script_json = serde_json::json!({"turns": [

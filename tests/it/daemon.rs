@@ -334,6 +334,9 @@ fn an_unreachable_daemon_exits_3_and_says_where_it_looked() {
 
 fn the_socket_is_group_only_and_config_check_reaches_everything(backend: Backend) {
     use std::os::unix::fs::PermissionsExt;
+    // The usual umask, which let every file be world-readable before: the processes this test starts inherit it.
+    // SAFETY: only changes this process's file-creation mask.
+    unsafe { libc::umask(0o022) };
     let daemon = Daemon::start_on(backend, "", "");
     let mode = std::fs::metadata(&daemon.socket).expect("socket").permissions().mode() & 0o777;
     assert_eq!(mode, 0o660);
@@ -398,4 +401,69 @@ fn a_second_signal_exits_at_once(backend: Backend) {
     let code = daemon.wait();
     assert_eq!(code, Some(130), "{}", daemon.log());
     assert!(second.elapsed() < Duration::from_secs(3), "took {:?} after the second signal", second.elapsed());
+}
+
+#[test]
+fn an_emptied_queue_database_is_refused_naming_the_file() {
+    let agentd = Agentd::new();
+    let check = agentd.run(&["config", "check"]);
+    assert_eq!(check.code, 0, "{}", check.stderr);
+    let db = agentd.data_dir().join("queue.db");
+    assert!(db.exists());
+    std::fs::File::create(&db).expect("truncate"); // 0 bytes
+    for args in [&["config", "check"][..], &["serve"][..]] {
+        let run = agentd.run(args);
+        assert_eq!(run.code, 3, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&db.display().to_string()) && run.stderr.contains("holds no agentd queue"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn files_under_data_dir_are_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    // The usual umask, which let every file be world-readable before: the processes this test starts inherit it.
+    // SAFETY: only changes this process's file-creation mask.
+    unsafe { libc::umask(0o022) };
+    let daemon = Daemon::start("");
+    let run = daemon.cli(&["submit", "config/tasks/mock-login.json", "--wait"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stderr, daemon.log());
+    // `agentd run` on the same data dir: its record under runs/.
+    let local = daemon.agentd.run(&["run", "config/tasks/mock-login.json"]);
+    assert_eq!(local.code, 0, "{}", local.stderr);
+    let data = daemon.agentd.data_dir();
+    let files = crate::support::files_under(&data);
+    for kind in ["queue.db", "queue.db-wal", "/artifacts/tasks/", "/runs/", "/mock/"] {
+        assert!(files.iter().any(|f| f.display().to_string().contains(kind)), "no {kind} in {files:#?}");
+    }
+    let mut open = Vec::new();
+    for file in &files {
+        let mode = std::fs::metadata(file).expect("stat").permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            open.push(format!("{:o} {}", mode, file.display()));
+        }
+        let mut dir = file.parent();
+        while let Some(d) = dir.filter(|d| d.starts_with(&data)) {
+            let mode = std::fs::metadata(d).expect("stat").permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                open.push(format!("{:o} {}/", mode, d.display()));
+            }
+            dir = d.parent();
+        }
+    }
+    open.sort();
+    open.dedup();
+    assert!(open.is_empty(), "readable by others (umask {:o}): {open:#?}", current_umask());
+}
+
+fn current_umask() -> u32 {
+    // SAFETY: umask is set and at once restored; it only changes this process's file-creation mask.
+    unsafe {
+        let mask = libc::umask(0o022);
+        libc::umask(mask);
+        mask
+    }
 }

@@ -392,3 +392,71 @@ fn a_missing_monitor_is_invalid_input() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("computer.monitor") && run.stderr.contains("monitor 9"), "{}", run.stderr);
 }
+
+/// A task that types `letter` six times into the recorder's entry, one key per step.
+fn letters_task(dir: &Path, id: &str, computer: &Value, letter: &str) -> std::path::PathBuf {
+    let mut turns = vec![
+        json!({"actions": [{"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1}]}),
+        json!({"actions": [{"type": "keypress", "keys": ["End"]}]}),
+    ];
+    turns.extend((0..6).map(|_| json!({"actions": [{"type": "type", "text": letter}]})));
+    turns.push(json!({"complete": {"success": true, "summary": "typed"}}));
+    let task = json!({
+        "id": id,
+        "instructions": format!("type {letter} six times"),
+        "computer": computer,
+        "model": {"provider": "scripted", "script": {"turns": turns}},
+        "limits": {"max_steps": 20, "timeout_secs": 120}
+    });
+    let path = dir.join(format!("{id}.json"));
+    std::fs::write(&path, task.to_string()).expect("write task");
+    path
+}
+
+/// Two tasks for one desktop submitted together to a daemon that runs two tasks at once: the second waits
+/// in the queue until the first is done, so the app sees `aaaaaabbbbbb` (or `bbbbbbaaaaaa`), never the two
+/// interleaved.
+fn two_tasks_take_turns_on_one_desktop(computer: Value, display: &str) {
+    let daemon = crate::support::Daemon::start("[worker]\nconcurrency = 2");
+    let app = RecorderApp::start(display, &daemon.agentd.dir.path().join("rec.log")).expect("recorder");
+    let dir = daemon.agentd.dir.path().to_path_buf();
+    let a = letters_task(&dir, "turn-a", &computer, "a");
+    let b = letters_task(&dir, "turn-b", &computer, "b");
+    for task in [&a, &b] {
+        let run = daemon.cli(&["submit", task.to_str().expect("path")]);
+        assert_eq!(run.code, 0, "{}\n{}", run.stderr, daemon.log());
+    }
+    for id in ["turn-a", "turn-b"] {
+        let doc = daemon.wait_terminal(id, Duration::from_secs(60));
+        assert_eq!(doc["state"], "succeeded", "{doc:#}\n{}", daemon.log());
+    }
+    let events = app.wait_until(WAIT, |events| {
+        of_kind(events, "text").last().and_then(|e| e["value"].as_str()).is_some_and(|t| t.len() >= 12)
+    });
+    let text = of_kind(&events, "text").last().and_then(|e| e["value"].as_str()).unwrap_or_default().to_string();
+    assert!(
+        text == "aaaaaabbbbbb" || text == "bbbbbbaaaaaa",
+        "one task at a time on the desktop, got {text:?}\n{}",
+        daemon.log()
+    );
+}
+
+#[test]
+fn two_tasks_for_one_local_display_take_turns() {
+    let Some(env) = desktop_env() else { return };
+    let _guard = lock(&LOCAL_LOCK);
+    two_tasks_take_turns_on_one_desktop(json!({"provider": "local", "display": env.display}), &env.display);
+}
+
+#[test]
+fn two_tasks_for_one_vnc_server_take_turns() {
+    let Some(env) = desktop_env() else { return };
+    let (Some(addr), Some(display)) = (
+        testing::skip_unless(env.vnc_addr.clone(), "AGENTD_TEST_VNC_ADDR"),
+        testing::skip_unless(env.vnc_display.clone(), "AGENTD_TEST_VNC_DISPLAY"),
+    ) else {
+        return;
+    };
+    let _guard = lock(&X11VNC_LOCK);
+    two_tasks_take_turns_on_one_desktop(json!({"provider": "vnc", "address": addr}), &display);
+}

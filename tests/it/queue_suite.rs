@@ -64,6 +64,7 @@ queue_suite!(
     events_are_ordered_and_resumable,
     steps_are_journaled_and_returned,
     listing_and_counts,
+    one_task_per_desktop,
 );
 
 fn spec(id: &str, labels: &[(&str, &str)]) -> TaskSpec {
@@ -80,6 +81,7 @@ fn worker(name: &str, labels: &[(&str, &str)]) -> WorkerIdentity {
     WorkerIdentity {
         name: name.to_string(),
         labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        desktops: agentd::queue::desktop::DesktopScope::new("suite-host", Some(":0"), None),
     }
 }
 
@@ -425,4 +427,98 @@ async fn listing_and_counts(queue: &dyn Queue) {
     let counts = queue.counts().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(counts.get(&TaskState::Succeeded).copied().unwrap_or(0) >= 3, "{counts:?}");
     assert!(counts.get(&TaskState::Queued).copied().unwrap_or(0) >= 1, "{counts:?}");
+}
+
+fn desktop_task(id: &str, computer: serde_json::Value) -> NewTask {
+    let json = serde_json::json!({
+        "id": id, "instructions": "use the desktop", "computer": computer, "labels": {"suite": "desktops"}
+    });
+    let spec = TaskSpec::parse(&json.to_string(), "suite").unwrap_or_else(|e| panic!("suite spec: {e}"));
+    NewTask { spec, max_attempts: 2 }
+}
+
+fn desktop_worker(name: &str, host: &str) -> WorkerIdentity {
+    WorkerIdentity {
+        name: name.to_string(),
+        labels: [("suite".to_string(), "desktops".to_string())].into(),
+        desktops: agentd::queue::desktop::DesktopScope::new(host, Some(":0"), None),
+    }
+}
+
+/// Claims the next task of this check (`desk-…`), finishing any other check's task met on the way.
+async fn claim_desk(queue: &dyn Queue, who: &WorkerIdentity, lease: Duration) -> Option<(String, i64)> {
+    loop {
+        match queue.claim(who, lease).await {
+            Ok(Some(lease)) if lease.task_id.starts_with("desk-") => return Some((lease.task_id, lease.token)),
+            Ok(Some(other)) => {
+                let _ = queue.finish(&other.task_id, other.token, &finish(true)).await;
+            }
+            Ok(None) => return None,
+            Err(e) => panic!("claim: {e}"),
+        }
+    }
+}
+
+/// A desktop takes one task at a time: a queued task whose desktop a running task holds under a live lease
+/// is skipped (the rest of the queue is not held up); mock tasks each have their own; `:0` of two machines
+/// are two desktops, a VNC address is one desktop for every machine; waiting for a human, finishing or an
+/// expired lease lets the desktop go.
+async fn one_task_per_desktop(queue: &dyn Queue) {
+    let local = serde_json::json!({"provider": "local", "display": ":0"});
+    let local_again = serde_json::json!({"provider": "local", "display": ":0.0", "monitor": 1});
+    for (id, computer) in [
+        ("desk-local-1", local.clone()),
+        ("desk-local-2", local_again),
+        ("desk-local-3", local.clone()),
+        ("desk-vnc-1", serde_json::json!({"provider": "vnc", "address": "vm-1.example:5900"})),
+        ("desk-vnc-2", serde_json::json!({"provider": "vnc", "address": "VM-1.example:5900"})),
+        ("desk-mock-1", serde_json::json!({"provider": "mock"})),
+        ("desk-mock-2", serde_json::json!({"provider": "mock"})),
+    ] {
+        queue.submit(desktop_task(id, computer)).await.unwrap_or_else(|e| panic!("submit {id}: {e}"));
+    }
+    let a = desktop_worker("desk-a", "host-a");
+    let b = desktop_worker("desk-b", "host-b");
+    let mut tokens = BTreeMap::new();
+    let mut on_a = Vec::new();
+    while let Some((id, token)) = claim_desk(queue, &a, LEASE).await {
+        on_a.push(id.clone());
+        tokens.insert(id, token);
+    }
+    assert_eq!(
+        on_a,
+        ["desk-local-1", "desk-vnc-1", "desk-mock-1", "desk-mock-2"],
+        "one task per desktop; the later task of a busy desktop waits, the rest of the queue does not"
+    );
+    // Another machine's :0 is another desktop; the VNC server is the same one whoever connects.
+    let (id, _) = claim_desk(queue, &b, LEASE).await.unwrap_or_else(|| panic!("host-b's :0 is free"));
+    assert_eq!(id, "desk-local-2");
+    assert_eq!(claim_desk(queue, &b, LEASE).await, None, "desk-vnc-2 waits for desk-vnc-1");
+
+    // Waiting for a human holds no desktop.
+    let wait = Release::WaitForHuman { reason: "may I?".into() };
+    queue.release("desk-vnc-1", tokens["desk-vnc-1"], &wait).await.unwrap_or_else(|e| panic!("{e}"));
+    let (id, token) = claim_desk(queue, &b, LEASE).await.unwrap_or_else(|| panic!("the VNC desktop is free"));
+    assert_eq!(id, "desk-vnc-2");
+    tokens.insert(id, token);
+    // Approved, it waits its turn for the desktop it gave up.
+    queue.decide("desk-vnc-1", &Decision::Approve).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(claim_desk(queue, &a, LEASE).await, None);
+
+    // Finishing frees the desktop.
+    queue.finish("desk-local-1", tokens["desk-local-1"], &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+    let (id, _) = claim_desk(queue, &a, Duration::from_millis(1)).await.unwrap_or_else(|| panic!(":0 is free"));
+    assert_eq!(id, "desk-local-3");
+    // So does a lease that expired (its worker died), before any rescue.
+    queue.submit(desktop_task("desk-local-4", local)).await.unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let (id, _) = claim_desk(queue, &a, LEASE).await.unwrap_or_else(|| panic!("the lease on :0 expired"));
+    assert_eq!(id, "desk-local-4");
+    queue.finish("desk-vnc-2", tokens["desk-vnc-2"], &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+    let (id, _) = claim_desk(queue, &a, LEASE).await.unwrap_or_else(|| panic!("the VNC desktop is free again"));
+    assert_eq!(id, "desk-vnc-1");
+    for id in ["desk-local-2", "desk-local-3", "desk-local-4", "desk-vnc-1", "desk-mock-1", "desk-mock-2"] {
+        let _ = queue.cancel(id).await;
+    }
+    let _ = queue.rescue_expired().await;
 }

@@ -9,6 +9,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use agentd_computer::{Action, Size};
@@ -58,7 +59,8 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> MockError + '_ {
 impl Store {
     /// Opens (creating if needed) a save directory and reads what it holds.
     pub fn open(dir: &Path) -> Result<(Store, Loaded), MockError> {
-        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        // The state holds what was typed (passwords too): private to agentd whatever the umask.
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_error(dir))?;
         let state_path = dir.join(STATE_FILE);
         let saved = match std::fs::read_to_string(&state_path) {
             Ok(text) => Some(serde_json::from_str::<Saved>(&text).map_err(|e| MockError::Resume {
@@ -79,7 +81,8 @@ impl Store {
 
         let log_path = dir.join(ACTIONS_FILE);
         let actions = read_log(&log_path)?;
-        let log = OpenOptions::new().create(true).append(true).open(&log_path).map_err(io_error(&log_path))?;
+        let log =
+            OpenOptions::new().create(true).append(true).mode(0o600).open(&log_path).map_err(io_error(&log_path))?;
         Ok((Store { dir: dir.to_path_buf(), log }, Loaded { saved, actions }))
     }
 
@@ -99,7 +102,15 @@ impl Store {
         let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
         let text = serde_json::to_vec(saved)
             .map_err(|e| MockError::Persist { path: path.clone(), source: std::io::Error::other(e) })?;
-        std::fs::write(&tmp, text).map_err(io_error(&tmp))?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io_error(&tmp))?;
+        file.write_all(&text).map_err(io_error(&tmp))?;
+        drop(file);
         std::fs::rename(&tmp, &path).map_err(io_error(&path))
     }
 }
