@@ -48,11 +48,27 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Host names accepted in the `Host` header of TCP requests, besides localhost and the listen address.
     pub allowed_hosts: Vec<String>,
+    /// A connection must send a complete request head within this many seconds of opening, or of its previous
+    /// response (so it is also the idle keep-alive timeout), or it is closed.
+    pub header_timeout_secs: u64,
+    /// A request body must arrive whole within this many seconds (408 past it).
+    pub body_timeout_secs: u64,
+    /// Open connections served at once, the socket and TCP together; more wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self { socket: None, listen: None, token_file: None, max_body_bytes: 1024 * 1024, allowed_hosts: Vec::new() }
+        Self {
+            socket: None,
+            listen: None,
+            token_file: None,
+            max_body_bytes: 1024 * 1024,
+            allowed_hosts: Vec::new(),
+            header_timeout_secs: 10,
+            body_timeout_secs: 30,
+            max_connections: 256,
+        }
     }
 }
 
@@ -589,6 +605,16 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     }
     if config.api.max_body_bytes < 1024 {
         problem("api.max_body_bytes", "must be at least 1024".into());
+    }
+    // Past a day a timeout protects nothing (and huge values would overflow the timer).
+    for (key, value, max) in [
+        ("api.header_timeout_secs", config.api.header_timeout_secs, 86_400),
+        ("api.body_timeout_secs", config.api.body_timeout_secs, 86_400),
+        ("api.max_connections", config.api.max_connections as u64, 1_000_000),
+    ] {
+        if !(1..=max).contains(&value) {
+            problem(key, format!("must be between 1 and {max}"));
+        }
     }
     match config.artifacts.backend {
         ArtifactsBackend::S3 if config.artifacts.bucket.is_none() => {

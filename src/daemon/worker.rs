@@ -51,6 +51,9 @@ struct ActiveLease {
     token: i64,
     cancel: CancellationToken,
     lost: CancellationToken,
+    /// The runner is telling the queue how the attempt ended: from then on a heartbeat may find the task over
+    /// (by this very runner), and a real loss is reported by the runner's own write.
+    ending: bool,
 }
 
 impl Workers {
@@ -192,6 +195,9 @@ impl Workers {
                         cancel.cancel();
                     }
                 }
+                Ok(LeaseStatus::Lost) if !self.still_running(&id, token) => {
+                    tracing::debug!(task_id = %id, "the attempt ended while its lease was renewed");
+                }
                 Ok(LeaseStatus::Lost) => {
                     tracing::warn!(task_id = %id, "lease lost; stopping the task here");
                     self.metrics.lease_losses.fetch_add(1, Ordering::Relaxed);
@@ -200,6 +206,14 @@ impl Workers {
                 }
                 Err(e) => tracing::warn!(task_id = %id, error = %e, "heartbeat failed; will retry"),
             }
+        }
+    }
+
+    /// Whether this process still runs the attempt holding `token` on `task_id` and is not ending it.
+    fn still_running(&self, task_id: &str, token: i64) -> bool {
+        match self.active.lock() {
+            Ok(active) => active.get(task_id).is_some_and(|lease| lease.token == token && !lease.ending),
+            Err(_) => true,
         }
     }
 
@@ -233,7 +247,10 @@ impl Workers {
         let cancel = CancellationToken::new();
         let lost = CancellationToken::new();
         if let Ok(mut active) = self.active.lock() {
-            active.insert(task_id.clone(), ActiveLease { token, cancel: cancel.clone(), lost: lost.clone() });
+            active.insert(
+                task_id.clone(),
+                ActiveLease { token, cancel: cancel.clone(), lost: lost.clone(), ending: false },
+            );
         }
         self.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
         tracing::Instrument::instrument(self.clone().attempt(lease, cancel, lost, shutdown), span).await;
@@ -364,6 +381,11 @@ impl Workers {
     /// Tells the queue how the attempt ended, after the events before it are stored.
     async fn end(&self, lease: &Lease, events: &EventSink, stored: &watch::Receiver<u64>, end: End) {
         let task_id = &lease.task_id;
+        if let Ok(mut active) = self.active.lock()
+            && let Some(active) = active.get_mut(task_id)
+        {
+            active.ending = true;
+        }
         let result = match end {
             End::Finish(finish) => {
                 self.wait_for_uploads(task_id).await;
