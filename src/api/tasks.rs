@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -82,7 +82,10 @@ pub async fn list(
     Ok(Json(json!({ "tasks": tasks })))
 }
 
-pub async fn status(State(state): State<Arc<ApiState>>, ApiPath(id): ApiPath<String>) -> Result<Json<TaskRecord>, ApiError> {
+pub async fn status(
+    State(state): State<Arc<ApiState>>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<TaskRecord>, ApiError> {
     let mut record = state.queue.get(&id).await?;
     share_screenshots(state.store.as_ref(), &mut record).await;
     Ok(Json(record))

@@ -372,23 +372,43 @@ fn a_second_signal_exits_at_once() {
 /// Sends `request` (raw bytes) to the daemon's socket, or to TCP when `tcp` is given, and reads until the
 /// server closes the connection. Err when it is still open after `within` (the server never closed it).
 fn raw(daemon: &Daemon, tcp: Option<&str>, request: &[u8], within: Duration) -> std::io::Result<String> {
-    use std::io::{Read, Write};
-    let mut raw = Vec::new();
-    match tcp {
+    use std::io::Write;
+    let raw = match tcp {
         Some(address) => {
             let mut stream = std::net::TcpStream::connect(address)?;
-            stream.set_read_timeout(Some(within))?;
             stream.write_all(request)?;
-            stream.read_to_end(&mut raw)?;
+            read_until_closed(stream, within, |s, t| s.set_read_timeout(t))?
         }
         None => {
             let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket)?;
-            stream.set_read_timeout(Some(within))?;
             stream.write_all(request)?;
-            stream.read_to_end(&mut raw)?;
+            read_until_closed(stream, within, |s, t| s.set_read_timeout(t))?
+        }
+    };
+    Ok(String::from_utf8_lossy(&raw).into_owned())
+}
+
+/// Reads until end of stream; Err(TimedOut) if that takes longer than `within` in all (a server that keeps
+/// sending keep-alives never gets there).
+fn read_until_closed<S: std::io::Read>(
+    mut stream: S,
+    within: Duration,
+    set_timeout: impl Fn(&S, Option<Duration>) -> std::io::Result<()>,
+) -> std::io::Result<Vec<u8>> {
+    let deadline = std::time::Instant::now() + within;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "still open"));
+        }
+        set_timeout(&stream, Some(left))?;
+        match stream.read(&mut chunk)? {
+            0 => return Ok(out),
+            n => out.extend_from_slice(&chunk[..n]),
         }
     }
-    Ok(String::from_utf8_lossy(&raw).into_owned())
 }
 
 /// The status code and the JSON body of a raw response (`Value::Null` when the body is not JSON).
@@ -440,6 +460,12 @@ fn idle_and_slow_connections_are_closed_and_oversized_bodies_refused_at_once() {
     }
     let (code, health) = http(&daemon.socket, "GET", "/healthz", None, &[]).expect("health");
     assert_eq!(code, 200, "{health}");
+    // An event stream is not idle: it follows a task that runs for several header timeouts to its end.
+    let task = slow_task(daemon.agentd.dir.path(), "long-stream", 10, 300);
+    assert_eq!(daemon.cli(&["submit", task.to_str().expect("path")]).code, 0);
+    let follow = b"GET /v1/tasks/long-stream/events HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n";
+    let stream = raw(&daemon, None, follow, Duration::from_secs(60)).expect("the stream ends with the task");
+    assert!(stream.contains("event: task_finished"), "{stream}");
 }
 
 #[test]
@@ -454,7 +480,9 @@ fn connections_past_the_limit_wait_until_one_closes() {
     let mut byte = [0u8; 1];
     let early = third.read(&mut byte);
     assert!(
-        early.as_ref().is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        early
+            .as_ref()
+            .is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
         "a third connection is served while two are open: {early:?}"
     );
     drop(first);
@@ -472,7 +500,8 @@ fn event_streams_of_finished_tasks_end_and_bad_event_ids_are_refused() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     let id = run.stdout.trim().to_string();
     let events = daemon.cli(&["events", &id, "--json"]);
-    let last = events.stdout.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["seq"].as_u64()).max();
+    let last =
+        events.stdout.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["seq"].as_u64()).max();
     let last = last.expect("the task has events");
     let guard = Duration::from_secs(30);
     let get = |path: &str, header: &str| {
@@ -521,7 +550,8 @@ fn every_rejection_uses_the_error_envelope_and_deleted_screenshots_are_missing()
         ("GET", "/v1/nothing".to_string(), 404, "not_found", None),
     ] {
         let (got, body) = http(&daemon.socket, method, &path, None, &[]).expect("request");
-        let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{path}: not JSON: {body}"));
+        let body: serde_json::Value =
+            serde_json::from_str(&body).unwrap_or_else(|_| panic!("{path}: not JSON: {body}"));
         assert_eq!(got, status, "{method} {path}: {body}");
         assert_eq!(body["error"]["code"], code, "{method} {path}: {body}");
         assert!(body["error"]["message"].is_string(), "{body}");
@@ -530,7 +560,8 @@ fn every_rejection_uses_the_error_envelope_and_deleted_screenshots_are_missing()
     // A screenshot that was stored and then removed from the store is missing, not "not stored yet".
     let key = daemon.task(&id)["steps"][1]["screenshot"]["key"].as_str().expect("a key").to_string();
     std::fs::remove_file(daemon.agentd.data_dir().join("artifacts").join(&key)).expect("remove the screenshot");
-    let (got, body) = http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/steps/1/screenshot"), None, &[]).expect("get");
+    let (got, body) =
+        http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/steps/1/screenshot"), None, &[]).expect("get");
     assert_eq!(got, 410, "{body}");
     assert!(body.contains("\"code\":\"screenshot_missing\""), "{body}");
 }
