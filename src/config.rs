@@ -53,6 +53,13 @@ pub struct ApiConfig {
     /// Directories whose files (mock scenes, model scripts) tasks submitted over the API may name, by
     /// absolute path. Empty (the default): such tasks name no files (`agentd submit` inlines its scripts).
     pub allowed_paths: Vec<PathBuf>,
+    /// A connection must send a complete request head within this many seconds of opening, or of its previous
+    /// response (so it is also the idle keep-alive timeout), or it is closed.
+    pub header_timeout_secs: u64,
+    /// A request body must arrive whole within this many seconds (408 past it).
+    pub body_timeout_secs: u64,
+    /// Open connections served at once, the socket and TCP together; more wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 impl Default for ApiConfig {
@@ -64,6 +71,9 @@ impl Default for ApiConfig {
             max_body_bytes: 1024 * 1024,
             allowed_hosts: Vec::new(),
             allowed_paths: Vec::new(),
+            header_timeout_secs: 10,
+            body_timeout_secs: 30,
+            max_connections: 256,
         }
     }
 }
@@ -693,6 +703,16 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     }
     if config.api.max_body_bytes < 1024 {
         problem("api.max_body_bytes", "must be at least 1024".into());
+    }
+    // Past a day a timeout protects nothing (and huge values would overflow the timer).
+    for (key, value, max) in [
+        ("api.header_timeout_secs", config.api.header_timeout_secs, 86_400),
+        ("api.body_timeout_secs", config.api.body_timeout_secs, 86_400),
+        ("api.max_connections", config.api.max_connections as u64, 1_000_000),
+    ] {
+        if !(1..=max).contains(&value) {
+            problem(key, format!("must be between 1 and {max}"));
+        }
     }
     match config.artifacts.backend {
         ArtifactsBackend::S3 if config.artifacts.bucket.is_none() => {

@@ -1,28 +1,37 @@
 //! The HTTP API (product contract §10), served on a Unix socket (mode 0660) and optionally on TCP.
 //!
-//! One error type, [`ApiError`], renders every failure as `{"error": {"code", "message", "field"?}}`. TCP
-//! requests pass [`guard`] first: a `Host` header that is not this daemon's is refused (403, DNS-rebinding
-//! protection), a token in the query string is refused (400), and the bearer token is compared in constant
-//! time (401). The Unix socket relies on its file permissions. Bodies are limited to `api.max_body_bytes`
-//! (413 past it).
+//! One error type, [`ApiError`], renders every failure as `{"error": {"code", "message", "field"?}}` —
+//! also bad path parameters and query strings ([`ApiPath`], [`ApiQuery`]), unknown endpoints and methods.
+//! TCP requests pass [`guard`] first: a `Host` header that is not this daemon's is refused (403,
+//! DNS-rebinding protection), a token in the query string is refused (400), and the bearer token is compared
+//! in constant time (401). The Unix socket relies on its file permissions. Then [`read_body`] reads the body
+//! whole: at most `api.max_body_bytes` (413 past it, at once when the declared `Content-Length` is larger),
+//! within `api.body_timeout_secs` (408). Connection limits and timeouts are in [`connections`].
 
+mod connections;
 mod events;
 mod handle;
 mod tasks;
 
 pub use handle::WorkerHandle;
 
-use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_body_util::BodyExt;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::artifacts::{ArtifactStore, Uploader};
@@ -55,6 +64,10 @@ pub struct ApiError {
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into(), field: None }
+    }
+
+    pub fn with_field(self, field: impl Into<String>) -> Self {
+        Self { field: Some(field.into()), ..self }
     }
 }
 
@@ -93,6 +106,79 @@ impl From<QueueError> for ApiError {
     }
 }
 
+/// A path parameter extractor whose rejections are [`ApiError`]s: `invalid_path`, naming the parameter.
+pub struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Self(value)),
+            Err(rejection) => Err(path_error(rejection)),
+        }
+    }
+}
+
+fn path_error(rejection: PathRejection) -> ApiError {
+    use axum::extract::path::ErrorKind;
+    let status = rejection.status();
+    let message = rejection.body_text();
+    let PathRejection::FailedToDeserializePathParams(e) = &rejection else {
+        return ApiError::new(status, "internal", message);
+    };
+    let field = match e.kind() {
+        ErrorKind::ParseErrorAtKey { key, .. }
+        | ErrorKind::InvalidUtf8InPathParam { key }
+        | ErrorKind::DeserializeError { key, .. } => Some(key.clone()),
+        _ => None,
+    };
+    let code = if status.is_server_error() { "internal" } else { "invalid_path" };
+    ApiError { status, code, message, field }
+}
+
+/// A query string extractor whose rejections are [`ApiError`]s: `invalid_query`, naming the parameter.
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        parse_query(parts.uri.query().unwrap_or_default()).map(Self)
+    }
+}
+
+fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        // An unknown or missing parameter is named in the message, not the path.
+        let quoted = message
+            .split('`')
+            .nth(1)
+            .filter(|_| message.starts_with("unknown field") || message.starts_with("missing field"));
+        let field = match quoted {
+            Some(name) => Some(name.to_string()),
+            None if path != "." && !path.is_empty() => Some(path),
+            None => None,
+        };
+        let shown = match &field {
+            Some(field) if quoted.is_none() => format!("query parameter `{field}`: {message}"),
+            _ => format!("query string: {message}"),
+        };
+        ApiError { field, ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", shown) }
+    })
+}
+
 fn router(state: Arc<ApiState>) -> Router {
     let limit = state.config.api.max_body_bytes;
     Router::new()
@@ -106,9 +192,64 @@ fn router(state: Arc<ApiState>) -> Router {
         .route("/healthz", get(tasks::health))
         .route("/metrics", get(tasks::metrics))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method",
+            )
+        })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
         .with_state(state)
+}
+
+/// Reads the request body whole before any handler sees the request: refused at once (413) when the declared
+/// `Content-Length` is past `api.max_body_bytes`, 413 as soon as more than that arrives, 408 when the body is
+/// not complete within `api.body_timeout_secs`. These responses close the connection: the rest of the body is
+/// never read.
+async fn read_body(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
+    let limit = state.config.api.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {limit} bytes (api.max_body_bytes)"),
+        )
+    };
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return closing(too_large());
+    }
+    let (parts, body) = request.into_parts();
+    let timeout = Duration::from_secs(state.config.api.body_timeout_secs);
+    let bytes = match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return closing(too_large()),
+        Ok(Err(e)) => {
+            return closing(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                format!("reading the request body: {e}"),
+            ));
+        }
+        Err(_) => {
+            return closing(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!("the request body did not arrive within {} s (api.body_timeout_secs)", timeout.as_secs()),
+            ));
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// The error's response, telling the client (and hyper) that the connection closes after it.
+fn closing(error: ApiError) -> Response {
+    let mut response = error.into_response();
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 async fn count_requests(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
@@ -184,7 +325,13 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// A bound listener, ready to serve.
-pub enum Server {
+pub struct Server {
+    listener: Bound,
+    /// Shared by every listener of the daemon: `api.max_connections` in all.
+    connections: Arc<Semaphore>,
+}
+
+enum Bound {
     Unix(UnixListener),
     Tcp(TcpListener, Arc<TcpGuard>),
 }
@@ -197,6 +344,7 @@ pub struct BindError(String);
 /// cannot be bound leaves no socket file behind.
 pub async fn bind(state: &ApiState) -> Result<Vec<Server>, BindError> {
     let config = &state.config;
+    let connections = Arc::new(Semaphore::new(config.api.max_connections.max(1)));
     let mut servers = Vec::new();
     if let Some(listen) = &config.api.listen {
         let token_file = config.api.token_file.as_ref().ok_or_else(|| {
@@ -206,13 +354,15 @@ pub async fn bind(state: &ApiState) -> Result<Vec<Server>, BindError> {
         let listener = TcpListener::bind(listen).await.map_err(|e| BindError(format!("api.listen {listen}: {e}")))?;
         let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.clone());
         let guard = TcpGuard::new(token, &local, &config.api.allowed_hosts);
-        servers.push(Server::Tcp(listener, Arc::new(guard)));
+        servers.push(Server { listener: Bound::Tcp(listener, Arc::new(guard)), connections: connections.clone() });
     }
-    servers.insert(0, Server::Unix(bind_unix(&config.socket_path()).await?));
+    // The socket last, so a TCP listener that cannot be bound leaves no socket file behind.
+    let unix = bind_unix(&config.socket_path()).await?;
+    servers.insert(0, Server { listener: Bound::Unix(unix), connections });
     Ok(servers)
 }
 
-async fn bind_unix(path: &Path) -> Result<UnixListener, BindError> {
+async fn bind_unix(path: &std::path::Path) -> Result<UnixListener, BindError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|e| BindError(format!("socket directory {}: {e}", parent.display())))?;
@@ -233,24 +383,23 @@ async fn bind_unix(path: &Path) -> Result<UnixListener, BindError> {
 impl Server {
     /// Serves until `stop` fires.
     pub async fn run(self, state: Arc<ApiState>, stop: CancellationToken) {
+        let header_timeout = Duration::from_secs(state.config.api.header_timeout_secs);
         let app = router(state);
-        let shutdown = async move { stop.cancelled().await };
-        let result = match self {
-            Server::Unix(listener) => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
-            Server::Tcp(listener, guard) => {
-                let app = app.layer(middleware::from_fn_with_state(guard, self::guard));
-                axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+        match self.listener {
+            Bound::Unix(listener) => {
+                connections::serve(listener, app, header_timeout, self.connections, stop).await;
             }
-        };
-        if let Err(e) = result {
-            tracing::error!(error = %e, "API server failed");
+            Bound::Tcp(listener, guard) => {
+                let app = app.layer(middleware::from_fn_with_state(guard, self::guard));
+                connections::serve(listener, app, header_timeout, self.connections, stop).await;
+            }
         }
     }
 
     pub fn local_addr(&self) -> Option<String> {
-        match self {
-            Server::Unix(_) => None,
-            Server::Tcp(listener, _) => listener.local_addr().ok().map(|a| a.to_string()),
+        match &self.listener {
+            Bound::Unix(_) => None,
+            Bound::Tcp(listener, _) => listener.local_addr().ok().map(|a| a.to_string()),
         }
     }
 }

@@ -6,14 +6,16 @@ use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{ApiError, ApiState};
+use super::{ApiError, ApiPath, ApiQuery, ApiState};
+use crate::agent::events::EventKind;
+use crate::artifacts::ArtifactError;
 use crate::backends;
 use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Submitted};
 use crate::record::TaskState;
@@ -66,9 +68,8 @@ pub struct ListQuery {
 
 pub async fn list(
     State(state): State<Arc<ApiState>>,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
     let filter_state = query.state.as_deref().map(TaskState::from_str).transpose().map_err(|e| ApiError {
         field: Some("state".into()),
         ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e)
@@ -77,7 +78,10 @@ pub async fn list(
     Ok(Json(json!({ "tasks": tasks })))
 }
 
-pub async fn status(State(state): State<Arc<ApiState>>, Path(id): Path<String>) -> Result<Json<TaskRecord>, ApiError> {
+pub async fn status(
+    State(state): State<Arc<ApiState>>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<TaskRecord>, ApiError> {
     let mut record = state.queue.get(&id).await?;
     share_screenshots(state.store.as_ref(), &mut record).await;
     Ok(Json(record))
@@ -101,7 +105,7 @@ async fn share_screenshots(store: &dyn crate::artifacts::ArtifactStore, record: 
 
 pub async fn cancel(
     State(state): State<Arc<ApiState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     match state.queue.cancel(&id).await? {
         Cancelled::Now => {
@@ -125,7 +129,7 @@ pub struct RejectBody {
 
 pub async fn approve(
     State(state): State<Arc<ApiState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     state.queue.decide(&id, &Decision::Approve).await?;
     state.workers.wake.notify_one();
@@ -134,7 +138,7 @@ pub async fn approve(
 
 pub async fn reject(
     State(state): State<Arc<ApiState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let text = body_text(body)?;
@@ -148,9 +152,15 @@ pub async fn reject(
     Ok(Json(json!({"id": id, "state": "failed", "reason": "rejected"})))
 }
 
+#[derive(Deserialize)]
+pub struct StepPath {
+    id: String,
+    index: u32,
+}
+
 pub async fn screenshot(
     State(state): State<Arc<ApiState>>,
-    Path((id, index)): Path<(String, u32)>,
+    ApiPath(StepPath { id, index }): ApiPath<StepPath>,
 ) -> Result<Response, ApiError> {
     let record = state.queue.get(&id).await?;
     let reference = match record.steps.iter().find(|s| s.index == index) {
@@ -159,15 +169,39 @@ pub async fn screenshot(
             ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("task {id} has no step {index}"))
         })?,
     };
-    let bytes = state.store.get(&reference.key).await.map_err(|e| match e {
-        crate::artifacts::ArtifactError::NotFound(_) => ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_stored_yet",
-            format!("screenshot of step {index} is not stored yet"),
-        ),
-        other => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", other.to_string()),
-    })?;
+    let bytes = match state.store.get(&reference.key).await {
+        Ok(bytes) => bytes,
+        Err(ArtifactError::NotFound(_)) if was_stored(&state, &id, &reference.key).await? => {
+            return Err(ApiError::new(
+                StatusCode::GONE,
+                "screenshot_missing",
+                format!("the screenshot of step {index} was stored but is no longer in the artifact store"),
+            ));
+        }
+        Err(ArtifactError::NotFound(_)) => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_stored_yet",
+                format!("the screenshot of step {index} is not stored yet"),
+            ));
+        }
+        Err(other) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", other.to_string())),
+    };
     Ok(([(header::CONTENT_TYPE, crate::artifacts::content_type(&reference.key))], bytes).into_response())
+}
+
+/// Whether the store once had the artifact `key` of task `id`: its `screenshot_saved` event is written only
+/// after the store took it (whichever node uploaded it).
+async fn was_stored(state: &ApiState, id: &str, key: &str) -> Result<bool, ApiError> {
+    let mut after = 0;
+    loop {
+        let events = state.queue.events_after(id, after, 500).await?;
+        let Some(last) = events.last() else { return Ok(false) };
+        after = last.seq;
+        if events.iter().any(|e| matches!(&e.kind, EventKind::ScreenshotSaved { key: saved, .. } if saved == key)) {
+            return Ok(true);
+        }
+    }
 }
 
 pub async fn health(State(state): State<Arc<ApiState>>) -> (StatusCode, Json<serde_json::Value>) {

@@ -65,13 +65,19 @@ impl ArtifactStore for FsStore {
         format!("file://{}", absolute.display())
     }
 
+    /// Writes and removes a probe file under a name of its own (concurrent probes never touch each other's).
     async fn health(&self) -> Result<(), ArtifactError> {
         let root = self.root.clone();
         tokio::task::spawn_blocking(move || {
             create_private_dir_all(&root)?;
-            let probe = root.join(".health");
-            std::fs::write(&probe, b"ok")?;
-            std::fs::remove_file(&probe)
+            let probe = root.join(format!(".health.{}.{:016x}", std::process::id(), fastrand::u64(..)));
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&probe)
+                .and_then(|mut file| std::io::Write::write_all(&mut file, b"ok"));
+            let removed = std::fs::remove_file(&probe);
+            written.and(removed)
         })
         .await
         .map_err(|e| ArtifactError::Failed(e.to_string()))?
@@ -118,5 +124,20 @@ mod tests {
         assert!(matches!(store.get("tasks/t/1/00001.png").await, Err(ArtifactError::NotFound(_))));
         assert!(matches!(store.put("../x", b"", "").await, Err(ArtifactError::InvalidKey(_))));
         assert!(store.url("tasks/t/1/00000.png").starts_with("file:///"));
+    }
+
+    /// Probes at once (a load balancer and a monitor) must not fail one another, and leave nothing behind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn concurrent_health_probes_all_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(FsStore::new(dir.path().join("artifacts")));
+        let probes = (0..2000).map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.health().await })
+        });
+        let results = futures_util::future::join_all(probes).await;
+        let failed: Vec<String> = results.into_iter().filter_map(|r| r.unwrap().err()).map(|e| e.to_string()).collect();
+        assert!(failed.is_empty(), "{} of 2000 probes failed, e.g. {:?}", failed.len(), failed.first());
+        assert_eq!(std::fs::read_dir(dir.path().join("artifacts")).unwrap().count(), 0, "no probe file is left");
     }
 }

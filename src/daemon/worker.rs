@@ -47,6 +47,9 @@ struct ActiveLease {
     token: i64,
     cancel: CancellationToken,
     lost: CancellationToken,
+    /// The runner is telling the queue how the attempt ended: from then on a heartbeat may find the task over
+    /// (by this very runner), and a real loss is reported by the runner's own write.
+    ending: bool,
 }
 
 impl Workers {
@@ -183,6 +186,9 @@ impl Workers {
                         cancel.cancel();
                     }
                 }
+                Ok(LeaseStatus::Lost) if !self.still_running(&id, token) => {
+                    tracing::debug!(task_id = %id, "the attempt ended while its lease was renewed");
+                }
                 Ok(LeaseStatus::Lost) => {
                     tracing::warn!(task_id = %id, "lease lost; stopping the task here");
                     self.metrics.lease_losses.fetch_add(1, Ordering::Relaxed);
@@ -191,6 +197,14 @@ impl Workers {
                 }
                 Err(e) => tracing::warn!(task_id = %id, error = %e, "heartbeat failed; will retry"),
             }
+        }
+    }
+
+    /// Whether this process still runs the attempt holding `token` on `task_id` and is not ending it.
+    fn still_running(&self, task_id: &str, token: i64) -> bool {
+        match self.active.lock() {
+            Ok(active) => active.get(task_id).is_some_and(|lease| lease.token == token && !lease.ending),
+            Err(_) => true,
         }
     }
 
@@ -224,7 +238,10 @@ impl Workers {
         let cancel = CancellationToken::new();
         let lost = CancellationToken::new();
         if let Ok(mut active) = self.active.lock() {
-            active.insert(task_id.clone(), ActiveLease { token, cancel: cancel.clone(), lost: lost.clone() });
+            active.insert(
+                task_id.clone(),
+                ActiveLease { token, cancel: cancel.clone(), lost: lost.clone(), ending: false },
+            );
         }
         self.handle.started(&task_id, cancel.clone());
         self.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
@@ -328,6 +345,11 @@ impl Workers {
     /// Tells the queue how the attempt ended, after the events before it are stored.
     async fn end(&self, lease: &Lease, events: &EventSink, stored: &watch::Receiver<u64>, end: End) {
         let task_id = &lease.task_id;
+        if let Ok(mut active) = self.active.lock()
+            && let Some(active) = active.get_mut(task_id)
+        {
+            active.ending = true;
+        }
         let result = match end {
             End::Finish(finish) => {
                 self.wait_for_uploads(task_id).await;
@@ -494,5 +516,117 @@ impl Journal for QueueJournal {
             }
             Err(e) => Err(JournalError::Unavailable(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::queue::sqlite::SqliteQueue;
+    use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Rescued, Submitted};
+    use crate::record::{StepRecord, TaskState};
+    use crate::status::TaskRecord;
+    use crate::task::TaskSpec;
+    use tokio::sync::Notify;
+
+    /// A SQLite queue whose `finish` holds on, once the task is finished, until the test lets it return.
+    struct HeldFinish {
+        inner: SqliteQueue,
+        finished: Notify,
+        release: Semaphore,
+    }
+
+    #[async_trait]
+    impl Queue for HeldFinish {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError> {
+            self.inner.submit(task).await
+        }
+        async fn get(&self, id: &str) -> Result<TaskRecord, QueueError> {
+            self.inner.get(id).await
+        }
+        async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+            self.inner.list(filter).await
+        }
+        async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
+            self.inner.claim(worker, lease_for).await
+        }
+        async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
+            self.inner.heartbeat(task_id, token, lease_for).await
+        }
+        async fn record_step(
+            &self,
+            task_id: &str,
+            token: i64,
+            step: &StepRecord,
+            elapsed: Duration,
+        ) -> Result<(), QueueError> {
+            self.inner.record_step(task_id, token, step, elapsed).await
+        }
+        async fn append_events(&self, task_id: &str, token: Option<i64>, events: &[Event]) -> Result<(), QueueError> {
+            self.inner.append_events(task_id, token, events).await
+        }
+        async fn events_after(&self, task_id: &str, after: u64, limit: u32) -> Result<Vec<Event>, QueueError> {
+            self.inner.events_after(task_id, after, limit).await
+        }
+        async fn finish(&self, task_id: &str, token: i64, finish: &Finish) -> Result<(), QueueError> {
+            let result = self.inner.finish(task_id, token, finish).await;
+            self.finished.notify_one();
+            let _ = self.release.acquire().await;
+            result
+        }
+        async fn release(&self, task_id: &str, token: i64, release: &Release) -> Result<(), QueueError> {
+            self.inner.release(task_id, token, release).await
+        }
+        async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
+            self.inner.cancel(id).await
+        }
+        async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+            self.inner.decide(id, decision).await
+        }
+        async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
+            self.inner.rescue_expired().await
+        }
+        async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {
+            self.inner.counts().await
+        }
+        async fn health(&self) -> Result<(), QueueError> {
+            self.inner.health().await
+        }
+    }
+
+    /// The heartbeat renews the leases it listed while the attempt runs; when it reaches a task this runner has
+    /// just finished, that is the end of the attempt, not a lost lease.
+    #[tokio::test]
+    async fn a_heartbeat_after_the_attempt_finished_is_no_lease_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Arc::new(Config { data_dir: dir.path().to_path_buf(), ..Config::default() });
+        let inner = SqliteQueue::open(&dir.path().join("queue.db")).await.unwrap();
+        let queue = Arc::new(HeldFinish { inner, finished: Notify::new(), release: Semaphore::new(0) });
+        let tracker = TaskTracker::new();
+        let store = Arc::new(crate::artifacts::FsStore::new(dir.path().join("artifacts")));
+        let uploader = Uploader::start(store, config.spool_dir(), 16, u64::MAX, &tracker, CancellationToken::new());
+        let metrics = Arc::new(Metrics::default());
+        let workers = Workers::new(config, queue.clone(), uploader, metrics.clone());
+        let task = r#"{"id": "quick", "instructions": "x", "model": {"provider": "scripted",
+            "script": {"turns": [{"complete": {"success": true, "summary": "done"}}]}}}"#;
+        let spec = TaskSpec::parse(task, "task").unwrap();
+        queue.submit(NewTask { spec, max_attempts: 1 }).await.unwrap();
+        let lease = queue.claim(&workers.identity, Duration::from_secs(30)).await.unwrap().expect("a lease");
+        let permit = workers.slots.clone().acquire_owned().await.unwrap();
+        let runner = tokio::spawn(workers.clone().run_lease(lease, permit, CancellationToken::new()));
+
+        queue.finished.notified().await;
+        assert_eq!(queue.get("quick").await.unwrap().state, TaskState::Succeeded);
+        assert_eq!(workers.running(), 1, "the runner has not returned yet");
+        workers.heartbeat_once().await;
+        queue.release.add_permits(1);
+        runner.await.unwrap();
+        workers.heartbeat_once().await;
+        assert_eq!(metrics.lease_losses.load(Ordering::Relaxed), 0, "no lease was lost");
     }
 }

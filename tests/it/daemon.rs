@@ -467,3 +467,200 @@ fn current_umask() -> u32 {
         mask
     }
 }
+
+/// Sends `request` (raw bytes) to the daemon's socket, or to TCP when `tcp` is given, and reads until the
+/// server closes the connection. Err when it is still open after `within` (the server never closed it).
+fn raw(daemon: &Daemon, tcp: Option<&str>, request: &[u8], within: Duration) -> std::io::Result<String> {
+    use std::io::Write;
+    let raw = match tcp {
+        Some(address) => {
+            let mut stream = std::net::TcpStream::connect(address)?;
+            stream.write_all(request)?;
+            read_until_closed(stream, within, |s, t| s.set_read_timeout(t))?
+        }
+        None => {
+            let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket)?;
+            stream.write_all(request)?;
+            read_until_closed(stream, within, |s, t| s.set_read_timeout(t))?
+        }
+    };
+    Ok(String::from_utf8_lossy(&raw).into_owned())
+}
+
+/// Reads until end of stream; Err(TimedOut) if that takes longer than `within` in all (a server that keeps
+/// sending keep-alives never gets there).
+fn read_until_closed<S: std::io::Read>(
+    mut stream: S,
+    within: Duration,
+    set_timeout: impl Fn(&S, Option<Duration>) -> std::io::Result<()>,
+) -> std::io::Result<Vec<u8>> {
+    let deadline = std::time::Instant::now() + within;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "still open"));
+        }
+        set_timeout(&stream, Some(left))?;
+        match stream.read(&mut chunk)? {
+            0 => return Ok(out),
+            n => out.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The status code and the JSON body of a raw response (`Value::Null` when the body is not JSON).
+fn response(raw: &str) -> (u16, serde_json::Value) {
+    let status = raw.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (status, serde_json::from_str(body).unwrap_or_default())
+}
+
+/// A daemon with a TCP listener too (and `api` lines); the directory of its token file, the address, the token.
+fn tcp_daemon(api: &str) -> (Daemon, tempfile::TempDir, String, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = "0123456789abcdef0123456789abcdef";
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token).expect("token");
+    let daemon = Daemon::start_with_api(
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n{api}", token_file.display().to_string()),
+        "",
+    );
+    (daemon, dir, format!("127.0.0.1:{port}"), token.to_string())
+}
+
+#[test]
+fn idle_and_slow_connections_are_closed_and_oversized_bodies_refused_at_once() {
+    let (daemon, _token_dir, tcp, token) = tcp_daemon("header_timeout_secs = 1\nbody_timeout_secs = 1\n");
+    let guard = Duration::from_secs(30);
+    for listener in [None, Some(tcp.as_str())] {
+        // A connection that never sends a byte, and one that stops in the middle of its request head.
+        let idle = raw(&daemon, listener, b"", guard);
+        assert!(idle.is_ok(), "{listener:?}: an idle connection stays open: {idle:?}");
+        let half_head = raw(&daemon, listener, b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nx-slow: ", guard);
+        assert!(half_head.is_ok(), "{listener:?}: a half-sent head stays open: {half_head:?}");
+        // A body that stops part way: 408 in the envelope.
+        let auth = format!("host: {tcp}\r\nauthorization: Bearer {token}\r\n");
+        let half_body = format!("POST /v1/tasks HTTP/1.1\r\n{auth}content-length: 100\r\n\r\n{{\"instr");
+        let reply = raw(&daemon, listener, half_body.as_bytes(), guard).expect("a half-sent body is answered");
+        let (code, body) = response(&reply);
+        assert_eq!((code, &body["error"]["code"]), (408, &serde_json::json!("request_timeout")), "{reply}");
+        // A declared length past api.max_body_bytes: 413 at once, without waiting for the body.
+        let huge = format!("POST /v1/tasks HTTP/1.1\r\n{auth}content-length: 10000000000\r\n\r\n{{}}");
+        let reply = raw(&daemon, listener, huge.as_bytes(), guard).expect("a huge declared body is answered");
+        let (code, body) = response(&reply);
+        assert_eq!((code, &body["error"]["code"]), (413, &serde_json::json!("payload_too_large")), "{reply}");
+        // A keep-alive connection is closed once it idles after its response.
+        let keep_alive = format!("GET /healthz HTTP/1.1\r\n{auth}\r\n");
+        let reply = raw(&daemon, listener, keep_alive.as_bytes(), guard).expect("an idle keep-alive is closed");
+        assert_eq!(response(&reply).0, 200, "{reply}");
+    }
+    let (code, health) = http(&daemon.socket, "GET", "/healthz", None, &[]).expect("health");
+    assert_eq!(code, 200, "{health}");
+    // An event stream is not idle: it follows a task that runs for several header timeouts to its end.
+    let task = slow_task(daemon.agentd.dir.path(), "long-stream", 10, 300);
+    assert_eq!(daemon.cli(&["submit", task.to_str().expect("path")]).code, 0);
+    let follow = b"GET /v1/tasks/long-stream/events HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n";
+    let stream = raw(&daemon, None, follow, Duration::from_secs(60)).expect("the stream ends with the task");
+    assert!(stream.contains("event: task_finished"), "{stream}");
+}
+
+#[test]
+fn connections_past_the_limit_wait_until_one_closes() {
+    use std::io::{Read, Write};
+    let daemon = Daemon::start_with_api("max_connections = 2\nheader_timeout_secs = 60\n", "");
+    let first = std::os::unix::net::UnixStream::connect(&daemon.socket).expect("first");
+    let _second = std::os::unix::net::UnixStream::connect(&daemon.socket).expect("second");
+    let mut third = std::os::unix::net::UnixStream::connect(&daemon.socket).expect("third (in the backlog)");
+    third.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").expect("write");
+    third.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+    let mut byte = [0u8; 1];
+    let early = third.read(&mut byte);
+    assert!(
+        early
+            .as_ref()
+            .is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "a third connection is served while two are open: {early:?}"
+    );
+    drop(first);
+    third.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let mut reply = Vec::new();
+    third.read_to_end(&mut reply).expect("served once a connection closed");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+#[test]
+fn event_streams_of_finished_tasks_end_and_bad_event_ids_are_refused() {
+    let daemon = Daemon::start("");
+    let run = daemon.cli(&["submit", "config/tasks/mock-login.json", "--wait"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let id = run.stdout.trim().to_string();
+    let events = daemon.cli(&["events", &id, "--json"]);
+    let last =
+        events.stdout.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["seq"].as_u64()).max();
+    let last = last.expect("the task has events");
+    let guard = Duration::from_secs(30);
+    let get = |path: &str, header: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n{header}\r\n");
+        raw(&daemon, None, request.as_bytes(), guard)
+    };
+    // Resumed after (or past) its last event, the stream of a finished task ends instead of idling forever.
+    for (path, header) in [
+        (format!("/v1/tasks/{id}/events"), format!("last-event-id: {last}\r\n")),
+        (format!("/v1/tasks/{id}/events"), format!("last-event-id: {}\r\n", last + 10)),
+        (format!("/v1/tasks/{id}/events?after={last}"), String::new()),
+    ] {
+        let reply = get(&path, &header).unwrap_or_else(|e| panic!("{path} {header}: the stream never ended: {e}"));
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        assert!(!reply.contains("\nid:"), "nothing is left to send: {reply}");
+    }
+    let reply = get(&format!("/v1/tasks/{id}/events"), &format!("last-event-id: {}\r\n", last - 1)).expect("ends");
+    assert!(reply.contains(&format!("id: {last}")) && reply.contains("event: task_finished"), "{reply}");
+    // A malformed id is refused, not taken for "from the start".
+    for bad in ["abc", "-1", "9223372036854775808", "1.5"] {
+        let reply = get(&format!("/v1/tasks/{id}/events"), &format!("last-event-id: {bad}\r\n")).expect("answered");
+        let (code, body) = response(&reply);
+        assert_eq!(code, 400, "{bad}: {reply}");
+        assert_eq!(body["error"]["code"], "invalid_header", "{reply}");
+        assert_eq!(body["error"]["field"], "Last-Event-ID", "{reply}");
+        let reply = get(&format!("/v1/tasks/{id}/events?after={bad}"), "").expect("answered");
+        let (code, body) = response(&reply);
+        assert_eq!((code, &body["error"]["field"]), (400, &serde_json::json!("after")), "{bad}: {reply}");
+    }
+}
+
+#[test]
+fn every_rejection_uses_the_error_envelope_and_deleted_screenshots_are_missing() {
+    let daemon = Daemon::start("");
+    let run = daemon.cli(&["submit", "config/tasks/mock-login.json", "--wait"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let id = run.stdout.trim().to_string();
+    for (method, path, status, code, field) in [
+        ("GET", format!("/v1/tasks/{id}/steps/abc/screenshot"), 400, "invalid_path", Some("index")),
+        ("GET", format!("/v1/tasks/{id}/steps/99999999999/screenshot"), 400, "invalid_path", Some("index")),
+        ("GET", "/v1/tasks/%FF%FE".to_string(), 400, "invalid_path", Some("id")),
+        ("GET", "/v1/tasks?limit=abc".to_string(), 400, "invalid_query", Some("limit")),
+        ("GET", "/v1/tasks?bogus=1".to_string(), 400, "invalid_query", Some("bogus")),
+        ("GET", format!("/v1/tasks/{id}/events?follow=maybe"), 400, "invalid_query", Some("follow")),
+        ("DELETE", "/v1/tasks".to_string(), 405, "method_not_allowed", None),
+        ("GET", "/v1/nothing".to_string(), 404, "not_found", None),
+    ] {
+        let (got, body) = http(&daemon.socket, method, &path, None, &[]).expect("request");
+        let body: serde_json::Value =
+            serde_json::from_str(&body).unwrap_or_else(|_| panic!("{path}: not JSON: {body}"));
+        assert_eq!(got, status, "{method} {path}: {body}");
+        assert_eq!(body["error"]["code"], code, "{method} {path}: {body}");
+        assert!(body["error"]["message"].is_string(), "{body}");
+        assert_eq!(body["error"]["field"].as_str(), field, "{method} {path}: {body}");
+    }
+    // A screenshot that was stored and then removed from the store is missing, not "not stored yet".
+    let key = daemon.task(&id)["steps"][1]["screenshot"]["key"].as_str().expect("a key").to_string();
+    std::fs::remove_file(daemon.agentd.data_dir().join("artifacts").join(&key)).expect("remove the screenshot");
+    let (got, body) =
+        http(&daemon.socket, "GET", &format!("/v1/tasks/{id}/steps/1/screenshot"), None, &[]).expect("get");
+    assert_eq!(got, 410, "{body}");
+    assert!(body.contains("\"code\":\"screenshot_missing\""), "{body}");
+}
