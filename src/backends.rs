@@ -60,7 +60,7 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
             let blank = SceneSource::from("blank");
             let scene = load_scene(scene.as_ref().unwrap_or(&blank), ctx.files)
                 .await
-                .map_err(|e| BuildError::invalid("computer.scene", format!("{e}")))?;
+                .map_err(|e| BuildError::invalid("computer.scene", e))?;
             let size = match (width, height) {
                 (None, None) => None,
                 (w, h) => Some(Size::new(
@@ -141,8 +141,7 @@ async fn load_script(path: &str, files: &FileAccess) -> Result<Script, String> {
 pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<ModelSpec, BuildError> {
     match spec {
         ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) => {
-            let script =
-                load_script(path, files).await.map_err(|e| BuildError::invalid("model.script", format!("{e}")))?;
+            let script = load_script(path, files).await.map_err(|e| BuildError::invalid("model.script", e))?;
             Ok(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Inline(script) }))
         }
         other => Ok(other.clone()),

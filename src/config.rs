@@ -202,6 +202,56 @@ impl Default for ArtifactsConfig {
     }
 }
 
+/// The environment a vendor's computer tool declares (`[models.NAME] environment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputerEnvironment {
+    Linux,
+    Ubuntu,
+    Windows,
+    Mac,
+    #[serde(alias = "ENVIRONMENT_BROWSER")]
+    Browser,
+}
+
+impl ComputerEnvironment {
+    /// The name OpenAI's `computer_use_preview` tool takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Linux => "linux",
+            Self::Ubuntu => "ubuntu",
+            Self::Windows => "windows",
+            Self::Mac => "mac",
+            Self::Browser => "browser",
+        }
+    }
+}
+
+/// An openai-compatible model's coordinate space (`[models.openai-compatible] coordinate_space`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CoordinateSpace {
+    /// Pixels of the screenshot sent.
+    #[default]
+    Pixels,
+    /// 0–1000 across the screenshot.
+    #[serde(rename = "relative-1000")]
+    Relative1000,
+    /// Pixels of the image after Qwen2.5-VL's smart resize.
+    SmartResize,
+}
+
+/// How an openai-compatible model states its actions (`[models.openai-compatible] action_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActionFormat {
+    /// Function calling.
+    #[default]
+    Tools,
+    /// The UI-TARS text action grammar.
+    UiTars,
+}
+
 /// `[models.NAME]`: how to reach one model provider, and how its adapter behaves. Every key is optional; the
 /// adapter's defaults are in `docs/models.md` and `config/agentd.example.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -234,13 +284,13 @@ pub struct ModelConfig {
     /// Stream responses (`model_delta` events as text arrives). Default: true, except openai-compatible.
     pub stream: Option<bool>,
     /// The environment the computer tool declares: OpenAI `linux`/`windows`/`mac`/`ubuntu`/`browser`
-    /// (default `linux`), Gemini `ENVIRONMENT_BROWSER` (default).
-    pub environment: Option<String>,
+    /// (default `linux`), Gemini `browser` (`ENVIRONMENT_BROWSER`, the default and the only one it has).
+    pub environment: Option<ComputerEnvironment>,
     /// openai-compatible: the model's coordinate space, `pixels` (default), `relative-1000` or
     /// `smart-resize` (Qwen2.5-VL / UI-TARS-1.5).
-    pub coordinate_space: Option<String>,
+    pub coordinate_space: Option<CoordinateSpace>,
     /// openai-compatible: `tools` (function calling, default) or `ui-tars` (the UI-TARS text action grammar).
-    pub action_format: Option<String>,
+    pub action_format: Option<ActionFormat>,
     /// Old screenshots leave the context in chunks of this many (default 3 for anthropic, keeping its prompt
     /// cache valid between drops; 1 elsewhere).
     pub screenshot_chunk: Option<u32>,
@@ -750,18 +800,14 @@ fn validate(config: &Config) -> Vec<(String, String)> {
                 problem(&format!("models.{name}.{key}"), "must be at least 1".into());
             }
         }
-        if let Some(space) = &model.coordinate_space
-            && !matches!(space.as_str(), "pixels" | "relative-1000" | "smart-resize")
+        if name == "gemini"
+            && let Some(environment) = model.environment
+            && environment != ComputerEnvironment::Browser
         {
             problem(
-                &format!("models.{name}.coordinate_space"),
-                format!("{space:?}: expected \"pixels\", \"relative-1000\" or \"smart-resize\""),
+                "models.gemini.environment",
+                format!("{:?}: the Gemini computer-use tool has only \"browser\"", environment.as_str()),
             );
-        }
-        if let Some(format) = &model.action_format
-            && !matches!(format.as_str(), "tools" | "ui-tars")
-        {
-            problem(&format!("models.{name}.action_format"), format!("{format:?}: expected \"tools\" or \"ui-tars\""));
         }
         for (model_id, price) in &model.prices {
             let values = [Some(price.input), Some(price.output), price.cache_read, price.cache_write];

@@ -35,18 +35,7 @@ use crate::screen::coords::{CoordinateMap, fit_within};
 /// Scroll distance when the model gives none, in its own units.
 const DEFAULT_SCROLL: i32 = 300;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Space {
-    Pixels,
-    Relative1000,
-    SmartResize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Tools,
-    UiTars,
-}
+pub use crate::config::{ActionFormat as Format, CoordinateSpace as Space};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -214,17 +203,8 @@ pub struct CompatibleModel {
 
 impl CompatibleModel {
     pub fn new(settings: Settings) -> Result<Self, ModelError> {
-        let space = match settings.config.coordinate_space.as_deref().unwrap_or("pixels") {
-            "pixels" => Space::Pixels,
-            "relative-1000" => Space::Relative1000,
-            "smart-resize" => Space::SmartResize,
-            other => return Err(ModelError::Config(format!("openai-compatible: unknown coordinate_space {other:?}"))),
-        };
-        let format = match settings.config.action_format.as_deref().unwrap_or("tools") {
-            "tools" => Format::Tools,
-            "ui-tars" => Format::UiTars,
-            other => return Err(ModelError::Config(format!("openai-compatible: unknown action_format {other:?}"))),
-        };
+        let space = settings.config.coordinate_space.unwrap_or_default();
+        let format = settings.config.action_format.unwrap_or_default();
         Ok(Self { settings, space, format })
     }
 

@@ -28,7 +28,7 @@ use super::{
     ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall,
     Usage,
 };
-use crate::model::ModelError as Error;
+use crate::config::ComputerEnvironment;
 use crate::screen::coords::{CoordinateMap, fit_within};
 
 /// The grid Gemini's coordinates live on.
@@ -42,15 +42,21 @@ const DOCUMENT_SCROLL: i32 = 800;
 
 pub struct GeminiModel {
     settings: Settings,
-    environment: String,
+    environment: &'static str,
 }
 
 impl GeminiModel {
     pub fn new(settings: Settings) -> Result<Self, ModelError> {
-        let environment = settings.config.environment.clone().unwrap_or_else(|| "ENVIRONMENT_BROWSER".into());
-        if settings.model.contains('/') || settings.model.contains('?') {
-            return Err(Error::Config(format!("gemini: invalid model id {:?}", settings.model)));
-        }
+        // Gemini's computer-use tool has one environment.
+        let environment = match settings.config.environment.unwrap_or(ComputerEnvironment::Browser) {
+            ComputerEnvironment::Browser => "ENVIRONMENT_BROWSER",
+            other => {
+                return Err(ModelError::Config(format!(
+                    "gemini: environment {:?}: the Gemini computer-use tool has only `browser`",
+                    other.as_str()
+                )));
+            }
+        };
         Ok(Self { settings, environment })
     }
 

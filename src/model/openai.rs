@@ -32,6 +32,7 @@ use super::{
     ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall,
     Usage,
 };
+use crate::config::ComputerEnvironment;
 use crate::screen::coords::CoordinateMap;
 
 /// How long the model's `wait` action waits.
@@ -64,7 +65,7 @@ impl ToolKind {
 pub struct OpenAiModel {
     settings: Settings,
     tool: ToolKind,
-    environment: String,
+    environment: &'static str,
 }
 
 impl OpenAiModel {
@@ -73,12 +74,7 @@ impl OpenAiModel {
             Some(v) => ToolKind::parse(v)?,
             None => ToolKind::for_model(&settings.model),
         };
-        let environment = settings.config.environment.clone().unwrap_or_else(|| "linux".into());
-        if !matches!(environment.as_str(), "windows" | "mac" | "linux" | "ubuntu" | "browser") {
-            return Err(ModelError::Config(format!(
-                "openai: environment {environment:?}: expected windows, mac, linux, ubuntu or browser"
-            )));
-        }
+        let environment = settings.config.environment.unwrap_or(ComputerEnvironment::Linux).as_str();
         Ok(Self { settings, tool, environment })
     }
 
