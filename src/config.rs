@@ -579,7 +579,7 @@ const MODEL_KEYS: &[&str] = &[
 pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<Config, ConfigError> {
     let error = |problems| ConfigError { source_name: source_name.to_string(), problems };
     let mut table: toml::Table = toml::from_str(text).map_err(|e| {
-        let (line, column) = e.span().map_or((0, 0), |span| line_column(text, span.start));
+        let (line, column) = e.span().map_or((0, 0), |span| crate::input::line_column(text.as_bytes(), span.start));
         error(vec![ConfigProblem {
             field: None,
             variable: None,
@@ -942,13 +942,6 @@ fn env_value(raw: &str) -> toml::Value {
         return value;
     }
     toml::Value::String(raw.to_string())
-}
-
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 /// Finds the line of a dotted key (`worker.concurrency`, `models.openai.base_url`) in TOML text: the key's

@@ -3,13 +3,15 @@
 //! This crate owns what every provider shares and nothing more: the [`Action`] vocabulary (the JSON form of
 //! the product contract §4), key-name parsing to X keysyms ([`keys`]), the raw [`Frame`] a provider captures,
 //! the [`ComputerProvider`] trait with its typed [`ProviderError`], and a [`conformance`] kit every provider
-//! runs in its tests. Providers know nothing of queues, models or storage; the agent loop knows providers only
-//! through this crate.
+//! runs in its tests; and [`locate`], the one field locator of the JSON files people write (task files,
+//! scripts, scenes), which agentd and the mock provider share. Providers know nothing of queues, models or
+//! storage; the agent loop knows providers only through this crate.
 
 pub mod action;
 pub mod conformance;
 pub mod frame;
 pub mod keys;
+pub mod locate;
 pub mod provider;
 
 pub use action::{Action, ActionError, MouseButton, Point, Size};

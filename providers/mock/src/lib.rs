@@ -8,7 +8,7 @@
 //! reports its state ([`MockState`], the task result's `computer_state`). Same actions, same frames, byte for
 //! byte.
 //!
-//! Module map: `scene` (format, validation, built-ins) and `locate` (error positions); `widgets` (values and
+//! Module map: `scene` (format, validation, built-ins; error positions from `agentd_computer::locate`); `widgets` (values and
 //! text editing); `world` (behaviour: input and effects); `layout` (geometry); `render`, `canvas` and `font`
 //! (pixels); `desktop` (the provider); `persist` (saving to a directory).
 
@@ -16,7 +16,6 @@ mod canvas;
 mod desktop;
 mod font;
 mod layout;
-mod locate;
 mod persist;
 mod render;
 mod scene;

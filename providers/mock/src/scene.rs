@@ -14,7 +14,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::canvas::Color;
-use crate::locate::locate;
+use agentd_computer::locate::locate;
 
 /// The built-in scenes: (name, JSON text). They are ordinary scene files and double as examples.
 const BUILTINS: &[(&str, &str)] = &[

@@ -1,6 +1,8 @@
-//! Finds where a field path (`screens[0].windows[1].widgets[2].button.on_click[0].goto`) sits in a JSON text,
-//! as a line and column, so that errors found after parsing (an unknown screen, a duplicate id) point at the
-//! same place a parse error would.
+//! The one field locator of every JSON file people write for agentd (task files, scripts, mock scenes): finds
+//! where a field path (`screens[0].windows[1].widgets[2].button.on_click[0].goto`, `computer.scene`) sits in
+//! a JSON text, as a line and column, so that errors found after parsing (an unknown screen, a scene file
+//! that does not exist) point at the same place a parse error would. It lives in this crate because both
+//! agentd and the mock provider read such files and this is the crate below both.
 //!
 //! The text has already parsed as JSON when this runs; the scanner still never panics on bad input and simply
 //! answers `None` when it cannot follow the path.
@@ -36,19 +38,34 @@ fn parse_path(path: &str) -> Vec<Segment> {
 /// The 1-based line and column where the value at `path` starts, or where the deepest reachable part of the
 /// path starts when the rest is missing.
 pub fn locate(text: &str, path: &str) -> (usize, usize) {
-    let bytes = text.as_bytes();
+    let (pos, _) = follow(text.as_bytes(), path);
+    line_column(text.as_bytes(), pos)
+}
+
+/// The 1-based line and column where the value at `path` starts; `None` when the text does not hold the whole
+/// path.
+pub fn find(text: &str, path: &str) -> Option<(usize, usize)> {
+    match follow(text.as_bytes(), path) {
+        (pos, true) => Some(line_column(text.as_bytes(), pos)),
+        (_, false) => None,
+    }
+}
+
+/// How far `path` can be followed: the offset reached and whether that is the whole path.
+fn follow(bytes: &[u8], path: &str) -> (usize, bool) {
     let mut pos = skip_ws(bytes, 0);
     for segment in parse_path(path) {
         match step(bytes, pos, &segment) {
             Some(next) => pos = next,
-            None => break,
+            None => return (pos, false),
         }
     }
-    line_column(text, pos)
+    (pos, true)
 }
 
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text.as_bytes()[..offset.min(text.len())];
+/// The 1-based line and column (in characters) of a byte offset; bytes that are not UTF-8 count one each.
+pub fn line_column(text: &[u8], offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
     let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
@@ -179,5 +196,14 @@ mod tests {
         assert_eq!(locate(TEXT, "screens[9]"), locate(TEXT, "screens"));
         assert_eq!(locate(TEXT, ""), (1, 1));
         assert_eq!(locate("not json", "a.b"), (1, 1));
+    }
+
+    #[test]
+    fn find_wants_the_whole_path() {
+        assert_eq!(find(TEXT, "screens[1].id"), Some((5, 13)));
+        assert_eq!(find(TEXT, "screens[1].missing"), None);
+        assert_eq!(find("not json", "a"), None);
+        assert_eq!(line_column("añb\nc".as_bytes(), 3), (1, 3));
+        assert_eq!(line_column("añb\nc".as_bytes(), 5), (2, 1));
     }
 }
