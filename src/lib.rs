@@ -15,6 +15,7 @@ pub mod exit;
 pub mod input;
 pub mod metrics;
 pub mod model;
+pub mod private;
 pub mod queue;
 pub mod record;
 pub mod screen;

@@ -85,29 +85,7 @@ impl ArtifactStore for FsStore {
     }
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it into place: readers see the old file or
-/// the new one, never half of one. The file is created 0600 and missing directories 0700, whatever the
-/// process umask: what agentd keeps under `data_dir` (screenshots, records, the spool) is its own.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        create_private_dir_all(parent)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    file.write_all(bytes)?;
-    drop(file);
-    std::fs::rename(&tmp, path)
-}
-
-/// `create_dir_all` with 0700 for every directory it creates (existing ones are left as they are).
-pub fn create_private_dir_all(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
-}
+pub use crate::private::{create_private_dir_all, write_atomically};
 
 #[cfg(test)]
 mod tests {

@@ -110,7 +110,7 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
     for warning in preflight(&config)? {
         tracing::warn!("{warning}");
     }
-    crate::artifacts::fs::create_private_dir_all(&config.data_dir)
+    crate::private::create_private_dir_all(&config.data_dir)
         .map_err(|e| DaemonError::Unreachable(format!("data_dir {}: {e}", config.data_dir.display())))?;
     let queue = open_queue(&config).await?;
     let store = crate::backends::artifact_store(&config).await.map_err(|e| DaemonError::Invalid(e.to_string()))?;

@@ -110,7 +110,7 @@ fn write_marker(marker: &Path) -> std::io::Result<()> {
         "agentd created its queue database here at {} (unix time); if the database goes missing, agentd refuses to start rather than begin an empty queue\n",
         now_ms() / 1000
     );
-    crate::artifacts::fs::write_atomically(marker, text.as_bytes())
+    crate::private::write_atomically(marker, text.as_bytes())
 }
 
 impl SqliteQueue {
@@ -123,7 +123,7 @@ impl SqliteQueue {
     /// created (see [`SqliteQueue::marker_path`]).
     pub async fn open(path: &Path) -> Result<Self, QueueError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            crate::artifacts::fs::create_private_dir_all(parent)
+            crate::private::create_private_dir_all(parent)
                 .map_err(|e| QueueError::Unavailable(format!("cannot create {}: {e}", parent.display())))?;
         }
         let marker = Self::marker_path(path);
