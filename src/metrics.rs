@@ -42,14 +42,7 @@ impl Metrics {
         let mut out = String::new();
         let _ = writeln!(out, "# HELP agentd_tasks Tasks in the queue by state.");
         let _ = writeln!(out, "# TYPE agentd_tasks gauge");
-        for state in [
-            TaskState::Queued,
-            TaskState::Running,
-            TaskState::WaitingForHuman,
-            TaskState::Succeeded,
-            TaskState::Failed,
-            TaskState::Cancelled,
-        ] {
+        for state in TaskState::ALL {
             let _ = writeln!(
                 out,
                 "agentd_tasks{{state=\"{}\"}} {}",

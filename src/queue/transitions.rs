@@ -139,14 +139,7 @@ mod tests {
     use super::*;
     use crate::record::EndReason;
 
-    const ALL: [TaskState; 6] = [
-        TaskState::Queued,
-        TaskState::Running,
-        TaskState::WaitingForHuman,
-        TaskState::Succeeded,
-        TaskState::Failed,
-        TaskState::Cancelled,
-    ];
+    const ALL: [TaskState; 6] = TaskState::ALL;
 
     fn reason(change: &Change) -> Option<EndReason> {
         match change {

@@ -26,6 +26,10 @@ pub enum TaskState {
 }
 
 impl TaskState {
+    /// Every state, in the order a task can pass through them.
+    pub const ALL: [TaskState; 6] =
+        [Self::Queued, Self::Running, Self::WaitingForHuman, Self::Succeeded, Self::Failed, Self::Cancelled];
+
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Queued => "queued",
