@@ -7,7 +7,10 @@
 //!   pseudo-encoding is requested), so the model sees where the pointer is.
 //! - **Input**: RFB `PointerEvent` (buttons 1–8 and the wheel as buttons 4–7; button 9, "forward", does not
 //!   exist in RFB and is refused as unsupported) and `KeyEvent` with X keysyms from the shared table
-//!   (`agentd_computer::keys`): the server maps keysyms to its keyboard, Shift and all.
+//!   (`agentd_computer::keys`): the server maps keysyms to its keyboard, Shift and all. A chord that holds
+//!   Shift sends the shifted keysym of its other keys (`ctrl+shift+t` is Control, Shift, `T`; `shift+Tab` is
+//!   Shift, `ISO_Left_Tab`; digits and punctuation their US-layout symbols), as VNC viewers do
+//!   ([`agentd_computer::keys::chord_keys`]); the unshifted keysym would make the server lift Shift.
 //! - **Authentication**: None and VNC authentication (DES challenge–response).
 //! - **Faults**: a refused connection and a dropped one are [`VncError::Connect`] / [`VncError::Lost`]
 //!   (`ProviderError::Unavailable`, retryable); a wrong or missing password is [`VncError::AuthFailed`] /
@@ -28,6 +31,7 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentd_computer::keys;
 use agentd_computer::provider::{check_action, sleep_for};
 use agentd_computer::{Action, ActionReport, ComputerProvider, Frame, Key, MouseButton, Point, ProviderError, Size};
 use async_trait::async_trait;
@@ -449,8 +453,13 @@ fn button_bit(button: MouseButton) -> Result<u8, VncError> {
     }
 }
 
+/// The keysyms of an action's keys (a chord, a held key, a click's modifiers), in order. With Shift among them
+/// the others are sent shifted (`T`, `ISO_Left_Tab`, `!`), as a VNC viewer sends them: servers map a keysym
+/// to a key and the modifiers it needs, so an unshifted `t` with Shift held makes x11vnc lift Shift and Xvnc
+/// fake Caps Lock, and the application would see the chord without Shift.
 fn keysyms(action: &Action) -> Result<Vec<u32>, VncError> {
-    Ok(action.keys().map_err(|e| VncError::Invalid(e.to_string()))?.iter().map(|k| k.keysym).collect())
+    let keys = action.keys().map_err(|e| VncError::Invalid(e.to_string()))?;
+    Ok(keys::chord_keys(&keys).iter().map(|k| k.keysym).collect())
 }
 
 /// Wheel notches for a scroll distance in pixels (sign kept; at least one for any non-zero distance).

@@ -166,6 +166,56 @@ async fn input_lands_through_xvnc() {
     input_lands(&server).await;
 }
 
+/// Chords that hold Shift arrive with Shift held and the shifted key, as from a keyboard: ctrl+shift+t is
+/// `T` with Shift and Control, ctrl+alt+shift+r is `R` with Shift, Control and Alt, shift+Tab is
+/// `ISO_Left_Tab` (back-tab) with Shift. (Sent as the unshifted keysym, x11vnc lifts Shift to type `t` and Xvnc
+/// fakes Caps Lock.)
+async fn shift_chords_land(server: &Server) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = RecorderApp::start(&server.display, &dir.path().join("log")).expect("recorder");
+    let provider = connect(server).await;
+    act(&provider, serde_json::json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1})).await;
+    for chord in
+        [vec!["ctrl", "shift", "t"], vec!["ctrl", "alt", "shift", "r"], vec!["shift", "Tab"], vec!["shift", "1"]]
+    {
+        act(&provider, serde_json::json!({"type": "keypress", "keys": chord})).await;
+    }
+    let is_modifier = |e: &&Value| {
+        let name = e["keysym"].as_str().unwrap_or_default();
+        ["Shift", "Control", "Alt", "Meta", "Caps_Lock", "ISO_Level3"].iter().any(|m| name.starts_with(m))
+    };
+    let chords = |events: &[Value]| -> Vec<(String, i64)> {
+        of_kind(events, "key")
+            .into_iter()
+            .filter(|e| !is_modifier(e))
+            .map(|e| (e["keysym"].as_str().unwrap_or_default().to_string(), e["state"].as_i64().unwrap_or(-1) & 0x0f))
+            .collect()
+    };
+    let events = app.wait_until(WAIT, |events| chords(events).len() >= 4);
+    // State bits: 1 Shift, 2 Lock, 4 Control, 8 Mod1 (Alt).
+    assert_eq!(
+        chords(&events),
+        vec![("T".to_string(), 5), ("R".to_string(), 13), ("ISO_Left_Tab".to_string(), 1), ("exclam".to_string(), 1)],
+        "the chords as the app saw them: {events:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shift_chords_keep_shift_through_x11vnc() {
+    let Some(server) = x11vnc_server() else {
+        return;
+    };
+    let _guard = X11VNC_LOCK.lock().await;
+    shift_chords_land(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shift_chords_keep_shift_through_xvnc() {
+    let Some(server) = xvnc_server() else { return };
+    let _guard = XVNC_LOCK.lock().await;
+    shift_chords_land(&server).await;
+}
+
 /// The VNC frame shows exactly the X server's pixels (read with the local provider from the same display),
 /// away from the pointer the VNC server draws in.
 async fn frames_match_the_display(server: &Server) {
