@@ -2,7 +2,7 @@
 //! `ComputerProvider`, through this crate's own RFB 3.8 client.
 //!
 //! - **Screen**: a background reader keeps a local copy of the remote framebuffer current with incremental
-//!   updates (Raw, CopyRect, ZRLE; DesktopSize and ExtendedDesktopSize resize it), so a screenshot is a
+//!   updates (Raw, CopyRect, ZRLE; DesktopSize resizes it), so a screenshot is a
 //!   copy of memory and costs no round trip. The server draws the pointer into the framebuffer (no cursor
 //!   pseudo-encoding is requested), so the model sees where the pointer is.
 //! - **Input**: RFB `PointerEvent` (buttons 1–8 and the wheel as buttons 4–7; button 9, "forward", does not
@@ -238,6 +238,33 @@ impl VncProvider {
 
     /// Sends `bytes` on the current connection and waits until they are written.
     async fn send(&self, bytes: Vec<u8>) -> Result<(), VncError> {
+        self.write(bytes, false).await
+    }
+
+    /// Sends a fence after input: the next screenshot waits for an update the server sent after it had
+    /// read everything before it (see the `session` module docs).
+    async fn fence(&self) -> Result<(), VncError> {
+        self.write(proto::FENCE_REQUEST.to_vec(), true).await
+    }
+
+    /// Waits (at most `timeout`) until the framebuffer holds the answer to the last fence.
+    async fn fenced(&self, timeout: Duration) -> Result<(), VncError> {
+        let target = self.shared.fence.load(std::sync::atomic::Ordering::SeqCst);
+        let mut rx = self.shared.updates.subscribe();
+        if *rx.borrow_and_update() >= target {
+            return Ok(());
+        }
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n >= target))
+            .await
+            .map_err(|_| VncError::Lost {
+                address: self.config.address.clone(),
+                reason: format!("no screen update answered the request sent after the last action within {timeout:?}"),
+            })?
+            .map_err(|_| VncError::Closed { address: self.config.address.clone() })?;
+        Ok(())
+    }
+
+    async fn write(&self, bytes: Vec<u8>, fence: bool) -> Result<(), VncError> {
         let lost = |reason: String| VncError::Lost { address: self.config.address.clone(), reason };
         let (done, written) = oneshot::channel();
         let writer = self
@@ -248,7 +275,7 @@ impl VncProvider {
             .clone()
             .ok_or_else(|| lost("not connected".into()))?;
         writer
-            .send(Outgoing { bytes, done: Some(done) })
+            .send(Outgoing { bytes, done: Some(done), fence })
             .map_err(|_| lost("the connection closed while sending".into()))?;
         match written.await {
             Ok(Ok(())) => Ok(()),
@@ -402,7 +429,7 @@ impl VncProvider {
         let release = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(duration_ms)).await;
             let (done, written) = oneshot::channel();
-            let sent = writer.is_some_and(|w| w.send(Outgoing { bytes: up, done: Some(done) }).is_ok());
+            let sent = writer.is_some_and(|w| w.send(Outgoing { bytes: up, done: Some(done), fence: false }).is_ok());
             if sent && matches!(written.await, Ok(Ok(()))) {
                 Ok(())
             } else {
@@ -496,6 +523,7 @@ impl ComputerProvider for VncProvider {
 
     async fn screenshot(&self) -> Result<Frame, ProviderError> {
         self.ready(self.config.reconnect_grace).await?;
+        self.fenced(self.config.reconnect_grace).await?;
         Ok(self.frame()?)
     }
 
@@ -519,11 +547,16 @@ impl ComputerProvider for VncProvider {
                 reason: "RFB has no forward mouse button (button 9)".into(),
             });
         }
-        if let Action::HoldKey { duration_ms, .. } = action {
+        let report = if let Action::HoldKey { duration_ms, .. } = action {
             self.hold_key(action, *duration_ms).await?;
-            return Ok(ActionReport::default());
+            ActionReport::default()
+        } else {
+            self.input(action).await?
+        };
+        if action.is_input() {
+            self.fence().await?;
         }
-        Ok(self.input(action).await?)
+        Ok(report)
     }
 
     async fn health(&self) -> Result<(), ProviderError> {
