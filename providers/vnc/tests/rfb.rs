@@ -406,3 +406,75 @@ async fn a_restart_inside_the_grace_is_invisible_to_callers() {
     let _vnc = restart.await.expect("join").expect("x11vnc again");
     act(&provider, serde_json::json!({"type": "type", "text": "still here"})).await;
 }
+
+/// The root window's colour set with `xsetroot` (which returns once the X server has drawn it).
+fn paint_root(display: &str, rgb: (u8, u8, u8)) {
+    let colour = format!("#{:02x}{:02x}{:02x}", rgb.0, rgb.1, rgb.2);
+    let status = Command::new("xsetroot").args(["-display", display, "-solid", &colour]).status().expect("xsetroot");
+    assert!(status.success(), "xsetroot -solid {colour}");
+}
+
+fn pixel(frame: &agentd_computer::Frame, x: u32, y: u32) -> (u8, u8, u8) {
+    let [r, g, b] = frame.pixel(Point::new(x as i32, y as i32)).expect("a pixel on the screen");
+    (r, g, b)
+}
+
+/// x11vnc neither polls the screen nor tracks X damage in the first half second with a new client (see the
+/// `agentd_vnc` docs): changes made then reach it seconds later, whatever the client asks for.
+const X11VNC_BLIND: Duration = Duration::from_millis(1000);
+
+const COLOURS: [(u8, u8, u8); 4] = [(200, 30, 30), (30, 160, 40), (40, 50, 210), (220, 200, 20)];
+
+/// A screenshot taken right after an action shows what the screen showed before the action: the screen is
+/// repainted, an action is performed, and the first screenshot after it must have the new colour (a pixel
+/// of the root window, away from the pointer). Repeated, since an update may or may not have arrived by
+/// chance.
+async fn no_screenshot_older_than_the_last_action(server: &Server, blind_after_connecting: Duration) {
+    let provider = connect(server).await;
+    let size = provider.screen_size().await.expect("size");
+    let (x, y) = (size.width - 5, size.height - 5);
+    tokio::time::sleep(blind_after_connecting).await;
+    let mut stale = Vec::new();
+    for (i, &colour) in COLOURS.iter().cycle().take(12).enumerate() {
+        paint_root(&server.display, colour);
+        act(&provider, serde_json::json!({"type": "move", "x": 10 + i, "y": 10})).await;
+        let seen = pixel(&provider.screenshot().await.expect("capture"), x, y);
+        if seen != colour {
+            stale.push((i, seen, colour));
+        }
+    }
+    assert!(stale.is_empty(), "screenshots older than the action before them (round, seen, painted): {stale:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_screenshot_older_than_the_last_action_through_x11vnc() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let display = XServer::xvfb(640, 480).expect("Xvfb");
+    let port = testing::free_port().expect("port");
+    let _vnc = testing::x11vnc(&display.display, port, None).expect("x11vnc");
+    let server = Server {
+        addr: format!("127.0.0.1:{port}"),
+        display: display.display.clone(),
+        password: None,
+        horizontal_wheel: false,
+    };
+    no_screenshot_older_than_the_last_action(&server, X11VNC_BLIND).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_screenshot_older_than_the_last_action_through_xvnc() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let port = testing::free_port().expect("port");
+    let server_process = XServer::xvnc(640, 480, port, None).expect("Xvnc");
+    let server = Server {
+        addr: format!("127.0.0.1:{port}"),
+        display: server_process.display.clone(),
+        password: None,
+        horizontal_wheel: true,
+    };
+    no_screenshot_older_than_the_last_action(&server, Duration::ZERO).await;
+}
