@@ -2,9 +2,23 @@
 //! `ComputerProvider`, through this crate's own RFB 3.8 client.
 //!
 //! - **Screen**: a background reader keeps a local copy of the remote framebuffer current with incremental
-//!   updates (Raw, CopyRect, ZRLE; DesktopSize resizes it), so a screenshot is a
-//!   copy of memory and costs no round trip. The server draws the pointer into the framebuffer (no cursor
-//!   pseudo-encoding is requested), so the model sees where the pointer is.
+//!   updates (Raw, CopyRect, ZRLE; DesktopSize resizes it), so a screenshot is a copy of memory. The server
+//!   draws the pointer into the framebuffer (no cursor pseudo-encoding is requested), so the model sees
+//!   where the pointer is.
+//! - **No frame older than the last action** (contract §24): after every input action the provider writes a
+//!   *fence*, a non-incremental update request for one pixel, and the next screenshot waits until the
+//!   update that answers it has been applied (the second update after it at the latest; see `session`).
+//!   That is one or two round trips on the first screenshot after an action; screenshots with no input
+//!   since are still a copy of memory. The first frame after connecting answers the full request sent on
+//!   connecting.
+//! - **x11vnc's own copy of the screen**: x11vnc answers from a copy of the X screen that it polls, guided
+//!   by X damage events. It destroys its damage object while no client is connected and creates it again
+//!   only half a second after a client connected; changes made meanwhile are found only by a sparse check
+//!   (every 32nd row, every 2 s), which takes seconds for a small change. No RFB message makes it read the
+//!   screen again (its 4 × Alt_L hotkey would also type into the desktop), so its first frames after a
+//!   connection can show the screen as it was before, and a client cannot tell. Against Xvnc, QEMU and
+//!   other servers that draw into their own framebuffer this does not happen. With x11vnc, keep a client
+//!   connected (a viewer, or a desktop pool that holds its connection) while others change the screen.
 //! - **Input**: RFB `PointerEvent` (buttons 1–8 and the wheel as buttons 4–7; button 9, "forward", does not
 //!   exist in RFB and is refused as unsupported) and `KeyEvent` with X keysyms from the shared table
 //!   (`agentd_computer::keys`): the server maps keysyms to its keyboard, Shift and all. A chord that holds
