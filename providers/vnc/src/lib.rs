@@ -13,8 +13,8 @@
 //!   connecting.
 //! - **x11vnc's own copy of the screen**: x11vnc answers from a copy of the X screen that it polls, guided
 //!   by X damage events. It destroys its damage object while no client is connected and creates it again
-//!   only half a second after a client connected; changes made meanwhile are found only by a sparse check
-//!   (every 32nd row, every 2 s), which takes seconds for a small change. No RFB message makes it read the
+//!   about half a second after a client connected; changes made meanwhile are found only by a sparse check
+//!   (every 32nd row, every 2 s): measured 0.2 to 3.5 s for small changes (a text entry, a 40x20 window). No RFB message makes it read the
 //!   screen again (its 4 × Alt_L hotkey would also type into the desktop), so its first frames after a
 //!   connection can show the screen as it was before, and a client cannot tell. Against Xvnc, QEMU and
 //!   other servers that draw into their own framebuffer this does not happen. With x11vnc, keep a client
