@@ -256,9 +256,22 @@ async fn bench_vnc(label: &str, address: &str, password: Option<String>, reps: u
         )
         .await;
         measure(
+            "V6. click + screenshot (the screenshot waits for the answer to the click's fence)",
+            reps,
+            "minus V3 = what the fence costs",
+            |i| {
+                let p = provider.clone();
+                async move {
+                    p.perform(&click_at(size, i)).await.expect("click");
+                    std::hint::black_box(p.screenshot().await.expect("capture"));
+                }
+            },
+        )
+        .await;
+        measure(
             "V5. step without waiting: click + screenshot + scale + encode",
             reps,
-            "the frame may predate the click's effect",
+            "no settling; the screenshot waits for the click's fence, the click's effect may come later",
             |i| {
                 let p = provider.clone();
                 async move {

@@ -73,15 +73,20 @@ root.bind("<ButtonRelease>", on_release, add="+")
 root.bind("<Motion>", on_motion, add="+")
 pad.bind("<Double-Button-1>", lambda e: record(event="double", x=e.x_root, y=e.y_root), add="+")
 pad.bind("<Triple-Button-1>", lambda e: record(event="triple", x=e.x_root, y=e.y_root), add="+")
-root.bind_all(
+# Keys through a binding tag of their own, first on every widget: Tk runs only the most specific binding
+# within one tag, and the "all" tag has <Alt-Key> (menu traversal) and <<PrevWindow>> (Shift+Tab), which would
+# hide those presses from a <KeyPress> binding there.
+for widget in (root, entry, pad, scroll):
+    widget.bindtags(("recorder",) + widget.bindtags())
+root.bind_class(
+    "recorder",
     "<KeyPress>",
     lambda e: record(event="key", keysym=e.keysym, keysym_num=e.keysym_num, char=e.char, state=e.state),
-    add="+",
 )
-root.bind_all(
+root.bind_class(
+    "recorder",
     "<KeyRelease>",
     lambda e: record(event="key_release", keysym=e.keysym, state=e.state),
-    add="+",
 )
 
 

@@ -385,6 +385,67 @@ impl Key {
     }
 }
 
+/// Digits and punctuation of the US layout and what they type with Shift held.
+const US_SHIFTED: &[(char, char)] = &[
+    ('1', '!'),
+    ('2', '@'),
+    ('3', '#'),
+    ('4', '$'),
+    ('5', '%'),
+    ('6', '^'),
+    ('7', '&'),
+    ('8', '*'),
+    ('9', '('),
+    ('0', ')'),
+    ('-', '_'),
+    ('=', '+'),
+    ('[', '{'),
+    (']', '}'),
+    ('\\', '|'),
+    (';', ':'),
+    ('\'', '"'),
+    (',', '<'),
+    ('.', '>'),
+    ('/', '?'),
+    ('`', '~'),
+];
+
+impl Key {
+    /// Whether this is a Shift key (left or right).
+    pub fn is_shift(&self) -> bool {
+        matches!(self.keysym, 0xffe1 | 0xffe2)
+    }
+
+    /// The keysym this key produces while Shift is held, as a keyboard would report it: a letter its capital
+    /// (`t` → `T`, `é` → `É`), Tab `ISO_Left_Tab`, a digit or punctuation mark its shifted symbol on the US
+    /// layout (`1` → `!`, `-` → `_`). Every other key (already shifted symbols, function keys, arrows,
+    /// modifiers, keypad) is itself.
+    pub fn shifted(&self) -> Key {
+        if self.keysym == TAB.keysym {
+            return Key { keysym: 0xfe20 };
+        }
+        let Some(c) = self.to_char().filter(|_| !(0xffb0..=0xffb9).contains(&self.keysym)) else {
+            return *self;
+        };
+        if let Some((_, shifted)) = US_SHIFTED.iter().find(|(plain, _)| *plain == c) {
+            return Key::from_char(*shifted);
+        }
+        let mut upper = c.to_uppercase();
+        match (upper.next(), upper.next()) {
+            (Some(u), None) if u != c => Key::from_char(u),
+            _ => *self,
+        }
+    }
+}
+
+/// The keys of a chord as a keyboard — and every VNC viewer — sends them: when a Shift key is among them, every
+/// other key is sent as its [`Key::shifted`] keysym (`ctrl+shift+t` is Control, Shift, `T`). Servers that map
+/// keysyms to keycodes (x11vnc, Xvnc) otherwise type the unshifted keysym they were given by lifting Shift or
+/// faking Caps Lock, and the application sees the chord without Shift.
+pub fn chord_keys(keys: &[Key]) -> Vec<Key> {
+    if keys.iter().any(Key::is_shift) { keys.iter().map(Key::shifted).collect() } else { keys.to_vec() }
+}
+
 /// Splits an xdotool-style chord (`ctrl+shift+t`, `ctrl++`) into key names.
 pub fn split_chord(chord: &str) -> Vec<String> {
     let mut keys = Vec::new();
@@ -472,6 +533,37 @@ mod tests {
             assert_eq!(sym(alias), *keysym, "{alias}");
             assert_eq!(sym(&alias.to_uppercase()), *keysym, "{alias}");
         }
+    }
+
+    #[test]
+    fn shift_gives_the_shifted_keysym() {
+        let shifted = |name: &str| Key::parse(name).unwrap().shifted().name();
+        assert_eq!(shifted("t"), "T");
+        assert_eq!(shifted("T"), "T");
+        assert_eq!(shifted("Tab"), "ISO_Left_Tab");
+        assert_eq!(shifted("1"), "!");
+        assert_eq!(shifted("-"), "_");
+        assert_eq!(shifted("slash"), "?");
+        assert_eq!(shifted("\\"), "|");
+        assert_eq!(shifted("'"), "\"");
+        assert_eq!(shifted("é"), "É");
+        assert_eq!(shifted("ß"), "ß", "no single-character capital");
+        for same in ["F5", "Left", "Return", "ctrl", "shift", "KP_1", "!", "space"] {
+            assert_eq!(Key::parse(same).unwrap().shifted(), Key::parse(same).unwrap(), "{same}");
+        }
+    }
+
+    #[test]
+    fn chords_with_shift_send_shifted_keys() {
+        let chord = |names: &[&str]| {
+            let keys: Vec<Key> = names.iter().map(|n| Key::parse(n).unwrap()).collect();
+            chord_keys(&keys).iter().map(Key::name).collect::<Vec<_>>()
+        };
+        assert_eq!(chord(&["ctrl", "shift", "t"]), ["Control_L", "Shift_L", "T"]);
+        assert_eq!(chord(&["shift", "Tab"]), ["Shift_L", "ISO_Left_Tab"]);
+        assert_eq!(chord(&["ctrl", "alt", "Shift_R", "r"]), ["Control_L", "Alt_L", "Shift_R", "R"]);
+        assert_eq!(chord(&["ctrl", "t"]), ["Control_L", "t"], "no Shift, no change");
+        assert_eq!(chord(&["shift", "1"]), ["Shift_L", "!"]);
     }
 
     #[test]

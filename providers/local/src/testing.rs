@@ -61,7 +61,7 @@ pub fn skip_unless(value: Option<String>, name: &str) -> Option<String> {
     value
 }
 
-/// A child process killed (and reaped) when dropped.
+/// A child process stopped (and reaped) when dropped.
 #[derive(Debug)]
 pub struct Process {
     child: Child,
@@ -83,10 +83,12 @@ impl Process {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Kills the process now (SIGKILL) and reaps it.
+    /// Kills the process now (SIGKILL) and reaps it, and removes the System V shared memory segments it
+    /// created (x11vnc's MIT-SHM images; they outlive a killed x11vnc and fill the system's table).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        remove_shared_memory_of(self.child.id());
     }
 
     fn stdout_line(&mut self, timeout: Duration) -> std::io::Result<String> {
@@ -111,8 +113,40 @@ impl Process {
 }
 
 impl Drop for Process {
+    /// Asks the process to stop (SIGTERM) and kills it after 2 s. x11vnc killed outright leaves its MIT-SHM
+    /// segments behind, and enough test runs fill the system's table (`shmget: No space left on device`:
+    /// no x11vnc starts any more); on SIGTERM it removes them.
     fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) on our own child's pid, which is not reaped yet (so not reused).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(2) {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         self.kill();
+    }
+}
+
+/// Removes (IPC_RMID: freed once detached) the shared memory segments process `pid` created, as listed by
+/// `ipcs -m -p` (columns: shmid, owner, creator pid, last pid). Best effort.
+fn remove_shared_memory_of(pid: u32) {
+    let Ok(listing) = Command::new("ipcs").args(["-m", "-p"]).stderr(Stdio::null()).output() else {
+        return;
+    };
+    let pid = pid.to_string();
+    for line in String::from_utf8_lossy(&listing.stdout).lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [id, _, creator, ..] = fields.as_slice()
+            && *creator == pid
+            && id.parse::<u64>().is_ok()
+        {
+            let _ = Command::new("ipcrm").args(["-m", id]).stderr(Stdio::null()).status();
+        }
     }
 }
 

@@ -2,12 +2,29 @@
 //! `ComputerProvider`, through this crate's own RFB 3.8 client.
 //!
 //! - **Screen**: a background reader keeps a local copy of the remote framebuffer current with incremental
-//!   updates (Raw, CopyRect, ZRLE; DesktopSize and ExtendedDesktopSize resize it), so a screenshot is a
-//!   copy of memory and costs no round trip. The server draws the pointer into the framebuffer (no cursor
-//!   pseudo-encoding is requested), so the model sees where the pointer is.
+//!   updates (Raw, CopyRect, ZRLE; DesktopSize resizes it), so a screenshot is a copy of memory. The server
+//!   draws the pointer into the framebuffer (no cursor pseudo-encoding is requested), so the model sees
+//!   where the pointer is.
+//! - **No frame older than the last action** (contract §24): after every input action the provider writes a
+//!   *fence*, a non-incremental update request for one pixel, and the next screenshot waits until the
+//!   update that answers it has been applied (the second update after it at the latest; see `session`).
+//!   That is one or two round trips on the first screenshot after an action; screenshots with no input
+//!   since are still a copy of memory. The first frame after connecting answers the full request sent on
+//!   connecting.
+//! - **x11vnc's own copy of the screen**: x11vnc answers from a copy of the X screen that it polls, guided
+//!   by X damage events. It destroys its damage object while no client is connected and creates it again
+//!   about half a second after a client connected; changes made meanwhile are found only by a sparse check
+//!   (every 32nd row, every 2 s): measured 0.2 to 3.5 s for small changes (a text entry, a 40x20 window). No RFB message makes it read the
+//!   screen again (its 4 × Alt_L hotkey would also type into the desktop), so its first frames after a
+//!   connection can show the screen as it was before, and a client cannot tell. Against Xvnc, QEMU and
+//!   other servers that draw into their own framebuffer this does not happen. With x11vnc, keep a client
+//!   connected (a viewer, or a desktop pool that holds its connection) while others change the screen.
 //! - **Input**: RFB `PointerEvent` (buttons 1–8 and the wheel as buttons 4–7; button 9, "forward", does not
 //!   exist in RFB and is refused as unsupported) and `KeyEvent` with X keysyms from the shared table
-//!   (`agentd_computer::keys`): the server maps keysyms to its keyboard, Shift and all.
+//!   (`agentd_computer::keys`): the server maps keysyms to its keyboard, Shift and all. A chord that holds
+//!   Shift sends the shifted keysym of its other keys (`ctrl+shift+t` is Control, Shift, `T`; `shift+Tab` is
+//!   Shift, `ISO_Left_Tab`; digits and punctuation their US-layout symbols), as VNC viewers do
+//!   ([`agentd_computer::keys::chord_keys`]); the unshifted keysym would make the server lift Shift.
 //! - **Authentication**: None and VNC authentication (DES challenge–response).
 //! - **Faults**: a refused connection and a dropped one are [`VncError::Connect`] / [`VncError::Lost`]
 //!   (`ProviderError::Unavailable`, retryable); a wrong or missing password is [`VncError::AuthFailed`] /
@@ -28,6 +45,7 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentd_computer::keys;
 use agentd_computer::provider::{check_action, sleep_for};
 use agentd_computer::{Action, ActionReport, ComputerProvider, Frame, Key, MouseButton, Point, ProviderError, Size};
 use async_trait::async_trait;
@@ -234,6 +252,33 @@ impl VncProvider {
 
     /// Sends `bytes` on the current connection and waits until they are written.
     async fn send(&self, bytes: Vec<u8>) -> Result<(), VncError> {
+        self.write(bytes, false).await
+    }
+
+    /// Sends a fence after input: the next screenshot waits for an update the server sent after it had
+    /// read everything before it (see the `session` module docs).
+    async fn fence(&self) -> Result<(), VncError> {
+        self.write(proto::FENCE_REQUEST.to_vec(), true).await
+    }
+
+    /// Waits (at most `timeout`) until the framebuffer holds the answer to the last fence.
+    async fn fenced(&self, timeout: Duration) -> Result<(), VncError> {
+        let target = self.shared.fence.load(std::sync::atomic::Ordering::SeqCst);
+        let mut rx = self.shared.updates.subscribe();
+        if *rx.borrow_and_update() >= target {
+            return Ok(());
+        }
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n >= target))
+            .await
+            .map_err(|_| VncError::Lost {
+                address: self.config.address.clone(),
+                reason: format!("no screen update answered the request sent after the last action within {timeout:?}"),
+            })?
+            .map_err(|_| VncError::Closed { address: self.config.address.clone() })?;
+        Ok(())
+    }
+
+    async fn write(&self, bytes: Vec<u8>, fence: bool) -> Result<(), VncError> {
         let lost = |reason: String| VncError::Lost { address: self.config.address.clone(), reason };
         let (done, written) = oneshot::channel();
         let writer = self
@@ -244,7 +289,7 @@ impl VncProvider {
             .clone()
             .ok_or_else(|| lost("not connected".into()))?;
         writer
-            .send(Outgoing { bytes, done: Some(done) })
+            .send(Outgoing { bytes, done: Some(done), fence })
             .map_err(|_| lost("the connection closed while sending".into()))?;
         match written.await {
             Ok(Ok(())) => Ok(()),
@@ -398,7 +443,7 @@ impl VncProvider {
         let release = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(duration_ms)).await;
             let (done, written) = oneshot::channel();
-            let sent = writer.is_some_and(|w| w.send(Outgoing { bytes: up, done: Some(done) }).is_ok());
+            let sent = writer.is_some_and(|w| w.send(Outgoing { bytes: up, done: Some(done), fence: false }).is_ok());
             if sent && matches!(written.await, Ok(Ok(()))) {
                 Ok(())
             } else {
@@ -449,8 +494,13 @@ fn button_bit(button: MouseButton) -> Result<u8, VncError> {
     }
 }
 
+/// The keysyms of an action's keys (a chord, a held key, a click's modifiers), in order. With Shift among them
+/// the others are sent shifted (`T`, `ISO_Left_Tab`, `!`), as a VNC viewer sends them: servers map a keysym
+/// to a key and the modifiers it needs, so an unshifted `t` with Shift held makes x11vnc lift Shift and Xvnc
+/// fake Caps Lock, and the application would see the chord without Shift.
 fn keysyms(action: &Action) -> Result<Vec<u32>, VncError> {
-    Ok(action.keys().map_err(|e| VncError::Invalid(e.to_string()))?.iter().map(|k| k.keysym).collect())
+    let keys = action.keys().map_err(|e| VncError::Invalid(e.to_string()))?;
+    Ok(keys::chord_keys(&keys).iter().map(|k| k.keysym).collect())
 }
 
 /// Wheel notches for a scroll distance in pixels (sign kept; at least one for any non-zero distance).
@@ -487,6 +537,7 @@ impl ComputerProvider for VncProvider {
 
     async fn screenshot(&self) -> Result<Frame, ProviderError> {
         self.ready(self.config.reconnect_grace).await?;
+        self.fenced(self.config.reconnect_grace).await?;
         Ok(self.frame()?)
     }
 
@@ -510,11 +561,16 @@ impl ComputerProvider for VncProvider {
                 reason: "RFB has no forward mouse button (button 9)".into(),
             });
         }
-        if let Action::HoldKey { duration_ms, .. } = action {
+        let report = if let Action::HoldKey { duration_ms, .. } = action {
             self.hold_key(action, *duration_ms).await?;
-            return Ok(ActionReport::default());
+            ActionReport::default()
+        } else {
+            self.input(action).await?
+        };
+        if action.is_input() {
+            self.fence().await?;
         }
-        Ok(self.input(action).await?)
+        Ok(report)
     }
 
     async fn health(&self) -> Result<(), ProviderError> {

@@ -253,6 +253,10 @@ pub fn update_request(incremental: bool, width: u16, height: u16) -> [u8; 10] {
     m
 }
 
+/// A non-incremental `FramebufferUpdateRequest` for the top-left pixel: servers answer it at once, changed or
+/// not, and cheaply (see `session` on fences).
+pub const FENCE_REQUEST: [u8; 10] = [3, 0, 0, 0, 0, 0, 0, 1, 0, 1];
+
 /// `KeyEvent`.
 pub fn key_event(down: bool, keysym: u32) -> [u8; 8] {
     let mut m = [0u8; 8];
@@ -384,6 +388,7 @@ mod tests {
         assert_eq!(pointer_event(0b1000_0001, 300, 2), [5, 0x81, 1, 44, 0, 2]);
         assert_eq!(key_event(true, 0xff0d), [4, 1, 0, 0, 0, 0, 0xff, 0x0d]);
         assert_eq!(update_request(true, 1280, 800), [3, 1, 0, 0, 0, 0, 5, 0, 3, 32]);
+        assert_eq!(FENCE_REQUEST, update_request(false, 1, 1));
         assert_eq!(set_encodings(&[0, -223]), [2, 0, 0, 2, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x21]);
         let pf = set_pixel_format(PixelFormat::RGBX);
         assert_eq!(pf.len(), 20);

@@ -8,13 +8,23 @@
 //! update requests) go through a *writer* thread fed by a channel, so the reader never waits on a write —
 //! a server blocked on sending us pixels cannot deadlock against us blocked on sending it keys.
 //!
+//! **Fences.** A frame may be older than the last input: the server may not have drawn the input's effect
+//! into what it sends yet, or an update sent before the input may still be on its way. So after every input
+//! action the provider sends a *fence*: a non-incremental `FramebufferUpdateRequest` for one pixel, which
+//! every server answers at once (with whatever else changed). Servers answer requests in order, never
+//! unasked, and the reader keeps one request of its own outstanding; so of the updates that arrive after the
+//! fence was written, the second at the latest answers it ([`Shared::fence`] holds that count). While a fence
+//! is waiting the reader adds a one-pixel request to each of its own, so that second update comes at once even
+//! on a still screen. A screenshot waits until the count is reached; on an unchanged screen with no input
+//! since the last one, it is still a copy of memory.
+//!
 //! When the connection drops, the supervisor publishes [`Status::Lost`] and reconnects with backoff
 //! (100 ms doubling to 2 s) for as long as the provider lives; a refused password ends that with
 //! [`Status::Failed`]. Callers wait a bounded time for [`Status::Connected`] (see `VncProvider`).
 
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -44,6 +54,8 @@ pub enum Status {
 pub struct Outgoing {
     pub bytes: Vec<u8>,
     pub done: Option<oneshot::Sender<Result<(), String>>>,
+    /// The message is a fence (see the module docs): raise [`Shared::fence`] as it is written.
+    pub fence: bool,
 }
 
 /// What the provider and the supervisor share.
@@ -53,6 +65,8 @@ pub struct Shared {
     pub status: watch::Sender<Status>,
     /// How many updates with pixels in them have been applied (all connections).
     pub updates: watch::Sender<u64>,
+    /// The value of `updates` at which the last fence written has been answered: a screenshot waits for it.
+    pub fence: AtomicU64,
     /// The current connection's writer, `None` while disconnected.
     pub writer: Mutex<Option<mpsc::Sender<Outgoing>>>,
     /// The current socket, kept to shut it down when the provider is dropped.
@@ -69,6 +83,7 @@ impl Shared {
             framebuffer: Mutex::new(Framebuffer::new(1, 1)),
             status: watch::channel(Status::Connecting).0,
             updates: watch::channel(0).0,
+            fence: AtomicU64::new(0),
             writer: Mutex::new(None),
             socket: Mutex::new(None),
             generation: Mutex::new(0),
@@ -156,7 +171,10 @@ fn encodings(choice: Encodings) -> Vec<i32> {
         Encodings::Raw => vec![proto::RAW, proto::COPY_RECT, proto::ZRLE],
         Encodings::Zrle => vec![proto::ZRLE, proto::COPY_RECT, proto::RAW],
     };
-    list.extend([proto::EXTENDED_DESKTOP_SIZE, proto::DESKTOP_SIZE, proto::LAST_RECT]);
+    // Not ExtendedDesktopSize: with it, Xvnc answers every non-incremental request (every fence) with an
+    // update holding only the screen layout and sends the pixels on the next request, a second round trip.
+    // DesktopSize reports resizes all the same.
+    list.extend([proto::DESKTOP_SIZE, proto::LAST_RECT]);
     list
 }
 
@@ -240,9 +258,10 @@ fn run_connection(shared: &Arc<Shared>, connection: Connection) -> String {
         return "closed".into();
     }
     let (tx, rx) = mpsc::channel::<Outgoing>();
-    let writer = std::thread::Builder::new()
-        .name(format!("agentd-vnc-writer {}", shared.address))
-        .spawn(move || write_loop(writer_stream, rx));
+    let writer = std::thread::Builder::new().name(format!("agentd-vnc-writer {}", shared.address)).spawn({
+        let shared = shared.clone();
+        move || write_loop(&shared, writer_stream, rx)
+    });
     if let Err(e) = writer {
         return format!("cannot start the writer thread: {e}");
     }
@@ -263,8 +282,14 @@ fn run_connection(shared: &Arc<Shared>, connection: Connection) -> String {
     reason
 }
 
-fn write_loop(mut stream: TcpStream, rx: mpsc::Receiver<Outgoing>) {
+fn write_loop(shared: &Shared, mut stream: TcpStream, rx: mpsc::Receiver<Outgoing>) {
     while let Ok(message) = rx.recv() {
+        if message.fence {
+            // Counted before writing: an update applied between this count and the write is one of the
+            // (at most) two that can precede the fence's answer, so the answer is still within two.
+            let answered = *shared.updates.borrow() + 2;
+            shared.fence.fetch_max(answered, Ordering::SeqCst);
+        }
         let result = stream.write_all(&message.bytes).map_err(|e| e.to_string());
         let failed = result.is_err();
         if let Some(done) = message.done {
@@ -328,13 +353,20 @@ fn read_loop(
                     shared.status.send_replace(Status::Connected);
                 }
                 // A resize is followed by a full update of the new size; otherwise ask for changes only.
-                let request = proto::update_request(
+                let mut request = proto::update_request(
                     resized.is_none(),
                     w.min(u32::from(u16::MAX)) as u16,
                     h.min(u32::from(u16::MAX)) as u16,
-                );
+                )
+                .to_vec();
+                // A fence is waiting: make sure the next update comes even if nothing changes. (Not after an
+                // update without pixels: a server that answers a full request with only a size, keeping the
+                // pixels for the next request, would answer another full request the same way, forever.)
+                if has_pixels && *shared.updates.borrow() < shared.fence.load(Ordering::SeqCst) {
+                    request.extend_from_slice(&proto::FENCE_REQUEST);
+                }
                 writer
-                    .send(Outgoing { bytes: request.to_vec(), done: None })
+                    .send(Outgoing { bytes: request, done: None, fence: false })
                     .map_err(|_| WireError::Io("the writer stopped".into()))?;
             }
             1 => {

@@ -166,6 +166,56 @@ async fn input_lands_through_xvnc() {
     input_lands(&server).await;
 }
 
+/// Chords that hold Shift arrive with Shift held and the shifted key, as from a keyboard: ctrl+shift+t is
+/// `T` with Shift and Control, ctrl+alt+shift+r is `R` with Shift, Control and Alt, shift+Tab is
+/// `ISO_Left_Tab` (back-tab) with Shift. (Sent as the unshifted keysym, x11vnc lifts Shift to type `t` and Xvnc
+/// fakes Caps Lock.)
+async fn shift_chords_land(server: &Server) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = RecorderApp::start(&server.display, &dir.path().join("log")).expect("recorder");
+    let provider = connect(server).await;
+    act(&provider, serde_json::json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1})).await;
+    for chord in
+        [vec!["ctrl", "shift", "t"], vec!["ctrl", "alt", "shift", "r"], vec!["shift", "Tab"], vec!["shift", "1"]]
+    {
+        act(&provider, serde_json::json!({"type": "keypress", "keys": chord})).await;
+    }
+    let is_modifier = |e: &&Value| {
+        let name = e["keysym"].as_str().unwrap_or_default();
+        ["Shift", "Control", "Alt", "Meta", "Caps_Lock", "ISO_Level3"].iter().any(|m| name.starts_with(m))
+    };
+    let chords = |events: &[Value]| -> Vec<(String, i64)> {
+        of_kind(events, "key")
+            .into_iter()
+            .filter(|e| !is_modifier(e))
+            .map(|e| (e["keysym"].as_str().unwrap_or_default().to_string(), e["state"].as_i64().unwrap_or(-1) & 0x0f))
+            .collect()
+    };
+    let events = app.wait_until(WAIT, |events| chords(events).len() >= 4);
+    // State bits: 1 Shift, 2 Lock, 4 Control, 8 Mod1 (Alt).
+    assert_eq!(
+        chords(&events),
+        vec![("T".to_string(), 5), ("R".to_string(), 13), ("ISO_Left_Tab".to_string(), 1), ("exclam".to_string(), 1)],
+        "the chords as the app saw them: {events:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shift_chords_keep_shift_through_x11vnc() {
+    let Some(server) = x11vnc_server() else {
+        return;
+    };
+    let _guard = X11VNC_LOCK.lock().await;
+    shift_chords_land(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shift_chords_keep_shift_through_xvnc() {
+    let Some(server) = xvnc_server() else { return };
+    let _guard = XVNC_LOCK.lock().await;
+    shift_chords_land(&server).await;
+}
+
 /// The VNC frame shows exactly the X server's pixels (read with the local provider from the same display),
 /// away from the pointer the VNC server draws in.
 async fn frames_match_the_display(server: &Server) {
@@ -355,4 +405,86 @@ async fn a_restart_inside_the_grace_is_invisible_to_callers() {
     assert_eq!(frame.size(), Size::new(640, 480));
     let _vnc = restart.await.expect("join").expect("x11vnc again");
     act(&provider, serde_json::json!({"type": "type", "text": "still here"})).await;
+}
+
+/// The root window's colour set with `xsetroot` (which returns once the X server has drawn it).
+fn paint_root(display: &str, rgb: (u8, u8, u8)) {
+    let colour = format!("#{:02x}{:02x}{:02x}", rgb.0, rgb.1, rgb.2);
+    let status = Command::new("xsetroot").args(["-display", display, "-solid", &colour]).status().expect("xsetroot");
+    assert!(status.success(), "xsetroot -solid {colour}");
+}
+
+fn pixel(frame: &agentd_computer::Frame, x: u32, y: u32) -> (u8, u8, u8) {
+    let [r, g, b] = frame.pixel(Point::new(x as i32, y as i32)).expect("a pixel on the screen");
+    (r, g, b)
+}
+
+/// Both shared desktops' locks (always in this order): the fence tests use servers of their own, but their
+/// rapid full-screen repaints beside `input_lands_through_x11vnc` made x11vnc's added keysyms (Å, Ø typed
+/// with Shift) come out in lower case now and then.
+async fn alone() -> (tokio::sync::MutexGuard<'static, ()>, tokio::sync::MutexGuard<'static, ()>) {
+    let x11vnc = X11VNC_LOCK.lock().await;
+    (x11vnc, XVNC_LOCK.lock().await)
+}
+
+/// x11vnc neither polls the screen nor tracks X damage in the first half second with a new client (see the
+/// `agentd_vnc` docs): changes made then reach it seconds later, whatever the client asks for.
+const X11VNC_BLIND: Duration = Duration::from_millis(1000);
+
+const COLOURS: [(u8, u8, u8); 4] = [(200, 30, 30), (30, 160, 40), (40, 50, 210), (220, 200, 20)];
+
+/// A screenshot taken right after an action shows what the screen showed before the action: the screen is
+/// repainted, an action is performed, and the first screenshot after it must have the new colour (a pixel
+/// of the root window, away from the pointer). Repeated, since an update may or may not have arrived by
+/// chance.
+async fn no_screenshot_older_than_the_last_action(server: &Server, blind_after_connecting: Duration) {
+    let provider = connect(server).await;
+    let size = provider.screen_size().await.expect("size");
+    let (x, y) = (size.width - 5, size.height - 5);
+    tokio::time::sleep(blind_after_connecting).await;
+    let mut stale = Vec::new();
+    for (i, &colour) in COLOURS.iter().cycle().take(12).enumerate() {
+        paint_root(&server.display, colour);
+        act(&provider, serde_json::json!({"type": "move", "x": 10 + i, "y": 10})).await;
+        let seen = pixel(&provider.screenshot().await.expect("capture"), x, y);
+        if seen != colour {
+            stale.push((i, seen, colour));
+        }
+    }
+    assert!(stale.is_empty(), "screenshots older than the action before them (round, seen, painted): {stale:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_screenshot_older_than_the_last_action_through_x11vnc() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let _guards = alone().await;
+    let display = XServer::xvfb(640, 480).expect("Xvfb");
+    let port = testing::free_port().expect("port");
+    let _vnc = testing::x11vnc(&display.display, port, None).expect("x11vnc");
+    let server = Server {
+        addr: format!("127.0.0.1:{port}"),
+        display: display.display.clone(),
+        password: None,
+        horizontal_wheel: false,
+    };
+    no_screenshot_older_than_the_last_action(&server, X11VNC_BLIND).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_screenshot_older_than_the_last_action_through_xvnc() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let _guards = alone().await;
+    let port = testing::free_port().expect("port");
+    let server_process = XServer::xvnc(640, 480, port, None).expect("Xvnc");
+    let server = Server {
+        addr: format!("127.0.0.1:{port}"),
+        display: server_process.display.clone(),
+        password: None,
+        horizontal_wheel: true,
+    };
+    no_screenshot_older_than_the_last_action(&server, Duration::ZERO).await;
 }
