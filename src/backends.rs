@@ -189,8 +189,9 @@ async fn vnc_computer(spec: &VncSpec) -> Result<Arc<dyn ComputerProvider>, Build
         })?),
         None => None,
     };
-    match VncProvider::connect(VncConfig::new(spec.address.clone(), password)).await {
-        Ok(provider) => Ok(Arc::new(provider)),
+    // One connection per server for the process's life (see `VncProvider::shared`: it keeps x11vnc current).
+    match VncProvider::shared(VncConfig::new(spec.address.clone(), password)).await {
+        Ok(provider) => Ok(provider),
         Err(e @ (VncError::AuthFailed { .. } | VncError::PasswordRequired { .. })) => {
             Err(BuildError::invalid("computer.password_env", format!("{e}")))
         }

@@ -172,6 +172,25 @@ impl VncProvider {
         Ok(provider)
     }
 
+    /// The provider for `config`'s server and password, shared by everything in this process that asks for
+    /// it: the connection stays open for the daemon's life instead of one per task. Besides saving a
+    /// handshake per task, this keeps x11vnc current: it stops tracking the screen while no client is
+    /// connected (and for about half a second after one connects), so a change made between two tasks would
+    /// otherwise reach the next task seconds late. The daemon runs one task per desktop at a time, so tasks
+    /// never share a connection at once. A connection that fails is not kept.
+    pub async fn shared(config: VncConfig) -> Result<Arc<Self>, VncError> {
+        type Open = std::collections::HashMap<(String, Option<String>), Arc<VncProvider>>;
+        static OPEN: std::sync::OnceLock<tokio::sync::Mutex<Open>> = std::sync::OnceLock::new();
+        let key = (config.address.clone(), config.password.clone());
+        let mut open = OPEN.get_or_init(|| tokio::sync::Mutex::new(Open::new())).lock().await;
+        if let Some(provider) = open.get(&key) {
+            return Ok(provider.clone());
+        }
+        let provider = Arc::new(Self::connect(config).await?);
+        open.insert(key, provider.clone());
+        Ok(provider)
+    }
+
     /// The desktop name the server announced.
     pub fn desktop_name(&self) -> &str {
         &self.name

@@ -488,3 +488,36 @@ async fn no_screenshot_older_than_the_last_action_through_xvnc() {
     };
     no_screenshot_older_than_the_last_action(&server, Duration::ZERO).await;
 }
+
+/// Between two tasks no action runs and, with a connection per task, no client is connected: x11vnc then
+/// stops tracking the screen, and a change made meanwhile reached the next task's first screenshot seconds
+/// late (21 of 88 short tasks). The daemon keeps one connection per server (`VncProvider::shared`), so the
+/// next task's first screenshot shows a change made while no task ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_connection_keeps_x11vnc_current_between_tasks() {
+    if desktop_env().is_none() {
+        return;
+    }
+    let _guards = alone().await;
+    let display = XServer::xvfb(640, 480).expect("Xvfb");
+    let port = testing::free_port().expect("port");
+    let _vnc = testing::x11vnc(&display.display, port, None).expect("x11vnc");
+    let config = VncConfig::new(format!("127.0.0.1:{port}"), None);
+    let first = VncProvider::shared(config.clone()).await.expect("connect");
+    let size = first.screen_size().await.expect("size");
+    let (x, y) = (size.width - 5, size.height - 5);
+    tokio::time::sleep(X11VNC_BLIND).await;
+    let mut stale = Vec::new();
+    for (i, &colour) in COLOURS.iter().cycle().take(8).enumerate() {
+        // The last task has ended; the screen changes while none runs; then the next task starts.
+        paint_root(&display.display, colour);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let next = VncProvider::shared(config.clone()).await.expect("the shared connection");
+        assert!(std::sync::Arc::ptr_eq(&first, &next), "a second connection was opened");
+        let seen = pixel(&next.screenshot().await.expect("capture"), x, y);
+        if seen != colour {
+            stale.push((i, seen, colour));
+        }
+    }
+    assert!(stale.is_empty(), "first screenshots older than the screen (round, seen, painted): {stale:?}");
+}
