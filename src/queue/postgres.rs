@@ -121,6 +121,9 @@ impl Default for PostgresSettings {
     }
 }
 
+/// How long the server lets one of our sessions sit idle inside a transaction (see `connect`).
+const IDLE_IN_TRANSACTION: &str = "SET idle_in_transaction_session_timeout = '5s'";
+
 pub struct PostgresQueue {
     pool: PgPool,
     /// `postgres://user@host:port/db`, never with the password.
@@ -182,6 +185,16 @@ impl PostgresQueue {
             .acquire_timeout(Duration::from_secs(10))
             // A connection broken by a server restart is found and replaced before anyone uses it.
             .test_before_acquire(true)
+            // A node frozen or cut off in the middle of a transaction (SIGSTOP, a long pause, a partition)
+            // would hold its row locks — and the rescuers on other nodes skip locked rows — for as long as it
+            // stays away. Our transactions never wait on the client between statements, so the server ends
+            // one idle that long and its locks go with it; the node's late write then fails and is fenced.
+            .after_connect(|connection, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(&mut *connection, IDLE_IN_TRANSACTION).await?;
+                    Ok(())
+                })
+            })
             .connect_lazy_with(options);
         let queue = Self { pool, describe, listen: settings.listen };
         queue.migrate().await?;
@@ -1041,6 +1054,45 @@ mod tests {
         .expect("lease");
         assert!((85.0..=90.0).contains(&seconds), "lease ends {seconds} s from the database's now()");
         queue.pool.close().await;
+        fresh.drop_schema().await;
+    }
+
+    /// A node frozen inside a transaction (here: a share lock on the task row, as an event append takes, left
+    /// open) must not keep the other nodes' rescuers away from its expired lease: the server ends the idle
+    /// transaction and the rescue goes through.
+    #[tokio::test]
+    async fn a_transaction_left_open_by_a_frozen_node_does_not_block_the_rescue() {
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let frozen = fresh.queue(PostgresSettings::default()).await;
+        let rescuer = fresh.queue(PostgresSettings::default()).await;
+        frozen.submit(NewTask { spec: spec("frozen-tx"), max_attempts: 2 }).await.expect("submit");
+        let who = WorkerIdentity {
+            name: "frozen".into(),
+            labels: BTreeMap::new(),
+            desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+        };
+        frozen.claim(&who, Duration::from_secs(1)).await.expect("claim").expect("a task");
+        let mut tx = frozen.pool.begin().await.expect("begin");
+        sqlx::query("SELECT 1 FROM agentd_tasks WHERE id = 'frozen-tx' FOR SHARE")
+            .execute(&mut *tx)
+            .await
+            .expect("lock");
+        // The node stops here, its transaction open; its lease runs out meanwhile.
+        let started = std::time::Instant::now();
+        let rescued = loop {
+            let rescued = rescuer.rescue_expired().await.expect("rescue");
+            if !rescued.is_empty() {
+                break rescued;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "the open transaction kept the rescue away");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        assert_eq!(rescued[0].task_id, "frozen-tx");
+        // The woken node's transaction is gone.
+        assert!(tx.commit().await.is_err(), "the frozen node's transaction outlived the server's timeout");
+        frozen.pool.close().await;
+        rescuer.pool.close().await;
         fresh.drop_schema().await;
     }
 }
