@@ -159,20 +159,12 @@ where
 fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
     let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
-        let path = e.path().to_string();
         let message = e.inner().to_string();
-        // An unknown or missing parameter is named in the message, not the path.
-        let quoted = message
-            .split('`')
-            .nth(1)
-            .filter(|_| message.starts_with("unknown field") || message.starts_with("missing field"));
-        let field = match quoted {
-            Some(name) => Some(name.to_string()),
-            None if path != "." && !path.is_empty() => Some(path),
-            None => None,
-        };
+        let field = crate::input::field_from(&e.path().to_string(), &message);
+        // An unknown or missing parameter is named in the message already.
+        let named = message.starts_with("unknown field") || message.starts_with("missing field");
         let shown = match &field {
-            Some(field) if quoted.is_none() => format!("query parameter `{field}`: {message}"),
+            Some(field) if !named => format!("query parameter `{field}`: {message}"),
             _ => format!("query string: {message}"),
         };
         ApiError { field, ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", shown) }

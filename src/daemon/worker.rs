@@ -38,14 +38,14 @@ pub struct Workers {
     pub models: crate::model::Shared,
     /// What the API may do to the workers (wake, cancel, count); the workers use the same signals.
     pub handle: WorkerHandle,
-    /// Leases held by this process: task id → (token, the runner's cancel token).
+    /// Leases held by this process: task id → its token and lease state (the runners' cancel tokens are
+    /// the handle's).
     active: Mutex<HashMap<String, ActiveLease>>,
     slots: Arc<Semaphore>,
 }
 
 struct ActiveLease {
     token: i64,
-    cancel: CancellationToken,
     lost: CancellationToken,
     /// The runner is telling the queue how the attempt ended: from then on a heartbeat may find the task over
     /// (by this very runner), and a real loss is reported by the runner's own write.
@@ -173,17 +173,15 @@ impl Workers {
     }
 
     pub async fn heartbeat_once(&self) {
-        let leases: Vec<(String, i64, CancellationToken, CancellationToken)> = match self.active.lock() {
-            Ok(active) => {
-                active.iter().map(|(id, a)| (id.clone(), a.token, a.cancel.clone(), a.lost.clone())).collect()
-            }
+        let leases: Vec<(String, i64, CancellationToken)> = match self.active.lock() {
+            Ok(active) => active.iter().map(|(id, a)| (id.clone(), a.token, a.lost.clone())).collect(),
             Err(_) => return,
         };
-        for (id, token, cancel, lost) in leases {
+        for (id, token, lost) in leases {
             match self.queue.heartbeat(&id, token, self.lease_for()).await {
                 Ok(LeaseStatus::Held { cancel_requested }) => {
                     if cancel_requested {
-                        cancel.cancel();
+                        self.handle.cancel_local(&id);
                     }
                 }
                 Ok(LeaseStatus::Lost) if !self.still_running(&id, token) => {
@@ -193,7 +191,7 @@ impl Workers {
                     tracing::warn!(task_id = %id, "lease lost; stopping the task here");
                     self.metrics.lease_losses.fetch_add(1, Ordering::Relaxed);
                     lost.cancel();
-                    cancel.cancel();
+                    self.handle.cancel_local(&id);
                 }
                 Err(e) => tracing::warn!(task_id = %id, error = %e, "heartbeat failed; will retry"),
             }
@@ -238,10 +236,7 @@ impl Workers {
         let cancel = CancellationToken::new();
         let lost = CancellationToken::new();
         if let Ok(mut active) = self.active.lock() {
-            active.insert(
-                task_id.clone(),
-                ActiveLease { token, cancel: cancel.clone(), lost: lost.clone(), ending: false },
-            );
+            active.insert(task_id.clone(), ActiveLease { token, lost: lost.clone(), ending: false });
         }
         self.handle.started(&task_id, cancel.clone());
         self.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);

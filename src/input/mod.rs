@@ -87,8 +87,10 @@ fn clean_serde_message(message: &str) -> String {
     }
 }
 
-/// The field to name: the path serde saw, or for a missing or unknown field the field itself.
-fn field_from(path: &str, message: &str) -> Option<String> {
+/// The field to name: the path serde saw, or for a missing or unknown field the field itself (serde names it
+/// in the message, not the path). Shared by every input parsed through serde: JSON bodies and files, query
+/// strings.
+pub fn field_from(path: &str, message: &str) -> Option<String> {
     // serde_path_to_error says `?` where the input ended before a field was known.
     let path = path.trim_end_matches('?').trim_end_matches('.');
     let base = if path == "." || path.is_empty() { None } else { Some(path.to_string()) };
