@@ -8,12 +8,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentd::agent::events::{EventKind, EventSink};
+use agentd::agent::events::EventSink;
 use agentd::agent::journal::MemoryJournal;
 use agentd::agent::{LoopInput, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::model::scripted::{Script, ScriptedModel};
 use agentd::model::{DeltaSink, Model, ModelError, ModelRequest, ModelTurn};
+use agentd::record::events::EventKind;
 use agentd::screen::coords::{CoordinateMap, fit_within};
 use agentd::screen::image;
 use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};

@@ -15,11 +15,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::events::EventSink;
 use crate::agent::journal::Journal;
-use crate::agent::settle::SettlePolicy;
 use crate::agent::{LoopEnd, LoopInput, run_isolated};
 use crate::artifacts::Uploader;
 use crate::backends::{self, BuildError, ComputerContext};
 use crate::config::Config;
+use crate::config::SettlePolicy;
 use crate::input::FileAccess;
 use crate::model::{Model, Shared};
 use crate::record::{EndReason, EventKind, Outcome, ScreenshotRef, StepRecord, Usage};

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::model::ToolSpec;
 
-pub use crate::model::TASK_COMPLETION;
+use crate::model::TASK_COMPLETION;
 
 /// The envelope every tool call produces.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,7 +14,6 @@
 use crate::model::{CallKind, Exchange};
 
 /// What adapters put where a dropped screenshot was.
-pub use crate::model::SCREENSHOT_PLACEHOLDER;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContextPolicy {

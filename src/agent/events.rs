@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
-pub use crate::record::events::{DeltaKind, Event, EventKind};
+use crate::record::events::{Event, EventKind};
 
 /// Numbers, timestamps and forwards a task's events. Cheap to clone; safe to use from several tasks.
 #[derive(Clone)]

@@ -14,13 +14,15 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::context::ContextPolicy;
-use super::events::{DeltaKind, EventKind, EventSink};
+use super::events::EventSink;
 use super::journal::{Journal, JournalError};
-use super::settle::{SettlePolicy, settle};
+use super::settle::settle;
 use crate::artifacts::{Uploader, artifact_key};
+use crate::config::SettlePolicy;
 use crate::model::{
     CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult, Usage,
 };
+use crate::record::events::{DeltaKind, EventKind};
 use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepApproval, StepRecord};
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
@@ -852,7 +854,7 @@ fn zoom_size(region: Size, max: Size) -> Size {
 fn completion_made(step: &StepRecord) -> Option<Outcome> {
     for call in &step.calls {
         match &call.kind {
-            CallKind::Function { name, arguments } if name == tools::TASK_COMPLETION => {
+            CallKind::Function { name, arguments } if name == crate::model::TASK_COMPLETION => {
                 return tools::handle_function(name, arguments).1.map(|Effect::Complete { success, summary }| {
                     Outcome { success, summary, reason: EndReason::Completed }
                 });

@@ -14,7 +14,7 @@ use tokio::time::Instant as Clock;
 
 use agentd_computer::{ComputerProvider, Frame, ProviderError};
 
-pub use crate::config::SettlePolicy;
+use crate::config::SettlePolicy;
 
 /// What settling found.
 #[derive(Debug)]

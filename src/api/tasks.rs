@@ -14,11 +14,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{ApiError, ApiPath, ApiQuery, ApiState};
-use crate::agent::events::EventKind;
 use crate::artifacts::ArtifactError;
 use crate::backends;
 use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Submitted};
 use crate::record::TaskState;
+use crate::record::events::EventKind;
 use crate::status::TaskRecord;
 use crate::task::{TaskFileError, TaskId, TaskSpec};
 

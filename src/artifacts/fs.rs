@@ -85,7 +85,7 @@ impl ArtifactStore for FsStore {
     }
 }
 
-pub use crate::private::{create_private_dir_all, write_atomically};
+use crate::private::{create_private_dir_all, write_atomically};
 
 #[cfg(test)]
 mod tests {

@@ -28,8 +28,8 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::fs::write_atomically;
 use super::{ArtifactError, ArtifactStore, check_key, content_type};
+use crate::private::write_atomically;
 
 /// Called once an artifact is stored, with its URL.
 pub type OnStored = Box<dyn FnOnce(&str) + Send>;

@@ -15,7 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::events::{Event, EventKind, EventSink};
+use crate::agent::events::EventSink;
 use crate::agent::journal::{Journal, JournalError};
 use crate::api::WorkerHandle;
 use crate::artifacts::Uploader;
@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::model::Usage;
 use crate::queue::{Finish, Lease, LeaseStatus, Queue, QueueError, Release, WorkerIdentity, now_ms};
 use crate::record::Outcome;
+use crate::record::events::{Event, EventKind};
 
 /// What the claim loop and runners share.
 pub struct Workers {

@@ -359,7 +359,7 @@ pub fn computer_actions(input: &Value, display: Size) -> Result<Vec<Action>, Str
 pub fn parse_message(
     message: &Value,
     display: Size,
-    price: Option<&super::pricing::Price>,
+    price: Option<&crate::config::Price>,
 ) -> Result<ModelTurn, AttemptError> {
     let content = message
         .get("content")
@@ -437,7 +437,7 @@ const PARTIAL_INPUT: &str = "__agentd_partial_input";
 pub struct MessageDecoder<'a> {
     deltas: DeltaSink<'a>,
     display: Size,
-    price: Option<super::pricing::Price>,
+    price: Option<crate::config::Price>,
     redact: &'a (dyn Fn(&str) -> String + Send + Sync),
     message: Value,
     blocks: Vec<Value>,
@@ -449,7 +449,7 @@ impl<'a> MessageDecoder<'a> {
     pub fn new(
         deltas: DeltaSink<'a>,
         display: Size,
-        price: Option<super::pricing::Price>,
+        price: Option<crate::config::Price>,
         redact: &'a (dyn Fn(&str) -> String + Send + Sync),
     ) -> Self {
         Self {

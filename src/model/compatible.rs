@@ -35,7 +35,7 @@ use crate::screen::coords::{CoordinateMap, fit_within};
 /// Scroll distance when the model gives none, in its own units.
 const DEFAULT_SCROLL: i32 = 300;
 
-pub use crate::config::{ActionFormat as Format, CoordinateSpace as Space};
+use crate::config::{ActionFormat, CoordinateSpace};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -197,8 +197,8 @@ pub fn smart_resize(size: Size) -> Size {
 
 pub struct CompatibleModel {
     settings: Settings,
-    space: Space,
-    format: Format,
+    space: CoordinateSpace,
+    format: ActionFormat,
 }
 
 impl CompatibleModel {
@@ -219,7 +219,9 @@ impl CompatibleModel {
 
     fn space_text(&self, image: Size) -> String {
         match self.space {
-            Space::Relative1000 => "Coordinates are relative: x and y from 0 to 1000 across the screenshot.".into(),
+            CoordinateSpace::Relative1000 => {
+                "Coordinates are relative: x and y from 0 to 1000 across the screenshot.".into()
+            }
             _ => format!(
                 "Coordinates are pixels of the screenshot, which is {} wide and {} high; (0, 0) is its top-left corner.",
                 image.width, image.height
@@ -230,13 +232,13 @@ impl CompatibleModel {
     pub fn body(&self, request: &ModelRequest<'_>) -> Value {
         let image = self.image_size(request.screen);
         let mut system = format!("{}\n{}", wire::SYSTEM_PROMPT, self.space_text(image));
-        if self.format == Format::UiTars {
+        if self.format == ActionFormat::UiTars {
             system.push_str(UI_TARS_PROMPT);
         }
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(self.messages(request));
         let mut body = json!({"model": self.settings.model, "messages": messages});
-        if self.format == Format::Tools {
+        if self.format == ActionFormat::Tools {
             let mut tools: Vec<Value> = computer_tools()
                 .into_iter()
                 .map(|(name, description, parameters)| {
@@ -282,7 +284,7 @@ impl CompatibleModel {
                     extra.push(image_part(image));
                 }
             }
-            if ids.is_empty() && self.format == Format::UiTars {
+            if ids.is_empty() && self.format == ActionFormat::UiTars {
                 // Results of text actions have no tool message: tell the model in the next user turn.
                 for result in &slot.exchange.results {
                     if !result.ok {
@@ -308,7 +310,7 @@ impl CompatibleModel {
         };
         let mut raw = json!({"role": "assistant", "content": message.get("content").cloned().unwrap_or(Value::Null)});
         match self.format {
-            Format::Tools => {
+            ActionFormat::Tools => {
                 let calls = message.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
                 let mut kept = Vec::new();
                 for (i, call) in calls.iter().enumerate() {
@@ -341,7 +343,7 @@ impl CompatibleModel {
                     raw["tool_calls"] = Value::Array(kept);
                 }
             }
-            Format::UiTars => {
+            ActionFormat::UiTars => {
                 if let Some(call) = parse_ui_tars(&turn.text, step) {
                     turn.calls.push(call);
                 }
@@ -586,15 +588,17 @@ impl Model for CompatibleModel {
 
     fn coordinates(&self, screen: Size) -> CoordinateMap {
         match self.space {
-            Space::Relative1000 => CoordinateMap::normalized(screen, 1000),
-            Space::Pixels => CoordinateMap::scaled(screen, fit_within(screen, Size::new(1280, 800))),
-            Space::SmartResize => CoordinateMap::scaled(screen, smart_resize(fit_within(screen, Size::new(1280, 800)))),
+            CoordinateSpace::Relative1000 => CoordinateMap::normalized(screen, 1000),
+            CoordinateSpace::Pixels => CoordinateMap::scaled(screen, fit_within(screen, Size::new(1280, 800))),
+            CoordinateSpace::SmartResize => {
+                CoordinateMap::scaled(screen, smart_resize(fit_within(screen, Size::new(1280, 800))))
+            }
         }
     }
 
     fn image_size(&self, screen: Size) -> Size {
         match self.space {
-            Space::Relative1000 => fit_within(screen, Size::new(1280, 800)),
+            CoordinateSpace::Relative1000 => fit_within(screen, Size::new(1280, 800)),
             _ => self.coordinates(screen).model(),
         }
     }

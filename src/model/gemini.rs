@@ -322,7 +322,7 @@ pub fn parse_content(
     usage_metadata: &Value,
     step: u32,
     declared: &[&str],
-    price: Option<&super::pricing::Price>,
+    price: Option<&crate::config::Price>,
 ) -> Result<ModelTurn, AttemptError> {
     let parts = content
         .get("parts")
@@ -388,7 +388,7 @@ pub struct ContentDecoder<'a> {
     deltas: DeltaSink<'a>,
     step: u32,
     declared: Vec<&'static str>,
-    price: Option<super::pricing::Price>,
+    price: Option<crate::config::Price>,
     parts: Vec<Value>,
     usage: Value,
     finish_reason: Option<String>,
@@ -400,7 +400,7 @@ impl<'a> ContentDecoder<'a> {
         deltas: DeltaSink<'a>,
         step: u32,
         declared: Vec<&'static str>,
-        price: Option<super::pricing::Price>,
+        price: Option<crate::config::Price>,
     ) -> Self {
         Self {
             deltas,

@@ -294,7 +294,7 @@ pub fn action(value: &Value) -> Result<Vec<Action>, String> {
 /// Reads a Response object (`output`, `usage`) into a turn.
 pub fn parse_response(
     response: &Value,
-    price: Option<&super::pricing::Price>,
+    price: Option<&crate::config::Price>,
     auto_acknowledge: bool,
 ) -> Result<ModelTurn, AttemptError> {
     let output = response
@@ -383,7 +383,7 @@ pub fn usage(u: &Value) -> Usage {
 /// Decodes a Responses response: a Response JSON body, or the stream up to `response.completed`.
 pub struct ResponseDecoder<'a> {
     deltas: DeltaSink<'a>,
-    price: Option<super::pricing::Price>,
+    price: Option<crate::config::Price>,
     auto_acknowledge: bool,
     redact: &'a (dyn Fn(&str) -> String + Send + Sync),
     response: Option<Value>,
@@ -392,7 +392,7 @@ pub struct ResponseDecoder<'a> {
 impl<'a> ResponseDecoder<'a> {
     pub fn new(
         deltas: DeltaSink<'a>,
-        price: Option<super::pricing::Price>,
+        price: Option<crate::config::Price>,
         auto_acknowledge: bool,
         redact: &'a (dyn Fn(&str) -> String + Send + Sync),
     ) -> Self {

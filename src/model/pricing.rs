@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-pub use crate::config::Price;
+use crate::config::Price;
 
 /// (provider, model id prefix, price). Anthropic cache: writes 1.25×, reads 0.1× the input price (5-minute
 /// cache); OpenAI cached input as listed; Gemini implicit-cache reads at 0.1× (Gemini 3) / 0.25× (2.5).

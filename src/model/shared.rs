@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use super::ModelError;
 use super::http::{Auth, Endpoint, RetryPolicy, Secret, Timeouts, Transport};
-use super::pricing::{Price, PriceTable};
+use super::pricing::PriceTable;
+use crate::config::Price;
 use crate::config::{Config, ModelConfig};
 use crate::task::ModelOptions;
 

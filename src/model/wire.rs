@@ -149,7 +149,7 @@ pub fn computer(id: String, actions: Vec<Action>) -> ToolCall {
 }
 
 /// Computes cost from a price (USD per million tokens) and normalised usage (see [`Usage`]).
-pub fn with_cost(mut usage: Usage, price: Option<&super::pricing::Price>) -> Usage {
+pub fn with_cost(mut usage: Usage, price: Option<&crate::config::Price>) -> Usage {
     if let Some(price) = price {
         usage.cost_usd = price.cost(&usage);
     }

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentd::agent::events::{Event, EventSink};
+use agentd::agent::events::EventSink;
 use agentd::agent::journal::{Journal, JournalError, MemoryJournal};
 use agentd::agent::runner::{NO_TOOL_NOTE, RESUME_NOTE};
 use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
 use agentd::artifacts::{ArtifactStore, FsStore, Uploader};
 use agentd::model::Model;
 use agentd::model::scripted::{Script, ScriptedModel};
+use agentd::record::events::Event;
 use agentd::record::{EndReason, StepRecord};
 use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};
 use agentd_computer::{Action, ComputerProvider, Point, Size};

@@ -8,12 +8,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentd::agent::events::{Event, EventKind, EventSink};
+use agentd::agent::events::EventSink;
 use agentd::agent::journal::MemoryJournal;
 use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::backends;
 use agentd::model::{Delta, Model, ModelError, ModelImage, ModelRequest, ModelTurn, Shared};
+use agentd::record::events::{Event, EventKind};
 use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask};
 use agentd_computer::{Action, Frame, MouseButton, Point, Size};
 use agentd_mock::{MockDesktop, Scene};
