@@ -6,6 +6,7 @@
 //! go back to the queue becomes a final outcome ([`Ending::into_outcome`]); a worker releases, requeues or
 //! finishes its lease.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +23,11 @@ use crate::config::Config;
 use crate::config::SettlePolicy;
 use crate::input::FileAccess;
 use crate::model::{Model, Shared};
+use crate::record::PendingToolCall;
 use crate::record::{EndReason, EventKind, Outcome, ScreenshotRef, StepRecord, Usage};
 use crate::task::ResolvedTask;
+use crate::task::tools::ToolDecl;
+use crate::tools::Toolbox;
 
 /// Everything one attempt needs.
 pub struct Attempt<'a> {
@@ -37,6 +41,8 @@ pub struct Attempt<'a> {
     /// For a task that came over the API: the config whose allowed environment variables and base URLs it
     /// must keep to (checked again here, since the node that accepted it may allow more).
     pub allowed_by: Option<&'a Config>,
+    /// The config's `[tools.NAME]` declarations, which a task names with `{"use": NAME}`.
+    pub tool_catalog: &'a BTreeMap<String, ToolDecl>,
     /// Where the mock desktop keeps its state between attempts, if anywhere.
     pub persist_dir: Option<&'a Path>,
     /// The process's model clients and rate limiters.
@@ -67,6 +73,8 @@ pub enum Ending {
     WaitingForHuman(String),
     /// Another worker owns the task now; nothing more may be written.
     LeaseLost(String),
+    /// The last step waits for the API client to answer these `remote` tool calls.
+    AwaitingTool(Vec<PendingToolCall>),
 }
 
 impl Ending {
@@ -76,14 +84,23 @@ impl Ending {
         match self {
             Self::Finished(outcome) | Self::Retryable { outcome, .. } => outcome,
             Self::Interrupted => {
-                Outcome { success: false, summary: "interrupted".into(), reason: EndReason::Cancelled }
+                Outcome { success: false, summary: "interrupted".into(), reason: EndReason::Cancelled, output: None }
             }
-            Self::LeaseLost(why) => Outcome { success: false, summary: why, reason: EndReason::Error },
+            Self::LeaseLost(why) => Outcome { success: false, summary: why, reason: EndReason::Error, output: None },
             Self::WaitingForHuman(reason) => Outcome {
                 success: false,
                 summary: format!("needs a human's approval ({reason}); submit it to the daemon to approve it"),
                 reason: EndReason::Rejected,
+                output: None,
             },
+            Self::AwaitingTool(calls) => Outcome::new(
+                false,
+                format!(
+                    "the remote tool call(s) {} need an API client's answer; submit the task to the daemon to answer them",
+                    calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                EndReason::Error,
+            ),
         }
     }
 }
@@ -106,6 +123,7 @@ pub struct AttemptOutput {
 pub struct Built {
     pub computer: Arc<dyn ComputerProvider>,
     pub model: Arc<dyn Model>,
+    pub tools: Arc<Toolbox>,
 }
 
 impl Attempt<'_> {
@@ -122,8 +140,9 @@ impl Attempt<'_> {
         let model_spec = backends::inline_script(&self.task.model, self.files).await?;
         let model = backends::model(&model_spec, self.models, base_dir)?;
         let context = ComputerContext { files: self.files, persist_dir: self.persist_dir };
+        let tools = backends::toolbox(&self.task, self.tool_catalog)?;
         let computer = backends::computer(&self.task.computer, &context).await?;
-        Ok(Built { computer, model })
+        Ok(Built { computer, model, tools })
     }
 
     /// Emits `task_started`, builds the computer and the model unless `built` brings them, and runs the loop
@@ -137,13 +156,14 @@ impl Attempt<'_> {
                 Err(error) => return AttemptOutput::unbuilt(error),
             },
         };
-        let Built { computer, model } = built;
+        let Built { computer, model, tools } = built;
         let output = run_isolated(LoopInput {
             task_id: self.task_id.to_string(),
             attempt: self.attempt,
             task: self.task,
             computer,
             model,
+            tools,
             uploader: self.uploader,
             journal: self.journal,
             events: self.events,
@@ -161,6 +181,7 @@ impl Attempt<'_> {
             LoopEnd::Interrupted => Ending::Interrupted,
             LoopEnd::LeaseLost(why) => Ending::LeaseLost(why),
             LoopEnd::WaitingForHuman { reason } => Ending::WaitingForHuman(reason),
+            LoopEnd::AwaitingTool { calls } => Ending::AwaitingTool(calls),
         };
         AttemptOutput {
             ending,
@@ -178,7 +199,7 @@ impl AttemptOutput {
     /// An attempt whose computer or model could not be built: wrong input ends the task, an unreachable
     /// backend may pass by the next attempt.
     fn unbuilt(error: BuildError) -> Self {
-        let outcome = Outcome { success: false, summary: error.to_string(), reason: EndReason::Error };
+        let outcome = Outcome { success: false, summary: error.to_string(), reason: EndReason::Error, output: None };
         let ending = match error {
             BuildError::Invalid { .. } => Ending::Finished(outcome),
             BuildError::Unreachable(_) => Ending::Retryable { outcome, retry_after: None },

@@ -4,6 +4,8 @@
 //! Errors say whether the input was wrong ([`BuildError::Invalid`], exit 2) or a backend could not be
 //! reached ([`BuildError::Unreachable`], exit 3).
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -15,16 +17,18 @@ use crate::config::{ArtifactsBackend, Config};
 use crate::input::{FileAccess, FileError};
 use crate::model::scripted::{Script, ScriptedModel};
 use crate::model::{Model, ModelError, Shared};
+use crate::task::tools::ToolDecl;
 use crate::task::{
     CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec, VncSpec,
 };
+use crate::tools::{Makers, Tool, Toolbox, ToolboxError};
 
 #[derive(Debug, Error)]
 pub enum BuildError {
     /// The task or config asks for something invalid (a bad scene or script file, an unknown setting); `field`
     /// is the dotted path of the field at fault, when one is.
     #[error("{}", match field { Some(field) => format!("field `{field}`: {message}"), None => message.clone() })]
-    Invalid { field: Option<&'static str>, message: String },
+    Invalid { field: Option<Cow<'static, str>>, message: String },
     /// A backend the task needs cannot be reached.
     #[error("{0}")]
     Unreachable(String),
@@ -32,14 +36,14 @@ pub enum BuildError {
 
 impl BuildError {
     /// Invalid input at `field` (a dotted path such as `computer.scene`).
-    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
-        Self::Invalid { field: Some(field), message: message.into() }
+    pub fn invalid(field: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self::Invalid { field: Some(field.into()), message: message.into() }
     }
 
     /// The field at fault, when the error is about one.
-    pub fn field(&self) -> Option<&'static str> {
+    pub fn field(&self) -> Option<&str> {
         match self {
-            Self::Invalid { field, .. } => *field,
+            Self::Invalid { field, .. } => field.as_deref(),
             Self::Unreachable(_) => None,
         }
     }
@@ -262,6 +266,29 @@ pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<
         load_script(path, &files).await.map_err(|e| BuildError::invalid("model.script", e))?;
     }
     Ok(())
+}
+
+/// The task's toolbox: its declared tools, `use` entries looked up in the config's `[tools]`, its output
+/// schema.
+pub fn toolbox(
+    task: &crate::task::ResolvedTask,
+    catalog: &BTreeMap<String, ToolDecl>,
+) -> Result<Arc<Toolbox>, BuildError> {
+    Toolbox::for_task(task, catalog, &ToolMakers)
+        .map(Arc::new)
+        .map_err(|ToolboxError { field, message }| BuildError::invalid(field, message))
+}
+
+/// Makes the in-process tool kinds (`http`, `command`).
+struct ToolMakers;
+
+impl Makers for ToolMakers {
+    fn make(&self, decl: &ToolDecl, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
+        Err(ToolboxError {
+            field: format!("{field}.kind"),
+            message: format!("tools of kind `{}` are not supported yet", decl.kind.as_str()),
+        })
+    }
 }
 
 /// The environment variables and endpoints a task submitted over the API may name: a VNC `password_env` in

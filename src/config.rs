@@ -17,6 +17,7 @@ use thiserror::Error;
 use crate::input::FileAccess;
 use crate::record::Usage;
 use crate::task::TaskDefaults;
+use crate::task::tools::ToolDecl;
 
 /// The system-wide config file, used when `--config` and `$AGENTD_CONFIG` are not given and it exists.
 pub const SYSTEM_CONFIG: &str = "/etc/agentd/agentd.toml";
@@ -34,6 +35,8 @@ pub struct Config {
     pub defaults: TaskDefaults,
     /// How the loop waits for the screen after actions.
     pub settle: SettlePolicy,
+    /// `[tools.NAME]`: tools tasks name with `{"use": "NAME"}` (§13); the only place `command` tools come from.
+    pub tools: BTreeMap<String, ToolDecl>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -317,6 +320,7 @@ impl Default for Config {
             models: BTreeMap::new(),
             defaults: TaskDefaults::default(),
             settle: SettlePolicy::default(),
+            tools: BTreeMap::new(),
         }
     }
 }
@@ -549,8 +553,7 @@ impl ConfigSource {
         }
     }
 }
-
-const SECTIONS: &[&str] = &["api", "queue", "worker", "artifacts", "models", "defaults", "settle"];
+const SECTIONS: &[&str] = &["api", "queue", "worker", "artifacts", "models", "defaults", "settle", "tools"];
 const MODEL_KEYS: &[&str] = &[
     "base_url",
     "allowed_base_urls",
@@ -604,6 +607,7 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
             "defaults" => keyed(value, &key, &mut section_problems).map(|v| config.defaults = v),
             "settle" => keyed(value, &key, &mut section_problems).map(|v| config.settle = v),
             "models" => models(value, &mut section_problems).map(|v| config.models = v),
+            "tools" => tools(value, &mut section_problems).map(|v| config.tools = v),
             other => {
                 section_problems.push((
                     other.to_string(),
@@ -656,6 +660,30 @@ fn models(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BT
     for (name, entry) in table {
         if let Some(model) = keyed::<ModelConfig>(entry, &format!("models.{name}"), problems) {
             out.insert(name, model);
+        }
+    }
+    Some(out)
+}
+
+/// `[tools.NAME]` tables: a tool declaration of §13 whose name is its key.
+fn tools(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTreeMap<String, ToolDecl>> {
+    let toml::Value::Table(table) = value else {
+        return section(value, "tools", problems);
+    };
+    let mut out = BTreeMap::new();
+    for (name, entry) in table {
+        let field = format!("tools.{name}");
+        let toml::Value::Table(mut entry) = entry else {
+            problems.push((field, "must be a table of a tool's settings".into()));
+            continue;
+        };
+        if entry.contains_key("name") {
+            problems.push((format!("{field}.name"), "the tool's name is its key in [tools]; remove `name`".into()));
+            continue;
+        }
+        entry.insert("name".into(), toml::Value::String(name.clone()));
+        if let Some(tool) = section::<ToolDecl>(toml::Value::Table(entry), &field, problems) {
+            out.insert(name, tool);
         }
     }
     Some(out)

@@ -19,15 +19,17 @@ use super::journal::{Journal, JournalError};
 use super::settle::settle;
 use crate::artifacts::{Uploader, artifact_key};
 use crate::config::SettlePolicy;
+use crate::model::ToolSpec;
 use crate::model::{
     CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult, Usage,
 };
+use crate::record::events::PendingToolCall;
 use crate::record::events::{DeltaKind, EventKind};
 use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepApproval, StepRecord};
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
-use crate::tools::{self, Effect};
+use crate::tools::{Called, Effect, ToolContext, ToolOutcome, Toolbox};
 
 /// Everything one attempt of a task needs.
 pub struct LoopInput {
@@ -36,6 +38,8 @@ pub struct LoopInput {
     pub task: ResolvedTask,
     pub computer: Arc<dyn ComputerProvider>,
     pub model: Arc<dyn Model>,
+    /// The declared tools (§13) and `task_completion`.
+    pub tools: Arc<Toolbox>,
     pub uploader: Uploader,
     pub journal: Arc<dyn Journal>,
     pub events: EventSink,
@@ -64,6 +68,9 @@ pub enum LoopEnd {
     LeaseLost(String),
     /// The last step's calls wait for a human; the step is journaled, nothing of it has run.
     WaitingForHuman { reason: String },
+    /// The last step waits for the API client to answer its `remote` tool calls (journaled with
+    /// `awaiting_tools`); the calls before them ran, the ones after them run when the task resumes.
+    AwaitingTool { calls: Vec<PendingToolCall> },
     /// A failure a later attempt may not hit (the computer or model was unreachable).
     Retryable(Outcome),
 }
@@ -147,6 +154,8 @@ struct Loop {
     /// Whether the last capture differs from `previous_frame` (`None` for the first).
     last_changed: Option<bool>,
     policy: ContextPolicy,
+    /// What the model is told it may call (from the toolbox, computed once).
+    specs: Vec<ToolSpec>,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
     /// The completion the last resumed step already made: the worker died after the model called
@@ -190,6 +199,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         previous_frame: None,
         last_changed: None,
         policy,
+        specs: input.tools.specs(),
         pending_approval: None,
         resumed_completion: None,
         retry_after: None,
@@ -220,7 +230,7 @@ impl Loop {
         if resume.last().is_some_and(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none())) {
             self.pending_approval = resume.pop();
         }
-        self.resumed_completion = resume.last().and_then(completion_made);
+        self.resumed_completion = resume.last().and_then(|step| completion_made(step, &self.input.tools));
         let mut interrupted = false;
         for step in &resume {
             self.usage.add(&step.usage);
@@ -260,8 +270,10 @@ impl Loop {
                     interrupted = true;
                     unfinished.push(position);
                     step.finished = true;
-                    step.results
-                        .resize(step.actions.len(), ActionResult { ok: false, message: INTERRUPTED_ACTION.into() });
+                    let answered = step.results.iter().filter(|r| r.is_action()).count();
+                    for _ in answered..step.actions.len() {
+                        step.results.push(ActionResult::action(false, INTERRUPTED_ACTION));
+                    }
                 }
                 step
             })
@@ -467,6 +479,8 @@ impl Loop {
             raw: turn.raw.clone(),
             finished: false,
             approval: None,
+            awaiting_tools: Vec::new(),
+            interrupted: false,
         };
         // Screen-space actions are known before anything runs, so the journal shows what was about to happen.
         record.actions = turn
@@ -492,6 +506,9 @@ impl Loop {
         }
 
         let executed = self.run_calls(index, &turn).await;
+        if !executed.awaiting.is_empty() {
+            return Err(self.park_for_tools(record, &executed).await);
+        }
         if executed.stop.is_none() {
             self.settle_after(&mut record, &executed, &frame).await?;
         }
@@ -513,6 +530,30 @@ impl Loop {
             return Err(Stop::End(end));
         }
         Ok(executed.completion)
+    }
+
+    /// Journals a step whose remote tool calls wait for the API client (what ran so far, and which calls
+    /// are awaited), emits `awaiting_tool`, and ends the attempt.
+    async fn park_for_tools(&mut self, mut record: StepRecord, executed: &Executed) -> Stop {
+        record.actions = executed.actions.clone();
+        record.results = executed.action_results.clone();
+        record.call_results = executed
+            .tool_results
+            .iter()
+            .map(|r| CallResult {
+                call_id: r.call_id.clone(),
+                ok: r.ok,
+                message: r.message.clone(),
+                details: executed.details.get(&r.call_id).cloned(),
+            })
+            .collect();
+        record.awaiting_tools = executed.awaiting.iter().map(|c| c.id.clone()).collect();
+        if let Err(stop) = self.journal(&record).await {
+            return stop;
+        }
+        self.input.events.emit(EventKind::AwaitingTool { step: record.index, calls: executed.awaiting.clone() });
+        self.steps.push(record);
+        Stop::End(LoopEnd::AwaitingTool { calls: executed.awaiting.clone() })
     }
 
     /// Waits for the screen to settle after input actions, and records how long and whether it changed.
@@ -545,7 +586,12 @@ impl Loop {
         record.call_results = executed
             .tool_results
             .iter()
-            .map(|r| CallResult { call_id: r.call_id.clone(), ok: r.ok, message: r.message.clone() })
+            .map(|r| CallResult {
+                call_id: r.call_id.clone(),
+                ok: r.ok,
+                message: r.message.clone(),
+                details: executed.details.get(&r.call_id).cloned(),
+            })
             .collect();
         record.duration_ms = started.elapsed().as_millis() as u64;
         record.finished = true;
@@ -559,13 +605,13 @@ impl Loop {
     }
 
     async fn call_model(&mut self, step: u32, screenshot: &ModelImage) -> Result<ModelTurn, Stop> {
-        let tools = tools::declared_tools();
+        let tools = &self.specs;
         let request = ModelRequest {
             instructions: &self.input.task.instructions,
             history: &self.history,
             screenshot,
             notes: &self.notes,
-            tools: &tools,
+            tools,
             screen: self.screen,
             step,
             summary: self.summary.as_deref(),
@@ -618,7 +664,7 @@ impl Loop {
         let mut out = Executed::default();
         let mut action_index = 0u32;
         let mut failed = false;
-        for call in &turn.calls {
+        for (position, call) in turn.calls.iter().enumerate() {
             if failed || out.stop.is_some() {
                 out.tool_results.push(ToolResult {
                     call_id: call.id.clone(),
@@ -635,21 +681,97 @@ impl Loop {
                     out.tool_results.push(result);
                 }
                 CallKind::Function { name, arguments } => {
-                    let (outcome, effect) = tools::handle_function(name, arguments);
-                    failed = !outcome.ok;
-                    if let Some(Effect::Complete { success, summary }) = effect {
-                        out.completion = Some(Outcome { success, summary, reason: EndReason::Completed });
+                    if self.input.tools.is_remote(name) && self.input.tools.check(name, arguments).is_ok() {
+                        // This call and the valid remote calls right after it go to the API client together.
+                        out.awaiting = remote_run(&turn.calls[position..], &self.input.tools);
+                        break;
                     }
+                    let outcome = self.call_tool(step, &call.id, name, arguments, &mut out).await;
+                    failed = !outcome.ok;
                     out.tool_results.push(ToolResult {
                         call_id: call.id.clone(),
                         ok: outcome.ok,
                         message: outcome.message,
                         image: None,
                     });
+                    if let Some(details) = outcome.details {
+                        out.details.insert(call.id.clone(), details);
+                    }
                 }
             }
         }
         out
+    }
+
+    /// Runs one function call (a declared tool or `task_completion`) with its events; a cancel during the
+    /// call ends it with a result saying so.
+    async fn call_tool(
+        &mut self,
+        step: u32,
+        call_id: &str,
+        name: &str,
+        arguments: &serde_json::Value,
+        out: &mut Executed,
+    ) -> ToolOutcome {
+        let declared = name != crate::model::TASK_COMPLETION;
+        if declared {
+            self.input.events.emit(EventKind::ToolStarted {
+                step,
+                call_id: call_id.to_string(),
+                name: name.to_string(),
+                arguments: arguments.clone(),
+            });
+        }
+        let started = Instant::now();
+        let events = self.input.events.clone();
+        let id = call_id.to_string();
+        let stream = move |text: &str| {
+            events.emit(EventKind::ToolOutput { step, call_id: id.clone(), text: text.to_string() });
+        };
+        let context = ToolContext { cancel: self.input.cancel.child_token(), output: &stream };
+        let tools = self.input.tools.clone();
+        let called = tokio::select! {
+            called = tools.call(name, arguments, context) => called,
+            () = self.input.cancel.cancelled() => {
+                out.stop = Some(finished(false, "cancelled", EndReason::Cancelled));
+                Called::Done(ToolOutcome::error("cancelled: the task was cancelled while this tool ran"), None)
+            }
+            () = tokio::time::sleep_until(self.deadline.into()) => {
+                out.stop = Some(finished(
+                    false,
+                    &format!("time limit of {} s reached while a tool ran", self.input.task.limits.timeout_secs),
+                    EndReason::Timeout,
+                ));
+                Called::Done(ToolOutcome::error("stopped: the task's time limit was reached while this tool ran"), None)
+            }
+        };
+        let (outcome, effect) = match called {
+            Called::Done(outcome, effect) => (outcome, effect),
+            // `run_calls` sends valid remote calls to the API client before calling here.
+            Called::Remote => (ToolOutcome::error("internal error: a remote tool was run in-process"), None),
+        };
+        if let Some(Effect::Complete { success, summary, output }) = effect {
+            out.completion = Some(Outcome { success, summary, reason: EndReason::Completed, output });
+        }
+        if declared {
+            self.input.events.emit(EventKind::ToolFinished {
+                step,
+                call_id: call_id.to_string(),
+                name: name.to_string(),
+                ok: outcome.ok,
+                output: outcome.message.clone(),
+                details: outcome.details.clone(),
+                duration_ms: started.elapsed().as_millis() as u64,
+            });
+            out.action_results.push(ActionResult {
+                ok: outcome.ok,
+                message: outcome.message.clone(),
+                tool: Some(name.to_string()),
+                call_id: Some(call_id.to_string()),
+                details: outcome.details.clone(),
+            });
+        }
+        outcome
     }
 
     /// Runs one computer call's actions in order; the first failure stops the rest.
@@ -697,7 +819,7 @@ impl Loop {
                 duration_ms,
             });
             out.actions.push(screen_action);
-            out.action_results.push(ActionResult { ok, message: message.clone() });
+            out.action_results.push(ActionResult::action(ok, message.clone()));
             match result {
                 Ok(done) => {
                     if !done.message.is_empty() {
@@ -813,10 +935,28 @@ impl Loop {
 #[derive(Default)]
 struct Executed {
     actions: Vec<Action>,
+    /// One per attempted action and per declared tool call, in order.
     action_results: Vec<ActionResult>,
     tool_results: Vec<ToolResult>,
     completion: Option<Outcome>,
     stop: Option<LoopEnd>,
+    /// The remote calls the step now waits for (the calls before them ran; none after them did).
+    awaiting: Vec<PendingToolCall>,
+    /// The envelopes' `details`, by call id (for the record; the model never sees them).
+    details: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// The remote calls at the head of `calls` whose arguments are valid: they wait for the API client together.
+fn remote_run(calls: &[crate::model::ToolCall], tools: &Toolbox) -> Vec<PendingToolCall> {
+    calls
+        .iter()
+        .map_while(|call| match &call.kind {
+            CallKind::Function { name, arguments } if tools.is_remote(name) && tools.check(name, arguments).is_ok() => {
+                Some(PendingToolCall { id: call.id.clone(), name: name.clone(), arguments: arguments.clone() })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 struct Done {
@@ -851,12 +991,15 @@ fn zoom_size(region: Size, max: Size) -> Size {
 /// The completion a journaled step made, if its `task_completion` call came after calls that all ran and
 /// succeeded: such a completion is final whether or not the worker lived to record the end (the call has no
 /// effect on the desktop). Behind an interrupted or failed call it is not: the model looks again.
-fn completion_made(step: &StepRecord) -> Option<Outcome> {
+fn completion_made(step: &StepRecord, tools: &Toolbox) -> Option<Outcome> {
     for call in &step.calls {
         match &call.kind {
             CallKind::Function { name, arguments } if name == crate::model::TASK_COMPLETION => {
-                return tools::handle_function(name, arguments).1.map(|Effect::Complete { success, summary }| {
-                    Outcome { success, summary, reason: EndReason::Completed }
+                return tools.completion(arguments).ok().map(|Effect::Complete { success, summary, output }| Outcome {
+                    success,
+                    summary,
+                    reason: EndReason::Completed,
+                    output,
                 });
             }
             _ if step.call_results.iter().any(|r| r.call_id == call.id && r.ok) => {}
@@ -882,11 +1025,11 @@ fn turn_of(step: &StepRecord) -> ModelTurn {
 }
 
 fn finished(success: bool, summary: &str, reason: EndReason) -> LoopEnd {
-    LoopEnd::Finished(Outcome { success, summary: summary.to_string(), reason })
+    LoopEnd::Finished(Outcome { success, summary: summary.to_string(), reason, output: None })
 }
 
 fn error_outcome(summary: &str) -> Outcome {
-    Outcome { success: false, summary: summary.to_string(), reason: EndReason::Error }
+    Outcome { success: false, summary: summary.to_string(), reason: EndReason::Error, output: None }
 }
 
 fn error_end(summary: &str) -> LoopEnd {

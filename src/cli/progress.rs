@@ -72,7 +72,45 @@ impl Printer {
                     usage.cost_usd
                 ))
             }
-            EventKind::ModelDelta { .. } | EventKind::ActionFinished { .. } | EventKind::ScreenshotSaved { .. } => None,
+            EventKind::ToolFinished { name, ok, output, .. } => Some(format!(
+                "           {} tool {}: {}",
+                if *ok { "·" } else { "✗" },
+                sanitize(name),
+                sanitize(&first_line(output))
+            )),
+            EventKind::AwaitingTool { calls, .. } => Some(format!(
+                "awaiting remote tool results: {}",
+                calls
+                    .iter()
+                    .map(|c| format!("{} ({})", sanitize(&c.name), sanitize(&c.id)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            EventKind::Error { message, .. } => Some(format!("error: {}", sanitize(message))),
+            EventKind::ModelDelta { .. }
+            | EventKind::ActionFinished { .. }
+            | EventKind::ScreenshotSaved { .. }
+            | EventKind::MessageStart { .. }
+            | EventKind::MessageEnd { .. }
+            | EventKind::TextStart { .. }
+            | EventKind::TextEnd { .. }
+            | EventKind::ThinkingStart { .. }
+            | EventKind::ThinkingEnd { .. }
+            | EventKind::ToolCallStart { .. }
+            | EventKind::ToolCallDelta { .. }
+            | EventKind::ToolCallEnd { .. }
+            | EventKind::ToolStarted { .. }
+            | EventKind::ToolOutput { .. } => None,
         }
     }
+}
+
+/// The first line of a tool's output, at most 120 characters, for one progress line.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    let mut short: String = line.chars().take(120).collect();
+    if short.len() < line.len() || text.lines().nth(1).is_some() {
+        short.push('…');
+    }
+    short
 }

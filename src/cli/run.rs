@@ -74,6 +74,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         worker: &worker,
         task: resolved,
         files: &files,
+        tool_catalog: &config.tools,
         allowed_by: None,
         persist_dir: None,
         models: &shared,

@@ -280,6 +280,7 @@ impl Workers {
             worker: &self.identity.name,
             task: lease.spec.resolve(&self.config.defaults),
             files: &files,
+            tool_catalog: &self.config.tools,
             allowed_by: Some(&self.config),
             persist_dir: Some(&persist),
             models: &self.models,
@@ -315,6 +316,11 @@ impl Workers {
                 Ending::Interrupted => End::Requeue,
                 Ending::LeaseLost(_) => End::Lost,
                 Ending::WaitingForHuman(reason) => End::Wait(reason),
+                // TODO(remote tools): park in `awaiting_tool` (issue 12, in progress on this branch).
+                Ending::AwaitingTool(calls) => End::Wait(format!(
+                    "awaiting remote tool results for {}",
+                    calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", ")
+                )),
             }
         };
         self.metrics.model_errors.fetch_add(u64::from(output.model_errors), Ordering::Relaxed);

@@ -546,7 +546,7 @@ pub struct CompletionDecoder<'a> {
     model: &'a CompatibleModel,
     deltas: DeltaSink<'a>,
     step: u32,
-    declared: Vec<&'static str>,
+    declared: Vec<String>,
     turn: Option<ModelTurn>,
 }
 
@@ -567,7 +567,8 @@ impl Decoder for CompletionDecoder<'_> {
         if let Some(error) = response.get("error").filter(|e| !e.is_null()) {
             return Err(super::http::stream_error("openai-compatible", &json!({ "error": error }), &|t| t.to_string()));
         }
-        let turn = self.model.parse(&response, self.step, &self.declared)?;
+        let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
+        let turn = self.model.parse(&response, self.step, &declared)?;
         if !turn.text.is_empty() {
             (self.deltas)(super::Delta::Text(&turn.text));
         }
@@ -613,7 +614,7 @@ impl Model for CompatibleModel {
 
     async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError> {
         let http = self.build_request(&request);
-        let declared = request.tools.iter().map(|t| t.name).collect();
+        let declared = request.tools.iter().map(|t| t.name.clone()).collect();
         let mut decoder = CompletionDecoder { model: self, deltas, step: request.step, declared, turn: None };
         self.settings.endpoint.execute(&http, &mut decoder).await
     }

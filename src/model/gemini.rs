@@ -387,7 +387,7 @@ pub fn usage(u: &Value) -> Usage {
 pub struct ContentDecoder<'a> {
     deltas: DeltaSink<'a>,
     step: u32,
-    declared: Vec<&'static str>,
+    declared: Vec<String>,
     price: Option<crate::config::Price>,
     parts: Vec<Value>,
     usage: Value,
@@ -396,12 +396,7 @@ pub struct ContentDecoder<'a> {
 }
 
 impl<'a> ContentDecoder<'a> {
-    pub fn new(
-        deltas: DeltaSink<'a>,
-        step: u32,
-        declared: Vec<&'static str>,
-        price: Option<crate::config::Price>,
-    ) -> Self {
+    pub fn new(deltas: DeltaSink<'a>, step: u32, declared: Vec<String>, price: Option<crate::config::Price>) -> Self {
         Self {
             deltas,
             step,
@@ -492,7 +487,7 @@ impl Decoder for ContentDecoder<'_> {
             return Err(AttemptError::retry("gemini returned a malformed function call"));
         }
         let content = json!({"role": "model", "parts": self.parts});
-        let declared = self.declared.clone();
+        let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
         parse_content(&content, &self.usage, self.step, &declared, self.price.as_ref())
     }
 }
@@ -522,7 +517,7 @@ impl Model for GeminiModel {
 
     async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError> {
         let http = self.build_request(&request);
-        let declared = request.tools.iter().map(|t| t.name).collect();
+        let declared = request.tools.iter().map(|t| t.name.clone()).collect();
         let mut decoder = ContentDecoder::new(deltas, request.step, declared, self.settings.price);
         self.settings.endpoint.execute(&http, &mut decoder).await
     }

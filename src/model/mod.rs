@@ -37,8 +37,8 @@ pub use crate::screen::ModelImage;
 /// A tool the loop declares next to the model's computer tool (e.g. `task_completion`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
-    pub name: &'static str,
-    pub description: &'static str,
+    pub name: String,
+    pub description: String,
     /// JSON Schema of the arguments.
     pub parameters: serde_json::Value,
 }

@@ -244,12 +244,12 @@ pub(crate) mod ending {
     use crate::record::{EndReason, Outcome, TaskState};
 
     pub fn cancelled() -> Outcome {
-        Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled }
+        Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled, output: None }
     }
 
     pub fn rejected(reason: &str) -> Outcome {
         let summary = if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
-        Outcome { success: false, summary, reason: EndReason::Rejected }
+        Outcome { success: false, summary, reason: EndReason::Rejected, output: None }
     }
 
     /// A task whose lease expired for the last time.
@@ -258,6 +258,7 @@ pub(crate) mod ending {
             success: false,
             summary: format!("the worker running this task was lost {attempts} time(s)"),
             reason: EndReason::Error,
+            output: None,
         }
     }
 

@@ -980,7 +980,12 @@ mod tests {
 
     fn done() -> Finish {
         Finish {
-            outcome: Outcome { success: true, summary: "done".into(), reason: crate::record::EndReason::Completed },
+            outcome: Outcome {
+                success: true,
+                summary: "done".into(),
+                reason: crate::record::EndReason::Completed,
+                output: None,
+            },
             usage: Usage::default(),
             final_screenshot: None,
             computer_state: None,

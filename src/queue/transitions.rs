@@ -69,7 +69,7 @@ impl Change {
 /// Cancels a queued or waiting task now; asks a running one to stop; refuses a finished one.
 pub fn cancel(id: &str, state: TaskState) -> Result<Change, QueueError> {
     match state {
-        TaskState::Queued | TaskState::WaitingForHuman => {
+        TaskState::Queued | TaskState::WaitingForHuman | TaskState::AwaitingTool => {
             Ok(Change::End { outcome: ending::cancelled(), fence: false })
         }
         TaskState::Running => Ok(Change::RequestCancel),
@@ -139,7 +139,7 @@ mod tests {
     use super::*;
     use crate::record::EndReason;
 
-    const ALL: [TaskState; 6] = TaskState::ALL;
+    const ALL: [TaskState; 7] = TaskState::ALL;
 
     fn reason(change: &Change) -> Option<EndReason> {
         match change {
@@ -162,6 +162,7 @@ mod tests {
             (TaskState::Queued, Some((TaskState::Cancelled, Cancelled::Now))),
             (TaskState::Running, Some((TaskState::Running, Cancelled::Requested))),
             (TaskState::WaitingForHuman, Some((TaskState::Cancelled, Cancelled::Now))),
+            (TaskState::AwaitingTool, Some((TaskState::Cancelled, Cancelled::Now))),
             (TaskState::Succeeded, None),
             (TaskState::Failed, None),
             (TaskState::Cancelled, None),

@@ -30,15 +30,141 @@ pub enum DeltaKind {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     TaskQueued {},
-    TaskStarted { attempt: u32, worker: String },
-    StepStarted { step: u32 },
-    ModelDelta { step: u32, kind: DeltaKind, text: String },
-    ActionStarted { step: u32, index: u32, action: Action },
-    ActionFinished { step: u32, index: u32, ok: bool, message: String, duration_ms: u64 },
-    ScreenshotSaved { step: u32, key: String, url: String, width: u32, height: u32, bytes: u64 },
-    StepFinished { step: u32, duration_ms: u64, usage: Usage },
-    WaitingForHuman { reason: String },
-    TaskFinished { state: TaskState, outcome: Outcome, usage: Usage },
+    TaskStarted {
+        attempt: u32,
+        worker: String,
+    },
+    StepStarted {
+        step: u32,
+    },
+    ModelDelta {
+        step: u32,
+        kind: DeltaKind,
+        text: String,
+    },
+    ActionStarted {
+        step: u32,
+        index: u32,
+        action: Action,
+    },
+    ActionFinished {
+        step: u32,
+        index: u32,
+        ok: bool,
+        message: String,
+        duration_ms: u64,
+    },
+    ScreenshotSaved {
+        step: u32,
+        key: String,
+        url: String,
+        width: u32,
+        height: u32,
+        bytes: u64,
+    },
+    StepFinished {
+        step: u32,
+        duration_ms: u64,
+        usage: Usage,
+    },
+    WaitingForHuman {
+        reason: String,
+    },
+    TaskFinished {
+        state: TaskState,
+        outcome: Outcome,
+        usage: Usage,
+    },
+    // --- Granular events (§13): the boundaries of a model turn as it streams, and of tool executions. ---
+    /// The model was asked for the step's turn.
+    MessageStart {
+        step: u32,
+    },
+    /// The turn is over; `interrupted` when it was cut short (cancel, timeout, error) and nothing of it ran.
+    MessageEnd {
+        step: u32,
+        interrupted: bool,
+    },
+    /// A text block begins; its deltas are `model_delta` with `kind: "text"`.
+    TextStart {
+        step: u32,
+    },
+    /// The text block is complete.
+    TextEnd {
+        step: u32,
+        text: String,
+    },
+    /// A thinking block begins; its deltas are `model_delta` with `kind: "thinking"`.
+    ThinkingStart {
+        step: u32,
+    },
+    ThinkingEnd {
+        step: u32,
+        text: String,
+    },
+    /// The model begins a tool call.
+    ToolCallStart {
+        step: u32,
+        call_id: String,
+        name: String,
+    },
+    /// A piece of the call's arguments as the model streams them (JSON text, not yet complete).
+    ToolCallDelta {
+        step: u32,
+        call_id: String,
+        delta: String,
+    },
+    /// The call as the model made it.
+    ToolCallEnd {
+        step: u32,
+        call_id: String,
+        name: String,
+        arguments: serde_json::Value,
+    },
+    /// A declared tool (§13) starts running.
+    ToolStarted {
+        step: u32,
+        call_id: String,
+        name: String,
+        arguments: serde_json::Value,
+    },
+    /// Output a tool streams while it runs.
+    ToolOutput {
+        step: u32,
+        call_id: String,
+        text: String,
+    },
+    /// The tool's envelope: the model reads `output`; `details` are for the record only.
+    ToolFinished {
+        step: u32,
+        call_id: String,
+        name: String,
+        ok: bool,
+        output: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<serde_json::Value>,
+        duration_ms: u64,
+    },
+    /// The task parked for the API client to answer its `remote` tool calls.
+    AwaitingTool {
+        step: u32,
+        calls: Vec<PendingToolCall>,
+    },
+    /// Something failed (a model call, a tool's transport); `retryable` when a later attempt may not hit it.
+    Error {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u32>,
+        message: String,
+        retryable: bool,
+    },
+}
+
+/// A `remote` tool call waiting for the API client's answer (§13 `pending_tool_calls`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: serde_json::Value,
 }
 
 impl EventKind {
@@ -54,6 +180,20 @@ impl EventKind {
             Self::StepFinished { .. } => "step_finished",
             Self::WaitingForHuman { .. } => "waiting_for_human",
             Self::TaskFinished { .. } => "task_finished",
+            Self::MessageStart { .. } => "message_start",
+            Self::MessageEnd { .. } => "message_end",
+            Self::TextStart { .. } => "text_start",
+            Self::TextEnd { .. } => "text_end",
+            Self::ThinkingStart { .. } => "thinking_start",
+            Self::ThinkingEnd { .. } => "thinking_end",
+            Self::ToolCallStart { .. } => "tool_call_start",
+            Self::ToolCallDelta { .. } => "tool_call_delta",
+            Self::ToolCallEnd { .. } => "tool_call_end",
+            Self::ToolStarted { .. } => "tool_started",
+            Self::ToolOutput { .. } => "tool_output",
+            Self::ToolFinished { .. } => "tool_finished",
+            Self::AwaitingTool { .. } => "awaiting_tool",
+            Self::Error { .. } => "error",
         }
     }
 }

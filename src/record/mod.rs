@@ -12,7 +12,7 @@ pub const RECORD_VERSION: u32 = 1;
 
 pub mod events;
 
-pub use events::{DeltaKind, Event, EventKind};
+pub use events::{DeltaKind, Event, EventKind, PendingToolCall};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -20,6 +20,8 @@ pub enum TaskState {
     Queued,
     Running,
     WaitingForHuman,
+    /// Parked until the API client answers the step's `remote` tool calls (§13): no worker, no lease.
+    AwaitingTool,
     Succeeded,
     Failed,
     Cancelled,
@@ -27,14 +29,22 @@ pub enum TaskState {
 
 impl TaskState {
     /// Every state, in the order a task can pass through them.
-    pub const ALL: [TaskState; 6] =
-        [Self::Queued, Self::Running, Self::WaitingForHuman, Self::Succeeded, Self::Failed, Self::Cancelled];
+    pub const ALL: [TaskState; 7] = [
+        Self::Queued,
+        Self::Running,
+        Self::WaitingForHuman,
+        Self::AwaitingTool,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Cancelled,
+    ];
 
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Queued => "queued",
             Self::Running => "running",
             Self::WaitingForHuman => "waiting_for_human",
+            Self::AwaitingTool => "awaiting_tool",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
@@ -50,7 +60,9 @@ impl std::str::FromStr for TaskState {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-            format!("unknown state {s:?} (queued, running, waiting_for_human, succeeded, failed, cancelled)")
+            format!(
+                "unknown state {s:?} (queued, running, waiting_for_human, awaiting_tool, succeeded, failed, cancelled)"
+            )
         })
     }
 }
@@ -87,6 +99,16 @@ pub struct Outcome {
     pub success: bool,
     pub summary: String,
     pub reason: EndReason,
+    /// The structured output `task_completion` gave, valid against the task's `output_schema` (§14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
+}
+
+impl Outcome {
+    /// An outcome without structured output.
+    pub fn new(success: bool, summary: impl Into<String>, reason: EndReason) -> Self {
+        Self { success, summary: summary.into(), reason, output: None }
+    }
 }
 
 impl Outcome {
@@ -113,6 +135,27 @@ pub struct ScreenshotRef {
 pub struct ActionResult {
     pub ok: bool,
     pub message: String,
+    /// For the result of a declared tool (§13): its name. Entries without one pair, in order, with `actions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// For a tool's result: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// For a tool's result: the envelope's `details`, kept for the record and never shown to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl ActionResult {
+    /// The result of a computer action.
+    pub fn action(ok: bool, message: impl Into<String>) -> Self {
+        Self { ok, message: message.into(), tool: None, call_id: None, details: None }
+    }
+
+    /// Whether this is an action's result (not a tool's).
+    pub fn is_action(&self) -> bool {
+        self.tool.is_none()
+    }
 }
 
 /// The result of one tool call as the model saw it (kept so a resumed task can rebuild its history).
@@ -121,6 +164,9 @@ pub struct CallResult {
     pub call_id: String,
     pub ok: bool,
     pub message: String,
+    /// The envelope's `details` (never shown to the model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,7 +181,7 @@ pub struct StepRecord {
     pub thinking: String,
     /// The actions in screen pixels, in the order they were attempted.
     pub actions: Vec<Action>,
-    /// One per attempted action.
+    /// One per attempted action, and one per declared tool call (those carry `tool`), in the order they ran.
     pub results: Vec<ActionResult>,
     pub usage: Usage,
     /// Whether this step's screenshot differs from the previous step's (`None` for the first step).
@@ -159,6 +205,14 @@ pub struct StepRecord {
     /// Set when the step's calls needed a human's approval before they could run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<StepApproval>,
+    /// The `remote` tool calls (their ids) the step waits for the API client to answer (§13). The answers
+    /// arrive as `call_results`; the calls after them run when the task resumes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting_tools: Vec<String>,
+    /// The model's turn was cut short (the task was cancelled or timed out during the model call): the text
+    /// is what had streamed so far and no call of it ran.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 /// A step that asked for a human: why, and whether the answer was yes.

@@ -11,10 +11,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub mod script;
+pub mod secrets;
+pub mod tools;
 
 use crate::input::line_column;
 pub use crate::input::{TaskFileError, format_location, locate_field, parse_json};
 use script::Script;
+use secrets::{SecretName, SecretSource};
+use tools::{JsonSchema, TaskTool};
 
 /// Built-in limits and context defaults (used when neither the task nor the config says).
 pub const DEFAULT_MAX_STEPS: u32 = 50;
@@ -45,6 +49,23 @@ pub struct TaskSpec {
     pub labels: BTreeMap<LabelKey, String>,
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// Tools beside the computer tool and `task_completion` (§13).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "unique_tools")]
+    pub tools: Vec<TaskTool>,
+    /// The JSON Schema `task_completion`'s `output` must match (§14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<JsonSchema>,
+    /// Secrets the task may use by placeholder (§15).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<SecretName, SecretSource>,
+}
+
+/// `tools`, with every name once.
+fn unique_tools<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TaskTool>, D::Error> {
+    let tools = Vec::<TaskTool>::deserialize(d)?;
+    tools::check_unique(tools.iter().map(TaskTool::name))
+        .map_err(|(i, message)| serde::de::Error::custom(format!("field `[{i}].name`: {message}")))?;
+    Ok(tools)
 }
 
 /// A client-chosen task id: 1–128 characters of `[A-Za-z0-9._-]`, not starting with `.` (ids become parts of
@@ -258,7 +279,7 @@ impl ComputerSpec {
 
 impl<'de> Deserialize<'de> for ComputerSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (provider, rest) = tagged(d, &["mock", "local", "vnc"])?;
+        let (provider, rest) = tagged(d, "provider", &["mock", "local", "vnc"])?;
         match provider.as_str() {
             "mock" => variant(rest).map(Self::Mock),
             "local" => variant(rest).map(Self::Local),
@@ -267,11 +288,12 @@ impl<'de> Deserialize<'de> for ComputerSpec {
     }
 }
 
-/// Splits a `{"provider": …, …}` object into its tag and the remaining fields. Internally tagged enums
-/// derived by serde buffer their content and lose the path of errors inside it; deserializing the variant
-/// with [`variant`] keeps it (as a `field `…`: ` prefix that [`parse_json`] folds into the field path).
+/// Splits a `{"provider": …, …}` object (or another `tag`) into its tag and the remaining fields. Internally
+/// tagged enums derived by serde buffer their content and lose the path of errors inside it; deserializing the
+/// variant with [`variant`] keeps it (as a `field `…`: ` prefix that [`parse_json`] folds into the field path).
 fn tagged<'de, D: Deserializer<'de>>(
     d: D,
+    tag: &'static str,
     known: &[&'static str],
 ) -> Result<(String, serde_json::Map<String, serde_json::Value>), D::Error> {
     use serde::de::Error;
@@ -279,28 +301,28 @@ fn tagged<'de, D: Deserializer<'de>>(
         serde_json::Value::Object(map) => map,
         other => {
             return Err(D::Error::custom(format!(
-                "invalid type: {}, expected an object with a \"provider\"",
+                "invalid type: {}, expected an object with a \"{tag}\"",
                 json_kind(&other)
             )));
         }
     };
-    let provider = match map.remove("provider") {
+    let value = match map.remove(tag) {
         Some(serde_json::Value::String(p)) => p,
         Some(other) => {
             return Err(D::Error::custom(format!(
-                "field `provider`: invalid type: {}, expected a string",
+                "field `{tag}`: invalid type: {}, expected a string",
                 json_kind(&other)
             )));
         }
-        None => return Err(D::Error::missing_field("provider")),
+        None => return Err(D::Error::missing_field(tag)),
     };
-    if !known.contains(&provider.as_str()) {
+    if !known.contains(&value.as_str()) {
         return Err(D::Error::custom(format!(
-            "field `provider`: unknown provider `{provider}`, expected one of {}",
+            "field `{tag}`: unknown {tag} `{value}`, expected one of {}",
             known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
         )));
     }
-    Ok((provider, map))
+    Ok((value, map))
 }
 
 fn variant<T: serde::de::DeserializeOwned, E: serde::de::Error>(
@@ -417,7 +439,8 @@ pub struct ScriptedSpec {
 
 impl<'de> Deserialize<'de> for ModelSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (provider, rest) = tagged(d, &["anthropic", "openai", "gemini", "openai-compatible", "scripted"])?;
+        let (provider, rest) =
+            tagged(d, "provider", &["anthropic", "openai", "gemini", "openai-compatible", "scripted"])?;
         match provider.as_str() {
             "anthropic" => variant(rest).map(Self::Anthropic),
             "openai" => variant(rest).map(Self::Openai),
@@ -702,6 +725,10 @@ impl TaskSource {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedTask {
     pub instructions: String,
+    /// The task's tools as written (`use` entries are resolved against config when the toolbox is built).
+    pub tools: Vec<TaskTool>,
+    pub output_schema: Option<JsonSchema>,
+    pub secrets: BTreeMap<SecretName, SecretSource>,
     pub computer: ComputerSpec,
     pub model: ModelSpec,
     pub limits: Limits,
@@ -761,7 +788,16 @@ impl TaskSpec {
             .keep_screenshots
             .or(defaults.context.keep_screenshots)
             .map_or(DEFAULT_KEEP_SCREENSHOTS, Positive::get);
-        ResolvedTask { instructions: self.instructions.as_str().to_string(), computer, model, limits, keep_screenshots }
+        ResolvedTask {
+            instructions: self.instructions.as_str().to_string(),
+            tools: self.tools.clone(),
+            output_schema: self.output_schema.clone(),
+            secrets: self.secrets.clone(),
+            computer,
+            model,
+            limits,
+            keep_screenshots,
+        }
     }
 }
 

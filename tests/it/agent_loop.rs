@@ -35,6 +35,9 @@ fn task(max_steps: u32, timeout_secs: u64, max_cost_usd: f64, keep: u32) -> Reso
         model: ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path("unused".into()) }),
         limits: Limits { max_steps, timeout_secs, max_cost_usd },
         keep_screenshots: keep,
+        tools: Vec::new(),
+        output_schema: None,
+        secrets: Default::default(),
     }
 }
 
@@ -82,6 +85,7 @@ impl Harness {
             task,
             computer,
             model,
+            tools: Arc::new(agentd::tools::Toolbox::empty()),
             uploader: self.uploader.clone(),
             journal: self.journal.clone(),
             events,

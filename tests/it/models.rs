@@ -53,6 +53,9 @@ pub fn task(model: ModelSpec, max_steps: u32, keep: u32) -> ResolvedTask {
         model,
         limits: Limits { max_steps, timeout_secs: 3600, max_cost_usd: 100.0 },
         keep_screenshots: keep,
+        tools: Vec::new(),
+        output_schema: None,
+        secrets: Default::default(),
     }
 }
 
@@ -80,6 +83,7 @@ pub async fn run_task(
             task: task.clone(),
             computer: desktop.clone(),
             model: model.clone(),
+            tools: Arc::new(agentd::tools::Toolbox::empty()),
             uploader: uploader.clone(),
             journal: Arc::new(MemoryJournal::default()),
             events: events.clone(),
@@ -518,7 +522,7 @@ fn tiny_image(size: Size) -> ModelImage {
 pub async fn call(model: &dyn Model) -> Result<ModelTurn, ModelError> {
     let screen = Size::new(1280, 800);
     let image = tiny_image(model.image_size(screen));
-    let tools = agentd::tools::declared_tools();
+    let tools = agentd::tools::Toolbox::empty().specs();
     let request = ModelRequest {
         instructions: "test",
         history: &[],

@@ -118,7 +118,7 @@ fn anthropic_request_body() {
     ];
     let history = history(turns);
     let current = image(200);
-    let tools = agentd::tools::declared_tools();
+    let tools = agentd::tools::Toolbox::empty().specs();
     let notes = vec!["You did not call a tool.".to_string()];
     let model = AnthropicModel::new(shared().settings("anthropic", &options("claude-sonnet-4-5"), None, None).unwrap())
         .unwrap();
@@ -138,7 +138,7 @@ fn openai_request_body() {
     ];
     let history = history(turns);
     let current = image(200);
-    let tools = agentd::tools::declared_tools();
+    let tools = agentd::tools::Toolbox::empty().specs();
     let model =
         OpenAiModel::new(shared().settings("openai", &options("computer-use-preview"), None, None).unwrap()).unwrap();
     golden("openai", &model.body(&request(&history, &current, &[], &tools)));
@@ -164,7 +164,7 @@ fn gemini_request_body() {
     ];
     let history = history(turns);
     let current = image(200);
-    let tools = agentd::tools::declared_tools();
+    let tools = agentd::tools::Toolbox::empty().specs();
     let model = GeminiModel::new(
         shared().settings("gemini", &options("gemini-2.5-computer-use-preview-10-2025"), None, None).unwrap(),
     )
@@ -195,7 +195,7 @@ fn compatible_request_body() {
     ];
     let history = history(turns);
     let current = image(200);
-    let tools = agentd::tools::declared_tools();
+    let tools = agentd::tools::Toolbox::empty().specs();
     golden("compatible", &model.body(&request(&history, &current, &[], &tools)));
 }
 
@@ -273,7 +273,7 @@ fn feed_all(body: &[u8], events: &[String]) {
     };
     let mut anthropic = MessageDecoder::new(&sink, display, None, &redact);
     let mut openai = ResponseDecoder::new(&sink, None, false, &redact);
-    let mut gemini = ContentDecoder::new(&sink, 0, vec!["task_completion"], None);
+    let mut gemini = ContentDecoder::new(&sink, 0, vec!["task_completion".to_string()], None);
     fn drive<D: Decoder>(d: &mut D, body: &[u8], events: &[String], streamed: bool) {
         d.start();
         if streamed {
@@ -368,7 +368,7 @@ fn anthropic_cache_breakpoints_survive_dropping_screenshots() {
     };
     let model = AnthropicModel::new(shared().settings("anthropic", &options("claude-sonnet-4-5"), None, None).unwrap())
         .unwrap();
-    let tools = agentd::tools::declared_tools();
+    let tools = agentd::tools::Toolbox::empty().specs();
     for chunk in [1, 3] {
         let policy = ContextPolicy::new(3, chunk);
         let mut sim = CacheSim::default();

@@ -104,6 +104,8 @@ fn step(index: u32) -> StepRecord {
         raw: None,
         finished: true,
         approval: None,
+        awaiting_tools: Vec::new(),
+        interrupted: false,
     }
 }
 
@@ -134,6 +136,7 @@ fn finish(success: bool) -> Finish {
             success,
             summary: "done".into(),
             reason: if success { EndReason::Completed } else { EndReason::Error },
+            output: None,
         },
         usage: Usage { input_tokens: 5, ..Usage::default() },
         final_screenshot: None,
@@ -269,7 +272,7 @@ async fn cancellation_reaches_queued_and_running_tasks(queue: &dyn Queue) {
         LeaseStatus::Held { cancel_requested: true }
     );
     let cancelled = Finish {
-        outcome: Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled },
+        outcome: Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled, output: None },
         ..finish(false)
     };
     queue.finish("cancel-r", lease.token, &cancelled).await.unwrap_or_else(|e| panic!("{e}"));

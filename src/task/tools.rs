@@ -1,0 +1,332 @@
+//! Declared tools (§13) and JSON Schemas (§13, §14) as users write them: in a task file's `tools` and
+//! `output_schema`, and in config's `[tools.NAME]`. Parsing checks what can be checked without running
+//! anything — names, kinds, that every schema is a valid JSON Schema — so a bad declaration is an input error
+//! naming its field. Running tools is `tools`' business.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::{Limit, json_kind, tagged, variant};
+
+/// Names the loop gives its own tools; a declared tool may not take them.
+pub const RESERVED_TOOL_NAMES: [&str; 3] = ["computer", "task_completion", "ask_human"];
+
+/// The longest `timeout_secs` a tool may ask for (one hour).
+pub const MAX_TOOL_TIMEOUT_SECS: u64 = 3600;
+
+/// What a tool waits for when its declaration names no timeout.
+pub const DEFAULT_TOOL_TIMEOUT_SECS: u64 = 30;
+
+/// A tool's name: 1–64 characters of `[A-Za-z0-9_-]`, starting with a letter or `_` (what Anthropic, OpenAI
+/// and Gemini all accept), and none of [`RESERVED_TOOL_NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ToolName(String);
+
+impl ToolName {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut chars = s.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+        if !first_ok || !rest_ok || s.len() > 64 {
+            return Err(format!(
+                "invalid tool name {s:?}: use 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter or _"
+            ));
+        }
+        if RESERVED_TOOL_NAMES.contains(&s) {
+            return Err(format!("the tool name {s:?} is agentd's own; choose another"));
+        }
+        Ok(Self(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ToolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        ToolName::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A JSON Schema, checked when parsed: it compiles (draft 2020-12 unless it names another with `$schema`),
+/// and it refers to nothing outside itself (agentd never fetches a `$ref`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct JsonSchema(serde_json::Value);
+
+impl JsonSchema {
+    /// Checks a schema; the error says what is wrong and where inside the schema.
+    pub fn new(schema: serde_json::Value) -> Result<Self, String> {
+        if !matches!(schema, serde_json::Value::Object(_) | serde_json::Value::Bool(_)) {
+            return Err(format!("invalid type: {}, expected a JSON Schema (an object)", json_kind(&schema)));
+        }
+        jsonschema::validator_for(&schema).map_err(|e| {
+            let at = e.instance_path().to_string();
+            if at.is_empty() {
+                format!("not a valid JSON Schema: {e}")
+            } else {
+                format!("not a valid JSON Schema at {at}: {e}")
+            }
+        })?;
+        Ok(Self(schema))
+    }
+
+    pub fn as_value(&self) -> &serde_json::Value {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonSchema {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        JsonSchema::new(value).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The schema of a tool's arguments: a [`JsonSchema`] of `"type": "object"` (every vendor passes arguments
+/// as an object).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Parameters(JsonSchema);
+
+impl Parameters {
+    pub fn schema(&self) -> &JsonSchema {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Parameters {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let schema = JsonSchema::deserialize(d)?;
+        if schema.as_value().get("type").and_then(|t| t.as_str()) != Some("object") {
+            return Err(serde::de::Error::custom(
+                "a tool's parameters must be a JSON Schema with \"type\": \"object\"",
+            ));
+        }
+        Ok(Self(schema))
+    }
+}
+
+/// A declared tool: what the model is told (name, description, parameters) and how it runs (`kind`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDecl {
+    pub name: ToolName,
+    pub description: String,
+    pub parameters: Parameters,
+    #[serde(flatten)]
+    pub kind: ToolKind,
+}
+
+/// How a declared tool runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToolKind {
+    /// POST the arguments as JSON to `url`; the response body is the result.
+    Http(HttpTool),
+    /// Executed by the API client: the task parks in `awaiting_tool` until it answers.
+    Remote {},
+    /// Run a program with the arguments as JSON on stdin (config only).
+    Command(CommandTool),
+}
+
+impl ToolKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Http(_) => "http",
+            Self::Remote {} => "remote",
+            Self::Command(_) => "command",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpTool {
+    pub url: String,
+    /// Request headers whose values come from environment variables on the worker (`{"Authorization":
+    /// "ORDERS_TOKEN"}`): secrets never sit in a task file.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<Limit<u64, MAX_TOOL_TIMEOUT_SECS>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandTool {
+    /// The program and its arguments (no shell).
+    pub command: Vec<String>,
+    /// The working directory (the worker's own when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<Limit<u64, MAX_TOOL_TIMEOUT_SECS>>,
+}
+
+impl<'de> Deserialize<'de> for ToolDecl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        decl(d, true)
+    }
+}
+
+/// Reads a declaration; `command` tools only when `allow_command` (config).
+fn decl<'de, D: Deserializer<'de>>(d: D, allow_command: bool) -> Result<ToolDecl, D::Error> {
+    use serde::de::Error;
+    let (kind, mut rest) = tagged(d, "kind", &["http", "remote", "command"])?;
+    if kind == "command" && !allow_command {
+        return Err(D::Error::custom(
+            "field `kind`: a `command` tool can only be declared in config ([tools.NAME]); name it with {\"use\": \"NAME\"}",
+        ));
+    }
+    let mut take = |field: &'static str| rest.remove(field).ok_or_else(|| D::Error::missing_field(field));
+    let name: ToolName = variant_field("name", take("name")?)?;
+    let description: String = variant_field("description", take("description")?)?;
+    let parameters: Parameters = variant_field("parameters", take("parameters")?)?;
+    let kind = match kind.as_str() {
+        "http" => ToolKind::Http(variant(rest)?),
+        "remote" => {
+            if let Some(field) = rest.keys().next() {
+                return Err(D::Error::custom(format!("field `{field}`: unknown field for a `remote` tool")));
+            }
+            ToolKind::Remote {}
+        }
+        _ => {
+            let command: CommandTool = variant(rest)?;
+            if command.command.first().is_none_or(|program| program.is_empty()) {
+                return Err(D::Error::custom("field `command`: name the program to run (a non-empty list)"));
+            }
+            ToolKind::Command(command)
+        }
+    };
+    Ok(ToolDecl { name, description, parameters, kind })
+}
+
+fn variant_field<T: serde::de::DeserializeOwned, E: serde::de::Error>(
+    field: &str,
+    value: serde_json::Value,
+) -> Result<T, E> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        if path == "." || path.is_empty() {
+            E::custom(format!("field `{field}`: {message}"))
+        } else {
+            E::custom(format!("field `{field}.{path}`: {message}"))
+        }
+    })
+}
+
+/// A task file's entry in `tools`: a declaration, or `{"use": "NAME"}` naming a config tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum TaskTool {
+    Use {
+        #[serde(rename = "use")]
+        name: ToolName,
+    },
+    Declared(ToolDecl),
+}
+
+impl TaskTool {
+    /// The name the model knows the tool by.
+    pub fn name(&self) -> &ToolName {
+        match self {
+            Self::Use { name } => name,
+            Self::Declared(decl) => &decl.name,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskTool {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(d)?;
+        if let serde_json::Value::Object(map) = &value
+            && let Some(name) = map.get("use")
+        {
+            if let Some(other) = map.keys().find(|k| *k != "use") {
+                return Err(D::Error::custom(format!(
+                    "field `{other}`: a tool named with `use` takes nothing else (its declaration is in config)"
+                )));
+            }
+            return Ok(Self::Use { name: variant_field("use", name.clone())? });
+        }
+        decl(value, false).map(Self::Declared).map_err(D::Error::custom)
+    }
+}
+
+/// Checks what a list of tools needs beyond each entry: unique names. Returns the index and message of the
+/// first duplicate.
+pub fn check_unique<'a>(names: impl Iterator<Item = &'a ToolName>) -> Result<(), (usize, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, name) in names.enumerate() {
+        if !seen.insert(name.as_str()) {
+            return Err((i, format!("a tool named {:?} is declared twice; tool names must be unique", name.as_str())));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn task_tool(v: serde_json::Value) -> Result<TaskTool, String> {
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn declarations_parse_and_bad_ones_name_the_field() {
+        let http = task_tool(json!({"name": "lookup_order", "description": "d", "kind": "http",
+            "parameters": {"type": "object", "properties": {"n": {"type": "string"}}},
+            "url": "http://x/lookup", "headers_env": {"Authorization": "TOKEN"}, "timeout_secs": 5}))
+        .unwrap();
+        assert_eq!(http.name().as_str(), "lookup_order");
+        let back = serde_json::to_value(&http).unwrap();
+        assert_eq!(task_tool(back).unwrap(), http);
+        assert!(matches!(task_tool(json!({"use": "notify"})).unwrap(), TaskTool::Use { .. }));
+
+        let e = task_tool(json!({"name": "x", "description": "d", "kind": "command", "parameters": {"type": "object"},
+            "command": ["ls"]}))
+        .unwrap_err();
+        assert!(e.contains("field `kind`") && e.contains("config"), "{e}");
+        let e = task_tool(json!({"name": "task_completion", "description": "d", "kind": "remote",
+            "parameters": {"type": "object"}}))
+        .unwrap_err();
+        assert!(e.contains("field `name`") && e.contains("agentd's own"), "{e}");
+        let e = task_tool(json!({"name": "x", "description": "d", "kind": "remote",
+            "parameters": {"type": "object", "properties": {"a": {"type": "strng"}}}}))
+        .unwrap_err();
+        assert!(e.contains("field `parameters`") && e.contains("not a valid JSON Schema"), "{e}");
+        let e = task_tool(json!({"name": "x", "description": "d", "kind": "remote", "parameters": {"type": "string"}}))
+            .unwrap_err();
+        assert!(e.contains("\"type\": \"object\""), "{e}");
+        let e = task_tool(json!({"name": "x", "description": "d", "kind": "ftp", "parameters": {"type": "object"}}))
+            .unwrap_err();
+        assert!(e.contains("field `kind`") && e.contains("ftp"), "{e}");
+        let e = task_tool(json!({"name": "x", "description": "d", "kind": "http", "parameters": {"type": "object"},
+            "url": "http://x", "headers": {}}))
+        .unwrap_err();
+        assert!(e.contains("headers"), "{e}");
+        let e = task_tool(json!({"use": "x", "kind": "http"})).unwrap_err();
+        assert!(e.contains("field `kind`"), "{e}");
+    }
+
+    #[test]
+    fn names_must_be_unique() {
+        let names = [ToolName::parse("a").unwrap(), ToolName::parse("b").unwrap(), ToolName::parse("a").unwrap()];
+        assert_eq!(check_unique(names.iter()).unwrap_err().0, 2);
+    }
+}

@@ -1,0 +1,383 @@
+//! The tools the agent loop declares next to a model's computer tool (§13), and the result envelope every
+//! tool call produces.
+//!
+//! A [`Toolbox`] is built per attempt from the task's `tools` (with `{"use": NAME}` entries looked up in the
+//! config's `[tools.NAME]`), the task's `output_schema` and any in-process [`Tool`]s a library user adds. It
+//! tells the model what it may call ([`Toolbox::specs`], `task_completion` first) and runs a call
+//! ([`Toolbox::call`]): arguments are checked against the tool's schema before anything runs, a failure is
+//! a tool error the model reads, and a `remote` tool is not run here at all — the loop parks the task until
+//! the API client answers ([`Called::Remote`]).
+//!
+//! Every call ends in a [`ToolOutcome`]: `ok`, the `message` the model reads, and `details` kept for the
+//! record and the events only.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{TASK_COMPLETION, ToolSpec};
+use crate::task::ResolvedTask;
+use crate::task::tools::{JsonSchema, TaskTool, ToolDecl, ToolKind};
+
+pub mod schema;
+
+use schema::Checker;
+
+/// The envelope every tool call produces (§13 `{ok, output, details?}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    pub ok: bool,
+    /// What the model reads (the envelope's `output`).
+    pub message: String,
+    /// Kept in the record and the events, never shown to the model.
+    pub details: Option<serde_json::Value>,
+}
+
+impl ToolOutcome {
+    pub fn ok(message: impl Into<String>) -> Self {
+        Self { ok: true, message: message.into(), details: None }
+    }
+
+    pub fn error(message: impl Into<String>) -> Self {
+        Self { ok: false, message: message.into(), details: None }
+    }
+
+    pub fn with_details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+/// What a function call asks of the loop beyond its result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// End the task with this outcome (`output`: the structured output, already checked).
+    Complete { success: bool, summary: String, output: Option<serde_json::Value> },
+}
+
+/// What calling a tool came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Called {
+    /// It ran (or was refused before running); the model reads the outcome.
+    Done(ToolOutcome, Option<Effect>),
+    /// A `remote` tool with valid arguments: the API client runs it; the task waits for the answer.
+    Remote,
+}
+
+/// What a running tool may use: its cancellation, and a way to stream output (`tool_output` events).
+pub struct ToolContext<'a> {
+    /// Cancelled when the task is cancelled or times out; a tool should stop soon after.
+    pub cancel: CancellationToken,
+    /// Streams a piece of output while the tool runs.
+    pub output: &'a (dyn Fn(&str) + Send + Sync),
+}
+
+/// A tool that runs inside agentd's process: the declared kinds (`http`, `command`) and a library user's own.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// What the model is told: name, description and the JSON Schema of the arguments.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs one call. The arguments were already checked against the schema.
+    async fn call(&self, arguments: serde_json::Value, context: ToolContext<'_>) -> ToolOutcome;
+}
+
+/// Why a toolbox could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ToolboxError {
+    /// The task file's field the problem is in (`tools[2].use`, `output_schema`, …).
+    pub field: String,
+    pub message: String,
+}
+
+impl ToolboxError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+enum Runner {
+    Local(Arc<dyn Tool>),
+    Remote,
+}
+
+struct Entry {
+    spec: ToolSpec,
+    checker: Checker,
+    runner: Runner,
+}
+
+/// The tools of one attempt. Cheap to share (`Arc`), immutable once built.
+pub struct Toolbox {
+    entries: Vec<Entry>,
+    output: Option<(JsonSchema, Checker)>,
+}
+
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolbox")
+            .field("tools", &self.entries.iter().map(|e| e.spec.name.as_str()).collect::<Vec<_>>())
+            .field("output_schema", &self.output.is_some())
+            .finish()
+    }
+}
+
+/// How the declared kinds that run in-process are made into [`Tool`]s (the `http` and `command` runners,
+/// which need the worker's HTTP client and environment).
+pub trait Makers {
+    fn make(&self, decl: &ToolDecl, field: &str) -> Result<Arc<dyn Tool>, ToolboxError>;
+}
+
+impl Toolbox {
+    /// Only `task_completion`.
+    pub fn empty() -> Self {
+        Self { entries: Vec::new(), output: None }
+    }
+
+    /// The task's tools: declarations as written, `use` entries from `catalog` (the config's `[tools]`), the
+    /// in-process kinds made by `makers`.
+    pub fn for_task(
+        task: &ResolvedTask,
+        catalog: &BTreeMap<String, ToolDecl>,
+        makers: &dyn Makers,
+    ) -> Result<Self, ToolboxError> {
+        let mut toolbox = Self::empty();
+        for (i, entry) in task.tools.iter().enumerate() {
+            let field = format!("tools[{i}]");
+            let decl = match entry {
+                TaskTool::Declared(decl) => decl,
+                TaskTool::Use { name } => catalog.get(name.as_str()).ok_or_else(|| {
+                    ToolboxError::new(
+                        format!("{field}.use"),
+                        format!("no tool {:?} in the config's [tools] ({})", name.as_str(), known(catalog)),
+                    )
+                })?,
+            };
+            let runner = match &decl.kind {
+                ToolKind::Remote {} => Runner::Remote,
+                _ => Runner::Local(makers.make(decl, &field)?),
+            };
+            let spec = ToolSpec {
+                name: decl.name.as_str().to_string(),
+                description: decl.description.clone(),
+                parameters: decl.parameters.schema().as_value().clone(),
+            };
+            toolbox.push(spec, runner, &field)?;
+        }
+        if let Some(schema) = &task.output_schema {
+            let checker = Checker::new(schema).map_err(|m| ToolboxError::new("output_schema", m))?;
+            toolbox.output = Some((schema.clone(), checker));
+        }
+        Ok(toolbox)
+    }
+
+    /// Adds an in-process tool (the library's builder).
+    pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Result<Self, ToolboxError> {
+        let spec = tool.spec();
+        crate::task::tools::ToolName::parse(&spec.name).map_err(|m| ToolboxError::new("tools", m))?;
+        self.push(spec, Runner::Local(tool), "tools")?;
+        Ok(self)
+    }
+
+    fn push(&mut self, spec: ToolSpec, runner: Runner, field: &str) -> Result<(), ToolboxError> {
+        if self.entries.iter().any(|e| e.spec.name == spec.name) {
+            return Err(ToolboxError::new(
+                format!("{field}.name"),
+                format!("a tool named {:?} is declared twice; tool names must be unique", spec.name),
+            ));
+        }
+        let schema = JsonSchema::new(spec.parameters.clone())
+            .map_err(|m| ToolboxError::new(format!("{field}.parameters"), m))?;
+        let checker = Checker::new(&schema).map_err(|m| ToolboxError::new(format!("{field}.parameters"), m))?;
+        self.entries.push(Entry { spec, checker, runner });
+        Ok(())
+    }
+
+    /// The function tools the model is given: `task_completion` first, then the declared tools in order.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let mut specs = vec![self.completion_spec()];
+        specs.extend(self.entries.iter().map(|e| e.spec.clone()));
+        specs
+    }
+
+    /// Whether `name` is a `remote` tool.
+    pub fn is_remote(&self, name: &str) -> bool {
+        self.entries.iter().any(|e| e.spec.name == name && matches!(e.runner, Runner::Remote))
+    }
+
+    /// Checks a call's arguments against its tool's schema, without running it.
+    pub fn check(&self, name: &str, arguments: &serde_json::Value) -> Result<(), ToolOutcome> {
+        if name == TASK_COMPLETION {
+            return self.completion(arguments).map(|_| ()).map_err(ToolOutcome::error);
+        }
+        let entry = self.entry(name)?;
+        entry
+            .checker
+            .check(arguments)
+            .map_err(|problems| ToolOutcome::error(format!("invalid arguments for {name}: {problems}")))
+    }
+
+    fn entry(&self, name: &str) -> Result<&Entry, ToolOutcome> {
+        self.entries.iter().find(|e| e.spec.name == name).ok_or_else(|| {
+            let mut names: Vec<&str> = vec![TASK_COMPLETION];
+            names.extend(self.entries.iter().map(|e| e.spec.name.as_str()));
+            ToolOutcome::error(format!("unknown tool {name:?}; the tools are: {}", names.join(", ")))
+        })
+    }
+
+    /// Runs a function call: arguments checked first; `task_completion` handled here; a `remote` tool
+    /// comes back as [`Called::Remote`].
+    pub async fn call(&self, name: &str, arguments: &serde_json::Value, context: ToolContext<'_>) -> Called {
+        if name == TASK_COMPLETION {
+            return match self.completion(arguments) {
+                Ok(effect) => Called::Done(ToolOutcome::ok("Task completion recorded."), Some(effect)),
+                Err(message) => Called::Done(ToolOutcome::error(message), None),
+            };
+        }
+        let entry = match self.entry(name) {
+            Ok(entry) => entry,
+            Err(outcome) => return Called::Done(outcome, None),
+        };
+        if let Err(problems) = entry.checker.check(arguments) {
+            return Called::Done(ToolOutcome::error(format!("invalid arguments for {name}: {problems}")), None);
+        }
+        match &entry.runner {
+            Runner::Remote => Called::Remote,
+            Runner::Local(tool) => Called::Done(tool.call(arguments.clone(), context).await, None),
+        }
+    }
+
+    /// `task_completion`'s schema: `output` is added (and required) when the task gives an `output_schema`.
+    fn completion_spec(&self) -> ToolSpec {
+        let mut parameters = json!({
+            "type": "object",
+            "properties": {
+                "success": {"type": "boolean", "description": "Whether the task was accomplished."},
+                "summary": {"type": "string", "description": "What was done, or why it could not be done."}
+            },
+            "required": ["success", "summary"],
+            "additionalProperties": false
+        });
+        let mut description = "Call this when the task is finished, or when it cannot be finished. Set success \
+                               to true only if everything the task asked for was done, and summarise what happened."
+            .to_string();
+        if let Some((schema, _)) = &self.output {
+            parameters["properties"]["output"] = schema.as_value().clone();
+            if let Some(required) = parameters["required"].as_array_mut() {
+                required.push(json!("output"));
+            }
+            description.push_str(" Give the result the task asks for as `output`, matching its schema.");
+        }
+        ToolSpec { name: TASK_COMPLETION.to_string(), description, parameters }
+    }
+
+    /// Reads `task_completion`'s arguments; the output is checked against the task's schema.
+    pub fn completion(&self, arguments: &serde_json::Value) -> Result<Effect, String> {
+        let args = CompletionArgs::deserialize(arguments).map_err(|e| {
+            format!(
+                "invalid arguments for {TASK_COMPLETION}: {e}; expected {{\"success\": bool, \"summary\": string{}}}",
+                if self.output.is_some() { ", \"output\": …" } else { "" }
+            )
+        })?;
+        let output = match (&self.output, args.output) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(format!("invalid arguments for {TASK_COMPLETION}: this task asks for no `output`"));
+            }
+            // A task that failed need not produce its output.
+            (Some(_), None) if !args.success => None,
+            (Some(_), None) => {
+                return Err(format!(
+                    "invalid arguments for {TASK_COMPLETION}: `output` is required, matching the task's output schema"
+                ));
+            }
+            (Some((_, checker)), Some(output)) => {
+                checker
+                    .check(&output)
+                    .map_err(|problems| format!("the output does not match the task's output schema: {problems}"))?;
+                Some(output)
+            }
+        };
+        Ok(Effect::Complete { success: args.success, summary: args.summary, output })
+    }
+}
+
+fn known(catalog: &BTreeMap<String, ToolDecl>) -> String {
+    if catalog.is_empty() {
+        "none is configured".to_string()
+    } else {
+        format!("configured: {}", catalog.keys().map(String::as_str).collect::<Vec<_>>().join(", "))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompletionArgs {
+    success: bool,
+    #[serde(default)]
+    summary: String,
+    #[serde(default)]
+    output: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop(_: &str) {}
+
+    fn context() -> ToolContext<'static> {
+        ToolContext { cancel: CancellationToken::new(), output: &noop }
+    }
+
+    #[tokio::test]
+    async fn completion_is_parsed_and_validated() {
+        let toolbox = Toolbox::empty();
+        let Called::Done(outcome, effect) =
+            toolbox.call(TASK_COMPLETION, &json!({"success": true, "summary": "done"}), context()).await
+        else {
+            panic!("not done")
+        };
+        assert!(outcome.ok);
+        assert_eq!(effect, Some(Effect::Complete { success: true, summary: "done".into(), output: None }));
+        let Called::Done(outcome, effect) = toolbox.call(TASK_COMPLETION, &json!({"success": "yes"}), context()).await
+        else {
+            panic!("not done")
+        };
+        assert!(!outcome.ok && effect.is_none());
+        let Called::Done(outcome, _) = toolbox.call("rm_rf", &json!({}), context()).await else { panic!() };
+        assert!(!outcome.ok && outcome.message.contains("rm_rf"), "{outcome:?}");
+    }
+
+    struct Echo;
+
+    #[async_trait]
+    impl Tool for Echo {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "echo".into(),
+                description: "echoes".into(),
+                parameters: json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+            }
+        }
+        async fn call(&self, arguments: serde_json::Value, _: ToolContext<'_>) -> ToolOutcome {
+            ToolOutcome::ok(arguments["text"].as_str().unwrap_or_default()).with_details(json!({"len": 1}))
+        }
+    }
+
+    #[tokio::test]
+    async fn arguments_are_checked_before_a_tool_runs() {
+        let toolbox = Toolbox::empty().with_tool(Arc::new(Echo)).unwrap();
+        assert_eq!(toolbox.specs().len(), 2);
+        let Called::Done(outcome, _) = toolbox.call("echo", &json!({"text": "hi"}), context()).await else { panic!() };
+        assert_eq!(outcome, ToolOutcome::ok("hi").with_details(json!({"len": 1})));
+        let Called::Done(outcome, _) = toolbox.call("echo", &json!({"text": 5}), context()).await else { panic!() };
+        assert!(!outcome.ok && outcome.message.contains("/text"), "{outcome:?}");
+        assert!(Toolbox::empty().with_tool(Arc::new(Echo)).unwrap().with_tool(Arc::new(Echo)).is_err());
+    }
+}
