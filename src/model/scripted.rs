@@ -4,7 +4,10 @@
 //! Script format: `{"turns": [TURN, …]}` where a TURN has any of
 //! - `say`: text the model "says" (becomes `model_text`);
 //! - `actions`: actions of §4, in screen pixels, run in order as one computer call;
-//! - `complete`: `{"success": bool, "summary": "…"}` — calls `task_completion` (after the turn's actions);
+//! - `calls`: `[{"name": "lookup_order", "arguments": {…}}, …]` — calls of declared tools (§13), run in order
+//!   after the turn's actions;
+//! - `complete`: `{"success": bool, "summary": "…", "output"?: …}` — calls `task_completion` (after the turn's
+//!   actions and calls; `output` is the structured output of §14);
 //! - `usage`: `{"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd"}`
 //!   to report for the turn (all optional, default 0) — lets budgets be tested without a vendor model;
 //! - `ask_human`: a reason — the turn's actions wait until a human approves them (`agentd approve`), as a
@@ -62,13 +65,20 @@ impl Model for ScriptedModel {
                 kind: CallKind::Computer { actions: turn.actions.clone() },
             });
         }
+        for (position, call) in turn.calls.iter().enumerate() {
+            calls.push(ToolCall {
+                id: format!("script_{index}_call_{position}"),
+                kind: CallKind::Function { name: call.name.clone(), arguments: call.arguments.clone() },
+            });
+        }
         if let Some(complete) = &turn.complete {
+            let mut arguments = serde_json::json!({ "success": complete.success, "summary": complete.summary });
+            if let Some(output) = &complete.output {
+                arguments["output"] = output.clone();
+            }
             calls.push(ToolCall {
                 id: format!("script_{index}_complete"),
-                kind: CallKind::Function {
-                    name: TASK_COMPLETION.to_string(),
-                    arguments: serde_json::json!({ "success": complete.success, "summary": complete.summary }),
-                },
+                kind: CallKind::Function { name: TASK_COMPLETION.to_string(), arguments },
             });
         }
         let usage = turn.usage.map_or_else(Usage::default, |u| Usage {

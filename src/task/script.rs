@@ -21,6 +21,9 @@ pub struct ScriptTurn {
     pub say: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<Action>,
+    /// Calls of declared tools (§13), run in order after the turn's actions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ScriptCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub complete: Option<Completion>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,6 +39,22 @@ pub struct Completion {
     pub success: bool,
     #[serde(default)]
     pub summary: String,
+    /// The structured output (§14), passed to `task_completion` as `output`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
+}
+
+/// A call of a declared tool: its name and arguments, as a model would make it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptCall {
+    pub name: String,
+    #[serde(default = "empty_object")]
+    pub arguments: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -82,8 +101,18 @@ impl Script {
             return Err(invalid("turns".into(), "a script needs at least one turn"));
         }
         for (i, turn) in self.turns.iter().enumerate() {
-            if turn.say.is_none() && turn.actions.is_empty() && turn.complete.is_none() && turn.ask_human.is_none() {
-                return Err(invalid(format!("turns[{i}]"), "a turn needs `say`, `actions` or `complete`"));
+            if turn.say.is_none()
+                && turn.actions.is_empty()
+                && turn.calls.is_empty()
+                && turn.complete.is_none()
+                && turn.ask_human.is_none()
+            {
+                return Err(invalid(format!("turns[{i}]"), "a turn needs `say`, `actions`, `calls` or `complete`"));
+            }
+            for (j, call) in turn.calls.iter().enumerate() {
+                if call.name.is_empty() {
+                    return Err(invalid(format!("turns[{i}].calls[{j}].name"), "name the tool to call"));
+                }
             }
             if let Some(usage) = &turn.usage
                 && (!usage.cost_usd.is_finite() || usage.cost_usd < 0.0)
