@@ -353,12 +353,12 @@ pub fn http(
     if !target_str.contains('/') && target_str.contains(':') {
         let mut stream = std::net::TcpStream::connect(target_str.as_ref())?;
         stream.write_all(request.as_bytes())?;
-        stream.write_all(body)?;
+        early_answer(stream.write_all(body))?;
         let _ = stream.read_to_end(&mut raw);
     } else {
         let mut stream = std::os::unix::net::UnixStream::connect(target)?;
         stream.write_all(request.as_bytes())?;
-        stream.write_all(body)?;
+        early_answer(stream.write_all(body))?;
         let _ = stream.read_to_end(&mut raw);
     }
     let text = String::from_utf8_lossy(&raw).into_owned();
@@ -367,6 +367,15 @@ pub fn http(
     let body =
         if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_string() };
     Ok((status, body))
+}
+
+/// A server may answer before it has read the whole body (a 413 from the declared length) and close its side:
+/// the rest of the body then cannot be written, and the answer is still there to read.
+fn early_answer(written: std::io::Result<()>) -> std::io::Result<()> {
+    match written {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) => Ok(()),
+        other => other,
+    }
 }
 
 fn dechunk(mut rest: &str) -> String {
