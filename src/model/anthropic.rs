@@ -508,6 +508,9 @@ impl Decoder for MessageDecoder<'_> {
                 if let Some(text) = block.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
                     (self.deltas)(Delta::Text(text));
                 }
+                if let Some(text) = block.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                    (self.deltas)(Delta::Thinking(text));
+                }
                 if block.get("type").and_then(Value::as_str) == Some("tool_use")
                     && let (Some(id), Some(name)) = (wire::str_of(&block, "id"), wire::str_of(&block, "name"))
                 {
