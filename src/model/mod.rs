@@ -137,10 +137,10 @@ pub enum Delta<'a> {
         id: &'a str,
         delta: &'a str,
     },
-    /// The adapter is sending the request again after a response that had begun to stream (a stream cut
-    /// short, an error event inside it): everything streamed since the last `Restart` (or the start) is
-    /// void, and the response starts over. Sent before the retried response's first delta, and only when
-    /// an earlier response of this call had begun.
+    /// The adapter is reading a new response after an earlier response of this call had begun (its
+    /// decoder had started: a stream cut short, an error event inside it, then a retry): everything
+    /// streamed since the last `Restart` (or the start) is void, and the turn starts over. Sent before the
+    /// new response's first delta; the loop ignores it when nothing had streamed.
     Restart,
 }
 
