@@ -4,7 +4,9 @@
 //! artifact to the uploader (never waiting for it), call the model, journal the step, run its calls in order
 //! (stopping at the first failure), journal the results, emit `step_finished`. Limits (steps, time, cost) and
 //! cancellation are checked before every model call and every action; an action, once started, always
-//! finishes. A graceful shutdown stops the loop at the next step boundary and hands the task back.
+//! finishes. A graceful shutdown stops the loop at the next step boundary and hands the task back. A model
+//! call's deltas become the turn's boundary events (`agent::stream`); a call cut short by a cancel or the time
+//! limit still records its step, with what had streamed, as `interrupted`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -20,7 +20,7 @@
 //!   `message_start` begins: the turn of a step is always its last message.
 //! - A failed call ends the message `interrupted` and is followed by `error {message, retryable}`.
 
-use crate::agent::events::EventSink;
+use super::events::EventSink;
 use crate::model::{CallKind, Delta, ModelError, ModelTurn};
 use crate::record::events::{DeltaKind, EventKind};
 
