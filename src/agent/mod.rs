@@ -1,5 +1,6 @@
 //! The agent loop and its policies: the loop itself (`runner`), which screenshots the model still sees
-//! (`context`), waiting for a quiet screen (`settle`), the sink that numbers events (`events`) and the step
+//! (`context`), waiting for a quiet screen (`settle`), the sink that numbers events (`events`), the
+//! boundaries of a streamed model turn (`stream`) and the step
 //! journal boundary (`journal`). Coordinate spaces and pixels are `screen`; the event types are `record`.
 
 pub mod context;
@@ -7,5 +8,6 @@ pub mod events;
 pub mod journal;
 pub mod runner;
 pub mod settle;
+pub mod stream;
 
 pub use runner::{LoopEnd, LoopInput, LoopOutput, run, run_isolated};

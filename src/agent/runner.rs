@@ -4,7 +4,9 @@
 //! artifact to the uploader (never waiting for it), call the model, journal the step, run its calls in order
 //! (stopping at the first failure), journal the results, emit `step_finished`. Limits (steps, time, cost) and
 //! cancellation are checked before every model call and every action; an action, once started, always
-//! finishes. A graceful shutdown stops the loop at the next step boundary and hands the task back.
+//! finishes. A graceful shutdown stops the loop at the next step boundary and hands the task back. A model
+//! call's deltas become the turn's boundary events (`agent::stream`); a call cut short by a cancel or the time
+//! limit still records its step, with what had streamed, as `interrupted`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,14 +19,15 @@ use super::context::ContextPolicy;
 use super::events::EventSink;
 use super::journal::{Journal, JournalError};
 use super::settle::settle;
+use super::stream::{Partial, TurnStream};
 use crate::artifacts::{Uploader, artifact_key};
 use crate::config::SettlePolicy;
 use crate::model::ToolSpec;
 use crate::model::{
     CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult, Usage,
 };
+use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
-use crate::record::events::{DeltaKind, EventKind};
 use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepApproval, StepRecord};
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
@@ -173,6 +176,16 @@ struct Loop {
 /// Why the loop stopped early inside a step.
 enum Stop {
     End(LoopEnd),
+}
+
+/// How a model call ended without a turn.
+enum CallEnd {
+    Stop(Stop),
+    /// Cancelled or timed out while the model answered: the step is recorded with what had streamed.
+    Cut {
+        end: LoopEnd,
+        partial: Partial,
+    },
 }
 
 /// Runs one attempt of a task to its end.
@@ -457,31 +470,42 @@ impl Loop {
         if let Some(window) = self.input.model.context_window() {
             super::context::compact(&mut self.history, &mut self.summary, window, &self.input.task.instructions);
         }
-        let turn = self.call_model(index, &prepared.model).await?;
-        self.usage.add(&turn.usage);
-        let notes = std::mem::take(&mut self.notes);
-
+        let called = self.call_model(index, &prepared.model).await;
         let mut record = StepRecord {
             index,
             started_at,
             duration_ms: 0,
             screenshot,
-            model_text: turn.text.clone(),
-            thinking: turn.thinking.clone(),
+            model_text: String::new(),
+            thinking: String::new(),
             actions: Vec::new(),
             results: Vec::new(),
-            usage: turn.usage,
+            usage: Usage::default(),
             screen_changed,
             settle_ms: 0,
             visual_change: None,
-            calls: turn.calls.clone(),
+            calls: Vec::new(),
             call_results: Vec::new(),
-            raw: turn.raw.clone(),
+            raw: None,
             finished: false,
             approval: None,
             awaiting_tools: Vec::new(),
             interrupted: false,
         };
+        let turn = match called {
+            Ok(turn) => turn,
+            Err(CallEnd::Stop(stop)) => return Err(stop),
+            Err(CallEnd::Cut { end, partial }) => {
+                return Err(self.record_cut_step(record, partial, started, end).await);
+            }
+        };
+        self.usage.add(&turn.usage);
+        let notes = std::mem::take(&mut self.notes);
+        record.model_text = turn.text.clone();
+        record.thinking = turn.thinking.clone();
+        record.usage = turn.usage;
+        record.calls = turn.calls.clone();
+        record.raw = turn.raw.clone();
         // Screen-space actions are known before anything runs, so the journal shows what was about to happen.
         record.actions = turn
             .calls
@@ -604,7 +628,7 @@ impl Loop {
         Ok(())
     }
 
-    async fn call_model(&mut self, step: u32, screenshot: &ModelImage) -> Result<ModelTurn, Stop> {
+    async fn call_model(&mut self, step: u32, screenshot: &ModelImage) -> Result<ModelTurn, CallEnd> {
         let tools = &self.specs;
         let request = ModelRequest {
             instructions: &self.input.task.instructions,
@@ -616,13 +640,12 @@ impl Loop {
             step,
             summary: self.summary.as_deref(),
         };
-        let events = self.input.events.clone();
-        let deltas = move |delta: Delta<'_>| {
-            let (kind, text) = match delta {
-                Delta::Text(t) => (DeltaKind::Text, t),
-                Delta::Thinking(t) => (DeltaKind::Thinking, t),
-            };
-            events.emit(EventKind::ModelDelta { step, kind, text: text.to_string() });
+        // The deltas become message/text/thinking/tool-call boundaries (`agent::stream`); the stream outlives
+        // the call, so a cut-short turn keeps what it had streamed.
+        let stream = std::sync::Mutex::new(TurnStream::begin(step, self.input.events.clone()));
+        let deltas = |delta: Delta<'_>| match stream.lock() {
+            Ok(mut stream) => stream.delta(delta),
+            Err(poisoned) => poisoned.into_inner().delta(delta),
         };
         let model = self.input.model.clone();
         let call = model.next_turn(request, &deltas);
@@ -636,18 +659,49 @@ impl Loop {
                 EndReason::Timeout,
             )),
         };
+        let stream = stream.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
         match result {
-            Ok(Ok(turn)) => Ok(turn),
+            Ok(Ok(turn)) => {
+                stream.finish(&turn);
+                Ok(turn)
+            }
             Ok(Err(e)) => {
+                stream.fail(&e);
                 self.model_errors += 1;
                 if let ModelError::RateLimited { retry_after_secs, .. } = &e {
                     self.retry_after = Some(Duration::from_secs(*retry_after_secs));
                 }
                 tracing::warn!(error = %e, "model call failed");
-                Err(Stop::End(model_end(&e)))
+                Err(CallEnd::Stop(Stop::End(model_end(&e))))
             }
-            Err(end) => Err(Stop::End(end)),
+            Err(end) => Err(CallEnd::Cut { end, partial: stream.interrupt() }),
         }
+    }
+
+    /// Records the step whose model call was cut short (cancel, timeout): its screenshot and the text the
+    /// model had streamed, `interrupted`, journaled as finished with no call run.
+    async fn record_cut_step(
+        &mut self,
+        mut record: StepRecord,
+        partial: Partial,
+        started: Instant,
+        end: LoopEnd,
+    ) -> Stop {
+        record.model_text = partial.text;
+        record.thinking = partial.thinking;
+        record.interrupted = true;
+        record.finished = true;
+        record.duration_ms = started.elapsed().as_millis() as u64;
+        if let Err(stop) = self.journal(&record).await {
+            return stop;
+        }
+        self.input.events.emit(EventKind::StepFinished {
+            step: record.index,
+            duration_ms: record.duration_ms,
+            usage: record.usage,
+        });
+        self.steps.push(record);
+        Stop::End(end)
     }
 
     async fn journal(&self, record: &StepRecord) -> Result<(), Stop> {

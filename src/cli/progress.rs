@@ -114,3 +114,36 @@ fn first_line(text: &str) -> String {
     }
     short
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::events::DeltaKind;
+
+    #[test]
+    fn the_model_stream_prints_nothing() {
+        let mut printer = Printer::default();
+        let kinds = [
+            EventKind::MessageStart { step: 0 },
+            EventKind::ThinkingStart { step: 0 },
+            EventKind::ModelDelta { step: 0, kind: DeltaKind::Thinking, text: "hm".into() },
+            EventKind::ThinkingEnd { step: 0, text: "hm".into() },
+            EventKind::TextStart { step: 0 },
+            EventKind::ModelDelta { step: 0, kind: DeltaKind::Text, text: "Hello".into() },
+            EventKind::TextEnd { step: 0, text: "Hello".into() },
+            EventKind::ToolCallStart { step: 0, call_id: "c".into(), name: "computer".into() },
+            EventKind::ToolCallDelta { step: 0, call_id: "c".into(), delta: "{".into() },
+            EventKind::ToolCallEnd {
+                step: 0,
+                call_id: "c".into(),
+                name: "computer".into(),
+                arguments: serde_json::json!({}),
+            },
+            EventKind::MessageEnd { step: 0, interrupted: true },
+        ];
+        for (seq, kind) in kinds.into_iter().enumerate() {
+            let event = Event { seq: seq as u64 + 1, task_id: "t".into(), ts: time::OffsetDateTime::UNIX_EPOCH, kind };
+            assert_eq!(printer.line(&event), None, "{event:?}");
+        }
+    }
+}

@@ -443,6 +443,8 @@ pub struct MessageDecoder<'a> {
     blocks: Vec<Value>,
     partial_json: Vec<String>,
     done: bool,
+    /// Responses begun so far (one per attempt that got a 2xx); from the second on, `Delta::Restart`.
+    responses: u32,
 }
 
 impl<'a> MessageDecoder<'a> {
@@ -461,6 +463,7 @@ impl<'a> MessageDecoder<'a> {
             blocks: Vec::new(),
             partial_json: Vec::new(),
             done: false,
+            responses: 0,
         }
     }
 
@@ -479,6 +482,10 @@ impl Decoder for MessageDecoder<'_> {
         self.blocks.clear();
         self.partial_json.clear();
         self.done = false;
+        self.responses += 1;
+        if self.responses > 1 {
+            (self.deltas)(Delta::Restart);
+        }
     }
 
     fn event(&mut self, event: SseEvent) -> Result<(), AttemptError> {
@@ -501,6 +508,14 @@ impl Decoder for MessageDecoder<'_> {
                 if let Some(text) = block.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
                     (self.deltas)(Delta::Text(text));
                 }
+                if let Some(text) = block.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                    (self.deltas)(Delta::Thinking(text));
+                }
+                if block.get("type").and_then(Value::as_str) == Some("tool_use")
+                    && let (Some(id), Some(name)) = (wire::str_of(&block, "id"), wire::str_of(&block, "name"))
+                {
+                    (self.deltas)(Delta::ToolCall { id, name });
+                }
                 self.blocks.push(block);
                 self.partial_json.push(String::new());
             }
@@ -521,7 +536,15 @@ impl Decoder for MessageDecoder<'_> {
                         deltas(Delta::Thinking(&text));
                     }
                     "signature_delta" => append(block, "signature", &piece("signature")),
-                    "input_json_delta" => self.partial_json[i].push_str(&piece("partial_json")),
+                    "input_json_delta" => {
+                        let json_text = piece("partial_json");
+                        if !json_text.is_empty()
+                            && let Some(id) = block.get("id").and_then(Value::as_str)
+                        {
+                            deltas(Delta::ToolArgs { id, delta: &json_text });
+                        }
+                        self.partial_json[i].push_str(&json_text);
+                    }
                     _ => {}
                 }
             }
@@ -567,6 +590,13 @@ impl Decoder for MessageDecoder<'_> {
                 }
                 Some("thinking") => {
                     (self.deltas)(Delta::Thinking(block.get("thinking").and_then(Value::as_str).unwrap_or_default()))
+                }
+                Some("tool_use") => {
+                    if let (Some(id), Some(name)) = (wire::str_of(block, "id"), wire::str_of(block, "name")) {
+                        (self.deltas)(Delta::ToolCall { id, name });
+                        let input = block.get("input").map(Value::to_string).unwrap_or_else(|| "{}".into());
+                        (self.deltas)(Delta::ToolArgs { id, delta: &input });
+                    }
                 }
                 _ => {}
             }

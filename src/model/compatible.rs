@@ -548,6 +548,8 @@ pub struct CompletionDecoder<'a> {
     step: u32,
     declared: Vec<String>,
     turn: Option<ModelTurn>,
+    /// Responses begun so far (one per attempt that got a 2xx); from the second on, `Delta::Restart`.
+    responses: u32,
 }
 
 impl Decoder for CompletionDecoder<'_> {
@@ -555,6 +557,10 @@ impl Decoder for CompletionDecoder<'_> {
 
     fn start(&mut self) {
         self.turn = None;
+        self.responses += 1;
+        if self.responses > 1 {
+            (self.deltas)(super::Delta::Restart);
+        }
     }
 
     fn event(&mut self, _event: SseEvent) -> Result<(), AttemptError> {
@@ -569,8 +575,27 @@ impl Decoder for CompletionDecoder<'_> {
         }
         let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
         let turn = self.model.parse(&response, self.step, &declared)?;
+        // Not streamed: the whole turn is reported at once, in the order it came (reasoning, text, calls).
+        if !turn.thinking.is_empty() {
+            (self.deltas)(super::Delta::Thinking(&turn.thinking));
+        }
         if !turn.text.is_empty() {
             (self.deltas)(super::Delta::Text(&turn.text));
+        }
+        let kept = turn.raw.as_ref().and_then(|raw| raw.get("tool_calls")).and_then(Value::as_array);
+        for call in kept.into_iter().flatten() {
+            let (Some(id), Some(name)) =
+                (wire::str_of(call, "id"), call.pointer("/function/name").and_then(Value::as_str))
+            else {
+                continue;
+            };
+            (self.deltas)(super::Delta::ToolCall { id, name });
+            let arguments = match call.pointer("/function/arguments") {
+                Some(Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => "{}".into(),
+            };
+            (self.deltas)(super::Delta::ToolArgs { id, delta: &arguments });
         }
         self.turn = Some(turn);
         Ok(())
@@ -615,7 +640,8 @@ impl Model for CompatibleModel {
     async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError> {
         let http = self.build_request(&request);
         let declared = request.tools.iter().map(|t| t.name.clone()).collect();
-        let mut decoder = CompletionDecoder { model: self, deltas, step: request.step, declared, turn: None };
+        let mut decoder =
+            CompletionDecoder { model: self, deltas, step: request.step, declared, turn: None, responses: 0 };
         self.settings.endpoint.execute(&http, &mut decoder).await
     }
 }

@@ -393,6 +393,8 @@ pub struct ContentDecoder<'a> {
     usage: Value,
     finish_reason: Option<String>,
     blocked: Option<String>,
+    /// Responses begun so far (one per attempt that got a 2xx); from the second on, `Delta::Restart`.
+    responses: u32,
 }
 
 impl<'a> ContentDecoder<'a> {
@@ -406,6 +408,7 @@ impl<'a> ContentDecoder<'a> {
             usage: Value::Null,
             finish_reason: None,
             blocked: None,
+            responses: 0,
         }
     }
 
@@ -427,6 +430,16 @@ impl<'a> ContentDecoder<'a> {
                 let thought = part.get("thought").and_then(Value::as_bool) == Some(true);
                 (self.deltas)(if thought { Delta::Thinking(text) } else { Delta::Text(text) });
             }
+            if stream && let Some(call) = part.get("functionCall") {
+                // Gemini streams a call whole: its start and all of its arguments at once, under the id
+                // `parse_content` gives it (the model's own, else one counted over the response's calls).
+                let index = self.parts.iter().filter(|p| p.get("functionCall").is_some()).count();
+                let id = call_id(call, self.step, index);
+                let name = wire::str_of(call, "name").unwrap_or_default();
+                (self.deltas)(Delta::ToolCall { id: &id, name });
+                let args = call.get("args").map(Value::to_string).unwrap_or_else(|| "{}".into());
+                (self.deltas)(Delta::ToolArgs { id: &id, delta: &args });
+            }
             self.parts.push(part.clone());
         }
         if let Some(reason) = candidate.get("finishReason").and_then(Value::as_str) {
@@ -444,6 +457,10 @@ impl Decoder for ContentDecoder<'_> {
         self.usage = Value::Null;
         self.finish_reason = None;
         self.blocked = None;
+        self.responses += 1;
+        if self.responses > 1 {
+            (self.deltas)(Delta::Restart);
+        }
     }
 
     fn event(&mut self, event: SseEvent) -> Result<(), AttemptError> {

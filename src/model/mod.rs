@@ -114,13 +114,34 @@ pub struct ModelRequest<'a> {
     pub summary: Option<&'a str>,
 }
 
-/// Streams text as it arrives (`model_delta` events).
+/// Streams a turn as it arrives; the loop turns deltas into events (`agent::stream`).
 pub type DeltaSink<'a> = &'a (dyn Fn(Delta<'_>) + Send + Sync);
 
+/// A piece of a turn as the vendor streams it.
+///
+/// Ids in `ToolCall`/`ToolArgs` are the ids the adapter gives the calls of the finished turn
+/// ([`ToolCall::id`]), so the loop can pair what streamed with what the turn holds. A call that streamed and
+/// is not in the turn (cut off by the token limit) is closed by the loop as dropped.
 #[derive(Debug, Clone, Copy)]
 pub enum Delta<'a> {
     Text(&'a str),
     Thinking(&'a str),
+    /// A tool call begins: the vendor's tool name (`computer` for Anthropic's and OpenAI's computer tool,
+    /// the predefined function for Gemini's).
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+    },
+    /// A piece of that call's arguments as JSON text (not valid JSON until the call is complete).
+    ToolArgs {
+        id: &'a str,
+        delta: &'a str,
+    },
+    /// The adapter is reading a new response after an earlier response of this call had begun (its
+    /// decoder had started: a stream cut short, an error event inside it, then a retry): everything
+    /// streamed since the last `Restart` (or the start) is void, and the turn starts over. Sent before the
+    /// new response's first delta; the loop ignores it when nothing had streamed.
+    Restart,
 }
 
 /// Why a model call failed. The loop decides by kind: retryable errors were already retried by the adapter

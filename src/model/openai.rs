@@ -387,6 +387,10 @@ pub struct ResponseDecoder<'a> {
     auto_acknowledge: bool,
     redact: &'a (dyn Fn(&str) -> String + Send + Sync),
     response: Option<Value>,
+    /// Output item id → the call id the turn will give the call (argument deltas name the item).
+    call_ids: std::collections::HashMap<String, String>,
+    /// Responses begun so far (one per attempt that got a 2xx); from the second on, `Delta::Restart`.
+    responses: u32,
 }
 
 impl<'a> ResponseDecoder<'a> {
@@ -396,7 +400,15 @@ impl<'a> ResponseDecoder<'a> {
         auto_acknowledge: bool,
         redact: &'a (dyn Fn(&str) -> String + Send + Sync),
     ) -> Self {
-        Self { deltas, price, auto_acknowledge, redact, response: None }
+        Self {
+            deltas,
+            price,
+            auto_acknowledge,
+            redact,
+            response: None,
+            call_ids: std::collections::HashMap::new(),
+            responses: 0,
+        }
     }
 
     fn failed(&self, response: &Value) -> AttemptError {
@@ -410,6 +422,11 @@ impl Decoder for ResponseDecoder<'_> {
 
     fn start(&mut self) {
         self.response = None;
+        self.call_ids.clear();
+        self.responses += 1;
+        if self.responses > 1 {
+            (self.deltas)(Delta::Restart);
+        }
     }
 
     fn event(&mut self, event: SseEvent) -> Result<(), AttemptError> {
@@ -427,6 +444,30 @@ impl Decoder for ResponseDecoder<'_> {
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 if let Some(text) = wire::str_of(&data, "delta") {
                     (self.deltas)(Delta::Thinking(text));
+                }
+            }
+            "response.output_item.added" => {
+                let item = data.get("item").unwrap_or(&Value::Null);
+                let name = match wire::str_of(item, "type") {
+                    Some("function_call") => wire::str_of(item, "name"),
+                    Some("computer_call") => Some("computer"),
+                    _ => None,
+                };
+                if let (Some(name), Some(call_id)) = (name, wire::str_of(item, "call_id")) {
+                    (self.deltas)(Delta::ToolCall { id: call_id, name });
+                    if let Some(item_id) = wire::str_of(item, "id") {
+                        self.call_ids.insert(item_id.to_string(), call_id.to_string());
+                    }
+                    // Arguments an added item already carries (the documented stream sends "" and deltas).
+                    if let Some(arguments) = wire::str_of(item, "arguments").filter(|a| !a.is_empty()) {
+                        (self.deltas)(Delta::ToolArgs { id: call_id, delta: arguments });
+                    }
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let call_id = wire::str_of(&data, "item_id").and_then(|item| self.call_ids.get(item));
+                if let (Some(id), Some(delta)) = (call_id, wire::str_of(&data, "delta")) {
+                    (self.deltas)(Delta::ToolArgs { id, delta });
                 }
             }
             "response.completed" | "response.incomplete" => {

@@ -51,6 +51,8 @@ pub enum Reply {
     Cut(Vec<(Option<String>, String)>),
     /// Headers (200, event stream), then nothing ever.
     Idle,
+    /// These events whole, then nothing ever (a model that streams part of its answer and stalls).
+    Stall(Vec<(Option<String>, String)>),
 }
 
 impl Reply {
@@ -194,6 +196,11 @@ fn respond(reply: Reply) -> Response {
             let half = text.len() / 2;
             let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![Ok(text[..half].to_vec())];
             build(200, "text/event-stream", Body::from_stream(futures_util::stream::iter(chunks)))
+        }
+        Reply::Stall(events) => {
+            let sent = futures_util::stream::iter(vec![Ok::<_, std::io::Error>(sse_text(&events).into_bytes())]);
+            let stream = futures_util::StreamExt::chain(sent, futures_util::stream::pending());
+            build(200, "text/event-stream", Body::from_stream(stream))
         }
         Reply::Idle => build(
             200,
@@ -663,7 +670,34 @@ pub fn openai_reply(output: Vec<Value>, usage: Value, stream: bool) -> Reply {
         json!({"type": "response.created", "response": {"id": "resp_fake", "status": "in_progress", "output": []}}),
     )];
     for (i, item) in output.iter().enumerate() {
+        let item_id = item["id"].as_str().map_or_else(|| format!("item_{i}"), str::to_string);
+        if item["type"] == "function_call" {
+            // As documented: the item is added with empty arguments, which then stream as deltas.
+            let mut added = item.clone();
+            added["id"] = json!(item_id);
+            added["arguments"] = json!("");
+            added["status"] = json!("in_progress");
+            events.push(next(json!({"type": "response.output_item.added", "output_index": i, "item": added})));
+            let arguments = item["arguments"].as_str().unwrap_or("{}").to_string();
+            let mid = (arguments.len() / 2..arguments.len()).find(|&m| arguments.is_char_boundary(m)).unwrap_or(0);
+            for piece in [&arguments[..mid], &arguments[mid..]] {
+                events.push(next(json!({"type": "response.function_call_arguments.delta", "item_id": item_id,
+                    "output_index": i, "delta": piece})));
+            }
+            events.push(next(json!({"type": "response.function_call_arguments.done", "item_id": item_id,
+                "output_index": i, "arguments": arguments})));
+            events.push(next(json!({"type": "response.output_item.done", "output_index": i, "item": item})));
+            continue;
+        }
         events.push(next(json!({"type": "response.output_item.added", "output_index": i, "item": item})));
+        if item["type"] == "reasoning" {
+            for (j, part) in item["summary"].as_array().into_iter().flatten().enumerate() {
+                if let Some(text) = part["text"].as_str() {
+                    events.push(next(json!({"type": "response.reasoning_summary_text.delta", "item_id": item_id,
+                        "output_index": i, "summary_index": j, "delta": text})));
+                }
+            }
+        }
         if item["type"] == "message" {
             for part in item["content"].as_array().into_iter().flatten() {
                 if let Some(text) = part["text"].as_str() {

@@ -8,6 +8,7 @@ mod crash;
 mod daemon;
 mod desktops;
 mod doubles;
+mod events;
 mod fleet;
 mod hostile;
 mod house;
