@@ -73,7 +73,14 @@ fn fold_inner_path(mut path: String, mut message: String) -> (String, String) {
     while let Some(rest) = message.strip_prefix("field `")
         && let Some((inner, tail)) = rest.split_once("`: ")
     {
-        path = if path == "." || path.is_empty() { inner.to_string() } else { format!("{path}.{inner}") };
+        path = if path == "." || path.is_empty() {
+            inner.to_string()
+        } else if inner.starts_with('[') {
+            // An array index (`[1].name`, from a list's own check) joins without a dot.
+            format!("{path}{inner}")
+        } else {
+            format!("{path}.{inner}")
+        };
         message = tail.to_string();
     }
     (path, message)

@@ -20,3 +20,4 @@ mod run_examples;
 mod s3;
 mod support;
 mod systemd;
+mod tools;
