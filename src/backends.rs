@@ -287,8 +287,8 @@ struct ToolMakers;
 impl Makers for ToolMakers {
     fn make(&self, decl: &ToolDecl, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
         match &decl.kind {
-            ToolKind::Http(http) => HttpRunner::new(decl, http, field),
-            ToolKind::Command(command) => CommandRunner::new(decl, command, field),
+            ToolKind::Http(http) => HttpRunner::make(decl, http, field),
+            ToolKind::Command(command) => CommandRunner::make(decl, command, field),
             ToolKind::Remote {} => Err(ToolboxError {
                 field: format!("{field}.kind"),
                 message: "a `remote` tool runs in the API client, not in agentd".into(),

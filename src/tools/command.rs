@@ -36,7 +36,7 @@ pub struct CommandRunner {
 impl CommandRunner {
     /// Makes the tool of `decl` (at `field`, for errors). Fails when `command` is empty or `cwd` is not a
     /// directory on this worker.
-    pub fn new(decl: &ToolDecl, command: &CommandTool, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
+    pub fn make(decl: &ToolDecl, command: &CommandTool, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
         let Some((program, args)) = command.command.split_first().filter(|(p, _)| !p.is_empty()) else {
             return Err(ToolboxError::new(format!("{field}.command"), "name the program to run (a non-empty list)"));
         };
@@ -236,7 +236,7 @@ mod tests {
         }))
         .unwrap();
         let crate::task::tools::ToolKind::Command(command) = &decl.kind else { panic!() };
-        CommandRunner::new(&decl, command, "tools.t").unwrap()
+        CommandRunner::make(&decl, command, "tools.t").unwrap()
     }
 
     async fn call(tool: &dyn Tool, arguments: serde_json::Value) -> (ToolOutcome, Vec<String>) {

@@ -52,7 +52,7 @@ pub struct HttpRunner {
 impl HttpRunner {
     /// Makes the tool of `decl` (at `field` of the task, for errors). Fails when the URL is not http(s),
     /// a header name is not one, or a `headers_env` variable is not set on this worker.
-    pub fn new(decl: &ToolDecl, http: &HttpTool, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
+    pub fn make(decl: &ToolDecl, http: &HttpTool, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
         let url = crate::task::tools::http_url(&http.url).map_err(|m| ToolboxError::new(format!("{field}.url"), m))?;
         let mut headers = Vec::new();
         for (name, var) in &http.headers_env {
@@ -199,7 +199,7 @@ mod tests {
         }))
         .unwrap();
         let crate::task::tools::ToolKind::Http(http) = &decl.kind else { panic!() };
-        HttpRunner::new(&decl, http, "tools[0]").unwrap()
+        HttpRunner::make(&decl, http, "tools[0]").unwrap()
     }
 
     async fn call(tool: &dyn Tool) -> ToolOutcome {
@@ -246,7 +246,7 @@ mod tests {
         }))
         .unwrap();
         let crate::task::tools::ToolKind::Http(http) = &decl.kind else { panic!() };
-        let Err(e) = HttpRunner::new(&decl, http, "tools[3]") else { panic!("made") };
+        let Err(e) = HttpRunner::make(&decl, http, "tools[3]") else { panic!("made") };
         assert_eq!(e.field, "tools[3].headers_env.Authorization");
         assert!(e.message.contains("AGENTD_UNIT_TEST_UNSET_VAR is not set"), "{e}");
     }
