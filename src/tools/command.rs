@@ -257,6 +257,54 @@ mod tests {
         assert_eq!(outcome, ToolOutcome::ok("plain text"));
     }
 
+    /// Whether process `pid` is gone (or a zombie waiting for its reaper).
+    fn gone(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    /// A script that starts a grandchild (its pid written to `pidfile`), says so, and waits for it.
+    fn with_grandchild(pidfile: &std::path::Path) -> String {
+        format!("sleep 60 & echo $! > {}; echo started; wait", pidfile.display())
+    }
+
+    async fn grandchild_is_gone(pidfile: &std::path::Path, when: &str) {
+        let pid = std::fs::read_to_string(pidfile).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(gone(pid.trim()), "the grandchild {} outlived {when}", pid.trim());
+        std::fs::remove_file(pidfile).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_late_or_cancelled_program_is_killed_with_its_children() {
+        let scratch = tempfile::tempdir().unwrap();
+        let pidfile = scratch.path().join("pid");
+        let (outcome, lines) = call(runner(&["sh", "-c", &with_grandchild(&pidfile)], 1).as_ref(), json!({})).await;
+        assert!(!outcome.ok && outcome.message.contains("killed"), "{outcome:?}");
+        assert_eq!(lines, ["started"]);
+        grandchild_is_gone(&pidfile, "the timeout").await;
+
+        let cancel = CancellationToken::new();
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            stop.cancel();
+        });
+        let started = std::time::Instant::now();
+        let tool = runner(&["sh", "-c", &with_grandchild(&pidfile)], 30);
+        let outcome = tool.call(json!({}), ToolContext { cancel, output: &|_| {} }).await;
+        assert!(!outcome.ok && outcome.message.contains("cancelled"), "{outcome:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        grandchild_is_gone(&pidfile, "the cancel").await;
+
+        // Dropping the call (the loop stops waiting for it) kills the group too.
+        let tool = runner(&["sh", "-c", &with_grandchild(&pidfile)], 30);
+        let _ = tokio::time::timeout(Duration::from_millis(300), call(tool.as_ref(), json!({}))).await;
+        grandchild_is_gone(&pidfile, "the dropped call").await;
+    }
+
     #[tokio::test]
     async fn failures_are_tool_errors() {
         let (outcome, _) = call(runner(&["sh", "-c", "echo oops >&2; exit 3"], 5).as_ref(), json!({})).await;
