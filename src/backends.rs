@@ -17,10 +17,12 @@ use crate::config::{ArtifactsBackend, Config};
 use crate::input::{FileAccess, FileError};
 use crate::model::scripted::{Script, ScriptedModel};
 use crate::model::{Model, ModelError, Shared};
-use crate::task::tools::ToolDecl;
+use crate::task::tools::{TaskTool, ToolDecl, ToolKind};
 use crate::task::{
     CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec, VncSpec,
 };
+use crate::tools::command::CommandRunner;
+use crate::tools::http::HttpRunner;
 use crate::tools::{Makers, Tool, Toolbox, ToolboxError};
 
 #[derive(Debug, Error)]
@@ -284,17 +286,23 @@ struct ToolMakers;
 
 impl Makers for ToolMakers {
     fn make(&self, decl: &ToolDecl, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
-        Err(ToolboxError {
-            field: format!("{field}.kind"),
-            message: format!("tools of kind `{}` are not supported yet", decl.kind.as_str()),
-        })
+        match &decl.kind {
+            ToolKind::Http(http) => HttpRunner::make(decl, http, field),
+            ToolKind::Command(command) => CommandRunner::make(decl, command, field),
+            ToolKind::Remote {} => Err(ToolboxError {
+                field: format!("{field}.kind"),
+                message: "a `remote` tool runs in the API client, not in agentd".into(),
+            }),
+        }
     }
 }
 
-/// The environment variables and endpoints a task submitted over the API may name: a VNC `password_env` in
-/// `[worker] allowed_env` or named by `[defaults]`; an `openai-compatible` `base_url` that is the
-/// configured one (or the provider's default), one of its `allowed_base_urls`, or the one `[defaults]`
-/// names. Checked at submission and again by the worker that runs the task. Returns the field and why.
+/// The environment variables, endpoints and tools a task submitted over the API may name: a VNC
+/// `password_env` in `[worker] allowed_env` or named by `[defaults]`; an `openai-compatible` `base_url` that
+/// is the configured one (or the provider's default), one of its `allowed_base_urls`, or the one
+/// `[defaults]` names; `{"use": NAME}` only of a tool in the config's `[tools]`; an `http` tool's
+/// `headers_env` variables only from `[worker] allowed_env` (its URL is not limited: any http(s) URL).
+/// Checked at submission and again by the worker that runs the task. Returns the field and why.
 pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
     if let ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) = &task.computer {
         let from_defaults = matches!(&config.defaults.computer, Some(ComputerSpec::Vnc(VncSpec { password_env: Some(d), .. })) if d == name);
@@ -329,6 +337,41 @@ pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<
                      `models.{provider}.base_url`, or one of its `allowed_base_urls`)"
                 ),
             ));
+        }
+    }
+    check_tools(task, config)
+}
+
+/// A task's tools may name only the config's `[tools]` (`use`), and, in an `http` tool's `headers_env`,
+/// only variables in `[worker] allowed_env`: a variable's value goes to the tool's URL, which the task chose.
+fn check_tools(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
+    for (i, entry) in task.tools.iter().enumerate() {
+        match entry {
+            TaskTool::Use { name } if !config.tools.contains_key(name.as_str()) => {
+                let known = if config.tools.is_empty() {
+                    "none is configured".to_string()
+                } else {
+                    format!("configured: {}", config.tools.keys().cloned().collect::<Vec<_>>().join(", "))
+                };
+                return Err(BuildError::invalid(
+                    format!("tools[{i}].use"),
+                    format!("no tool {:?} in the config's [tools] ({known})", name.as_str()),
+                ));
+            }
+            TaskTool::Declared(ToolDecl { kind: ToolKind::Http(http), .. }) => {
+                if let Some((header, var)) =
+                    http.headers_env.iter().find(|(_, var)| !config.worker.allowed_env.contains(var))
+                {
+                    return Err(BuildError::invalid(
+                        format!("tools[{i}].headers_env.{header}"),
+                        format!(
+                            "the environment variable {var:?} is not one tasks from the API may name (add it to \
+                             `worker.allowed_env` in the daemon's config)"
+                        ),
+                    ));
+                }
+            }
+            _ => {}
         }
     }
     Ok(())

@@ -701,6 +701,8 @@ fn section<T: serde::de::DeserializeOwned>(
             let path = e.path().to_string();
             // toml appends "\nin `key`" lines; the path already says where.
             let message = e.into_inner().to_string().lines().next().unwrap_or_default().trim().to_string();
+            // Hand-read values (a tool's `kind`) name their inner field in the message: move it to the path.
+            let (path, message) = crate::input::fold_inner_path(path, message);
             let mut field = if path == "." || path.is_empty() { key.to_string() } else { format!("{key}.{path}") };
             if let Some(name) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
                 field = format!("{field}.{name}");
@@ -1081,6 +1083,19 @@ mod tests {
         let colour = err.problems.iter().find(|p| p.field.as_deref() == Some("worker.colour")).unwrap();
         assert_eq!(colour.line, 4, "{err}");
         assert!(err.to_string().contains("x.toml: field `worker.colour`"), "{err}");
+    }
+
+    #[test]
+    fn bad_tool_declarations_name_their_field() {
+        let text = "[tools.lookup]\ndescription = \"d\"\nparameters = { type = \"object\" }\nkind = \"http\"\n\
+                    url = \"ftp://x\"\n[tools.run_it]\ndescription = \"d\"\nparameters = { type = \"object\" }\n\
+                    kind = \"command\"\ncommand = []\n[tools.fine]\ndescription = \"d\"\n\
+                    parameters = { type = \"object\" }\nkind = \"http\"\nurl = \"https://x.example/a\"\n";
+        let err = parse(text, "x.toml", &[]).unwrap_err();
+        let fields: Vec<_> = err.problems.iter().filter_map(|p| p.field.clone()).collect();
+        assert_eq!(fields, ["tools.lookup.url", "tools.run_it.command"], "{err}");
+        assert!(err.to_string().contains("not an http or https URL"), "{err}");
+        assert!(!err.to_string().contains("field `url`"), "{err}");
     }
 
     #[test]

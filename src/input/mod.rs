@@ -69,11 +69,18 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(text: &str, source_name: &str)
 }
 
 /// Moves `field `a.b`: ` prefixes (from [`variant`]) out of the message and onto the path.
-fn fold_inner_path(mut path: String, mut message: String) -> (String, String) {
+pub fn fold_inner_path(mut path: String, mut message: String) -> (String, String) {
     while let Some(rest) = message.strip_prefix("field `")
         && let Some((inner, tail)) = rest.split_once("`: ")
     {
-        path = if path == "." || path.is_empty() { inner.to_string() } else { format!("{path}.{inner}") };
+        path = if path == "." || path.is_empty() {
+            inner.to_string()
+        } else if inner.starts_with('[') {
+            // An array index (`[1].name`, from a list's own check) joins without a dot.
+            format!("{path}{inner}")
+        } else {
+            format!("{path}.{inner}")
+        };
         message = tail.to_string();
     }
     (path, message)

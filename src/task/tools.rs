@@ -194,7 +194,25 @@ fn decl<'de, D: Deserializer<'de>>(d: D, allow_command: bool) -> Result<ToolDecl
     let description: String = variant_field("description", take("description")?)?;
     let parameters: Parameters = variant_field("parameters", take("parameters")?)?;
     let kind = match kind.as_str() {
-        "http" => ToolKind::Http(variant(rest)?),
+        "http" => {
+            let http: HttpTool = variant(rest)?;
+            http_url(&http.url).map_err(|m| D::Error::custom(format!("field `url`: {m}")))?;
+            for (header, var) in &http.headers_env {
+                if header.is_empty()
+                    || !header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+                {
+                    return Err(D::Error::custom(format!(
+                        "field `headers_env`: {header:?} is not an HTTP header name"
+                    )));
+                }
+                if var.is_empty() || var.contains(['=', '\0']) {
+                    return Err(D::Error::custom(format!(
+                        "field `headers_env.{header}`: {var:?} is not an environment variable name"
+                    )));
+                }
+            }
+            ToolKind::Http(http)
+        }
         "remote" => {
             if let Some(field) = rest.keys().next() {
                 return Err(D::Error::custom(format!("field `{field}`: unknown field for a `remote` tool")));
@@ -210,6 +228,18 @@ fn decl<'de, D: Deserializer<'de>>(d: D, allow_command: bool) -> Result<ToolDecl
         }
     };
     Ok(ToolDecl { name, description, parameters, kind })
+}
+
+/// An `http` tool's URL: absolute, `http` or `https`, with a host.
+pub fn http_url(url: &str) -> Result<reqwest::Url, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("{url:?} is not an http or https URL"));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{url:?} names no host"));
+    }
+    Ok(parsed)
 }
 
 fn variant_field<T: serde::de::DeserializeOwned, E: serde::de::Error>(

@@ -23,6 +23,9 @@ use crate::model::{TASK_COMPLETION, ToolSpec};
 use crate::task::ResolvedTask;
 use crate::task::tools::{JsonSchema, TaskTool, ToolDecl, ToolKind};
 
+pub mod command;
+pub mod envelope;
+pub mod http;
 pub mod schema;
 
 use schema::Checker;

@@ -224,8 +224,11 @@ fn the_worker_checks_again_what_its_own_config_allows() {
     vnc["labels"] = parked.clone();
     let mut file = scene_task(&scene);
     file["id"] = json!("scene-file");
-    file["labels"] = parked;
-    for task in [&vnc, &file] {
+    file["labels"] = parked.clone();
+    let tool = json!({"id": "tool-env", "instructions": "x", "labels": parked, "tools": [
+        {"name": "lookup", "description": "d", "parameters": {"type": "object"}, "kind": "http",
+         "url": "http://127.0.0.1:9/x", "headers_env": {"X-Key": "AGENTD_TEST_VNC_PW"}}]});
+    for task in [&vnc, &file, &tool] {
         let (code, body) = submit(&daemon, task);
         assert_eq!(code, 201, "{body}");
     }
@@ -236,7 +239,9 @@ fn the_worker_checks_again_what_its_own_config_allows() {
     let config = config.replace(&allow_paths, "").replace(allow_env, "labels = { parked = \"yes\" }");
     std::fs::write(&config_path, config).expect("write config");
     daemon.spawn();
-    for (id, setting) in [("vnc-env", "worker.allowed_env"), ("scene-file", "api.allowed_paths")] {
+    for (id, setting) in
+        [("vnc-env", "worker.allowed_env"), ("scene-file", "api.allowed_paths"), ("tool-env", "worker.allowed_env")]
+    {
         let task = daemon.wait_terminal(id, Duration::from_secs(60));
         assert_eq!(task["state"], "failed", "{task:#}");
         let summary = task["outcome"]["summary"].as_str().unwrap_or_default();

@@ -21,3 +21,4 @@ mod run_examples;
 mod s3;
 mod support;
 mod systemd;
+mod tools;

@@ -205,6 +205,8 @@ pub struct Daemon {
     pub agentd: Agentd,
     pub child: Option<std::process::Child>,
     pub socket: PathBuf,
+    /// Environment variables the daemon is started with (beside the test's own, without `AGENTD_*`).
+    pub env: Vec<(String, String)>,
     /// Dropped after the daemon is killed (a PostgreSQL schema goes with it).
     _backend: Backend,
 }
@@ -231,7 +233,17 @@ impl Daemon {
         Self::start_on_with(backend, api, "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100", extra)
     }
 
+    /// Like [`Daemon::start`], with the environment variables `env` set for the daemon.
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Self {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Self::start_on_with_env(Backend::Sqlite, "", "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100", extra, env)
+    }
+
     fn start_on_with(backend: Backend, api: &str, queue: &str, extra: &str) -> Self {
+        Self::start_on_with_env(backend, api, queue, extra, Vec::new())
+    }
+
+    fn start_on_with_env(backend: Backend, api: &str, queue: &str, extra: &str, env: Vec<(String, String)>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agentd.sock");
         let queue = format!("{}{queue}", backend.queue_config());
@@ -240,7 +252,7 @@ impl Daemon {
         let mut text = format!("data_dir = {:?}\n", agentd.data_dir().display().to_string());
         text.push_str(&config);
         std::fs::write(agentd.dir.path().join("agentd.toml"), text).expect("write config");
-        let mut daemon = Self { agentd, child: None, socket, _backend: backend };
+        let mut daemon = Self { agentd, child: None, socket, env, _backend: backend };
         daemon.spawn();
         daemon
     }
@@ -255,6 +267,7 @@ impl Daemon {
             .agentd
             .command()
             .arg("serve")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("AGENTD_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

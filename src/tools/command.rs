@@ -1,0 +1,322 @@
+//! The `command` tool kind (§13, config only): run a program with the call's arguments as JSON on stdin;
+//! its stdout is the result envelope.
+//!
+//! The program is `command[0]` with the arguments `command[1..]`, started directly (no shell), in `cwd`
+//! (the worker's own directory when absent), in a process group of its own. Its stdout lines are streamed as
+//! `tool_output` events while it runs; the envelope is the whole of stdout or, after progress lines, its last
+//! line. It is killed (the whole group) when it outlives its timeout, prints
+//! more than [`MAX_ANSWER_BYTES`] on stdout, or the task is cancelled. A program that cannot be started,
+//! exits non-zero, is killed by a signal or times out is a failed call (`ok: false`) naming the tool and the
+//! problem, with the tail of its stderr; it never ends the task.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+use super::envelope::{self, MAX_ANSWER_BYTES, STDERR_TAIL_BYTES};
+use super::{Tool, ToolContext, ToolOutcome, ToolboxError};
+use crate::model::ToolSpec;
+use crate::task::tools::{CommandTool, DEFAULT_TOOL_TIMEOUT_SECS, ToolDecl};
+
+/// A `command` tool from config, ready to call.
+pub struct CommandRunner {
+    spec: ToolSpec,
+    program: String,
+    args: Vec<String>,
+    cwd: Option<PathBuf>,
+    timeout: Duration,
+}
+
+impl CommandRunner {
+    /// Makes the tool of `decl` (at `field`, for errors). Fails when `command` is empty or `cwd` is not a
+    /// directory on this worker.
+    pub fn make(decl: &ToolDecl, command: &CommandTool, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
+        let Some((program, args)) = command.command.split_first().filter(|(p, _)| !p.is_empty()) else {
+            return Err(ToolboxError::new(format!("{field}.command"), "name the program to run (a non-empty list)"));
+        };
+        let cwd = command.cwd.as_ref().map(PathBuf::from);
+        if let Some(dir) = &cwd
+            && !dir.is_dir()
+        {
+            return Err(ToolboxError::new(
+                format!("{field}.cwd"),
+                format!("{} is not a directory on this worker", dir.display()),
+            ));
+        }
+        let timeout = Duration::from_secs(command.timeout_secs.map_or(DEFAULT_TOOL_TIMEOUT_SECS, |t| t.get()));
+        let spec = ToolSpec {
+            name: decl.name.as_str().to_string(),
+            description: decl.description.clone(),
+            parameters: decl.parameters.schema().as_value().clone(),
+        };
+        Ok(Arc::new(Self { spec, program: program.clone(), args: args.to_vec(), cwd, timeout }))
+    }
+
+    async fn run(&self, arguments: &serde_json::Value, context: &ToolContext<'_>) -> ToolOutcome {
+        let name = &self.spec.name;
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => return ToolOutcome::error(format!("tool {name}: cannot start {}: {e}", self.program)),
+        };
+        // Until the program has been waited for, dropping this (a cancelled task) kills its whole group.
+        let mut group = Group(child.id().and_then(|pid| i32::try_from(pid).ok()));
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return ToolOutcome::error(format!("tool {name}: cannot talk to {}", self.program));
+        };
+        let input = arguments.to_string();
+        // A program that does not read its stdin is not an error: a broken pipe is ignored.
+        let writer = async move {
+            let _ = stdin.write_all(input.as_bytes()).await;
+            drop(stdin);
+        };
+        let errors = tokio::spawn(keep_tail(stderr));
+        let run = async {
+            let (read, ()) = tokio::join!(read_stdout(stdout, context.output), writer);
+            let read = read?;
+            let status = child.wait().await.map_err(|e| format!("cannot wait for {}: {e}", self.program))?;
+            Ok::<_, String>((read, status))
+        };
+        let ended = tokio::select! {
+            ended = tokio::time::timeout(self.timeout, run) => ended,
+            () = context.cancel.cancelled() => {
+                group.kill();
+                return ToolOutcome::error(format!("tool {name}: cancelled"));
+            }
+        };
+        let (stdout, status) = match ended {
+            Ok(Ok(done)) => {
+                group.0 = None;
+                done
+            }
+            Ok(Err(problem)) => {
+                group.kill();
+                return ToolOutcome::error(format!("tool {name}: {problem}"));
+            }
+            Err(_) => {
+                group.kill();
+                return ToolOutcome::error(format!(
+                    "tool {name}: {} did not finish within {} s and was killed",
+                    self.program,
+                    self.timeout.as_secs()
+                ));
+            }
+        };
+        if status.success() {
+            return envelope::parse_output(name, &String::from_utf8_lossy(&stdout));
+        }
+        let stderr = errors.await.unwrap_or_default();
+        let tail = envelope::tail(&stderr, STDERR_TAIL_BYTES);
+        let how = match status.code() {
+            Some(code) => format!("exited with status {code}"),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                format!("was killed by signal {}", status.signal().unwrap_or_default())
+            }
+        };
+        let message = if tail.is_empty() {
+            format!("tool {name}: {} {how}", self.program)
+        } else {
+            format!("tool {name}: {} {how}; stderr: {tail}", self.program)
+        };
+        ToolOutcome::error(message).with_details(json!({"exit_code": status.code()}))
+    }
+}
+
+/// A running program's process group, killed when it must stop or when this is dropped before it ended.
+struct Group(Option<i32>);
+
+impl Group {
+    fn kill(&mut self) {
+        if let Some(pid) = self.0.take() {
+            // SAFETY: kill(2) with a negative pid signals the process group the program leads; no memory is
+            // involved.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Reads stdout to its end, streaming each complete line as it arrives; more than [`MAX_ANSWER_BYTES`] is an
+/// error.
+async fn read_stdout(
+    mut stdout: impl AsyncRead + Unpin,
+    emit: &(dyn Fn(&str) + Send + Sync),
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut streamed = 0;
+    let mut buffer = [0u8; 8192];
+    loop {
+        let n = stdout.read(&mut buffer).await.map_err(|e| format!("cannot read its output: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        if out.len() + n > MAX_ANSWER_BYTES {
+            return Err(format!("its output is larger than the {MAX_ANSWER_BYTES} bytes allowed; it was killed"));
+        }
+        out.extend_from_slice(&buffer[..n]);
+        while let Some(end) = out[streamed..].iter().position(|b| *b == b'\n') {
+            emit(&String::from_utf8_lossy(&out[streamed..streamed + end]));
+            streamed += end + 1;
+        }
+    }
+    if streamed < out.len() {
+        emit(&String::from_utf8_lossy(&out[streamed..]));
+    }
+    Ok(out)
+}
+
+/// Reads stderr to its end, keeping only its last [`STDERR_TAIL_BYTES`] (and a little more, to cut at a
+/// character).
+async fn keep_tail(mut stderr: impl AsyncRead + Unpin) -> Vec<u8> {
+    let keep = STDERR_TAIL_BYTES + 8;
+    let mut tail = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buffer).await {
+        if n == 0 {
+            break;
+        }
+        tail.extend_from_slice(&buffer[..n]);
+        if tail.len() > 2 * keep {
+            tail.drain(..tail.len() - keep);
+        }
+    }
+    if tail.len() > keep {
+        tail.drain(..tail.len() - keep);
+    }
+    tail
+}
+
+#[async_trait]
+impl Tool for CommandRunner {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, arguments: serde_json::Value, context: ToolContext<'_>) -> ToolOutcome {
+        self.run(&arguments, &context).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tokio_util::sync::CancellationToken;
+
+    fn runner(command: &[&str], timeout_secs: u64) -> Arc<dyn Tool> {
+        let decl: ToolDecl = serde_json::from_value(json!({
+            "name": "t", "description": "d", "kind": "command", "parameters": {"type": "object"},
+            "command": command, "timeout_secs": timeout_secs,
+        }))
+        .unwrap();
+        let crate::task::tools::ToolKind::Command(command) = &decl.kind else { panic!() };
+        CommandRunner::make(&decl, command, "tools.t").unwrap()
+    }
+
+    async fn call(tool: &dyn Tool, arguments: serde_json::Value) -> (ToolOutcome, Vec<String>) {
+        let lines = Mutex::new(Vec::new());
+        let emit = |line: &str| lines.lock().unwrap().push(line.to_string());
+        let outcome = tool.call(arguments, ToolContext { cancel: CancellationToken::new(), output: &emit }).await;
+        (outcome, lines.into_inner().unwrap())
+    }
+
+    #[tokio::test]
+    async fn stdin_is_the_arguments_and_stdout_the_envelope() {
+        let script =
+            r#"read -r args; echo "working"; printf '{"ok": true, "output": "got it", "details": %s}\n' "$args""#;
+        let (outcome, lines) = call(runner(&["sh", "-c", script], 5).as_ref(), json!({"a": 1})).await;
+        assert_eq!(outcome, ToolOutcome::ok("got it").with_details(json!({"a": 1})));
+        assert_eq!(lines, ["working", r#"{"ok": true, "output": "got it", "details": {"a":1}}"#]);
+        let (outcome, _) = call(runner(&["echo", "plain", "text"], 5).as_ref(), json!({})).await;
+        assert_eq!(outcome, ToolOutcome::ok("plain text"));
+    }
+
+    /// Whether process `pid` is gone (or a zombie waiting for its reaper).
+    fn gone(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    /// A script that starts a grandchild (its pid written to `pidfile`), says so, and waits for it.
+    fn with_grandchild(pidfile: &std::path::Path) -> String {
+        format!("sleep 60 & echo $! > {}; echo started; wait", pidfile.display())
+    }
+
+    async fn grandchild_is_gone(pidfile: &std::path::Path, when: &str) {
+        let pid = std::fs::read_to_string(pidfile).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(gone(pid.trim()), "the grandchild {} outlived {when}", pid.trim());
+        std::fs::remove_file(pidfile).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_late_or_cancelled_program_is_killed_with_its_children() {
+        let scratch = tempfile::tempdir().unwrap();
+        let pidfile = scratch.path().join("pid");
+        let (outcome, lines) = call(runner(&["sh", "-c", &with_grandchild(&pidfile)], 1).as_ref(), json!({})).await;
+        assert!(!outcome.ok && outcome.message.contains("killed"), "{outcome:?}");
+        assert_eq!(lines, ["started"]);
+        grandchild_is_gone(&pidfile, "the timeout").await;
+
+        let cancel = CancellationToken::new();
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            stop.cancel();
+        });
+        let started = std::time::Instant::now();
+        let tool = runner(&["sh", "-c", &with_grandchild(&pidfile)], 30);
+        let outcome = tool.call(json!({}), ToolContext { cancel, output: &|_| {} }).await;
+        assert!(!outcome.ok && outcome.message.contains("cancelled"), "{outcome:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        grandchild_is_gone(&pidfile, "the cancel").await;
+
+        // Dropping the call (the loop stops waiting for it) kills the group too.
+        let tool = runner(&["sh", "-c", &with_grandchild(&pidfile)], 30);
+        let _ = tokio::time::timeout(Duration::from_millis(300), call(tool.as_ref(), json!({}))).await;
+        grandchild_is_gone(&pidfile, "the dropped call").await;
+    }
+
+    #[tokio::test]
+    async fn failures_are_tool_errors() {
+        let (outcome, _) = call(runner(&["sh", "-c", "echo oops >&2; exit 3"], 5).as_ref(), json!({})).await;
+        assert!(!outcome.ok && outcome.message.contains("status 3") && outcome.message.contains("oops"), "{outcome:?}");
+        assert_eq!(outcome.details, Some(json!({"exit_code": 3})));
+        let (outcome, _) = call(runner(&["/no/such/program"], 5).as_ref(), json!({})).await;
+        assert!(!outcome.ok && outcome.message.contains("cannot start"), "{outcome:?}");
+        let started = std::time::Instant::now();
+        let (outcome, _) = call(runner(&["sleep", "30"], 1).as_ref(), json!({})).await;
+        assert!(!outcome.ok && outcome.message.contains("within 1 s"), "{outcome:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let (outcome, _) = call(runner(&["yes"], 10).as_ref(), json!({})).await;
+        assert!(!outcome.ok && outcome.message.contains("larger than"), "{outcome:?}");
+    }
+}
