@@ -363,6 +363,14 @@ fn toolbox(task: &ResolvedTask, config: &Config, tools: Vec<Arc<dyn Tool>>) -> R
     let mut toolbox = Arc::try_unwrap(declared)
         .map_err(|_| BuildError::Invalid { field: None, message: "internal error: the toolbox is shared".into() })?;
     for tool in tools {
+        let spec = tool.spec();
+        // Every vendor passes a call's arguments as an object (a task file's `parameters` is checked the same).
+        if spec.parameters.get("type").and_then(|t| t.as_str()) != Some("object") {
+            return Err(BuildError::invalid(
+                format!("tools.{}.parameters", spec.name),
+                "a tool's parameters must be a JSON Schema of \"type\": \"object\" (make the arguments a struct)",
+            ));
+        }
         toolbox =
             toolbox.with_tool(tool).map_err(|ToolboxError { field, message }| BuildError::invalid(field, message))?;
     }

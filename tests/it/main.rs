@@ -11,6 +11,7 @@ mod doubles;
 mod fleet;
 mod hostile;
 mod house;
+mod library;
 mod models;
 mod models_storm;
 mod models_wire;

@@ -156,3 +156,40 @@ fn without_json_the_result_is_a_human_line_on_stdout() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout.trim(), "succeeded: Logged in as alice and opened Reports (4 steps)");
 }
+
+/// The library example (`examples/library.rs`): built by `cargo test` with every example, run here as a
+/// program. It prints each event as a JSON line and the outcome last; its tool's result is in the stream.
+#[test]
+fn the_library_example_runs_an_in_process_tool_on_the_mock_desktop() {
+    // Test binaries live in target/<profile>/deps; examples in target/<profile>/examples.
+    let exe = std::env::current_exe().expect("test binary path");
+    let example = exe.parent().and_then(Path::parent).map(|dir| dir.join("examples").join("library"));
+    let Some(example) = example.filter(|p| p.is_file()) else {
+        eprintln!("skipped: the library example is not built (`cargo build --examples`; `cargo test` builds it)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = std::process::Command::new(&example).arg(dir.path()).output().expect("run the example");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}\nstdout:\n{stdout}\nstderr:\n{stderr}", example.display());
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types.first(), Some(&"task_started"), "{types:?}");
+    assert_eq!(types.last(), Some(&"task_finished"), "{types:?}");
+    let finished = events.iter().find(|e| e["type"] == "tool_finished").expect("tool_finished");
+    assert_eq!(finished["name"], "lookup_account");
+    assert_eq!(finished["ok"], true);
+    assert_eq!(finished["output"], "alice is Alice Liddell, account active (roles: admin, reports)");
+    assert_eq!(finished["details"], serde_json::json!({"directory_id": 1001}));
+    let started = events.iter().find(|e| e["type"] == "tool_started").expect("tool_started");
+    assert_eq!(started["arguments"], serde_json::json!({"username": "alice", "with_roles": true}));
+    assert!(stdout.contains("outcome: {\"success\":true"), "{stdout}");
+    assert_eq!(events.last().map(|e| e["state"].clone()), Some(serde_json::json!("succeeded")));
+    // Its screenshots went to the data dir it was given.
+    assert!(dir.path().join("artifacts").is_dir(), "{stderr}");
+}
