@@ -193,3 +193,54 @@ fn the_library_example_runs_an_in_process_tool_on_the_mock_desktop() {
     // Its screenshots went to the data dir it was given.
     assert!(dir.path().join("artifacts").is_dir(), "{stderr}");
 }
+
+/// Ctrl-C during `agentd run` aborts the run through the library's handle: the task ends `cancelled` at its
+/// next safe point, its record and result document are written, and the exit code is 1.
+#[test]
+fn ctrl_c_cancels_agentd_run_at_its_next_safe_point() {
+    use std::io::BufRead;
+    let agentd = Agentd::new();
+    let turns: Vec<_> =
+        (0..40).map(|_| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 200}]})).collect();
+    let task = serde_json::json!({
+        "instructions": "wait a long time",
+        "computer": {"provider": "mock", "scene": "blank"},
+        "model": {"provider": "scripted", "script": {"turns": turns}}
+    });
+    let path = agentd.dir.path().join("wait.json");
+    std::fs::write(&path, task.to_string()).expect("write task");
+    let mut child = agentd
+        .command()
+        .args(["run", &path.display().to_string(), "--json"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn agentd");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    // The first step line says the run is under way.
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).expect("read stderr") == 0 {
+            panic!("agentd ended before its first step:\n{seen}");
+        }
+        seen.push_str(&line);
+        if line.trim_start().starts_with("step ") {
+            break;
+        }
+    }
+    // SAFETY: kill has no memory preconditions; the pid is our child's, which has not been waited for.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read stderr");
+    let output = child.wait_with_output().expect("wait");
+    let stderr = format!("{seen}{rest}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the result document");
+    assert_eq!(doc["state"], "cancelled", "{stderr}");
+    assert_eq!(doc["outcome"]["reason"], "cancelled");
+    let steps = doc["steps"].as_array().map_or(0, Vec::len);
+    assert!((1..40).contains(&steps), "{steps} steps");
+    assert!(stderr.contains("cancelling the task at its next safe point"), "{stderr}");
+}
