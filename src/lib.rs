@@ -54,6 +54,10 @@
 //! run is the same attempt `agentd run` and the daemon's workers make. The modules below the curated items
 //! are the binary's and the tests'; they are not part of the library's API.
 
+// The internal modules below are documented for their maintainers (`cargo doc --document-private-items`);
+// their docs link to their own private items, which the public docs hide with them.
+#![allow(rustdoc::private_intra_doc_links)]
+
 #[doc(hidden)]
 pub mod agent;
 #[doc(hidden)]
