@@ -108,7 +108,8 @@ pub use library::{
 };
 // What a run reports.
 pub use record::{EndReason, Event, EventKind, Outcome, ScreenshotRef, StepRecord, TaskState, Usage};
-// Tools of your own.
+// Tools of your own (`#[agentd::async_trait]` on an `impl Tool`).
+pub use async_trait::async_trait;
 pub use tools::{Tool, ToolContext, ToolOutcome};
 // The boundaries an agent is made of.
 pub use agentd_computer::{Action, ComputerProvider};

@@ -405,3 +405,19 @@ pub fn scripted_model(script: &serde_json::Value) -> Result<Arc<dyn Model>, Buil
         Script::parse(&script.to_string(), "script").map_err(|e| BuildError::invalid("model.script", e.to_string()))?;
     Ok(Arc::new(ScriptedModel::new(script)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent may be shared between tasks and threads, and a run handed to another task.
+    #[test]
+    fn agents_and_runs_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send + Unpin>() {}
+        send_sync::<Agent>();
+        send::<Run>();
+        send::<RunReport>();
+        send_sync::<AbortHandle>();
+    }
+}
