@@ -2,16 +2,16 @@
 
 use std::io::Write;
 
-use tokio::sync::mpsc::UnboundedReceiver;
+use futures_util::{Stream, StreamExt};
 
 use super::sanitize::sanitize;
 use crate::record::TaskState;
 use crate::record::events::{Event, EventKind};
 
-/// Prints events as they arrive until the channel closes.
-pub async fn print(mut events: UnboundedReceiver<Event>, mut out: impl Write) {
+/// Prints events as they arrive until the stream ends.
+pub async fn print(mut events: impl Stream<Item = Event> + Unpin, mut out: impl Write) {
     let mut printer = Printer::default();
-    while let Some(event) = events.recv().await {
+    while let Some(event) = events.next().await {
         if let Some(line) = printer.line(&event) {
             let _ = writeln!(out, "{line}");
         }

@@ -1,40 +1,28 @@
 //! `agentd run TASK.json`: one task in the foreground, no daemon.
 //!
-//! Builds the computer and model the task names (relative script and scene paths resolve against the task
-//! file's directory), runs the agent loop with live progress on stderr, waits for every screenshot to be
-//! stored, writes the task record to `data_dir/runs/{id}.json`, and prints the result on stdout: the §8
+//! Builds the task's agent with the library's builder (`crate::library`: relative script and scene paths
+//! resolve against the task file's directory), runs it with live progress on stderr from the run's event
+//! stream (the run waits for every screenshot to be stored, up to a minute), writes the task record to `data_dir/runs/{id}.json`, and prints the result on stdout: the §8
 //! document with `--json`, a short summary otherwise. Ctrl-C cancels the task at the next safe point; a
 //! second Ctrl-C exits at once.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use time::OffsetDateTime;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::exit::{CliError, CliResult, Exit};
 use super::sanitize::sanitize;
-use crate::agent::events::EventSink;
-use crate::agent::journal::MemoryJournal;
-use crate::artifacts::Uploader;
-use crate::attempt::{self, Attempt};
 use crate::backends::{self, BuildError};
 use crate::config::Config;
-use crate::input::FileAccess;
+use crate::library::{AbortHandle, Agent};
 use crate::private::write_atomically;
 use crate::record::RECORD_VERSION;
 use crate::status::TaskRecord;
 use crate::task::{TaskId, TaskSpec};
 
-/// How long `run` waits for outstanding uploads before giving up (they stay in the spool).
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
-
 pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let (spec, source) = TaskSpec::read(task_path)?;
-    let resolved = spec.resolve(&config.defaults);
     let task_id = spec.id.clone().unwrap_or_else(TaskId::generate);
     let build_error = |e: BuildError| {
         // Found after parsing (a scene or script file that does not exist): point at the field in the file.
@@ -50,67 +38,38 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
             BuildError::Unreachable(_) => CliError::unreachable(error),
         }
     };
-    let shared = crate::model::Shared::new(config);
     let store = backends::artifact_store(config).await.map_err(build_error)?;
-    let tracker = TaskTracker::new();
-    let background = CancellationToken::new();
-    let uploader = Uploader::start(
-        store.clone(),
-        config.spool_dir(),
-        64,
-        config.artifacts.spool_max_bytes,
-        &tracker,
-        background.clone(),
-    );
-    let (events, receiver) = EventSink::channel(task_id.as_str(), 1);
-    let cancel = CancellationToken::new();
     let worker = format!("run@{}", crate::config::host_name());
     let created_at = OffsetDateTime::now_utc();
-    let computer_name = describe_computer(&resolved.computer);
-    let files = FileAccess::Local { base_dir: source.base_dir.clone() };
-    let attempt = Attempt {
-        task_id: task_id.as_str(),
-        attempt: 1,
-        worker: &worker,
-        task: resolved,
-        files: &files,
-        tool_catalog: &config.tools,
-        allowed_by: None,
-        persist_dir: None,
-        models: &shared,
-        uploader: uploader.clone(),
-        journal: Arc::new(MemoryJournal::default()),
-        events: events.clone(),
-        cancel: cancel.clone(),
-        shutdown: CancellationToken::new(),
-        resume: Vec::new(),
-        elapsed_before: Duration::ZERO,
-        approved: false,
-        settle: config.settle,
-    };
-    // Input the task file states wrongly is refused before the task starts: exit 2 naming the field.
-    let built = attempt.build().await.map_err(build_error)?;
-    let printer = tokio::spawn(super::progress::print(receiver, std::io::stderr()));
-    let signals = watch_interrupts(cancel);
+    // The library's agent, as any embedder builds it: input the task file states wrongly is refused before
+    // the task starts (exit 2 naming the field).
+    let agent = Agent::builder()
+        .task(spec.clone())
+        .task_id(task_id.clone())
+        .config(config.clone())
+        .base_dir(source.base_dir.clone())
+        .data_dir(config.data_dir.clone())
+        .artifact_store(store.clone())
+        .spool_dir(config.spool_dir())
+        .worker(worker.clone())
+        .build()
+        .await
+        .map_err(build_error)?;
     eprintln!(
         "agentd: task {}: {} on {} with {}",
         sanitize(task_id.as_str()),
         sanitize(&source.name),
-        sanitize(&computer_name),
-        sanitize(&built.model.describe())
+        sanitize(&describe_computer(&agent.task().computer)),
+        sanitize(&agent.model().describe())
     );
-    let output = attempt.run(Some(built)).await;
+    let mut run = agent.run();
+    let signals = watch_interrupts(run.abort_handle());
+    super::progress::print(&mut run, std::io::stderr()).await;
+    let report = run.finish().await;
     signals.abort();
-
-    let outcome = output.ending.clone().into_outcome();
-    let pending = uploader.flush(FLUSH_TIMEOUT).await;
+    let outcome = report.outcome;
+    let pending = report.pending_uploads;
     let state = outcome.state();
-    attempt::emit_finished(&events, &outcome, output.usage);
-    drop(events);
-    let _ = printer.await;
-    background.cancel();
-    tracker.close();
-    tracker.wait().await;
 
     let record = TaskRecord {
         version: RECORD_VERSION,
@@ -123,10 +82,10 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         worker: Some(worker),
         task: spec,
         outcome: Some(outcome.clone()),
-        usage: output.usage,
-        steps: output.steps,
-        final_screenshot: output.final_screenshot,
-        computer_state: output.computer_state,
+        usage: report.usage,
+        steps: report.steps,
+        final_screenshot: report.final_screenshot,
+        computer_state: report.computer_state,
         waiting_reason: None,
     };
     let document =
@@ -168,7 +127,7 @@ fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
 }
 
 /// First Ctrl-C or SIGTERM: cancel the task at its next safe point. Second: exit at once.
-fn watch_interrupts(cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+fn watch_interrupts(cancel: AbortHandle) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(term) => term,
@@ -181,7 +140,7 @@ fn watch_interrupts(cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
             }
             if round == 0 {
                 eprintln!("agentd: cancelling the task at its next safe point (again to quit at once)");
-                cancel.cancel();
+                cancel.abort();
             } else {
                 eprintln!("agentd: quitting");
                 crate::exit::Exit::Interrupted.now();

@@ -12,6 +12,7 @@ mod events;
 mod fleet;
 mod hostile;
 mod house;
+mod library;
 mod models;
 mod models_storm;
 mod models_wire;

@@ -156,3 +156,91 @@ fn without_json_the_result_is_a_human_line_on_stdout() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout.trim(), "succeeded: Logged in as alice and opened Reports (4 steps)");
 }
+
+/// The library example (`examples/library.rs`): built by `cargo test` with every example, run here as a
+/// program. It prints each event as a JSON line and the outcome last; its tool's result is in the stream.
+#[test]
+fn the_library_example_runs_an_in_process_tool_on_the_mock_desktop() {
+    // Test binaries live in target/<profile>/deps; examples in target/<profile>/examples.
+    let exe = std::env::current_exe().expect("test binary path");
+    let example = exe.parent().and_then(Path::parent).map(|dir| dir.join("examples").join("library"));
+    let Some(example) = example.filter(|p| p.is_file()) else {
+        eprintln!("skipped: the library example is not built (`cargo build --examples`; `cargo test` builds it)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = std::process::Command::new(&example).arg(dir.path()).output().expect("run the example");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}\nstdout:\n{stdout}\nstderr:\n{stderr}", example.display());
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types.first(), Some(&"task_started"), "{types:?}");
+    assert_eq!(types.last(), Some(&"task_finished"), "{types:?}");
+    let finished = events.iter().find(|e| e["type"] == "tool_finished").expect("tool_finished");
+    assert_eq!(finished["name"], "lookup_account");
+    assert_eq!(finished["ok"], true);
+    assert_eq!(finished["output"], "alice is Alice Liddell, account active (roles: admin, reports)");
+    assert_eq!(finished["details"], serde_json::json!({"directory_id": 1001}));
+    let started = events.iter().find(|e| e["type"] == "tool_started").expect("tool_started");
+    assert_eq!(started["arguments"], serde_json::json!({"username": "alice", "with_roles": true}));
+    assert!(stdout.contains("outcome: {\"success\":true"), "{stdout}");
+    assert_eq!(events.last().map(|e| e["state"].clone()), Some(serde_json::json!("succeeded")));
+    // Its screenshots went to the data dir it was given.
+    assert!(dir.path().join("artifacts").is_dir(), "{stderr}");
+}
+
+/// Ctrl-C during `agentd run` aborts the run through the library's handle: the task ends `cancelled` at its
+/// next safe point, its record and result document are written, and the exit code is 1.
+#[test]
+fn ctrl_c_cancels_agentd_run_at_its_next_safe_point() {
+    use std::io::BufRead;
+    let agentd = Agentd::new();
+    let turns: Vec<_> =
+        (0..40).map(|_| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 200}]})).collect();
+    let task = serde_json::json!({
+        "instructions": "wait a long time",
+        "computer": {"provider": "mock", "scene": "blank"},
+        "model": {"provider": "scripted", "script": {"turns": turns}}
+    });
+    let path = agentd.dir.path().join("wait.json");
+    std::fs::write(&path, task.to_string()).expect("write task");
+    let mut child = agentd
+        .command()
+        .args(["run", &path.display().to_string(), "--json"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn agentd");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    // The first step line says the run is under way.
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).expect("read stderr") == 0 {
+            panic!("agentd ended before its first step:\n{seen}");
+        }
+        seen.push_str(&line);
+        if line.trim_start().starts_with("step ") {
+            break;
+        }
+    }
+    // SAFETY: kill has no memory preconditions; the pid is our child's, which has not been waited for.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("read stderr");
+    let output = child.wait_with_output().expect("wait");
+    let stderr = format!("{seen}{rest}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the result document");
+    assert_eq!(doc["state"], "cancelled", "{stderr}");
+    assert_eq!(doc["outcome"]["reason"], "cancelled");
+    let steps = doc["steps"].as_array().map_or(0, Vec::len);
+    assert!((1..40).contains(&steps), "{steps} steps");
+    assert!(stderr.contains("cancelling the task at its next safe point"), "{stderr}");
+}

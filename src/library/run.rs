@@ -1,0 +1,204 @@
+//! One run of an [`Agent`](super::Agent): the handle ([`Run`]: a stream of events, `abort`, the report it
+//! resolves to) and what drives it (one [`Attempt`], the same as `agentd run` and the daemon's workers).
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
+
+use crate::agent::events::EventSink;
+use crate::agent::journal::MemoryJournal;
+use crate::artifacts::{ArtifactStore, Uploader};
+use crate::attempt::{self, Attempt, Built};
+use crate::config::Config;
+use crate::input::FileAccess;
+use crate::model::Shared;
+use crate::record::{EndReason, Event, Outcome, ScreenshotRef, StepRecord, Usage};
+use crate::task::{ResolvedTask, TaskId};
+
+/// How long a run waits for its screenshots to be stored before it resolves (they stay in the spool).
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A run under way. It is a [`Stream`] of the run's [`Event`]s (§8, ending with `task_finished`; the stream
+/// ends when the run has); [`Run::abort`] cancels it at its next safe point; [`Run::finish`] resolves to its
+/// [`RunReport`]. Dropping a `Run` (or the future of `finish`) before it ended aborts it.
+pub struct Run {
+    task_id: String,
+    events: mpsc::UnboundedReceiver<Event>,
+    cancel: CancellationToken,
+    task: JoinHandle<RunReport>,
+    abort_on_drop: DropGuard,
+}
+
+/// Cancels a [`Run`] from elsewhere (a signal handler, another task). Cheap to clone.
+#[derive(Clone)]
+pub struct AbortHandle(CancellationToken);
+
+impl AbortHandle {
+    /// Cancels the run at its next safe point (before a model call or an action; a running tool sees its
+    /// cancellation); it ends with the outcome `cancelled`.
+    pub fn abort(&self) {
+        self.0.cancel();
+    }
+}
+
+/// How a run ended and what it did.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The run's task id: its events carry it and its artifacts are stored under it.
+    pub task_id: String,
+    /// `success`, `summary`, `reason` (`completed`, `cancelled`, `max_steps`, …) and the structured `output`.
+    pub outcome: Outcome,
+    /// Every step, as the record keeps it (actions, tool results with their details, usage).
+    pub steps: Vec<StepRecord>,
+    pub usage: Usage,
+    pub final_screenshot: Option<ScreenshotRef>,
+    pub computer_state: Option<serde_json::Value>,
+    /// Screenshots not yet in the store when the run resolved; they stay in the spool.
+    pub pending_uploads: u64,
+}
+
+/// A run that did not succeed, as an error (see [`RunReport::into_result`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the task did not succeed ({}): {}", .0.outcome.reason.as_str(), .0.outcome.summary)]
+pub struct RunFailed(pub Box<RunReport>);
+
+impl RunReport {
+    /// `Ok` when the task succeeded, else the report as an error.
+    pub fn into_result(self) -> Result<Self, RunFailed> {
+        if self.outcome.success { Ok(self) } else { Err(RunFailed(Box::new(self))) }
+    }
+}
+
+impl Run {
+    /// The run's task id.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// Cancels the run at its next safe point; it ends with the outcome `cancelled` and its event stream
+    /// ends after `task_finished`.
+    pub fn abort(&self) {
+        self.cancel.cancel();
+    }
+
+    /// A handle that aborts this run from elsewhere.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle(self.cancel.clone())
+    }
+
+    /// Waits for the run to end. Events not read yet are dropped.
+    pub async fn finish(self) -> RunReport {
+        let Run { task_id, task, abort_on_drop, .. } = self;
+        let report = match task.await {
+            Ok(report) => report,
+            Err(e) => RunReport {
+                task_id,
+                outcome: Outcome::new(false, format!("internal error: the run failed: {e}"), EndReason::Error),
+                steps: Vec::new(),
+                usage: Usage::default(),
+                final_screenshot: None,
+                computer_state: None,
+                pending_uploads: 0,
+            },
+        };
+        // Over: there is nothing left to abort.
+        abort_on_drop.disarm();
+        report
+    }
+
+    /// Waits for the run to end and returns its outcome.
+    pub async fn outcome(self) -> Outcome {
+        self.finish().await.outcome
+    }
+}
+
+impl Stream for Run {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.events.poll_recv(cx)
+    }
+}
+
+/// Everything a run needs, taken from the agent.
+pub(super) struct Launch {
+    pub task_id: TaskId,
+    pub worker: String,
+    pub task: ResolvedTask,
+    pub built: Built,
+    pub config: Arc<Config>,
+    pub models: Arc<Shared>,
+    pub files: FileAccess,
+    pub store: Arc<dyn ArtifactStore>,
+    pub spool_dir: PathBuf,
+    /// Remove `spool_dir` once it is empty (a run's own spool).
+    pub own_spool: bool,
+}
+
+/// Starts a run on the current Tokio runtime.
+pub(super) fn start(launch: Launch) -> Run {
+    let task_id = launch.task_id.to_string();
+    let (events, receiver) = EventSink::channel(&task_id, 1);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(drive(launch, events, cancel.clone()));
+    Run { task_id, events: receiver, abort_on_drop: cancel.clone().drop_guard(), cancel, task }
+}
+
+/// One attempt, then what `agentd run` does after it: wait for the screenshots, emit `task_finished`.
+async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> RunReport {
+    let Launch { task_id, worker, task, built, config, models, files, store, spool_dir, own_spool } = launch;
+    let tracker = TaskTracker::new();
+    let background = CancellationToken::new();
+    let uploader =
+        Uploader::start(store, spool_dir.clone(), 64, config.artifacts.spool_max_bytes, &tracker, background.clone());
+    let attempt = Attempt {
+        task_id: task_id.as_str(),
+        attempt: 1,
+        worker: &worker,
+        task,
+        files: &files,
+        allowed_by: None,
+        tool_catalog: &config.tools,
+        persist_dir: None,
+        models: &models,
+        uploader: uploader.clone(),
+        journal: Arc::new(MemoryJournal::default()),
+        events: events.clone(),
+        cancel,
+        shutdown: CancellationToken::new(),
+        resume: Vec::new(),
+        elapsed_before: Duration::ZERO,
+        approved: false,
+        settle: config.settle,
+    };
+    let output = attempt.run(Some(built)).await;
+    // No queue to hand the task back to and no human to wait for: every ending is final here.
+    let outcome = output.ending.into_outcome();
+    let pending_uploads = uploader.flush(FLUSH_TIMEOUT).await;
+    attempt::emit_finished(&events, &outcome, output.usage);
+    drop(events);
+    background.cancel();
+    tracker.close();
+    tracker.wait().await;
+    if own_spool && pending_uploads == 0 {
+        // Only an empty directory goes; a run's leftovers stay for whoever looks.
+        let _ = std::fs::remove_dir(&spool_dir);
+    }
+    RunReport {
+        task_id: task_id.to_string(),
+        outcome,
+        steps: output.steps,
+        usage: output.usage,
+        final_screenshot: output.final_screenshot,
+        computer_state: output.computer_state,
+        pending_uploads,
+    }
+}
