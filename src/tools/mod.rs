@@ -10,6 +10,11 @@
 //!
 //! Every call ends in a [`ToolOutcome`]: `ok`, the `message` the model reads, and `details` kept for the
 //! record and the events only.
+//!
+//! The toolbox also holds the task's [`Secrets`] (§15): a tool's arguments get their placeholders replaced
+//! by the values just before the tool runs (the caller, the records and the events keep the placeholders),
+//! and the envelope it returns (and what it streams) is redacted before anyone sees it. `task_completion`
+//! and `remote` calls are not substituted: neither acts on the worker.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,8 +29,10 @@ use crate::task::ResolvedTask;
 use crate::task::tools::{JsonSchema, TaskTool, ToolDecl, ToolKind};
 
 pub mod schema;
+pub mod secrets;
 
 use schema::Checker;
+use secrets::Secrets;
 
 /// The envelope every tool call produces (§13 `{ok, output, details?}`).
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +123,7 @@ struct Entry {
 pub struct Toolbox {
     entries: Vec<Entry>,
     output: Option<(JsonSchema, Checker)>,
+    secrets: Secrets,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -136,7 +144,7 @@ pub trait Makers {
 impl Toolbox {
     /// Only `task_completion`.
     pub fn empty() -> Self {
-        Self { entries: Vec::new(), output: None }
+        Self { entries: Vec::new(), output: None, secrets: Secrets::none() }
     }
 
     /// The task's tools: declarations as written, `use` entries from `catalog` (the config's `[tools]`), the
@@ -174,6 +182,17 @@ impl Toolbox {
             toolbox.output = Some((schema.clone(), checker));
         }
         Ok(toolbox)
+    }
+
+    /// The task's secrets: substituted into tools' arguments, redacted out of their results.
+    pub fn with_secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// The task's secrets (the loop substitutes them into `type` actions and redacts with them).
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
     /// Adds an in-process tool (the library's builder).
@@ -243,13 +262,40 @@ impl Toolbox {
             Ok(entry) => entry,
             Err(outcome) => return Called::Done(outcome, None),
         };
-        if let Err(problems) = entry.checker.check(arguments) {
-            return Called::Done(ToolOutcome::error(format!("invalid arguments for {name}: {problems}")), None);
+        if let Runner::Remote = entry.runner {
+            // The API client runs it with the arguments as the model wrote them (placeholders included).
+            return match entry.checker.check(arguments) {
+                Ok(()) => Called::Remote,
+                Err(problems) => {
+                    Called::Done(ToolOutcome::error(format!("invalid arguments for {name}: {problems}")), None)
+                }
+            };
         }
-        match &entry.runner {
-            Runner::Remote => Called::Remote,
-            Runner::Local(tool) => Called::Done(tool.call(arguments.clone(), context).await, None),
+        // What the tool receives (and its schema checks) has the secrets' values; nothing the tool says back
+        // does.
+        let arguments = self.secrets.substitute_json(arguments).into_owned();
+        let outcome = match (&entry.runner, entry.checker.check(&arguments)) {
+            (_, Err(problems)) => ToolOutcome::error(format!("invalid arguments for {name}: {problems}")),
+            (Runner::Local(tool), Ok(())) => {
+                let secrets = &self.secrets;
+                let output = context.output;
+                let redacting = move |text: &str| output(&secrets.redact(text));
+                tool.call(arguments, ToolContext { cancel: context.cancel, output: &redacting }).await
+            }
+            (Runner::Remote, Ok(())) => ToolOutcome::error("internal error: a remote tool was run in-process"),
+        };
+        Called::Done(self.redact(outcome), None)
+    }
+
+    /// The envelope with every secret value replaced by its placeholder.
+    fn redact(&self, mut outcome: ToolOutcome) -> ToolOutcome {
+        if let std::borrow::Cow::Owned(message) = self.secrets.redact(&outcome.message) {
+            outcome.message = message;
         }
+        if let Some(details) = &mut outcome.details {
+            self.secrets.redact_json(details);
+        }
+        outcome
     }
 
     /// `task_completion`'s schema: `output` is added (and required) when the task gives an `output_schema`.

@@ -18,5 +18,6 @@ mod proxy;
 mod queue_suite;
 mod run_examples;
 mod s3;
+mod secrets;
 mod support;
 mod systemd;

@@ -205,6 +205,8 @@ pub struct Daemon {
     pub agentd: Agentd,
     pub child: Option<std::process::Child>,
     pub socket: PathBuf,
+    /// Extra environment variables of the daemon's process (set before [`Daemon::spawn`]).
+    pub env: Vec<(String, String)>,
     /// Dropped after the daemon is killed (a PostgreSQL schema goes with it).
     _backend: Backend,
 }
@@ -240,7 +242,7 @@ impl Daemon {
         let mut text = format!("data_dir = {:?}\n", agentd.data_dir().display().to_string());
         text.push_str(&config);
         std::fs::write(agentd.dir.path().join("agentd.toml"), text).expect("write config");
-        let mut daemon = Self { agentd, child: None, socket, _backend: backend };
+        let mut daemon = Self { agentd, child: None, socket, env: Vec::new(), _backend: backend };
         daemon.spawn();
         daemon
     }
@@ -256,6 +258,7 @@ impl Daemon {
             .command()
             .arg("serve")
             .env("AGENTD_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
