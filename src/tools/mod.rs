@@ -426,4 +426,46 @@ mod tests {
         assert!(!outcome.ok && outcome.message.contains("/text"), "{outcome:?}");
         assert!(Toolbox::empty().with_tool(Arc::new(Echo)).unwrap().with_tool(Arc::new(Echo)).is_err());
     }
+
+    /// Echoes its arguments in its message, its details and its streamed output, and keeps what it received.
+    struct Spy(std::sync::Mutex<Vec<serde_json::Value>>);
+
+    #[async_trait]
+    impl Tool for Spy {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "spy".into(),
+                description: "echoes".into(),
+                parameters: json!({"type": "object", "properties": {"token": {"type": "string", "pattern": "^[a-z0-9-]+$"}}}),
+            }
+        }
+        async fn call(&self, arguments: serde_json::Value, context: ToolContext<'_>) -> ToolOutcome {
+            self.0.lock().unwrap().push(arguments.clone());
+            (context.output)(&arguments.to_string());
+            ToolOutcome::ok(format!("got {arguments}")).with_details(json!({"echo": arguments}))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tool_receives_the_values_and_its_envelope_shows_the_placeholders() {
+        use crate::task::secrets::SecretName;
+        let secrets = Secrets::new(vec![(SecretName::parse("token").unwrap(), "abc-123-zz".into())]).unwrap();
+        let spy = Arc::new(Spy(Default::default()));
+        let toolbox = Toolbox::empty().with_tool(spy.clone()).unwrap().with_secrets(secrets);
+        let streamed = std::sync::Mutex::new(String::new());
+        let sink = |t: &str| streamed.lock().unwrap().push_str(t);
+        let args = json!({"token": "<secret:token>"});
+        let context = ToolContext { cancel: CancellationToken::new(), output: &sink };
+        let Called::Done(outcome, _) = toolbox.call("spy", &args, context).await else { panic!() };
+        // The tool got the value (and the schema, whose pattern the placeholder would fail, checked it).
+        assert_eq!(spy.0.lock().unwrap().as_slice(), [json!({"token": "abc-123-zz"})]);
+        assert!(outcome.ok, "{outcome:?}");
+        let shown = format!("{} {} {}", outcome.message, outcome.details.unwrap(), streamed.lock().unwrap());
+        assert!(!shown.contains("abc-123-zz") && shown.matches("<secret:token>").count() == 3, "{shown}");
+        // A schema error quoting the value is redacted too.
+        let bad = json!({"token": "<secret:token>!"});
+        let context = ToolContext { cancel: CancellationToken::new(), output: &noop };
+        let Called::Done(outcome, _) = toolbox.call("spy", &bad, context).await else { panic!() };
+        assert!(!outcome.ok && !outcome.message.contains("abc-123-zz"), "{outcome:?}");
+    }
 }
