@@ -94,7 +94,7 @@ impl Seal {
     }
 
     /// Parses text written by [`Seal::to_vec`], the values revealed.
-    fn from_str<T: serde::de::DeserializeOwned>(&self, text: &str) -> Result<T, serde_json::Error> {
+    fn parse<T: serde::de::DeserializeOwned>(&self, text: &str) -> Result<T, serde_json::Error> {
         let mut json: serde_json::Value = serde_json::from_str(text)?;
         self.reveal(&mut json);
         serde_json::from_value(json)
@@ -126,7 +126,7 @@ impl Store {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_error(dir))?;
         let state_path = dir.join(STATE_FILE);
         let saved = match std::fs::read_to_string(&state_path) {
-            Ok(text) => Some(seal.from_str::<Saved>(&text).map_err(|e| MockError::Resume {
+            Ok(text) => Some(seal.parse::<Saved>(&text).map_err(|e| MockError::Resume {
                 path: state_path.clone(),
                 message: format!("not a saved mock state: {e}"),
             })?),
@@ -205,7 +205,7 @@ fn read_log(path: &Path, seal: &Seal) -> Result<Vec<Action>, MockError> {
             // A partial last line: the process died while writing it. The action never returned.
             break;
         }
-        let action = seal.from_str::<Action>(line.trim_end()).map_err(|e| MockError::Resume {
+        let action = seal.parse::<Action>(line.trim_end()).map_err(|e| MockError::Resume {
             path: path.to_path_buf(),
             message: format!("line {number} is not an action: {e}"),
         })?;
