@@ -110,6 +110,7 @@ fn action_duration(action: &Action) -> Duration {
 /// Runs [`run`] on its own task so that a panic anywhere inside (a provider, a model adapter) becomes an
 /// `error` outcome instead of taking the caller down.
 pub async fn run_isolated(input: LoopInput) -> LoopOutput {
+    let secrets = input.tools.secrets().clone();
     match tokio::spawn(run(input)).await {
         Ok(output) => output,
         Err(e) => {
@@ -121,6 +122,7 @@ pub async fn run_isolated(input: LoopInput) -> LoopOutput {
                     .unwrap_or_else(|| "unknown panic".into()),
                 Err(e) => e.to_string(),
             };
+            let message = secrets.redact(&message).into_owned();
             tracing::error!(%message, "agent loop panicked");
             LoopOutput {
                 end: LoopEnd::Finished(error_outcome(&format!("internal error: the task panicked: {message}"))),

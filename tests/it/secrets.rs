@@ -156,6 +156,13 @@ fn the_daemon_types_a_secret_and_keeps_it_out_of_its_data_dir_events_and_logs() 
     assert_eq!(status, 400, "{body}");
     let error: Value = serde_json::from_str(&body).expect("error JSON");
     assert_eq!(error["error"]["field"], "secrets.password.env", "{body}");
+    // And only files under `[api] allowed_paths` (the path is checked at submission; only the worker reads it).
+    let refused = task(&scene, json!({"file": "/etc/hostname"}));
+    let (status, body) =
+        http(&daemon.socket, "POST", "/v1/tasks", Some(refused.to_string().as_bytes()), &[]).expect("submit");
+    assert_eq!(status, 400, "{body}");
+    let error: Value = serde_json::from_str(&body).expect("error JSON");
+    assert_eq!(error["error"]["field"], "secrets.password.file", "{body}");
 
     // Submitted over the API with the scene's path (`agentd submit` would inline the scene file, and this
     // scene holds the value to check the password): the daemon reads the file itself.
