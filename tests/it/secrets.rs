@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Agentd, Daemon, Run, files_under, http, repo};
+use crate::support::{Agentd, Backend, Daemon, Run, files_under, http, repo};
 
 /// The secret: in no scene, task or config file the data dir holds.
 const VALUE: &str = "Tr0ub4dor-3-Xq9kZ";
@@ -136,11 +136,25 @@ fn a_secret_from_a_file_loses_one_trailing_newline_and_an_empty_one_is_refused()
 
 #[test]
 fn the_daemon_types_a_secret_and_keeps_it_out_of_its_data_dir_events_and_logs() {
+    daemon_keeps_the_secret(Backend::Sqlite);
+}
+
+/// On PostgreSQL the records live in the database; what it holds is searched as the API serves it (the
+/// status document with every step and `computer_state`, the event log), beside the data dir and the log.
+#[test]
+fn on_postgres_the_daemon_keeps_the_secret_out_of_its_database() {
+    if let Some(backend) = Backend::postgres() {
+        daemon_keeps_the_secret(backend);
+    }
+}
+
+fn daemon_keeps_the_secret(backend: Backend) {
     let _heavy = crate::support::heavy();
     let var = "PORTAL_PASSWORD_IT_DAEMON";
     let scenes = tempfile::tempdir().expect("tempdir");
     let scene = scene_file(scenes.path());
-    let mut daemon = Daemon::start_with_api(
+    let mut daemon = Daemon::start_on(
+        backend,
         &format!("allowed_paths = [{:?}]", scenes.path().display().to_string()),
         &format!("[worker]\nallowed_env = [{var:?}]\n"),
     );
