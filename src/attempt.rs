@@ -139,8 +139,10 @@ impl Attempt<'_> {
         };
         let model_spec = backends::inline_script(&self.task.model, self.files).await?;
         let model = backends::model(&model_spec, self.models, base_dir)?;
-        let context = ComputerContext { files: self.files, persist_dir: self.persist_dir };
-        let tools = backends::toolbox(&self.task, self.tool_catalog)?;
+        // The secrets' values are read here, on the worker, when the attempt starts (§15).
+        let secrets = backends::secrets(&self.task, self.files).await?;
+        let tools = backends::toolbox(&self.task, self.tool_catalog, secrets.clone())?;
+        let context = ComputerContext { files: self.files, persist_dir: self.persist_dir, secrets: &secrets };
         let computer = backends::computer(&self.task.computer, &context).await?;
         Ok(Built { computer, model, tools })
     }
@@ -157,6 +159,9 @@ impl Attempt<'_> {
             },
         };
         let Built { computer, model, tools } = built;
+        // From here on, every event of the task is redacted (the sink is shared with the caller, so
+        // `task_finished` and late screenshot events are too).
+        self.events.seal(tools.secrets().clone());
         let output = run_isolated(LoopInput {
             task_id: self.task_id.to_string(),
             attempt: self.attempt,

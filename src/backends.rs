@@ -17,12 +17,14 @@ use crate::config::{ArtifactsBackend, Config};
 use crate::input::{FileAccess, FileError};
 use crate::model::scripted::{Script, ScriptedModel};
 use crate::model::{Model, ModelError, Shared};
+use crate::task::secrets::SecretSource;
 use crate::task::tools::{TaskTool, ToolDecl, ToolKind};
 use crate::task::{
     CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec, VncSpec,
 };
 use crate::tools::command::CommandRunner;
 use crate::tools::http::HttpRunner;
+use crate::tools::secrets::{Secrets, SecretsError};
 use crate::tools::{Makers, Tool, Toolbox, ToolboxError};
 
 #[derive(Debug, Error)]
@@ -57,6 +59,8 @@ pub struct ComputerContext<'a> {
     pub files: &'a FileAccess,
     /// Keep the mock desktop's state here so it survives a restart (the daemon); `None` keeps it in memory.
     pub persist_dir: Option<&'a Path>,
+    /// The task's secrets: the mock desktop saves them as their placeholders (see `agentd_mock::Seal`).
+    pub secrets: &'a Secrets,
 }
 
 /// Opens the computer a task names.
@@ -75,7 +79,13 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
                 )),
             };
             let desktop = match ctx.persist_dir {
-                Some(dir) => agentd_mock::MockDesktop::open_persistent(scene, size, dir).map_err(|e| match e {
+                Some(dir) => agentd_mock::MockDesktop::open_sealed(
+                    scene,
+                    size,
+                    dir,
+                    agentd_mock::Seal::new(ctx.secrets.for_saving()),
+                )
+                .map_err(|e| match e {
                     e @ agentd_mock::MockError::Size { .. } => BuildError::invalid("computer", format!("{e}")),
                     e => BuildError::Unreachable(format!("mock desktop state in {}: {e}", dir.display())),
                 })?,
@@ -267,18 +277,73 @@ pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<
     if let ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) = &task.model {
         load_script(path, &files).await.map_err(|e| BuildError::invalid("model.script", e))?;
     }
+    // A secret's file is read by the worker that runs the task, never here; its path must be one the API may
+    // name.
+    for (name, source) in &task.secrets {
+        if let SecretSource::File(path) = source {
+            let (access, path) = (files.clone(), path.clone());
+            tokio::task::spawn_blocking(move || access.resolve(&path))
+                .await
+                .map_err(|e| BuildError::invalid(format!("secrets.{name}.file"), e.to_string()))?
+                .map_err(|e| BuildError::invalid(format!("secrets.{name}.file"), e.to_string()))?;
+        }
+    }
     Ok(())
 }
 
 /// The task's toolbox: its declared tools, `use` entries looked up in the config's `[tools]`, its output
-/// schema.
+/// schema, its secrets.
 pub fn toolbox(
     task: &crate::task::ResolvedTask,
     catalog: &BTreeMap<String, ToolDecl>,
+    secrets: Secrets,
 ) -> Result<Arc<Toolbox>, BuildError> {
     Toolbox::for_task(task, catalog, &ToolMakers)
-        .map(Arc::new)
+        .map(|toolbox| Arc::new(toolbox.with_secrets(secrets)))
         .map_err(|ToolboxError { field, message }| BuildError::invalid(field, message))
+}
+
+/// Reads the values of the task's secrets (§15) on this worker: an environment variable (for an API task,
+/// one [`check_names`] allows), or a file through [`FileAccess::read`] (for an API task, under `[api]
+/// allowed_paths`), its one trailing newline removed. A missing variable, an unreadable file or an empty
+/// value is invalid input naming `secrets.NAME`; no error quotes a value.
+pub async fn secrets(task: &crate::task::ResolvedTask, files: &FileAccess) -> Result<Secrets, BuildError> {
+    let mut values = Vec::with_capacity(task.secrets.len());
+    for (name, source) in &task.secrets {
+        let value = match source {
+            SecretSource::Env(var) => match std::env::var(var) {
+                Ok(value) => value,
+                Err(std::env::VarError::NotPresent) => {
+                    return Err(BuildError::invalid(
+                        format!("secrets.{name}.env"),
+                        format!("the environment variable {var} is not set on this worker"),
+                    ));
+                }
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    return Err(BuildError::invalid(
+                        format!("secrets.{name}.env"),
+                        format!("the environment variable {var} is not valid UTF-8"),
+                    ));
+                }
+            },
+            SecretSource::File(path) => {
+                // File errors name the path and the problem, never the content.
+                let (_, mut text) = files
+                    .read(path)
+                    .await
+                    .map_err(|e| BuildError::invalid(format!("secrets.{name}.file"), e.to_string()))?;
+                if text.ends_with('\n') {
+                    text.pop();
+                    if text.ends_with('\r') {
+                        text.pop();
+                    }
+                }
+                text
+            }
+        };
+        values.push((name.clone(), value));
+    }
+    Secrets::new(values).map_err(|SecretsError { field, message }| BuildError::invalid(field, message))
 }
 
 /// Makes the in-process tool kinds (`http`, `command`).
@@ -298,11 +363,12 @@ impl Makers for ToolMakers {
 }
 
 /// The environment variables, endpoints and tools a task submitted over the API may name: a VNC
-/// `password_env` in `[worker] allowed_env` or named by `[defaults]`; an `openai-compatible` `base_url` that
-/// is the configured one (or the provider's default), one of its `allowed_base_urls`, or the one
-/// `[defaults]` names; `{"use": NAME}` only of a tool in the config's `[tools]`; an `http` tool's
-/// `headers_env` variables only from `[worker] allowed_env` (its URL is not limited: any http(s) URL).
-/// Checked at submission and again by the worker that runs the task. Returns the field and why.
+/// `password_env` in `[worker] allowed_env` or named by `[defaults]`; a secret's `env` in `[worker]
+/// allowed_env`; an `openai-compatible` `base_url` that is the configured one (or the provider's default), one
+/// of its `allowed_base_urls`, or the one `[defaults]` names; `{"use": NAME}` only of a tool in the config's
+/// `[tools]`; an `http` tool's `headers_env` variables only from `[worker] allowed_env` (its URL is not
+/// limited: any http(s) URL). Checked at submission and again by the worker that runs the task. Returns the
+/// field and why.
 pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
     if let ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) = &task.computer {
         let from_defaults = matches!(&config.defaults.computer, Some(ComputerSpec::Vnc(VncSpec { password_env: Some(d), .. })) if d == name);
@@ -311,6 +377,19 @@ pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<
                 "computer.password_env",
                 format!(
                     "the environment variable {name:?} is not one tasks from the API may name (add it to \
+                     `worker.allowed_env` in the daemon's config)"
+                ),
+            ));
+        }
+    }
+    for (name, source) in &task.secrets {
+        if let SecretSource::Env(var) = source
+            && !config.worker.allowed_env.contains(var)
+        {
+            return Err(BuildError::invalid(
+                format!("secrets.{name}.env"),
+                format!(
+                    "the environment variable {var:?} is not one tasks from the API may name (add it to \
                      `worker.allowed_env` in the daemon's config)"
                 ),
             ));

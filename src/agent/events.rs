@@ -4,6 +4,11 @@
 //! across attempts (a resumed task starts its sink after the last stored seq). The sink never blocks: it
 //! hands events to an unbounded channel whose reader (a progress printer, the daemon's event store) runs
 //! beside the loop.
+//!
+//! The sink is also where events are redacted (§15): once [`EventSink::seal`] gives it a task's secrets, every
+//! event — from the loop, the uploader's callback, the attempt's `task_finished` — has each secret's value
+//! replaced by its placeholder before it is numbered, so the event store, SSE and progress output never see
+//! one. (The loop redacts at the source too; this is the one place every event passes.)
 
 use std::sync::{Arc, Mutex};
 
@@ -11,6 +16,7 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use crate::record::events::{Event, EventKind};
+use crate::tools::secrets::Secrets;
 
 /// Numbers, timestamps and forwards a task's events. Cheap to clone; safe to use from several tasks.
 #[derive(Clone)]
@@ -18,21 +24,40 @@ pub struct EventSink {
     task_id: Arc<str>,
     /// The next seq and the channel, under one lock so events enter the channel in seq order.
     inner: Arc<Mutex<(u64, Option<mpsc::UnboundedSender<Event>>)>>,
+    /// The task's secrets, redacted out of every event.
+    secrets: Arc<Mutex<Secrets>>,
 }
 
 impl EventSink {
     /// A sink whose first event gets `next_seq`, and the receiving end.
     pub fn channel(task_id: &str, next_seq: u64) -> (Self, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self { task_id: task_id.into(), inner: Arc::new(Mutex::new((next_seq, Some(tx)))) }, rx)
+        let inner = Arc::new(Mutex::new((next_seq, Some(tx))));
+        (Self { task_id: task_id.into(), inner, secrets: Arc::default() }, rx)
     }
 
     /// A sink that numbers events and drops them (for embedding without observers).
     pub fn discard(task_id: &str) -> Self {
-        Self { task_id: task_id.into(), inner: Arc::new(Mutex::new((1, None))) }
+        Self { task_id: task_id.into(), inner: Arc::new(Mutex::new((1, None))), secrets: Arc::default() }
+    }
+
+    /// Redacts `secrets` out of every event emitted from now on, through this sink and all its clones.
+    pub fn seal(&self, secrets: Secrets) {
+        *self.secrets.lock().unwrap_or_else(|p| p.into_inner()) = secrets;
     }
 
     pub fn emit(&self, kind: EventKind) {
+        let secrets = self.secrets.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let kind = match secrets.redact_serde(&kind) {
+            Ok(None) => kind,
+            Ok(Some(redacted)) => redacted,
+            // The redacted event no longer reads as one (a value equal to a field's tag): withheld.
+            Err(()) => EventKind::Error {
+                step: None,
+                message: format!("a `{}` event was withheld: it contained a secret", kind.type_name()),
+                retryable: false,
+            },
+        };
         let mut guard = match self.inner.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
@@ -77,5 +102,31 @@ mod tests {
         assert_eq!(json["step"], 0);
         let back: Event = serde_json::from_value(json).unwrap();
         assert_eq!(back, a);
+    }
+
+    #[test]
+    fn a_sealed_sink_redacts_every_event_of_every_clone() {
+        use crate::task::secrets::SecretName;
+        let (sink, mut rx) = EventSink::channel("t1", 1);
+        let clone = sink.clone();
+        let secrets = Secrets::new(vec![(SecretName::parse("pw").unwrap(), "pa55-word".into())]).unwrap();
+        sink.seal(secrets);
+        clone.emit(EventKind::ActionFinished {
+            step: 0,
+            index: 0,
+            ok: false,
+            message: "cannot type pa55-word".into(),
+            duration_ms: 1,
+        });
+        clone.emit(EventKind::ToolStarted {
+            step: 0,
+            call_id: "c".into(),
+            name: "t".into(),
+            arguments: serde_json::json!({"p": "pa55-word"}),
+        });
+        for _ in 0..2 {
+            let json = serde_json::to_string(&rx.try_recv().unwrap()).unwrap();
+            assert!(!json.contains("pa55-word") && json.contains("<secret:pw>"), "{json}");
+        }
     }
 }

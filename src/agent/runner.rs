@@ -113,6 +113,7 @@ fn action_duration(action: &Action) -> Duration {
 /// Runs [`run`] on its own task so that a panic anywhere inside (a provider, a model adapter) becomes an
 /// `error` outcome instead of taking the caller down.
 pub async fn run_isolated(input: LoopInput) -> LoopOutput {
+    let secrets = input.tools.secrets().clone();
     match tokio::spawn(run(input)).await {
         Ok(output) => output,
         Err(e) => {
@@ -124,6 +125,7 @@ pub async fn run_isolated(input: LoopInput) -> LoopOutput {
                     .unwrap_or_else(|| "unknown panic".into()),
                 Err(e) => e.to_string(),
             };
+            let message = secrets.redact(&message).into_owned();
             tracing::error!(%message, "agent loop panicked");
             LoopOutput {
                 end: LoopEnd::Finished(error_outcome(&format!("internal error: the task panicked: {message}"))),
@@ -199,6 +201,10 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         .unwrap_or(started);
     let policy = ContextPolicy::new(input.task.keep_screenshots, input.model.context_chunk());
     let mut input = input;
+    // The model is told the secrets' placeholders, never their values (§15).
+    if let Some(note) = input.tools.secrets().note() {
+        input.task.instructions = format!("{}\n\n{note}", input.task.instructions);
+    }
     let resume = std::mem::take(&mut input.resume);
     let mut state = Loop {
         screen: Size::new(0, 0),
@@ -705,6 +711,17 @@ impl Loop {
     }
 
     async fn journal(&self, record: &StepRecord) -> Result<(), Stop> {
+        // Every step passes here on its way to the records: secrets are redacted out of a copy (§15).
+        let secrets = self.input.tools.secrets();
+        let redacted;
+        let record = if secrets.is_empty() {
+            record
+        } else {
+            let mut copy = record.clone();
+            secrets.redact_step(&mut copy);
+            redacted = copy;
+            &redacted
+        };
         match self.input.journal.record_step(record).await {
             Ok(()) => Ok(()),
             Err(JournalError::LeaseLost(why)) => Err(Stop::End(LoopEnd::LeaseLost(why))),
@@ -939,7 +956,18 @@ impl Loop {
         // An action is never cut short on purpose; one that outlives this bound means the computer is stuck,
         // and the attempt ends so that another one can start on a fresh connection.
         let bound = ACTION_TIMEOUT + action_duration(action);
-        let result = match tokio::time::timeout(bound, self.input.computer.perform(action)).await {
+        // Secrets (§15): a `type` action's placeholders become the values only here, for the computer; the
+        // recorded action keeps them, and what the computer says back is redacted.
+        let secrets = self.input.tools.secrets();
+        let substituted = match action {
+            Action::Type { text } => match secrets.substitute(text) {
+                std::borrow::Cow::Owned(text) => Some(Action::Type { text }),
+                std::borrow::Cow::Borrowed(_) => None,
+            },
+            _ => None,
+        };
+        let performed = self.input.computer.perform(substituted.as_ref().unwrap_or(action));
+        let result = match tokio::time::timeout(bound, performed).await {
             Ok(result) => result,
             Err(_) => {
                 return Err(ActionFailure::Fatal(LoopEnd::Retryable(error_outcome(&format!(
@@ -951,14 +979,14 @@ impl Loop {
         };
         match result {
             Ok(report) => {
-                let mut message = report.message.unwrap_or_default();
+                let mut message = secrets.redact(&report.message.unwrap_or_default()).into_owned();
                 if let Some(cursor) = report.cursor {
                     let p = self.coords.to_model(cursor);
                     message = format!("cursor at X={},Y={}", p.x, p.y);
                 }
                 Ok(Done { message, image: None })
             }
-            Err(e) if e.is_tool_error() => Err(ActionFailure::Tool(e.to_string())),
+            Err(e) if e.is_tool_error() => Err(ActionFailure::Tool(secrets.redact(&e.to_string()).into_owned())),
             Err(e) => Err(ActionFailure::Fatal(provider_end(&e))),
         }
     }
@@ -973,7 +1001,28 @@ impl Loop {
                 final_screenshot = Some(reference);
             }
         }
-        let computer_state = self.input.computer.state().await;
+        let mut computer_state = self.input.computer.state().await;
+        // What leaves the loop shows placeholders, never secrets' values (§15): the computer's state holds
+        // what was typed; an ending's message may quote a provider's error.
+        let secrets = self.input.tools.secrets().clone();
+        let mut end = end;
+        if !secrets.is_empty() {
+            if let Some(state) = &mut computer_state {
+                secrets.redact_json(state);
+            }
+            self.steps.iter_mut().for_each(|step| secrets.redact_step(step));
+            let redact = |text: &mut String| *text = secrets.redact(text).into_owned();
+            match &mut end {
+                LoopEnd::Finished(outcome) | LoopEnd::Retryable(outcome) => {
+                    redact(&mut outcome.summary);
+                    if let Some(output) = &mut outcome.output {
+                        secrets.redact_json(output);
+                    }
+                }
+                LoopEnd::LeaseLost(text) | LoopEnd::WaitingForHuman { reason: text } => redact(text),
+                LoopEnd::Interrupted | LoopEnd::AwaitingTool { .. } => {}
+            }
+        }
         LoopOutput {
             end,
             steps: self.steps,

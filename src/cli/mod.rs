@@ -138,7 +138,7 @@ pub fn print_stderr(message: &str) {
 
 /// Logs go to stderr. Colour only on a terminal and when `NO_COLOR` is unset or empty (no-color.org); under
 /// systemd (`JOURNAL_STREAM` names stderr's stream) no timestamp either, since journald stamps every line
-/// itself.
+/// itself. No log line shows a secret's value (`tools::secrets::RedactingWriter`).
 fn init_tracing() {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
@@ -146,7 +146,8 @@ fn init_tracing() {
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Every line is filtered for the values of running tasks' secrets (§15).
+        .with_writer(|| crate::tools::secrets::RedactingWriter(std::io::stderr()))
         .with_ansi(std::io::stderr().is_terminal() && !no_color);
     let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
         builder.without_time().try_init()

@@ -321,11 +321,14 @@ impl AgentBuilder {
                 backends::model(&spec, &models, Some(&base_dir))?
             }
         };
-        let tools = toolbox(&task, &config, self.tools)?;
+        // The secrets' values are read here, when the agent is built (§15), as a worker reads them per attempt.
+        let secrets = backends::secrets(&task, &files).await?;
+        let tools = toolbox(&task, &config, self.tools, secrets.clone())?;
         let computer = match self.computer {
             Some(Source::Given(computer)) => computer,
             Some(Source::Spec) | None => {
-                backends::computer(&task.computer, &ComputerContext { files: &files, persist_dir: None }).await?
+                let context = ComputerContext { files: &files, persist_dir: None, secrets: &secrets };
+                backends::computer(&task.computer, &context).await?
             }
         };
         let data_dir = match self.data_dir {
@@ -355,8 +358,13 @@ impl AgentBuilder {
 }
 
 /// The task's declared tools (through `backends`, as for every task) and the in-process ones.
-fn toolbox(task: &ResolvedTask, config: &Config, tools: Vec<Arc<dyn Tool>>) -> Result<Arc<Toolbox>, BuildError> {
-    let declared = backends::toolbox(task, &config.tools)?;
+fn toolbox(
+    task: &ResolvedTask,
+    config: &Config,
+    tools: Vec<Arc<dyn Tool>>,
+    secrets: crate::tools::secrets::Secrets,
+) -> Result<Arc<Toolbox>, BuildError> {
+    let declared = backends::toolbox(task, &config.tools, secrets)?;
     if tools.is_empty() {
         return Ok(declared);
     }

@@ -10,6 +10,11 @@
 //!
 //! Every call ends in a [`ToolOutcome`]: `ok`, the `message` the model reads, and `details` kept for the
 //! record and the events only.
+//!
+//! The toolbox also holds the task's [`Secrets`] (§15): a tool's arguments get their placeholders replaced
+//! by the values just before the tool runs (the caller, the records and the events keep the placeholders),
+//! and the envelope it returns (and what it streams) is redacted before anyone sees it. `task_completion`
+//! and `remote` calls are not substituted: neither acts on the worker.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,8 +32,10 @@ pub mod command;
 pub mod envelope;
 pub mod http;
 pub mod schema;
+pub mod secrets;
 
 use schema::Checker;
+use secrets::Secrets;
 
 /// The envelope every tool call produces (§13 `{ok, output, details?}`).
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +126,7 @@ struct Entry {
 pub struct Toolbox {
     entries: Vec<Entry>,
     output: Option<(JsonSchema, Checker)>,
+    secrets: Secrets,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -139,7 +147,7 @@ pub trait Makers {
 impl Toolbox {
     /// Only `task_completion`.
     pub fn empty() -> Self {
-        Self { entries: Vec::new(), output: None }
+        Self { entries: Vec::new(), output: None, secrets: Secrets::none() }
     }
 
     /// The task's tools: declarations as written, `use` entries from `catalog` (the config's `[tools]`), the
@@ -177,6 +185,17 @@ impl Toolbox {
             toolbox.output = Some((schema.clone(), checker));
         }
         Ok(toolbox)
+    }
+
+    /// The task's secrets: substituted into tools' arguments, redacted out of their results.
+    pub fn with_secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// The task's secrets (the loop substitutes them into `type` actions and redacts with them).
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
     /// Adds an in-process tool (the library's builder).
@@ -246,13 +265,40 @@ impl Toolbox {
             Ok(entry) => entry,
             Err(outcome) => return Called::Done(outcome, None),
         };
-        if let Err(problems) = entry.checker.check(arguments) {
-            return Called::Done(ToolOutcome::error(format!("invalid arguments for {name}: {problems}")), None);
+        if let Runner::Remote = entry.runner {
+            // The API client runs it with the arguments as the model wrote them (placeholders included).
+            return match entry.checker.check(arguments) {
+                Ok(()) => Called::Remote,
+                Err(problems) => {
+                    Called::Done(ToolOutcome::error(format!("invalid arguments for {name}: {problems}")), None)
+                }
+            };
         }
-        match &entry.runner {
-            Runner::Remote => Called::Remote,
-            Runner::Local(tool) => Called::Done(tool.call(arguments.clone(), context).await, None),
+        // What the tool receives (and its schema checks) has the secrets' values; nothing the tool says back
+        // does.
+        let arguments = self.secrets.substitute_json(arguments).into_owned();
+        let outcome = match (&entry.runner, entry.checker.check(&arguments)) {
+            (_, Err(problems)) => ToolOutcome::error(format!("invalid arguments for {name}: {problems}")),
+            (Runner::Local(tool), Ok(())) => {
+                let secrets = &self.secrets;
+                let output = context.output;
+                let redacting = move |text: &str| output(&secrets.redact(text));
+                tool.call(arguments, ToolContext { cancel: context.cancel, output: &redacting }).await
+            }
+            (Runner::Remote, Ok(())) => ToolOutcome::error("internal error: a remote tool was run in-process"),
+        };
+        Called::Done(self.redact(outcome), None)
+    }
+
+    /// The envelope with every secret value replaced by its placeholder.
+    fn redact(&self, mut outcome: ToolOutcome) -> ToolOutcome {
+        if let std::borrow::Cow::Owned(message) = self.secrets.redact(&outcome.message) {
+            outcome.message = message;
         }
+        if let Some(details) = &mut outcome.details {
+            self.secrets.redact_json(details);
+        }
+        outcome
     }
 
     /// `task_completion`'s schema: `output` is added (and required) when the task gives an `output_schema`.
@@ -382,5 +428,47 @@ mod tests {
         let Called::Done(outcome, _) = toolbox.call("echo", &json!({"text": 5}), context()).await else { panic!() };
         assert!(!outcome.ok && outcome.message.contains("/text"), "{outcome:?}");
         assert!(Toolbox::empty().with_tool(Arc::new(Echo)).unwrap().with_tool(Arc::new(Echo)).is_err());
+    }
+
+    /// Echoes its arguments in its message, its details and its streamed output, and keeps what it received.
+    struct Spy(std::sync::Mutex<Vec<serde_json::Value>>);
+
+    #[async_trait]
+    impl Tool for Spy {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: "spy".into(),
+                description: "echoes".into(),
+                parameters: json!({"type": "object", "properties": {"token": {"type": "string", "pattern": "^[a-z0-9-]+$"}}}),
+            }
+        }
+        async fn call(&self, arguments: serde_json::Value, context: ToolContext<'_>) -> ToolOutcome {
+            self.0.lock().unwrap().push(arguments.clone());
+            (context.output)(&arguments.to_string());
+            ToolOutcome::ok(format!("got {arguments}")).with_details(json!({"echo": arguments}))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tool_receives_the_values_and_its_envelope_shows_the_placeholders() {
+        use crate::task::secrets::SecretName;
+        let secrets = Secrets::new(vec![(SecretName::parse("token").unwrap(), "abc-123-zz".into())]).unwrap();
+        let spy = Arc::new(Spy(Default::default()));
+        let toolbox = Toolbox::empty().with_tool(spy.clone()).unwrap().with_secrets(secrets);
+        let streamed = std::sync::Mutex::new(String::new());
+        let sink = |t: &str| streamed.lock().unwrap().push_str(t);
+        let args = json!({"token": "<secret:token>"});
+        let context = ToolContext { cancel: CancellationToken::new(), output: &sink };
+        let Called::Done(outcome, _) = toolbox.call("spy", &args, context).await else { panic!() };
+        // The tool got the value (and the schema, whose pattern the placeholder would fail, checked it).
+        assert_eq!(spy.0.lock().unwrap().as_slice(), [json!({"token": "abc-123-zz"})]);
+        assert!(outcome.ok, "{outcome:?}");
+        let shown = format!("{} {} {}", outcome.message, outcome.details.unwrap(), streamed.lock().unwrap());
+        assert!(!shown.contains("abc-123-zz") && shown.matches("<secret:token>").count() == 3, "{shown}");
+        // A schema error quoting the value is redacted too.
+        let bad = json!({"token": "<secret:token>!"});
+        let context = ToolContext { cancel: CancellationToken::new(), output: &noop };
+        let Called::Done(outcome, _) = toolbox.call("spy", &bad, context).await else { panic!() };
+        assert!(!outcome.ok && !outcome.message.contains("abc-123-zz"), "{outcome:?}");
     }
 }

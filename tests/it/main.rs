@@ -20,6 +20,7 @@ mod proxy;
 mod queue_suite;
 mod run_examples;
 mod s3;
+mod secrets;
 mod support;
 mod systemd;
 mod tools;

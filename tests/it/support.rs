@@ -267,8 +267,8 @@ impl Daemon {
             .agentd
             .command()
             .arg("serve")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("AGENTD_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

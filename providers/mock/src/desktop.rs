@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::canvas::{Canvas, Color};
 use crate::font::GlyphCache;
-use crate::persist::{Saved, Store};
+use crate::persist::{Saved, Seal, Store};
 use crate::render::render;
 use crate::scene::Scene;
 use crate::world::{MockState, Mods, World};
@@ -98,8 +98,14 @@ impl MockDesktop {
     /// A desktop saved in `dir`: resumed from it when it holds a saved desktop (same screen, values, pointer and
     /// recorded actions), else new; saved there after every action from now on.
     pub fn open_persistent(scene: Scene, size: Option<Size>, dir: &Path) -> Result<MockDesktop, MockError> {
+        Self::open_sealed(scene, size, dir, Seal::default())
+    }
+
+    /// Like [`Self::open_persistent`], with `seal`'s values never written to `dir` (saved as their
+    /// placeholders, read back as the values).
+    pub fn open_sealed(scene: Scene, size: Option<Size>, dir: &Path, seal: Seal) -> Result<MockDesktop, MockError> {
         let size = check_size(size.unwrap_or(DEFAULT_SIZE))?;
-        let (store, loaded) = Store::open(dir)?;
+        let (store, loaded) = Store::open(dir, seal)?;
         let mut world = World::new(Arc::new(scene), size);
         let state_path = dir.join(crate::persist::STATE_FILE);
         let mut applied = 0usize;

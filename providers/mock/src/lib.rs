@@ -23,6 +23,6 @@ mod widgets;
 mod world;
 
 pub use desktop::{DEFAULT_SIZE, MAX_SIZE, MIN_SIZE, MockDesktop, MockError};
-pub use persist::{ACTIONS_FILE, STATE_FILE};
+pub use persist::{ACTIONS_FILE, STATE_FILE, Seal};
 pub use scene::{Scene, SceneError};
 pub use world::MockState;

@@ -6,6 +6,9 @@
 //! A process killed at any point leaves a usable directory: a partly written last line of the log is dropped
 //! on open, and actions in the log past the snapshot (killed between append and rename) are replayed by the
 //! desktop. Writes are flushed to the operating system, not fsynced: they survive the process, not a power cut.
+//!
+//! A [`Seal`] keeps given values (a task's secrets) out of the directory: they are written as their
+//! placeholders and read back as the values, so a resumed desktop holds what was typed.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -39,11 +42,71 @@ impl Saved {
     }
 }
 
+/// Values that are never written to the save directory: each is saved as its placeholder, and a placeholder
+/// read back becomes the value again. Shows no value in `Debug`.
+#[derive(Clone, Default)]
+pub struct Seal {
+    /// (value, placeholder), longest value first.
+    pairs: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Seal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Seal").field("placeholders", &self.pairs.iter().map(|p| &p.1).collect::<Vec<_>>()).finish()
+    }
+}
+
+impl Seal {
+    /// Seals these `(value, placeholder)` pairs (empty values are ignored).
+    pub fn new(pairs: Vec<(String, String)>) -> Seal {
+        let mut pairs: Vec<_> = pairs.into_iter().filter(|(v, _)| !v.is_empty()).collect();
+        pairs.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
+        Seal { pairs }
+    }
+
+    fn map(value: &mut serde_json::Value, f: &dyn Fn(&str) -> String) {
+        use serde_json::Value;
+        match value {
+            Value::String(s) => *s = f(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| Seal::map(v, f)),
+            Value::Object(map) => map.values_mut().for_each(|v| Seal::map(v, f)),
+            _ => {}
+        }
+    }
+
+    fn hide(&self, value: &mut serde_json::Value) {
+        if !self.pairs.is_empty() {
+            Seal::map(value, &|s| self.pairs.iter().fold(s.to_string(), |s, (v, p)| s.replace(v.as_str(), p)));
+        }
+    }
+
+    fn reveal(&self, value: &mut serde_json::Value) {
+        if !self.pairs.is_empty() {
+            Seal::map(value, &|s| self.pairs.iter().fold(s.to_string(), |s, (v, p)| s.replace(p.as_str(), v)));
+        }
+    }
+
+    /// The JSON text of `value` with the sealed values hidden.
+    fn to_vec<T: Serialize>(&self, value: &T) -> Result<Vec<u8>, serde_json::Error> {
+        let mut json = serde_json::to_value(value)?;
+        self.hide(&mut json);
+        serde_json::to_vec(&json)
+    }
+
+    /// Parses text written by [`Seal::to_vec`], the values revealed.
+    fn parse<T: serde::de::DeserializeOwned>(&self, text: &str) -> Result<T, serde_json::Error> {
+        let mut json: serde_json::Value = serde_json::from_str(text)?;
+        self.reveal(&mut json);
+        serde_json::from_value(json)
+    }
+}
+
 /// An open save directory.
 #[derive(Debug)]
 pub(crate) struct Store {
     dir: PathBuf,
     log: File,
+    seal: Seal,
 }
 
 /// What a save directory held when it was opened.
@@ -58,12 +121,12 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> MockError + '_ {
 
 impl Store {
     /// Opens (creating if needed) a save directory and reads what it holds.
-    pub fn open(dir: &Path) -> Result<(Store, Loaded), MockError> {
+    pub fn open(dir: &Path, seal: Seal) -> Result<(Store, Loaded), MockError> {
         // The state holds what was typed (passwords too): private to agentd whatever the umask.
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_error(dir))?;
         let state_path = dir.join(STATE_FILE);
         let saved = match std::fs::read_to_string(&state_path) {
-            Ok(text) => Some(serde_json::from_str::<Saved>(&text).map_err(|e| MockError::Resume {
+            Ok(text) => Some(seal.parse::<Saved>(&text).map_err(|e| MockError::Resume {
                 path: state_path.clone(),
                 message: format!("not a saved mock state: {e}"),
             })?),
@@ -80,19 +143,21 @@ impl Store {
         }
 
         let log_path = dir.join(ACTIONS_FILE);
-        let actions = read_log(&log_path)?;
+        let actions = read_log(&log_path, &seal)?;
         let log =
             OpenOptions::new().create(true).append(true).mode(0o600).open(&log_path).map_err(io_error(&log_path))?;
-        Ok((Store { dir: dir.to_path_buf(), log }, Loaded { saved, actions }))
+        Ok((Store { dir: dir.to_path_buf(), log, seal }, Loaded { saved, actions }))
     }
 
     /// Appends one action to the log and flushes it.
     pub fn append(&mut self, action: &Action) -> Result<(), MockError> {
         let path = self.dir.join(ACTIONS_FILE);
-        let mut line = serde_json::to_string(action)
+        let mut line = self
+            .seal
+            .to_vec(action)
             .map_err(|e| MockError::Persist { path: path.clone(), source: std::io::Error::other(e) })?;
-        line.push('\n');
-        self.log.write_all(line.as_bytes()).map_err(io_error(&path))?;
+        line.push(b'\n');
+        self.log.write_all(&line).map_err(io_error(&path))?;
         self.log.flush().map_err(io_error(&path))
     }
 
@@ -100,7 +165,9 @@ impl Store {
     pub fn save(&self, saved: &Saved) -> Result<(), MockError> {
         let path = self.dir.join(STATE_FILE);
         let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
-        let text = serde_json::to_vec(saved)
+        let text = self
+            .seal
+            .to_vec(saved)
             .map_err(|e| MockError::Persist { path: path.clone(), source: std::io::Error::other(e) })?;
         let mut file = OpenOptions::new()
             .write(true)
@@ -116,7 +183,7 @@ impl Store {
 }
 
 /// Reads the action log, dropping (and truncating away) a last line that was cut short by a crash.
-fn read_log(path: &Path) -> Result<Vec<Action>, MockError> {
+fn read_log(path: &Path, seal: &Seal) -> Result<Vec<Action>, MockError> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -138,7 +205,7 @@ fn read_log(path: &Path) -> Result<Vec<Action>, MockError> {
             // A partial last line: the process died while writing it. The action never returned.
             break;
         }
-        let action = serde_json::from_str::<Action>(line.trim_end()).map_err(|e| MockError::Resume {
+        let action = seal.parse::<Action>(line.trim_end()).map_err(|e| MockError::Resume {
             path: path.to_path_buf(),
             message: format!("line {number} is not an action: {e}"),
         })?;
@@ -162,12 +229,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let log = dir.path().join(ACTIONS_FILE);
         std::fs::write(&log, "{\"type\":\"move\",\"x\":1,\"y\":2}\n{\"type\":\"cli").unwrap_or_default();
-        let (mut store, loaded) = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let (mut store, loaded) = Store::open(dir.path(), Seal::default()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(loaded.actions, vec![Action::Move { x: 1, y: 2 }]);
         assert!(loaded.saved.is_none());
         store.append(&Action::Move { x: 3, y: 4 }).unwrap_or_else(|e| panic!("{e}"));
-        let (_, again) = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let (_, again) = Store::open(dir.path(), Seal::default()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(again.actions, vec![Action::Move { x: 1, y: 2 }, Action::Move { x: 3, y: 4 }]);
+    }
+
+    #[test]
+    fn sealed_values_are_saved_as_placeholders_and_read_back_as_values() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let seal = || Seal::new(vec![("hunter2".into(), "<secret:password>".into())]);
+        let typed = Action::Type { text: "pw hunter2".into() };
+        let (mut store, _) = Store::open(dir.path(), seal()).unwrap_or_else(|e| panic!("{e}"));
+        store.append(&typed).unwrap_or_else(|e| panic!("{e}"));
+        let on_disk = std::fs::read_to_string(dir.path().join(ACTIONS_FILE)).unwrap_or_default();
+        assert!(on_disk.contains("pw <secret:password>") && !on_disk.contains("hunter2"), "{on_disk}");
+        assert!(!format!("{:?}", seal()).contains("hunter2"));
+        let (_, loaded) = Store::open(dir.path(), seal()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.actions, vec![typed]);
     }
 
     #[test]
@@ -175,7 +256,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(dir.path().join(ACTIONS_FILE), "garbage\n{\"type\":\"move\",\"x\":1,\"y\":2}\n")
             .unwrap_or_default();
-        let err = Store::open(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = Store::open(dir.path(), Seal::default()).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("line 1"), "{err}");
     }
 }

@@ -1,0 +1,386 @@
+//! The values of a task's secrets (§15) while it runs on a worker, and the two things done with them:
+//! substitution (`<secret:NAME>` → value, at the moment of acting) and redaction (value → `<secret:NAME>`,
+//! everywhere else).
+//!
+//! [`Secrets`] never shows a value: its `Debug` lists names only, it has no `Serialize`, and the only way a
+//! value leaves it is [`Secrets::substitute`] / [`Secrets::substitute_json`], which the loop calls just
+//! before a `type` action reaches the computer and the toolbox calls just before a tool runs. Everything that
+//! comes back (action messages, tool envelopes, the computer's state) goes through [`Secrets::redact`] /
+//! [`Secrets::redact_json`], the one redaction function, before it is recorded, emitted or shown to the model.
+//!
+//! Logs are written by one process-wide subscriber that does not know which task logs: every live
+//! `Secrets` registers its values here, and [`redact_logged`] (the log writer's filter) replaces the values of
+//! all of them.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex, Weak};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::record::{StepRecord, ToolCall};
+use crate::task::secrets::SecretName;
+
+/// Why a task's secrets cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SecretsError {
+    /// `secrets.NAME` (or `secrets.NAME.env` / `.file`).
+    pub field: String,
+    pub message: String,
+}
+
+struct Entry {
+    name: SecretName,
+    placeholder: String,
+    value: String,
+}
+
+struct Inner {
+    entries: Vec<Entry>,
+    /// Finds values (leftmost-longest, so a value containing another is replaced whole).
+    values: AhoCorasick,
+    /// Finds placeholders.
+    placeholders: AhoCorasick,
+}
+
+/// A task's secret values. Cheap to clone; shows names only.
+#[derive(Clone, Default)]
+pub struct Secrets {
+    inner: Option<Arc<Inner>>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secrets").field("names", &self.names()).finish_non_exhaustive()
+    }
+}
+
+/// The values of every live [`Secrets`], for the log writer.
+static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+
+impl Secrets {
+    /// No secrets: substitution and redaction change nothing.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Secrets with these values. An empty value is an error naming `secrets.NAME`.
+    pub fn new(values: Vec<(SecretName, String)>) -> Result<Self, SecretsError> {
+        if values.is_empty() {
+            return Ok(Self::none());
+        }
+        let mut entries = Vec::with_capacity(values.len());
+        for (name, value) in values {
+            if value.is_empty() {
+                return Err(SecretsError {
+                    field: format!("secrets.{name}"),
+                    message: format!("the secret {name:?} is empty; a secret needs a value"),
+                });
+            }
+            entries.push(Entry { placeholder: name.placeholder(), name, value });
+        }
+        let build = |patterns: Vec<&str>| {
+            AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(patterns).map_err(|e| SecretsError {
+                field: "secrets".into(),
+                message: format!("cannot prepare the secrets: {e}"),
+            })
+        };
+        let values = build(entries.iter().map(|e| e.value.as_str()).collect())?;
+        let placeholders = build(entries.iter().map(|e| e.placeholder.as_str()).collect())?;
+        let inner = Arc::new(Inner { entries, values, placeholders });
+        let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&inner));
+        Ok(Self { inner: Some(inner) })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// `(value, placeholder)` pairs, for a computer that saves what it receives and must save the
+    /// placeholders instead (the mock desktop's `Seal`). The one way values leave besides substitution.
+    pub fn for_saving(&self) -> Vec<(String, String)> {
+        self.inner
+            .as_ref()
+            .map(|i| i.entries.iter().map(|e| (e.value.clone(), e.placeholder.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The secrets' names, in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.inner.as_ref().map(|i| i.entries.iter().map(|e| e.name.as_str()).collect()).unwrap_or_default()
+    }
+
+    /// What the model is told (appended to the instructions), or `None` without secrets. Names only.
+    pub fn note(&self) -> Option<String> {
+        let inner = self.inner.as_ref()?;
+        let placeholders: Vec<&str> = inner.entries.iter().map(|e| e.placeholder.as_str()).collect();
+        Some(format!(
+            "Secrets: you may type these values by placeholder without knowing them: {}. Write the placeholder \
+             exactly (for example as the text of a type action, or in a tool's arguments) and it is replaced by \
+             the real value when the action runs; you will never see the value itself.",
+            placeholders.join(", ")
+        ))
+    }
+
+    /// `text` with every placeholder replaced by its value (what the computer or a tool receives).
+    pub fn substitute<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        match &self.inner {
+            Some(inner) if inner.placeholders.is_match(text) => {
+                let values: Vec<&str> = inner.entries.iter().map(|e| e.value.as_str()).collect();
+                Cow::Owned(inner.placeholders.replace_all(text, &values))
+            }
+            _ => Cow::Borrowed(text),
+        }
+    }
+
+    /// A JSON value with placeholders replaced in every string (object keys are left as they are).
+    pub fn substitute_json<'a>(&self, value: &'a serde_json::Value) -> Cow<'a, serde_json::Value> {
+        if self.inner.is_none() {
+            return Cow::Borrowed(value);
+        }
+        let mut copy = value.clone();
+        if map_strings(&mut copy, &mut |s| self.substitute(s).into_owned()) {
+            Cow::Owned(copy)
+        } else {
+            Cow::Borrowed(value)
+        }
+    }
+
+    /// The one redaction function: `text` with every value replaced by its placeholder.
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        match &self.inner {
+            Some(inner) => inner.redact(text),
+            None => Cow::Borrowed(text),
+        }
+    }
+
+    /// Redacts every string of a JSON value in place (keys too); whether anything changed.
+    pub fn redact_json(&self, value: &mut serde_json::Value) -> bool {
+        let Some(inner) = &self.inner else { return false };
+        redact_value(inner, value)
+    }
+
+    /// A redacted copy of a serializable value, through its JSON form; `Ok(None)` when it held no value,
+    /// `Err(())` when the redacted form no longer deserializes (a value equal to a tag such as `"click"`):
+    /// the caller then withholds it.
+    #[allow(clippy::result_unit_err)]
+    pub fn redact_serde<T: Serialize + DeserializeOwned>(&self, value: &T) -> Result<Option<T>, ()> {
+        if self.inner.is_none() {
+            return Ok(None);
+        }
+        let mut json = serde_json::to_value(value).map_err(|_| ())?;
+        if !self.redact_json(&mut json) {
+            return Ok(None);
+        }
+        serde_json::from_value(json).map(Some).map_err(|_| ())
+    }
+
+    /// Redacts a step record in place: every text a model, a tool or the computer put in it.
+    pub fn redact_step(&self, step: &mut StepRecord) {
+        if self.inner.is_none() {
+            return;
+        }
+        let redact = |s: &mut String| {
+            if let Cow::Owned(r) = self.redact(s) {
+                *s = r;
+            }
+        };
+        redact(&mut step.model_text);
+        redact(&mut step.thinking);
+        for action in &mut step.actions {
+            self.redact_action(action);
+        }
+        for result in &mut step.results {
+            redact(&mut result.message);
+            if let Some(details) = &mut result.details {
+                self.redact_json(details);
+            }
+        }
+        for call in &mut step.calls {
+            self.redact_call(call);
+        }
+        for result in &mut step.call_results {
+            redact(&mut result.message);
+            if let Some(details) = &mut result.details {
+                self.redact_json(details);
+            }
+        }
+        if let Some(raw) = &mut step.raw {
+            self.redact_json(raw);
+        }
+        if let Some(approval) = &mut step.approval {
+            redact(&mut approval.reason);
+            self.redact_json(&mut approval.details);
+        }
+    }
+
+    fn redact_action(&self, action: &mut agentd_computer::Action) {
+        if let agentd_computer::Action::Type { text } = action
+            && let Cow::Owned(r) = self.redact(text)
+        {
+            *text = r;
+        }
+    }
+
+    fn redact_call(&self, call: &mut ToolCall) {
+        match &mut call.kind {
+            crate::record::CallKind::Computer { actions } => actions.iter_mut().for_each(|a| self.redact_action(a)),
+            crate::record::CallKind::Function { arguments, .. } => {
+                self.redact_json(arguments);
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if !self.values.is_match(text) {
+            return Cow::Borrowed(text);
+        }
+        let placeholders: Vec<&str> = self.entries.iter().map(|e| e.placeholder.as_str()).collect();
+        Cow::Owned(self.values.replace_all(text, &placeholders))
+    }
+}
+
+fn redact_value(inner: &Inner, value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => match inner.redact(s) {
+            Cow::Owned(r) => {
+                *s = r;
+                true
+            }
+            Cow::Borrowed(_) => false,
+        },
+        Value::Array(items) => items.iter_mut().fold(false, |changed, v| redact_value(inner, v) | changed),
+        Value::Object(map) => {
+            let mut changed = false;
+            if map.keys().any(|k| inner.values.is_match(k)) {
+                let old = std::mem::take(map);
+                for (k, v) in old {
+                    map.insert(inner.redact(&k).into_owned(), v);
+                }
+                changed = true;
+            }
+            map.values_mut().fold(changed, |changed, v| redact_value(inner, v) | changed)
+        }
+        _ => false,
+    }
+}
+
+/// Applies `f` to every string value (not keys); whether any changed.
+fn map_strings(value: &mut serde_json::Value, f: &mut dyn FnMut(&str) -> String) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => {
+            let new = f(s);
+            let changed = new != *s;
+            *s = new;
+            changed
+        }
+        Value::Array(items) => items.iter_mut().fold(false, |changed, v| map_strings(v, f) | changed),
+        Value::Object(map) => map.values_mut().fold(false, |changed, v| map_strings(v, f) | changed),
+        _ => false,
+    }
+}
+
+/// `text` with the values of every live task's secrets replaced (what the log writer prints).
+pub fn redact_logged(text: &str) -> Cow<'_, str> {
+    let live: Vec<Arc<Inner>> = {
+        let guard = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        guard.iter().filter_map(Weak::upgrade).collect()
+    };
+    let mut out = Cow::Borrowed(text);
+    for inner in &live {
+        if let Cow::Owned(r) = inner.redact(&out) {
+            out = Cow::Owned(r);
+        }
+    }
+    out
+}
+
+/// A writer that redacts every live secret out of what it writes: the log subscriber's stderr.
+pub struct RedactingWriter<W>(pub W);
+
+impl<W: std::io::Write> std::io::Write for RedactingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The log formatter writes one whole event per call, so a value is never split across calls.
+        match std::str::from_utf8(buf) {
+            Ok(text) => match redact_logged(text) {
+                Cow::Borrowed(_) => self.0.write_all(buf)?,
+                Cow::Owned(redacted) => self.0.write_all(redacted.as_bytes())?,
+            },
+            Err(_) => self.0.write_all(String::from_utf8_lossy(buf).as_bytes())?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn secrets(pairs: &[(&str, &str)]) -> Secrets {
+        Secrets::new(pairs.iter().map(|(n, v)| (SecretName::parse(n).unwrap(), v.to_string())).collect()).unwrap()
+    }
+
+    #[test]
+    fn substitution_and_redaction_are_inverse_and_never_show_a_value() {
+        let s = secrets(&[("password", "hunter2"), ("pin", "4711"), ("long", "hunter2-and-more")]);
+        assert_eq!(s.substitute("<secret:password>\n"), "hunter2\n");
+        assert_eq!(s.substitute("a <secret:pin> b <secret:nope>"), "a 4711 b <secret:nope>");
+        assert!(matches!(s.substitute("no placeholder"), Cow::Borrowed(_)));
+        // The longest value wins where values overlap, and redaction round-trips substitution.
+        assert_eq!(s.redact("x hunter2-and-more y hunter2"), "x <secret:long> y <secret:password>");
+        let text = "typed <secret:long> then <secret:pin>";
+        assert_eq!(s.redact(&s.substitute(text)), text);
+        // Names only, whatever is printed.
+        let debug = format!("{s:?}");
+        assert!(debug.contains("password") && !debug.contains("hunter2") && !debug.contains("4711"), "{debug}");
+        assert!(s.note().unwrap().contains("<secret:password>") && !s.note().unwrap().contains("hunter2"));
+        // Empty values are refused, naming the secret.
+        let e = Secrets::new(vec![(SecretName::parse("x").unwrap(), String::new())]).unwrap_err();
+        assert_eq!(e.field, "secrets.x");
+        assert!(Secrets::none().is_empty() && Secrets::none().note().is_none());
+    }
+
+    #[test]
+    fn json_values_are_substituted_and_redacted_in_every_string() {
+        let s = secrets(&[("token", "s3cr3t-t0ken")]);
+        let args = json!({"auth": "Bearer <secret:token>", "list": ["<secret:token>", 5], "<secret:token>": 1});
+        let sent = s.substitute_json(&args).into_owned();
+        // Values only: keys stay as written.
+        assert_eq!(sent, json!({"auth": "Bearer s3cr3t-t0ken", "list": ["s3cr3t-t0ken", 5], "<secret:token>": 1}));
+        let mut echoed = json!({"echo": sent, "s3cr3t-t0ken": "key"});
+        assert!(s.redact_json(&mut echoed));
+        assert!(!echoed.to_string().contains("s3cr3t-t0ken"), "{echoed}");
+        assert_eq!(echoed["echo"]["auth"], "Bearer <secret:token>");
+        assert!(!s.redact_json(&mut json!({"clean": true})));
+        // A typed value goes through its JSON form; one that no longer deserializes is withheld.
+        let outcome = crate::record::Outcome::new(false, "saw s3cr3t-t0ken", crate::record::EndReason::Error);
+        assert_eq!(s.redact_serde(&outcome).unwrap().unwrap().summary, "saw <secret:token>");
+        let tag = secrets(&[("t", "error")]);
+        assert!(tag.redact_serde(&outcome).is_err());
+    }
+
+    #[test]
+    fn the_log_writer_redacts_the_values_of_live_secrets_only() {
+        use std::io::Write;
+        let live = secrets(&[("w", "log-secret-9f2")]);
+        let mut out = RedactingWriter(Vec::new());
+        out.write_all(b"error: typing log-secret-9f2 failed\n").unwrap();
+        assert_eq!(String::from_utf8(out.0).unwrap(), "error: typing <secret:w> failed\n");
+        drop(live);
+        assert_eq!(redact_logged("log-secret-9f2"), "log-secret-9f2");
+    }
+}
