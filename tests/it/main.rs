@@ -14,6 +14,7 @@ mod house;
 mod models;
 mod models_storm;
 mod models_wire;
+mod output;
 mod proxy;
 mod queue_suite;
 mod run_examples;
