@@ -14,18 +14,16 @@ use agentd::agent::events::EventSink;
 use agentd::agent::journal::MemoryJournal;
 use agentd::agent::{LoopInput, run};
 use agentd::artifacts::{FsStore, Uploader};
-use agentd::model::scripted::{Script, ScriptedModel};
 use agentd::model::anthropic::AnthropicModel;
 use agentd::model::compatible::CompatibleModel;
 use agentd::model::gemini::GeminiModel;
 use agentd::model::openai::OpenAiModel;
+use agentd::model::scripted::{Script, ScriptedModel};
 use agentd::model::{DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, Shared, ToolSpec};
 use agentd::record::events::EventKind;
 use agentd::screen::coords::{CoordinateMap, fit_within};
 use agentd::screen::image;
-use agentd::task::{
-    ComputerSpec, Limits, MockSpec, ModelOptions, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec,
-};
+use agentd::task::{ComputerSpec, Limits, MockSpec, ModelOptions, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};
 use agentd::tools::{Tool, ToolContext, ToolOutcome, Toolbox};
 use agentd_computer::{ComputerProvider, Size};
 use agentd_mock::{MockDesktop, Scene};
@@ -266,7 +264,7 @@ fn request_bodies() {
     let options = |model: &str| ModelOptions { model: Some(model.into()), max_tokens: Some(1024), temperature: None };
     let frame = agentd_computer::Frame::from_rgb(Size::new(64, 40), vec![90; 64 * 40 * 3]).expect("frame");
     let screenshot = ModelImage::new(Size::new(64, 40), "image/png", image::encode_png(&frame).expect("png").into());
-    let time = |body: &dyn Fn(&[ToolSpec]) -> serde_json::Value, tools: &[ToolSpec]| {
+    let time = |body: &BodyFn, tools: &[ToolSpec]| {
         let runs = 2000;
         let started = Instant::now();
         for _ in 0..runs {
@@ -289,7 +287,7 @@ fn request_bodies() {
     let compatible =
         CompatibleModel::new(shared.settings("openai-compatible", &ModelOptions::default(), None, None).expect("s"))
             .expect("compatible");
-    let adapters: [(&str, Box<dyn Fn(&[ToolSpec]) -> serde_json::Value>); 4] = [
+    let adapters: [(&str, Box<BodyFn>); 4] = [
         ("anthropic", Box::new(|t: &[ToolSpec]| anthropic.body(&first_request(t, screenshot)))),
         ("openai", Box::new(|t: &[ToolSpec]| openai.body(&first_request(t, screenshot)))),
         ("gemini", Box::new(|t: &[ToolSpec]| gemini.body(&first_request(t, screenshot)))),
@@ -297,9 +295,15 @@ fn request_bodies() {
     ];
     for (name, body) in &adapters {
         let (a, b) = (time(body.as_ref(), &none), time(body.as_ref(), &three));
-        println!("  request body ({name:>10}, first step, small screenshot): {a:.1} µs with none, {b:.1} µs with three (+{:.1} µs)", b - a);
+        println!(
+            "  request body ({name:>10}, first step, small screenshot): {a:.1} µs with none, {b:.1} µs with three (+{:.1} µs)",
+            b - a
+        );
     }
 }
+
+/// Builds one request body with these tools.
+type BodyFn<'a> = dyn Fn(&[ToolSpec]) -> serde_json::Value + 'a;
 
 /// A task's first request: no history, this screenshot, these tools.
 fn first_request<'a>(tools: &'a [ToolSpec], screenshot: &'a ModelImage) -> ModelRequest<'a> {
