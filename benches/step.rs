@@ -1,7 +1,9 @@
 //! Per-step overhead of the agent loop on the mock desktop with the scripted model: screenshot, scale,
 //! encode, store, journal, events and the action itself — everything but model latency (the scripted model
 //! answers at once). Prints median and p95 per resolution, encoded bytes per screenshot, the cost of each
-//! stage alone, and the peak memory of a 200-step task.
+//! stage alone, and the peak memory of a 200-step task. Then the cost of declaring three custom tools (§13):
+//! the same task with three in-process tools declared (never called) against none, in alternating rounds,
+//! and the time each vendor adapter spends building a request body with and without them.
 //!
 //! `cargo bench --bench step` (add `-- --steps N` to change the task length).
 
@@ -12,12 +14,17 @@ use agentd::agent::events::EventSink;
 use agentd::agent::journal::MemoryJournal;
 use agentd::agent::{LoopInput, run};
 use agentd::artifacts::{FsStore, Uploader};
+use agentd::model::anthropic::AnthropicModel;
+use agentd::model::compatible::CompatibleModel;
+use agentd::model::gemini::GeminiModel;
+use agentd::model::openai::OpenAiModel;
 use agentd::model::scripted::{Script, ScriptedModel};
-use agentd::model::{DeltaSink, Model, ModelError, ModelRequest, ModelTurn};
+use agentd::model::{DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, Shared, ToolSpec};
 use agentd::record::events::EventKind;
 use agentd::screen::coords::{CoordinateMap, fit_within};
 use agentd::screen::image;
-use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};
+use agentd::task::{ComputerSpec, Limits, MockSpec, ModelOptions, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};
+use agentd::tools::{Tool, ToolContext, ToolOutcome, Toolbox};
 use agentd_computer::{ComputerProvider, Size};
 use agentd_mock::{MockDesktop, Scene};
 use async_trait::async_trait;
@@ -97,7 +104,40 @@ struct Figures {
     rss_end_kib: u64,
 }
 
+/// An in-process tool that is declared but never called, with a schema of a realistic size.
+struct Declared(&'static str);
+
+#[async_trait]
+impl Tool for Declared {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.0.to_string(),
+            description: format!("Looks up {} records in the back office by number or customer name.", self.0),
+            parameters: serde_json::json!({"type": "object", "properties": {
+                "number": {"type": "string", "pattern": "^[0-9]{6}$", "description": "The record number"},
+                "customer": {"type": "string", "description": "The customer's name"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
+                "required": ["number"], "additionalProperties": false}),
+        }
+    }
+
+    async fn call(&self, _: serde_json::Value, _: ToolContext<'_>) -> ToolOutcome {
+        ToolOutcome::ok("never called")
+    }
+}
+
+fn three_tools() -> Toolbox {
+    ["lookup_order", "lookup_invoice", "lookup_customer"]
+        .into_iter()
+        .try_fold(Toolbox::empty(), |toolbox, name| toolbox.with_tool(Arc::new(Declared(name))))
+        .expect("three tools")
+}
+
 async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
+    whole_task_with(size, scale_to, steps, Toolbox::empty()).await
+}
+
+async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: Toolbox) -> Figures {
     let scene = Scene::resolve("form", None).expect("form scene");
     let desktop = Arc::new(MockDesktop::new(scene, Some(size)).expect("desktop"));
     let model = Arc::new(Scaled { inner: ScriptedModel::new(script(steps, &desktop)), max: scale_to });
@@ -122,7 +162,7 @@ async fn whole_task(size: Size, scale_to: Option<Size>, steps: u32) -> Figures {
         },
         computer: desktop as Arc<dyn ComputerProvider>,
         model,
-        tools: Arc::new(agentd::tools::Toolbox::empty()),
+        tools: Arc::new(tools),
         uploader: uploader.clone(),
         journal: Arc::new(MemoryJournal::default()),
         events,
@@ -192,6 +232,93 @@ async fn stages(size: Size, scale_to: Option<Size>) {
     );
 }
 
+/// The loop with three declared tools against none: alternating rounds of the same task, every step pooled.
+fn declared_tools(runtime: &tokio::runtime::Runtime, steps: u32) {
+    let size = Size::new(1280, 800);
+    let rounds = 5;
+    let (mut none, mut three) = (Vec::new(), Vec::new());
+    for round in 0..rounds * 2 {
+        // Alternate which goes first, so drift (thermal, other load) falls on both.
+        let with_tools = (round % 2 == 0) == (round / 2 % 2 == 0);
+        let toolbox = if with_tools { three_tools() } else { Toolbox::empty() };
+        let figures = runtime.block_on(whole_task_with(size, None, steps, toolbox));
+        if with_tools { three.extend(figures.step_ms) } else { none.extend(figures.step_ms) }
+    }
+    none.sort_by(f64::total_cmp);
+    three.sort_by(f64::total_cmp);
+    let (m0, m3) = (percentile(&none, 50.0), percentile(&three, 50.0));
+    println!(
+        "custom tools, 1280x800, {rounds} rounds of {steps} steps each: step median {m0:.3} ms with none, {m3:.3} ms with \
+         three declared ({:+.2} %); p95 {:.3} / {:.3} ms",
+        (m3 / m0 - 1.0) * 100.0,
+        percentile(&none, 95.0),
+        percentile(&three, 95.0)
+    );
+}
+
+/// Microseconds to build one request body, with the tools of `toolbox`, for each vendor adapter.
+fn request_bodies() {
+    let toml = "[models.openai-compatible]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"qwen2.5-vl\"\n";
+    let config = agentd::config::parse(toml, "bench.toml", &[]).expect("config");
+    let shared = Shared::with_env(&config, Arc::new(|_: &str| Some("sk-bench".to_string())));
+    let options = |model: &str| ModelOptions { model: Some(model.into()), max_tokens: Some(1024), temperature: None };
+    let frame = agentd_computer::Frame::from_rgb(Size::new(64, 40), vec![90; 64 * 40 * 3]).expect("frame");
+    let screenshot = ModelImage::new(Size::new(64, 40), "image/png", image::encode_png(&frame).expect("png").into());
+    let time = |body: &BodyFn, tools: &[ToolSpec]| {
+        let runs = 2000;
+        let started = Instant::now();
+        for _ in 0..runs {
+            std::hint::black_box(body(tools).to_string());
+        }
+        started.elapsed().as_secs_f64() * 1e6 / f64::from(runs)
+    };
+    let none = Toolbox::empty().specs();
+    let three = three_tools().specs();
+    let screenshot = &screenshot;
+    let anthropic =
+        AnthropicModel::new(shared.settings("anthropic", &options("claude-sonnet-4-5"), None, None).expect("settings"))
+            .expect("anthropic");
+    let openai = OpenAiModel::new(shared.settings("openai", &options("computer-use-preview"), None, None).expect("s"))
+        .expect("openai");
+    let gemini = GeminiModel::new(
+        shared.settings("gemini", &options("gemini-2.5-computer-use-preview-10-2025"), None, None).expect("s"),
+    )
+    .expect("gemini");
+    let compatible =
+        CompatibleModel::new(shared.settings("openai-compatible", &ModelOptions::default(), None, None).expect("s"))
+            .expect("compatible");
+    let adapters: [(&str, Box<BodyFn>); 4] = [
+        ("anthropic", Box::new(|t: &[ToolSpec]| anthropic.body(&first_request(t, screenshot)))),
+        ("openai", Box::new(|t: &[ToolSpec]| openai.body(&first_request(t, screenshot)))),
+        ("gemini", Box::new(|t: &[ToolSpec]| gemini.body(&first_request(t, screenshot)))),
+        ("compatible", Box::new(|t: &[ToolSpec]| compatible.body(&first_request(t, screenshot)))),
+    ];
+    for (name, body) in &adapters {
+        let (a, b) = (time(body.as_ref(), &none), time(body.as_ref(), &three));
+        println!(
+            "  request body ({name:>10}, first step, small screenshot): {a:.1} µs with none, {b:.1} µs with three (+{:.1} µs)",
+            b - a
+        );
+    }
+}
+
+/// Builds one request body with these tools.
+type BodyFn<'a> = dyn Fn(&[ToolSpec]) -> serde_json::Value + 'a;
+
+/// A task's first request: no history, this screenshot, these tools.
+fn first_request<'a>(tools: &'a [ToolSpec], screenshot: &'a ModelImage) -> ModelRequest<'a> {
+    ModelRequest {
+        instructions: "Read the order number from the screen, then look it up.",
+        history: &[],
+        screenshot,
+        notes: &[],
+        tools,
+        screen: Size::new(1280, 800),
+        step: 0,
+        summary: None,
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let steps = args
@@ -231,4 +358,6 @@ fn main() {
         runtime.block_on(stages(size, scale_to));
     }
     println!("peak RSS of the whole benchmark: {} KiB", peak_rss_kib());
+    declared_tools(&runtime, steps);
+    request_bodies();
 }

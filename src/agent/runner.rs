@@ -32,7 +32,7 @@ use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef,
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
-use crate::tools::{Called, Effect, ToolContext, ToolOutcome, Toolbox};
+use crate::tools::{Called, CompletionError, Effect, MAX_INVALID_OUTPUTS, ToolContext, ToolOutcome, Toolbox};
 
 /// Everything one attempt of a task needs.
 pub struct LoopInput {
@@ -166,6 +166,8 @@ struct Loop {
     /// The completion the last resumed step already made: the worker died after the model called
     /// `task_completion` and before the end was recorded. The task ends with it instead of asking again.
     resumed_completion: Option<Outcome>,
+    /// How many times `task_completion` was refused for its structured output (§14), earlier attempts included.
+    invalid_outputs: u32,
     retry_after: Option<Duration>,
     /// The settled screen after the last actions: the next capture uses it instead of a new screenshot.
     next_frame: Option<Frame>,
@@ -221,6 +223,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         specs: input.tools.specs(),
         pending_approval: None,
         resumed_completion: None,
+        invalid_outputs: 0,
         retry_after: None,
         next_frame: None,
         model_errors: 0,
@@ -250,6 +253,12 @@ impl Loop {
             self.pending_approval = resume.pop();
         }
         self.resumed_completion = resume.last().and_then(|step| completion_made(step, &self.input.tools));
+        let (invalid, problems) = invalid_outputs(&resume, &self.input.tools);
+        self.invalid_outputs = invalid;
+        if self.resumed_completion.is_none() && invalid >= MAX_INVALID_OUTPUTS {
+            // The last try was refused and the worker died before the end was recorded: end as it would have.
+            self.resumed_completion = Some(error_outcome(&out_of_tries(invalid, &problems)));
+        }
         let mut interrupted = false;
         for step in &resume {
             self.usage.add(&step.usage);
@@ -816,13 +825,29 @@ impl Loop {
                 Called::Done(ToolOutcome::error("stopped: the task's time limit was reached while this tool ran"), None)
             }
         };
-        let (outcome, effect) = match called {
+        let (mut outcome, effect) = match called {
             Called::Done(outcome, effect) => (outcome, effect),
             // `run_calls` sends valid remote calls to the API client before calling here.
             Called::Remote => (ToolOutcome::error("internal error: a remote tool was run in-process"), None),
         };
-        if let Some(Effect::Complete { success, summary, output }) = effect {
-            out.completion = Some(Outcome { success, summary, reason: EndReason::Completed, output });
+        match effect {
+            Some(Effect::Complete { success, summary, output }) => {
+                out.completion = Some(Outcome { success, summary, reason: EndReason::Completed, output });
+            }
+            Some(Effect::InvalidOutput { problems }) => {
+                self.invalid_outputs += 1;
+                let left = MAX_INVALID_OUTPUTS.saturating_sub(self.invalid_outputs);
+                if left == 0 {
+                    out.stop = Some(error_end(&out_of_tries(self.invalid_outputs, &problems)));
+                    outcome.message.push_str(" (no tries left: the task ends failed)");
+                } else {
+                    outcome.message.push_str(&format!(
+                        " (call task_completion again with a valid `output`; {left} tr{} left)",
+                        if left == 1 { "y" } else { "ies" }
+                    ));
+                }
+            }
+            None => {}
         }
         if declared {
             self.input.events.emit(EventKind::ToolFinished {
@@ -1098,18 +1123,45 @@ fn completion_made(step: &StepRecord, tools: &Toolbox) -> Option<Outcome> {
     for call in &step.calls {
         match &call.kind {
             CallKind::Function { name, arguments } if name == crate::model::TASK_COMPLETION => {
-                return tools.completion(arguments).ok().map(|Effect::Complete { success, summary, output }| Outcome {
-                    success,
-                    summary,
-                    reason: EndReason::Completed,
-                    output,
-                });
+                return match tools.completion(arguments) {
+                    Ok(Effect::Complete { success, summary, output }) => {
+                        Some(Outcome { success, summary, reason: EndReason::Completed, output })
+                    }
+                    _ => None,
+                };
             }
             _ if step.call_results.iter().any(|r| r.call_id == call.id && r.ok) => {}
             _ => return None,
         }
     }
     None
+}
+
+/// How many `task_completion` calls of these journaled steps were refused for their structured output, and
+/// the last one's problems. The check is deterministic: the same arguments are refused again.
+fn invalid_outputs(steps: &[StepRecord], tools: &Toolbox) -> (u32, String) {
+    let mut count = 0;
+    let mut last = String::new();
+    for step in steps {
+        for call in &step.calls {
+            if let CallKind::Function { name, arguments } = &call.kind
+                && name == crate::model::TASK_COMPLETION
+                && let Err(CompletionError::Output { problems, .. }) = tools.completion(arguments)
+            {
+                count += 1;
+                last = problems;
+            }
+        }
+    }
+    (count, last)
+}
+
+/// The summary of a task whose model gave no valid structured output in its tries.
+fn out_of_tries(tries: u32, problems: &str) -> String {
+    format!(
+        "task_completion's `output` did not match the task's output_schema in {tries} tries (the limit is \
+         {MAX_INVALID_OUTPUTS}); the last problems: {problems}"
+    )
 }
 
 /// The model turn a journaled step recorded.

@@ -155,6 +155,9 @@ pub async fn status(client: &Client, id: &str, json: bool) -> CliResult {
             record.usage.output_tokens,
             record.usage.cost_usd
         );
+        if let Some(output) = record.outcome.as_ref().and_then(|o| o.output.as_ref()) {
+            println!("  output {}", sanitize(&output.to_string()));
+        }
     }
     Ok(exit_for(&record))
 }

@@ -110,6 +110,9 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         println!("{}", String::from_utf8_lossy(&document));
     } else {
         println!("{}: {} ({} steps)", state.as_str(), sanitize(&outcome.summary), record.steps.len());
+        if let Some(output) = &outcome.output {
+            println!("output: {}", sanitize(&output.to_string()));
+        }
     }
     Ok(if outcome.success { Exit::Success } else { Exit::Unsuccessful })
 }

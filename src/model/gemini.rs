@@ -11,8 +11,11 @@
 //! Coordinates are a 1000 × 1000 grid (0–999) whatever the image size; [`CoordinateMap::normalized`] converts
 //! them, values past 999 are clamped first (they do occur). Browser-only functions (`navigate`, `search`,
 //! `go_back`, …) are excluded in the request and, when a model sends them anyway, answered with an error.
-//! Every `functionCall` of a model turn is answered by one `functionResponse` part, in order, in the next user
-//! turn; the screenshot rides in the last one's `parts`. Model turns are replayed verbatim from
+//! Our function tools (`task_completion`, declared tools) go in `functionDeclarations` with their JSON Schema
+//! as `parametersJsonSchema` (the API reference's `FunctionDeclaration`; `parameters` only takes an OpenAPI
+//! subset). Every `functionCall` of a model turn is answered by one `functionResponse` part, in order, in the
+//! next user turn (`response: {"output": …}`, or `{"error": …}` for a failed call: the keys the API reference
+//! names); the screenshot rides in the last one's `parts`. Model turns are replayed verbatim from
 //! [`ModelTurn::raw`], which keeps their `thoughtSignature`s. A call carrying `safety_decision.decision ==
 //! "require_confirmation"` becomes [`ModelTurn::approval`]; once the turn is replayed with results (a human
 //! approved), its response carries `"safety_acknowledgement": "true"`.
@@ -75,7 +78,10 @@ impl GeminiModel {
         let declarations: Vec<Value> = request
             .tools
             .iter()
-            .map(|spec| json!({"name": spec.name, "description": spec.description, "parameters": strip_schema(&spec.parameters)}))
+            .map(|spec| {
+                json!({"name": spec.name, "description": spec.description,
+                       "parametersJsonSchema": json_schema(&spec.parameters)})
+            })
             .collect();
         let mut generation = json!({});
         if let Some(max) = self.settings.max_tokens {
@@ -96,16 +102,16 @@ impl GeminiModel {
     }
 }
 
-/// Gemini's schema dialect (an OpenAPI subset) has no `additionalProperties`.
-fn strip_schema(schema: &Value) -> Value {
+/// A tool's schema as `parametersJsonSchema`: the JSON Schema as declared. `parameters` takes Gemini's own
+/// `Schema` (a select subset of OpenAPI 3.0: no `additionalProperties`, `const`, `$ref`, type arrays, …) and
+/// rejects what it does not know; `parametersJsonSchema` (mutually exclusive with it) takes JSON Schema, so a
+/// task's own schemas pass unchanged. Only the root's `$schema` (which dialect: nothing for the model) is left
+/// out.
+fn json_schema(schema: &Value) -> Value {
     match schema {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| k.as_str() != "additionalProperties")
-                .map(|(k, v)| (k.clone(), strip_schema(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(strip_schema).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().filter(|(k, _)| *k != "$schema").map(|(k, v)| (k.clone(), v.clone())).collect())
+        }
         other => other.clone(),
     }
 }

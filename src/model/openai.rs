@@ -99,6 +99,9 @@ impl OpenAiModel {
             ToolKind::Ga => json!({"type": "computer"}),
         };
         let mut tools = vec![computer];
+        // Function tools are flat (`{type, name, description, parameters, strict}`). `strict` defaults to true,
+        // and strict mode takes only schemas that close every object and require every property: a task's own
+        // schemas need not, so strict is off (the toolbox checks every call against the schema anyway).
         tools.extend(request.tools.iter().map(|spec| {
             json!({"type": "function", "name": spec.name, "description": spec.description,
                    "parameters": spec.parameters, "strict": false})

@@ -62,11 +62,34 @@ impl ToolOutcome {
     }
 }
 
+/// How many times a task's model may give an invalid structured output (§14) before the task ends failed
+/// (reason `error`). Counted over the whole task: the steps of earlier attempts count too.
+pub const MAX_INVALID_OUTPUTS: u32 = 3;
+
 /// What a function call asks of the loop beyond its result.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// End the task with this outcome (`output`: the structured output, already checked).
     Complete { success: bool, summary: String, output: Option<serde_json::Value> },
+    /// `task_completion` was refused because of its `output` (missing, or not matching the task's
+    /// `output_schema`): the loop counts these against [`MAX_INVALID_OUTPUTS`]. `problems` says what is wrong.
+    InvalidOutput { problems: String },
+}
+
+/// Why `task_completion`'s arguments were refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CompletionError {
+    /// Not `{success, summary, output?}` (the model reads the message and tries again).
+    #[error("{0}")]
+    Arguments(String),
+    /// The structured output is missing or does not match the task's `output_schema`.
+    #[error("{message}")]
+    Output {
+        /// What the model reads.
+        message: String,
+        /// The schema problems alone (for the task's summary when the tries run out).
+        problems: String,
+    },
 }
 
 /// What calling a tool came to.
@@ -235,7 +258,7 @@ impl Toolbox {
     /// Checks a call's arguments against its tool's schema, without running it.
     pub fn check(&self, name: &str, arguments: &serde_json::Value) -> Result<(), ToolOutcome> {
         if name == TASK_COMPLETION {
-            return self.completion(arguments).map(|_| ()).map_err(ToolOutcome::error);
+            return self.completion(arguments).map(|_| ()).map_err(|e| ToolOutcome::error(e.to_string()));
         }
         let entry = self.entry(name)?;
         entry
@@ -258,7 +281,10 @@ impl Toolbox {
         if name == TASK_COMPLETION {
             return match self.completion(arguments) {
                 Ok(effect) => Called::Done(ToolOutcome::ok("Task completion recorded."), Some(effect)),
-                Err(message) => Called::Done(ToolOutcome::error(message), None),
+                Err(CompletionError::Arguments(message)) => Called::Done(ToolOutcome::error(message), None),
+                Err(CompletionError::Output { message, problems }) => {
+                    Called::Done(ToolOutcome::error(message), Some(Effect::InvalidOutput { problems }))
+                }
             };
         }
         let entry = match self.entry(name) {
@@ -326,29 +352,36 @@ impl Toolbox {
     }
 
     /// Reads `task_completion`'s arguments; the output is checked against the task's schema.
-    pub fn completion(&self, arguments: &serde_json::Value) -> Result<Effect, String> {
+    pub fn completion(&self, arguments: &serde_json::Value) -> Result<Effect, CompletionError> {
         let args = CompletionArgs::deserialize(arguments).map_err(|e| {
-            format!(
+            CompletionError::Arguments(format!(
                 "invalid arguments for {TASK_COMPLETION}: {e}; expected {{\"success\": bool, \"summary\": string{}}}",
                 if self.output.is_some() { ", \"output\": …" } else { "" }
-            )
+            ))
         })?;
         let output = match (&self.output, args.output) {
             (None, None) => None,
             (None, Some(_)) => {
-                return Err(format!("invalid arguments for {TASK_COMPLETION}: this task asks for no `output`"));
+                return Err(CompletionError::Arguments(format!(
+                    "invalid arguments for {TASK_COMPLETION}: this task asks for no `output`"
+                )));
             }
             // A task that failed need not produce its output.
             (Some(_), None) if !args.success => None,
             (Some(_), None) => {
-                return Err(format!(
-                    "invalid arguments for {TASK_COMPLETION}: `output` is required, matching the task's output schema"
-                ));
+                return Err(CompletionError::Output {
+                    message: format!(
+                        "invalid arguments for {TASK_COMPLETION}: `output` is required, matching the task's output \
+                         schema"
+                    ),
+                    problems: "`output` is missing".to_string(),
+                });
             }
             (Some((_, checker)), Some(output)) => {
-                checker
-                    .check(&output)
-                    .map_err(|problems| format!("the output does not match the task's output schema: {problems}"))?;
+                checker.check(&output).map_err(|problems| CompletionError::Output {
+                    message: format!("the output does not match the task's output schema: {problems}"),
+                    problems,
+                })?;
                 Some(output)
             }
         };
@@ -401,6 +434,49 @@ mod tests {
         assert!(!outcome.ok && effect.is_none());
         let Called::Done(outcome, _) = toolbox.call("rm_rf", &json!({}), context()).await else { panic!() };
         assert!(!outcome.ok && outcome.message.contains("rm_rf"), "{outcome:?}");
+    }
+
+    fn with_output_schema(schema: serde_json::Value) -> Toolbox {
+        let schema = JsonSchema::new(schema).unwrap();
+        let checker = Checker::new(&schema).unwrap();
+        Toolbox { entries: Vec::new(), output: Some((schema, checker)) }
+    }
+
+    #[tokio::test]
+    async fn structured_output_is_checked_and_an_invalid_one_is_counted() {
+        let toolbox = with_output_schema(json!({"type": "object", "properties": {"total": {"type": "number"}},
+            "required": ["total"]}));
+        let spec = &toolbox.specs()[0];
+        assert_eq!(spec.parameters["properties"]["output"]["required"], json!(["total"]));
+        assert_eq!(spec.parameters["required"], json!(["success", "summary", "output"]));
+        let call = |args: serde_json::Value| {
+            let toolbox = &toolbox;
+            async move {
+                match toolbox.call(TASK_COMPLETION, &args, context()).await {
+                    Called::Done(outcome, effect) => (outcome, effect),
+                    Called::Remote => panic!("remote"),
+                }
+            }
+        };
+        let (outcome, effect) = call(json!({"success": true, "summary": "s", "output": {"total": 4.5}})).await;
+        assert!(outcome.ok);
+        assert_eq!(
+            effect,
+            Some(Effect::Complete { success: true, summary: "s".into(), output: Some(json!({"total": 4.5})) })
+        );
+        let (outcome, effect) = call(json!({"success": true, "summary": "s", "output": {"total": "4"}})).await;
+        assert!(!outcome.ok && outcome.message.contains("/total"), "{outcome:?}");
+        assert!(matches!(effect, Some(Effect::InvalidOutput { problems }) if problems.contains("/total")));
+        let (outcome, effect) = call(json!({"success": true, "summary": "s"})).await;
+        assert!(!outcome.ok && outcome.message.contains("`output` is required"), "{outcome:?}");
+        assert!(matches!(effect, Some(Effect::InvalidOutput { .. })));
+        // A task that failed owes no output.
+        let (outcome, effect) = call(json!({"success": false, "summary": "no"})).await;
+        assert!(outcome.ok);
+        assert_eq!(effect, Some(Effect::Complete { success: false, summary: "no".into(), output: None }));
+        // Malformed arguments are not an invalid output (they do not count against the output's tries).
+        let (outcome, effect) = call(json!({"success": "yes", "output": {"total": 1}})).await;
+        assert!(!outcome.ok && effect.is_none(), "{outcome:?}");
     }
 
     struct Echo;

@@ -240,6 +240,11 @@ fn data_url_size(url: &str) -> Result<(u32, u32), String> {
     png_size(data)
 }
 
+/// The wire-rule violations a fake finds in this request (what [`Recorded::problems`] holds).
+pub fn check_request(vendor: &Vendor, r: &Recorded) -> Vec<String> {
+    check(vendor, r)
+}
+
 fn check(vendor: &Vendor, r: &Recorded) -> Vec<String> {
     let mut problems = Vec::new();
     match vendor {
@@ -305,6 +310,17 @@ fn check_anthropic(key: &str, r: &Recorded, p: &mut Vec<String>) {
     if !tools.iter().any(|t| t["name"] == "task_completion" && t["input_schema"]["type"] == "object") {
         p.push("task_completion is not declared with an input_schema".into());
     }
+    // Client tools: `{name, description?, input_schema}` with a JSON Schema of "type": "object".
+    for (i, tool) in tools.iter().enumerate().filter(|(_, t)| t.get("type").is_none_or(|k| k == "custom")) {
+        if tool["name"].as_str().is_none() || tool["input_schema"]["type"] != "object" {
+            p.push(format!("tools.{i}: a client tool needs a name and an input_schema of type object"));
+        }
+        if let Some(extra) = tool.as_object().and_then(|o| {
+            o.keys().find(|k| !["type", "name", "description", "input_schema", "cache_control"].contains(&k.as_str()))
+        }) {
+            p.push(format!("tools.{i}: unknown field {extra:?} of a client tool"));
+        }
+    }
     let breakpoints = b.to_string().matches("\"cache_control\"").count();
     if breakpoints > 4 {
         p.push(format!("{breakpoints} cache breakpoints (at most 4)"));
@@ -336,6 +352,19 @@ fn check_anthropic(key: &str, r: &Recorded, p: &mut Vec<String>) {
                     "messages.{}: tool_results {results:?} do not answer tool_uses {uses:?} in order, first",
                     i + 1
                 ));
+            }
+        }
+        for (j, block) in content.iter().enumerate().filter(|(_, c)| c["type"] == "tool_result") {
+            if block.get("is_error").is_some_and(|e| !e.is_boolean()) {
+                p.push(format!("messages.{i}.content.{j}: is_error must be a boolean"));
+            }
+            let parts_ok = match &block["content"] {
+                Value::Null | Value::String(_) => true,
+                Value::Array(parts) => parts.iter().all(|c| c["type"] == "text" || c["type"] == "image"),
+                _ => false,
+            };
+            if !parts_ok {
+                p.push(format!("messages.{i}.content.{j}: tool_result content must be a string or text/image blocks"));
             }
         }
         visit_images(&m["content"], &mut |image| {
@@ -411,6 +440,19 @@ fn check_openai(key: &str, r: &Recorded, p: &mut Vec<String>) {
     if !tools.iter().any(|t| t["type"] == "function" && t["name"] == "task_completion") {
         p.push("task_completion is not declared".into());
     }
+    // Function tools are flat: `{type, name, description?, parameters, strict}`. `strict` defaults to true, and
+    // a strict schema must close every object and require every property.
+    for (i, tool) in tools.iter().enumerate().filter(|(_, t)| t["type"] == "function") {
+        if tool["name"].as_str().is_none() || !tool["parameters"].is_object() || tool.get("function").is_some() {
+            p.push(format!("tools.{i}: a function tool needs a name and parameters at its top level"));
+        }
+        if tool.get("strict").is_some_and(|s| !s.is_boolean()) {
+            p.push(format!("tools.{i}: strict must be a boolean"));
+        }
+        if tool.get("strict").is_none_or(|s| s == true) && !strict_compatible(&tool["parameters"]) {
+            p.push(format!("tools.{i}: strict (the default) with a schema strict mode refuses"));
+        }
+    }
     let input = b["input"].as_array().cloned().unwrap_or_default();
     let mut calls = Vec::new();
     let mut outputs = Vec::new();
@@ -432,6 +474,9 @@ fn check_openai(key: &str, r: &Recorded, p: &mut Vec<String>) {
                 let acknowledged = item.get("acknowledged_safety_checks").is_some();
                 if acknowledged != checked_calls.contains(&id) {
                     p.push(format!("input.{i}: acknowledged_safety_checks must match the call's pending checks"));
+                }
+                if item["type"] == "function_call_output" && !item["output"].is_string() {
+                    p.push(format!("input.{i}: a function_call_output's output must be a string"));
                 }
                 if item["type"] == "computer_call_output" {
                     if item["output"]["type"] != "computer_screenshot" {
@@ -457,6 +502,37 @@ fn check_openai(key: &str, r: &Recorded, p: &mut Vec<String>) {
     }
     if calls != outputs {
         p.push(format!("calls {calls:?} are not answered in order by outputs {outputs:?}"));
+    }
+}
+
+/// Whether OpenAI's strict mode accepts a schema: every object has `additionalProperties: false` and
+/// requires all of its properties.
+fn strict_compatible(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            if map.get("type") == Some(&json!("object")) {
+                let keys: HashSet<&str> = map
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, _)| k.as_str())
+                    .collect();
+                let required: HashSet<&str> = map
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                if map.get("additionalProperties") != Some(&json!(false)) || keys != required {
+                    return false;
+                }
+            }
+            map.values().all(strict_compatible)
+        }
+        Value::Array(items) => items.iter().all(strict_compatible),
+        _ => true,
     }
 }
 
@@ -490,6 +566,29 @@ fn check_gemini(key: &str, r: &Recorded, p: &mut Vec<String>) {
     if !declared.iter().any(|d| d["name"] == "task_completion") {
         p.push("task_completion is not declared".into());
     }
+    // `parameters` (Gemini's OpenAPI-subset `Schema`) and `parametersJsonSchema` (JSON Schema) are mutually
+    // exclusive; `parameters` refuses fields outside its subset.
+    for (i, d) in declared.iter().enumerate() {
+        let name_ok = d["name"].as_str().is_some_and(|n| {
+            !n.is_empty()
+                && n.len() <= 64
+                && n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || "_.:-".contains(c))
+        });
+        if !name_ok {
+            p.push(format!("functionDeclarations.{i}: invalid name {}", d["name"]));
+        }
+        match (d.get("parameters"), d.get("parametersJsonSchema")) {
+            (Some(_), Some(_)) => {
+                p.push(format!("functionDeclarations.{i}: parameters and parametersJsonSchema both set"))
+            }
+            (Some(schema), None) => openapi_subset(schema, &format!("functionDeclarations.{i}.parameters"), p),
+            (None, Some(schema)) if schema["type"] != "object" => {
+                p.push(format!("functionDeclarations.{i}: parametersJsonSchema must describe an object"))
+            }
+            _ => {}
+        }
+    }
     let contents = b["contents"].as_array().cloned().unwrap_or_default();
     for (i, c) in contents.iter().enumerate() {
         let want = if i % 2 == 0 { "user" } else { "model" };
@@ -512,6 +611,11 @@ fn check_gemini(key: &str, r: &Recorded, p: &mut Vec<String>) {
             if calls != responses {
                 p.push(format!("contents.{}: function responses {responses:?} do not answer calls {calls:?}", i + 1));
             }
+            for response in next.iter().filter_map(|p| p.get("functionResponse")) {
+                if !response["response"].is_object() || response["name"].as_str().is_none() {
+                    p.push(format!("contents.{}: a functionResponse needs a name and a response object", i + 1));
+                }
+            }
         }
         let mut inline = Vec::new();
         collect_key(c, "inlineData", &mut inline);
@@ -521,6 +625,56 @@ fn check_gemini(key: &str, r: &Recorded, p: &mut Vec<String>) {
             } else if let Err(e) = png_size(d["data"].as_str().unwrap_or_default()) {
                 p.push(format!("contents.{i}: {e}"));
             }
+        }
+    }
+}
+
+/// Reports fields of a Gemini `Schema` (the OpenAPI 3.0 subset of `parameters`) that it does not have.
+fn openapi_subset(schema: &Value, at: &str, p: &mut Vec<String>) {
+    const FIELDS: &[&str] = &[
+        "type",
+        "format",
+        "title",
+        "description",
+        "nullable",
+        "enum",
+        "maxItems",
+        "minItems",
+        "properties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "example",
+        "anyOf",
+        "propertyOrdering",
+        "default",
+        "items",
+        "minimum",
+        "maximum",
+    ];
+    let Some(map) = schema.as_object() else {
+        p.push(format!("{at}: not a Schema object"));
+        return;
+    };
+    for (key, value) in map {
+        match key.as_str() {
+            "properties" => {
+                for (name, property) in value.as_object().into_iter().flatten() {
+                    openapi_subset(property, &format!("{at}.properties.{name}"), p);
+                }
+            }
+            "items" => openapi_subset(value, &format!("{at}.items"), p),
+            "anyOf" => {
+                for (j, option) in value.as_array().into_iter().flatten().enumerate() {
+                    openapi_subset(option, &format!("{at}.anyOf.{j}"), p);
+                }
+            }
+            "type" if !value.is_string() => p.push(format!("{at}.type: must be one type name")),
+            other if !FIELDS.contains(&other) => p.push(format!("{at}: unknown Schema field {other:?}")),
+            _ => {}
         }
     }
 }
@@ -549,8 +703,19 @@ fn check_compatible(key: Option<&str>, r: &Recorded, p: &mut Vec<String>) {
         None if auth.is_some() => p.push("a key was sent to an endpoint that should get none".into()),
         _ => {}
     }
+    for (i, tool) in b["tools"].as_array().into_iter().flatten().enumerate() {
+        if tool["type"] != "function"
+            || tool["function"]["name"].as_str().is_none()
+            || !tool["function"]["parameters"].is_object()
+        {
+            p.push(format!("tools.{i}: must be {{type: function, function: {{name, description?, parameters}}}}"));
+        }
+    }
     let messages = b["messages"].as_array().cloned().unwrap_or_default();
     for (i, m) in messages.iter().enumerate() {
+        if m["role"] == "tool" && !m["content"].is_string() && !m["content"].is_array() {
+            p.push(format!("messages.{i}: a tool message's content must be a string or parts"));
+        }
         if let Some(calls) = m["tool_calls"].as_array() {
             let ids: Vec<&str> = calls.iter().filter_map(|c| c["id"].as_str()).collect();
             let answers: Vec<&str> = messages[i + 1..]

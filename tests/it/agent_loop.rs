@@ -617,3 +617,60 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
     assert_eq!(seen[0].history_len, 2);
     harness.finish().await;
 }
+
+/// Makes no tools: the structured-output tests declare none.
+struct NoMakers;
+
+impl agentd::tools::Makers for NoMakers {
+    fn make(
+        &self,
+        decl: &agentd::task::tools::ToolDecl,
+        field: &str,
+    ) -> Result<Arc<dyn agentd::tools::Tool>, agentd::tools::ToolboxError> {
+        panic!("no tool is declared here ({field}: {})", decl.name.as_str())
+    }
+}
+
+#[tokio::test]
+async fn invalid_outputs_are_counted_across_a_resume() {
+    let harness = Harness::new();
+    let mut task = task(2, 60, 1.0, 3);
+    task.output_schema = Some(
+        agentd::task::tools::JsonSchema::new(serde_json::json!({"type": "object", "required": ["n"],
+            "properties": {"n": {"type": "integer"}}}))
+        .expect("schema"),
+    );
+    let tools = Arc::new(agentd::tools::Toolbox::for_task(&task, &Default::default(), &NoMakers).expect("toolbox"));
+    let bad = serde_json::json!({"complete": {"success": true, "summary": "s", "output": {"n": "one"}}});
+    let script_json = serde_json::json!({"turns": [bad.clone(), bad.clone(), bad,
+        {"complete": {"success": true, "summary": "s", "output": {"n": 1}}}]});
+    // The first attempt gives two invalid outputs and stops at its step limit.
+    let screen = RecordingScreen::new(SCREEN);
+    let (mut input, _rx) = harness.input(task.clone(), screen.clone(), Arc::new(script(script_json.clone())));
+    input.tools = tools.clone();
+    let first = run(input).await;
+    assert_eq!(outcome(&first), (false, EndReason::MaxSteps));
+    assert_eq!(first.steps.len(), 2);
+    // Resumed, the third invalid output is the last try: the task fails although a fourth turn would be valid.
+    task.limits.max_steps = 10;
+    let (mut input, _rx) = harness.input(task.clone(), screen.clone(), Arc::new(script(script_json.clone())));
+    input.tools = tools.clone();
+    input.resume = first.steps.clone();
+    input.attempt = 2;
+    let second = run(input).await;
+    assert_eq!(outcome(&second), (false, EndReason::Error));
+    assert_eq!(second.steps.len(), 3);
+    let LoopEnd::Finished(end) = &second.end else { panic!("{:?}", second.end) };
+    assert!(end.summary.contains("3 tries") && end.summary.contains("/n"), "{}", end.summary);
+
+    // A worker that died after the last refused try ends the resumed task at once, asking the model nothing.
+    let model = Observed::new(script(script_json));
+    let (mut input, _rx) = harness.input(task, screen, model.clone());
+    input.tools = tools;
+    input.resume = second.steps.clone();
+    input.attempt = 3;
+    let third = run(input).await;
+    assert_eq!(outcome(&third), (false, EndReason::Error));
+    assert!(model.seen().is_empty(), "the model is not asked again");
+    harness.finish().await;
+}

@@ -16,6 +16,7 @@ mod library;
 mod models;
 mod models_storm;
 mod models_wire;
+mod output;
 mod proxy;
 mod queue_suite;
 mod run_examples;

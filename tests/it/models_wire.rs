@@ -408,3 +408,321 @@ fn anthropic_cache_breakpoints_survive_dropping_screenshots() {
         assert!(ratio > if chunk == 1 { 0.15 } else { 0.5 }, "chunk {chunk}: hit ratio {ratio:.2}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Declared tools on the wire: a whole task per vendor against its fake, whose model calls a declared
+// in-process tool twice (one call succeeds, one fails) and then completes. The first request must declare the
+// tool's schema in the vendor's own format; the second must carry both results as the vendor expects (the
+// failure flagged as one), with the envelope's `output` text and never its `details`, which the step record
+// keeps.
+
+mod declared_tools {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use agentd::agent::events::EventSink;
+    use agentd::agent::journal::MemoryJournal;
+    use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
+    use agentd::artifacts::{FsStore, Uploader};
+    use agentd::backends;
+    use agentd::model::{Model, ToolSpec};
+    use agentd::task::ModelSpec;
+    use agentd::tools::{Tool, ToolContext, ToolOutcome, Toolbox};
+    use agentd_computer::Size;
+    use agentd_testkit::fake::{self, FakeServer, Recorded, Vendor};
+    use async_trait::async_trait;
+    use serde_json::{Value, json};
+    use tokio_util::sync::CancellationToken;
+    use tokio_util::task::TaskTracker;
+
+    use crate::models::{KEY, login_desktop, shared_for, spec, task, turns_in};
+
+    /// Kept in `details` only: it must never reach a model request.
+    const DETAIL: &str = "DETAIL-only-for-the-record";
+    const FOUND: &str = "order 42: 3 items, total 99.50 EUR";
+    const MISSING: &str = "no order 7";
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {"order": {"type": "string", "pattern": "^[0-9]+$",
+            "description": "The order number"}}, "required": ["order"], "additionalProperties": false})
+    }
+
+    struct Lookup;
+
+    #[async_trait]
+    impl Tool for Lookup {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec { name: "lookup_order".into(), description: "Looks an order up.".into(), parameters: schema() }
+        }
+
+        async fn call(&self, arguments: Value, _: ToolContext<'_>) -> ToolOutcome {
+            match arguments["order"].as_str() {
+                Some("42") => ToolOutcome::ok(FOUND).with_details(json!({"row": DETAIL})),
+                _ => ToolOutcome::error(MISSING).with_details(json!({"query": DETAIL})),
+            }
+        }
+    }
+
+    async fn run_with_tool(model_spec: ModelSpec, model: Arc<dyn Model>) -> LoopOutput {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tracker = TaskTracker::new();
+        let background = CancellationToken::new();
+        let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
+        let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
+        let (events, _rx) = EventSink::channel("t1", 1);
+        let tools = Toolbox::empty().with_tool(Arc::new(Lookup)).expect("toolbox");
+        let output = run(LoopInput {
+            task_id: "t1".into(),
+            attempt: 1,
+            task: task(model_spec, 5, 3),
+            computer: login_desktop(Size::new(1280, 800)),
+            model,
+            tools: Arc::new(tools),
+            uploader: uploader.clone(),
+            journal: Arc::new(MemoryJournal::default()),
+            events,
+            cancel: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
+            resume: Vec::new(),
+            elapsed_before: Duration::ZERO,
+            approved: false,
+            settle: Default::default(),
+        })
+        .await;
+        uploader.flush(Duration::from_secs(30)).await;
+        background.cancel();
+        tracker.close();
+        tracker.wait().await;
+        output
+    }
+
+    /// What every vendor's run must show: success, no wire problem, two requests, no details on the wire, and
+    /// the record holding both envelopes with their details.
+    fn check_run(output: &LoopOutput, server: &FakeServer) -> Vec<Recorded> {
+        assert!(matches!(&output.end, LoopEnd::Finished(o) if o.success), "{:?}", output.end);
+        assert!(server.problems().is_empty(), "wire problems: {:#?}", server.problems());
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        for r in &requests {
+            assert!(!r.body.to_string().contains(DETAIL), "details reached the model: {}", r.body);
+        }
+        let results: Vec<(bool, &str, Option<&Value>)> = output.steps[0]
+            .results
+            .iter()
+            .filter(|r| r.tool.as_deref() == Some("lookup_order"))
+            .map(|r| (r.ok, r.message.as_str(), r.details.as_ref()))
+            .collect();
+        assert_eq!(
+            results,
+            vec![(true, FOUND, Some(&json!({"row": DETAIL}))), (false, MISSING, Some(&json!({"query": DETAIL})))]
+        );
+        requests
+    }
+
+    fn declared<'a>(tools: &'a Value, name: &str, key: &str) -> &'a Value {
+        tools
+            .as_array()
+            .and_then(|tools| tools.iter().find(|t| t[key] == name))
+            .unwrap_or_else(|| panic!("{name} is not declared: {tools}"))
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn anthropic_declares_input_schema_and_answers_with_tool_results() {
+        let server = FakeServer::start(
+            Vendor::Anthropic { key: KEY.into() },
+            Box::new(|r| {
+                let usage = json!({"input_tokens": 10, "output_tokens": 5});
+                let content = match turns_in(r) {
+                    0 => vec![
+                        json!({"type": "tool_use", "id": "toolu_a", "name": "lookup_order", "input": {"order": "42"}}),
+                        json!({"type": "tool_use", "id": "toolu_b", "name": "lookup_order", "input": {"order": "7"}}),
+                    ],
+                    _ => vec![json!({"type": "tool_use", "id": "toolu_c", "name": "task_completion",
+                        "input": {"success": true, "summary": "looked up"}})],
+                };
+                fake::anthropic_reply(content, usage, true)
+            }),
+        )
+        .await
+        .unwrap();
+        let model_spec = spec(json!({"provider": "anthropic", "model": "claude-sonnet-4-5"}));
+        let model = backends::model(&model_spec, &shared_for("anthropic", &server.url, ""), None).unwrap();
+        let output = run_with_tool(model_spec, model).await;
+        let requests = check_run(&output, &server);
+        let tool = declared(&requests[0].body["tools"], "lookup_order", "name");
+        assert_eq!(tool["input_schema"], schema(), "{tool}");
+        assert_eq!(tool["description"], "Looks an order up.");
+        assert!(tool.get("type").is_none(), "a client tool has no type: {tool}");
+        let messages = requests[1].body["messages"].as_array().unwrap();
+        let results = messages[2]["content"].as_array().unwrap();
+        assert_eq!(results[0]["type"], "tool_result");
+        assert_eq!(results[0]["tool_use_id"], "toolu_a");
+        assert!(results[0].get("is_error").is_none_or(|e| e == false), "{}", results[0]);
+        assert_eq!(results[0]["content"][0], json!({"type": "text", "text": FOUND}));
+        assert_eq!(results[1]["tool_use_id"], "toolu_b");
+        assert_eq!(results[1]["is_error"], true, "{}", results[1]);
+        assert_eq!(results[1]["content"][0], json!({"type": "text", "text": MISSING}));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn openai_declares_a_non_strict_function_and_answers_with_function_call_outputs() {
+        let server = FakeServer::start(
+            Vendor::OpenAi { key: KEY.into() },
+            Box::new(|r| {
+                let output = match turns_in(r) {
+                    0 => vec![
+                        json!({"type": "function_call", "id": "fc_a", "call_id": "call_a", "name": "lookup_order",
+                            "arguments": "{\"order\": \"42\"}", "status": "completed"}),
+                        json!({"type": "function_call", "id": "fc_b", "call_id": "call_b", "name": "lookup_order",
+                            "arguments": "{\"order\": \"7\"}", "status": "completed"}),
+                    ],
+                    _ => vec![json!({"type": "function_call", "id": "fc_c", "call_id": "call_c",
+                        "name": "task_completion", "arguments": "{\"success\": true, \"summary\": \"ok\"}"})],
+                };
+                fake::openai_reply(output, json!({"input_tokens": 10, "output_tokens": 5}), true)
+            }),
+        )
+        .await
+        .unwrap();
+        let model_spec = spec(json!({"provider": "openai"}));
+        let model = backends::model(&model_spec, &shared_for("openai", &server.url, ""), None).unwrap();
+        let output = run_with_tool(model_spec, model).await;
+        let requests = check_run(&output, &server);
+        let tool = declared(&requests[0].body["tools"], "lookup_order", "name");
+        assert_eq!(
+            *tool,
+            json!({"type": "function", "name": "lookup_order", "description": "Looks an order up.",
+                "parameters": schema(), "strict": false})
+        );
+        let input = requests[1].body["input"].as_array().unwrap();
+        let outputs: Vec<&Value> = input.iter().filter(|i| i["type"] == "function_call_output").collect();
+        assert_eq!(outputs.len(), 2, "{input:?}");
+        assert_eq!(outputs[0]["call_id"], "call_a");
+        assert_eq!(outputs[1]["call_id"], "call_b");
+        let read = |o: &Value| -> Value { serde_json::from_str(o["output"].as_str().expect("a string")).unwrap() };
+        assert_eq!(read(outputs[0]), json!({"ok": true, "message": FOUND}));
+        assert_eq!(read(outputs[1]), json!({"ok": false, "message": MISSING}));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn gemini_declares_parameters_json_schema_and_answers_with_function_responses() {
+        let server = FakeServer::start(
+            Vendor::Gemini { key: KEY.into() },
+            Box::new(|r| {
+                let parts = match turns_in(r) {
+                    0 => vec![
+                        json!({"functionCall": {"id": "g1", "name": "lookup_order", "args": {"order": "42"}}}),
+                        json!({"functionCall": {"id": "g2", "name": "lookup_order", "args": {"order": "7"}}}),
+                    ],
+                    _ => vec![json!({"functionCall": {"name": "task_completion",
+                        "args": {"success": true, "summary": "ok"}}})],
+                };
+                fake::gemini_reply(parts, json!({"promptTokenCount": 10, "candidatesTokenCount": 5}), true)
+            }),
+        )
+        .await
+        .unwrap();
+        let model_spec = spec(json!({"provider": "gemini"}));
+        let model = backends::model(&model_spec, &shared_for("gemini", &server.url, ""), None).unwrap();
+        let output = run_with_tool(model_spec, model).await;
+        let requests = check_run(&output, &server);
+        let declarations = &requests[0].body["tools"][1]["functionDeclarations"];
+        let tool = declared(declarations, "lookup_order", "name");
+        // JSON Schema as declared (`additionalProperties` included), never the OpenAPI-subset `parameters`.
+        assert_eq!(
+            *tool,
+            json!({"name": "lookup_order", "description": "Looks an order up.", "parametersJsonSchema": schema()})
+        );
+        let parts = requests[1].body["contents"][2]["parts"].as_array().unwrap();
+        let responses: Vec<&Value> = parts.iter().filter_map(|p| p.get("functionResponse")).collect();
+        assert_eq!(responses.len(), 2, "{parts:?}");
+        assert_eq!((&responses[0]["id"], &responses[0]["name"]), (&json!("g1"), &json!("lookup_order")));
+        assert_eq!(responses[0]["response"]["output"], FOUND);
+        assert!(responses[0]["response"].get("error").is_none());
+        assert_eq!(responses[1]["id"], "g2");
+        assert_eq!(responses[1]["response"]["error"], MISSING);
+        assert!(responses[1]["response"].get("output").is_none());
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn compatible_declares_a_function_and_answers_with_tool_messages() {
+        let server = FakeServer::start(
+            Vendor::Compatible { key: Some(KEY.into()) },
+            Box::new(|r| {
+                let usage = json!({"prompt_tokens": 10, "completion_tokens": 5});
+                match turns_in(r) {
+                    0 => fake::compatible_reply(
+                        "",
+                        &[
+                            ("c1", "lookup_order", json!({"order": "42"})),
+                            ("c2", "lookup_order", json!({"order": "7"})),
+                        ],
+                        usage,
+                    ),
+                    _ => fake::compatible_reply(
+                        "",
+                        &[("c3", "task_completion", json!({"success": true, "summary": "ok"}))],
+                        usage,
+                    ),
+                }
+            }),
+        )
+        .await
+        .unwrap();
+        let shared =
+            shared_for("openai-compatible", &server.url, "model = \"qwen2.5-vl\"\napi_key_env = \"LOCAL_KEY\"");
+        let model_spec = spec(json!({"provider": "openai-compatible"}));
+        let model = backends::model(&model_spec, &shared, None).unwrap();
+        let output = run_with_tool(model_spec, model).await;
+        let requests = check_run(&output, &server);
+        let tools = requests[0].body["tools"].as_array().unwrap();
+        let tool = tools.iter().find(|t| t["function"]["name"] == "lookup_order").expect("declared");
+        assert_eq!(
+            *tool,
+            json!({"type": "function", "function": {"name": "lookup_order", "description": "Looks an order up.",
+                "parameters": schema()}})
+        );
+        let messages = requests[1].body["messages"].as_array().unwrap();
+        let answers: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
+        assert_eq!(answers.len(), 2, "{messages:?}");
+        assert_eq!(answers[0]["tool_call_id"], "c1");
+        assert_eq!(answers[0]["content"], format!("ok: {FOUND}"));
+        assert_eq!(answers[1]["tool_call_id"], "c2");
+        assert_eq!(answers[1]["content"], format!("error: {MISSING}"));
+    }
+
+    /// The fakes' checkers see what they are meant to: a strict OpenAI function with an open schema, Gemini
+    /// `parameters` with a field outside its subset, an Anthropic client tool without a schema, and a
+    /// non-boolean `is_error`.
+    #[test]
+    fn the_fakes_report_tool_declarations_their_vendor_refuses() {
+        let recorded = |body: Value| Recorded {
+            index: 0,
+            at: tokio::time::Instant::now(),
+            path: String::new(),
+            headers: Default::default(),
+            body,
+            bytes: 0,
+            problems: Vec::new(),
+        };
+        let openai = fake::check_request(
+            &Vendor::OpenAi { key: KEY.into() },
+            &recorded(json!({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object",
+                "properties": {"a": {"type": "string"}}}}]})),
+        );
+        assert!(openai.iter().any(|p| p.contains("strict")), "{openai:?}");
+        let gemini = fake::check_request(
+            &Vendor::Gemini { key: KEY.into() },
+            &recorded(json!({"tools": [{}, {"functionDeclarations": [{"name": "f", "parameters": {"type": "object",
+                "additionalProperties": false}}]}]})),
+        );
+        assert!(gemini.iter().any(|p| p.contains("additionalProperties")), "{gemini:?}");
+        let anthropic = fake::check_request(
+            &Vendor::Anthropic { key: KEY.into() },
+            &recorded(json!({"tools": [{"name": "f"}], "messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "x", "is_error": "yes"}]}]})),
+        );
+        assert!(anthropic.iter().any(|p| p.contains("input_schema")), "{anthropic:?}");
+        assert!(anthropic.iter().any(|p| p.contains("is_error")), "{anthropic:?}");
+    }
+}
