@@ -16,6 +16,7 @@ mod models_storm;
 mod models_wire;
 mod proxy;
 mod queue_suite;
+mod remote_tools;
 mod run_examples;
 mod s3;
 mod support;

@@ -551,9 +551,15 @@ fn parked_step(index: u32) -> StepRecord {
 async fn park(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> Lease {
     queue.submit(new_task(id, &[("r", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
     let lease = claim_id(queue, who, id).await;
-    queue.record_step(id, lease.token, &parked_step(0), Duration::from_millis(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue
+        .record_step(id, lease.token, &parked_step(0), Duration::from_millis(5))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        matches!(queue.answer_tools(id, &[answer("c1", true)]).await, Err(QueueError::WrongState { state: "running", .. })),
+        matches!(
+            queue.answer_tools(id, &[answer("c1", true)]).await,
+            Err(QueueError::WrongState { state: "running", .. })
+        ),
         "a running task takes no tool results"
     );
     queue.release(id, lease.token, &Release::AwaitTools).await.unwrap_or_else(|e| panic!("{e}"));
@@ -605,10 +611,7 @@ async fn remote_tools_park_and_take_one_answer_per_call(queue: &dyn Queue) {
 
     // The answers in another order than the calls: they are stored in the model's order.
     let details = serde_json::json!({"order_id": 42, "status": "shipped"});
-    let answers = [
-        ToolAnswer { details: Some(details.clone()), ..answer("c2", false) },
-        answer("c1", true),
-    ];
+    let answers = [ToolAnswer { details: Some(details.clone()), ..answer("c2", false) }, answer("c1", true)];
     queue.answer_tools(id, &answers).await.unwrap_or_else(|e| panic!("{e}"));
     let answered = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(answered.state, TaskState::Queued);
