@@ -376,6 +376,103 @@ mod tests {
         }
         let wait = Release::WaitForHuman { reason: "confirm".into() };
         assert_eq!(super::release(&wait), Handback::WaitForHuman { reason: "confirm" });
+        assert_eq!(super::release(&Release::AwaitTools), Handback::AwaitTools);
+    }
+
+    fn parked() -> StepRecord {
+        use crate::record::{CallKind, ScreenshotRef, ToolCall};
+        let call = |id: &str, name: &str| ToolCall {
+            id: id.into(),
+            kind: CallKind::Function { name: name.into(), arguments: serde_json::json!({"q": id}) },
+        };
+        StepRecord {
+            index: 3,
+            started_at: time::OffsetDateTime::from_unix_timestamp(1_000).expect("time"),
+            duration_ms: 500,
+            screenshot: ScreenshotRef { url: "u".into(), width: 1, height: 1, key: "k".into() },
+            model_text: String::new(),
+            thinking: String::new(),
+            actions: Vec::new(),
+            results: Vec::new(),
+            usage: Usage::default(),
+            screen_changed: None,
+            settle_ms: 0,
+            visual_change: None,
+            calls: vec![call("a", "ask"), call("b", "look"), call("c", "task_completion")],
+            call_results: Vec::new(),
+            raw: None,
+            finished: false,
+            approval: None,
+            awaiting_tools: vec!["a".into(), "b".into()],
+            interrupted: false,
+        }
+    }
+
+    fn answer(id: &str) -> ToolAnswer {
+        ToolAnswer { id: id.into(), ok: true, output: format!("out {id}"), details: None }
+    }
+
+    #[test]
+    fn tool_answers_are_taken_only_whole_and_only_while_awaiting() {
+        for state in ALL.into_iter().filter(|s| *s != TaskState::AwaitingTool) {
+            let result = answer_tools("t", state, Some(parked()), &[answer("a"), answer("b")], 0);
+            assert!(
+                matches!(&result, Err(QueueError::WrongState { state: s, .. }) if *s == state.as_str()),
+                "{state:?}: {result:?}"
+            );
+        }
+        // (answers, the field named, a word of the message)
+        let table: [(&[&str], &str, &str); 5] = [
+            (&[], "results", "a, b"),
+            (&["a"], "results", "missing b"),
+            (&["a", "c"], "results[1].id", "\"c\" is not a pending call"),
+            (&["b", "b"], "results[1].id", "second result"),
+            (&["x", "a", "b"], "results[0].id", "x"),
+        ];
+        for (ids, field, word) in table {
+            let answers: Vec<ToolAnswer> = ids.iter().map(|id| answer(id)).collect();
+            match answer_tools("t", TaskState::AwaitingTool, Some(parked()), &answers, 0) {
+                Err(QueueError::Invalid { field: f, message }) => {
+                    assert_eq!(f, field, "{ids:?}: {message}");
+                    assert!(message.contains(word), "{ids:?}: {message}");
+                }
+                other => panic!("{ids:?}: {other:?}"),
+            }
+        }
+        let corrupt = answer_tools("t", TaskState::AwaitingTool, None, &[answer("a")], 0);
+        assert!(matches!(corrupt, Err(QueueError::Corrupt(_))), "{corrupt:?}");
+    }
+
+    #[test]
+    fn tool_answers_go_into_the_step_in_the_models_order_and_resume_the_task() {
+        let details = serde_json::json!({"row": 7});
+        let answers = [ToolAnswer { ok: false, details: Some(details.clone()), ..answer("b") }, answer("a")];
+        // Answered 2.5 s after the step started, which ran 0.5 s before it parked: the call took 2 s.
+        let answered =
+            answer_tools("t", TaskState::AwaitingTool, Some(parked()), &answers, 1_002_500).expect("answered");
+        assert_eq!(answered.change, Change::Resume);
+        assert_eq!(answered.change.state(), TaskState::Queued);
+        assert!(answered.change.wakes_workers() && answered.change.event().is_none());
+        let step = &answered.step;
+        let stored: Vec<(&str, bool, Option<&serde_json::Value>)> =
+            step.call_results.iter().map(|r| (r.call_id.as_str(), r.ok, r.details.as_ref())).collect();
+        assert_eq!(stored, [("a", true, None), ("b", false, Some(&details))]);
+        let envelopes: Vec<(Option<&str>, Option<&str>, &str)> =
+            step.results.iter().map(|r| (r.tool.as_deref(), r.call_id.as_deref(), r.message.as_str())).collect();
+        assert_eq!(envelopes, [(Some("ask"), Some("a"), "out a"), (Some("look"), Some("b"), "out b")]);
+        assert!(step.pending_tool_calls().is_empty() && !step.finished);
+        let durations: Vec<(String, u64)> = answered
+            .events
+            .iter()
+            .map(|e| match e {
+                EventKind::ToolFinished { call_id, duration_ms, step: 3, .. } => (call_id.clone(), *duration_ms),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(durations, [("a".to_string(), 2000), ("b".to_string(), 2000)]);
+        // Answered, the task awaits nothing: another answer finds nothing pending.
+        let again = answer_tools("t", TaskState::AwaitingTool, Some(answered.step.clone()), &answers, 0);
+        assert!(matches!(again, Err(QueueError::Corrupt(_))), "{again:?}");
     }
 
     #[test]
