@@ -396,7 +396,9 @@ impl Workers {
                 retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
             End::AwaitTools => {
-                // `awaiting_tool` is stored before the task parks, so a client that saw it finds the calls.
+                // The step's `screenshot_saved` and `awaiting_tool` are stored before the task parks: a client
+                // that sees it waiting finds them, and the queue numbers its own events of the answer after them.
+                self.wait_for_uploads(task_id).await;
                 wait_stored(stored, events).await;
                 let release = Release::AwaitTools;
                 retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
