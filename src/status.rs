@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskState, Usage};
+use crate::record::{Outcome, PendingToolCall, ScreenshotRef, StepRecord, TaskState, Usage};
 use crate::task::TaskSpec;
 
 /// The whole task record; `version` is [`crate::record::RECORD_VERSION`].
@@ -33,4 +33,18 @@ pub struct TaskRecord {
     /// Why the task waits for a human (in `waiting_for_human`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<String>,
+    /// The `remote` tool calls the task waits for the API client to answer (in `awaiting_tool`, §13); derived
+    /// from the last step (its `awaiting_tools` without answers), never stored on its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_tool_calls: Vec<PendingToolCall>,
+}
+
+impl TaskRecord {
+    /// Fills `pending_tool_calls` from the last step, for a task in `awaiting_tool`.
+    pub fn derive_pending_tool_calls(&mut self) {
+        self.pending_tool_calls = match (self.state, self.steps.last()) {
+            (TaskState::AwaitingTool, Some(step)) => step.pending_tool_calls(),
+            _ => Vec::new(),
+        };
+    }
 }

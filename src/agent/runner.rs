@@ -163,6 +163,8 @@ struct Loop {
     specs: Vec<ToolSpec>,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
+    /// The resumed step that parked for the API client's `remote` tool results (§13), if any.
+    pending_tools: Option<StepRecord>,
     /// The completion the last resumed step already made: the worker died after the model called
     /// `task_completion` and before the end was recorded. The task ends with it instead of asking again.
     resumed_completion: Option<Outcome>,
@@ -222,6 +224,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         policy,
         specs: input.tools.specs(),
         pending_approval: None,
+        pending_tools: None,
         resumed_completion: None,
         invalid_outputs: 0,
         retry_after: None,
@@ -251,6 +254,11 @@ impl Loop {
     fn restore(&mut self, mut resume: Vec<StepRecord>) -> Vec<usize> {
         if resume.last().is_some_and(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none())) {
             self.pending_approval = resume.pop();
+        }
+        // A last step parked for remote tool results is no interrupted step: its calls after the awaited
+        // ones never ran, and they run once the answers are in (`settle_pending_tools`).
+        if resume.last().is_some_and(|s| !s.finished && !s.awaiting_tools.is_empty()) {
+            self.pending_tools = resume.pop();
         }
         self.resumed_completion = resume.last().and_then(|step| completion_made(step, &self.input.tools));
         let (invalid, problems) = invalid_outputs(&resume, &self.input.tools);
@@ -306,7 +314,7 @@ impl Loop {
                 step
             })
             .collect();
-        if let Some(pending) = &self.pending_approval {
+        if let Some(pending) = self.pending_approval.as_ref().or(self.pending_tools.as_ref()) {
             self.usage.add(&pending.usage);
         }
         if interrupted {
@@ -346,6 +354,86 @@ impl Loop {
             step: record.index,
             screenshot: None,
             notes: vec![format!("A human approved: {reason}")],
+            turn,
+            results: executed.tool_results,
+        });
+        self.steps.push(record);
+        if let Some(end) = executed.stop {
+            return Err(Stop::End(end));
+        }
+        Ok(executed.completion)
+    }
+
+    /// Continues the turn of the step that parked for the API client's `remote` tool results, now that they
+    /// are in the step: the calls after the awaited ones run in the model's order (they never ran before, so
+    /// this is no replay), the step finishes normally, and the model's history carries every result. Still
+    /// unanswered (a lease taken before the answers came): back to awaiting them.
+    async fn settle_pending_tools(&mut self) -> Result<Option<Outcome>, Stop> {
+        let Some(mut record) = self.pending_tools.take() else {
+            return Ok(None);
+        };
+        let still = record.pending_tool_calls();
+        if !still.is_empty() {
+            self.input.events.emit(EventKind::AwaitingTool { step: record.index, calls: still.clone() });
+            self.steps.push(record);
+            return Err(Stop::End(LoopEnd::AwaitingTool { calls: still }));
+        }
+        // The step's duration counts its running parts, not the wait.
+        let started =
+            Instant::now().checked_sub(Duration::from_millis(record.duration_ms)).unwrap_or_else(Instant::now);
+        let turn = turn_of(&record);
+        let resume_at = turn
+            .calls
+            .iter()
+            .rposition(|call| record.awaiting_tools.contains(&call.id))
+            .map_or(turn.calls.len(), |position| position + 1);
+        let mut done =
+            Executed { actions: record.actions.clone(), action_results: record.results.clone(), ..Executed::default() };
+        for result in &record.call_results {
+            done.tool_results.push(ToolResult {
+                call_id: result.call_id.clone(),
+                ok: result.ok,
+                message: result.message.clone(),
+                image: None,
+            });
+            if let Some(details) = &result.details {
+                done.details.insert(result.call_id.clone(), details.clone());
+            }
+        }
+        let failed = done.tool_results.iter().any(|r| !r.ok);
+        let rest = &turn.calls[resume_at..];
+        let planned: Vec<Action> = rest
+            .iter()
+            .flat_map(|call| match &call.kind {
+                CallKind::Computer { actions } => actions.iter().map(|a| self.coords.action_to_screen(a)).collect(),
+                CallKind::Function { .. } => Vec::new(),
+            })
+            .collect();
+        // Journaled before the rest runs, as every step is: no longer awaiting, with the actions about to
+        // run, so a worker lost now leaves an interrupted step, never one whose actions run twice.
+        record.awaiting_tools.clear();
+        record.actions.extend(planned.iter().cloned());
+        self.journal(&record).await?;
+        let before = if !failed && planned.iter().any(Action::is_input) {
+            Some(self.input.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?)
+        } else {
+            None
+        };
+        let executed = self.run_calls_from(record.index, &turn, resume_at, done, failed).await;
+        if !executed.awaiting.is_empty() {
+            record.duration_ms = started.elapsed().as_millis() as u64;
+            return Err(self.park_for_tools(record, &executed).await);
+        }
+        if executed.stop.is_none()
+            && let Some(before) = &before
+        {
+            self.settle_after(&mut record, &executed, before).await?;
+        }
+        self.complete_step(&mut record, &executed, started).await?;
+        self.history.push(Exchange {
+            step: record.index,
+            screenshot: None,
+            notes: Vec::new(),
             turn,
             results: executed.tool_results,
         });
@@ -398,6 +486,11 @@ impl Loop {
 
     async fn steps_until_end(&mut self) -> LoopEnd {
         match self.settle_pending_approval().await {
+            Ok(Some(outcome)) => return LoopEnd::Finished(outcome),
+            Ok(None) => {}
+            Err(Stop::End(end)) => return end,
+        }
+        match self.settle_pending_tools().await {
             Ok(Some(outcome)) => return LoopEnd::Finished(outcome),
             Ok(None) => {}
             Err(Stop::End(end)) => return end,
@@ -546,6 +639,7 @@ impl Loop {
 
         let executed = self.run_calls(index, &turn).await;
         if !executed.awaiting.is_empty() {
+            record.duration_ms = started.elapsed().as_millis() as u64;
             return Err(self.park_for_tools(record, &executed).await);
         }
         if executed.stop.is_none() {
@@ -741,10 +835,21 @@ impl Loop {
     }
 
     async fn run_calls(&mut self, step: u32, turn: &ModelTurn) -> Executed {
-        let mut out = Executed::default();
-        let mut action_index = 0u32;
-        let mut failed = false;
-        for (position, call) in turn.calls.iter().enumerate() {
+        self.run_calls_from(step, turn, 0, Executed::default(), false).await
+    }
+
+    /// Runs the turn's calls from `start` on, after what `out` says ran before (`failed`: one of those
+    /// failed, so the rest are not run).
+    async fn run_calls_from(
+        &mut self,
+        step: u32,
+        turn: &ModelTurn,
+        start: usize,
+        mut out: Executed,
+        mut failed: bool,
+    ) -> Executed {
+        let mut action_index = out.actions.len() as u32;
+        for (position, call) in turn.calls.iter().enumerate().skip(start) {
             if failed || out.stop.is_some() {
                 out.tool_results.push(ToolResult {
                     call_id: call.id.clone(),

@@ -99,6 +99,10 @@ impl From<QueueError> for ApiError {
             QueueError::Conflict(_) => Self::new(StatusCode::CONFLICT, "conflict", e.to_string()),
             QueueError::WrongState { .. } => Self::new(StatusCode::CONFLICT, "wrong_state", e.to_string()),
             QueueError::Unavailable(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string()),
+            QueueError::Invalid { field, message } => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_tool_results", format!("{field}: {message}"))
+                    .with_field(field)
+            }
             QueueError::LeaseLost(_) | QueueError::Corrupt(_) => {
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
             }
@@ -179,6 +183,7 @@ fn router(state: Arc<ApiState>) -> Router {
         .route("/v1/tasks/{id}/cancel", post(tasks::cancel))
         .route("/v1/tasks/{id}/approve", post(tasks::approve))
         .route("/v1/tasks/{id}/reject", post(tasks::reject))
+        .route("/v1/tasks/{id}/tool-results", post(tasks::tool_results))
         .route("/v1/tasks/{id}/events", get(events::stream))
         .route("/v1/tasks/{id}/steps/{index}/screenshot", get(tasks::screenshot))
         .route("/healthz", get(tasks::health))

@@ -1,4 +1,5 @@
-//! Task endpoints: submit, list, status, cancel, approve, reject, screenshots; and `/healthz`, `/metrics`.
+//! Task endpoints: submit, list, status, cancel, approve, reject, remote tool results, screenshots; and
+//! `/healthz`, `/metrics`.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use serde_json::json;
 use super::{ApiError, ApiPath, ApiQuery, ApiState};
 use crate::artifacts::ArtifactError;
 use crate::backends;
-use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Submitted};
+use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Submitted, ToolAnswer};
 use crate::record::TaskState;
 use crate::record::events::EventKind;
 use crate::status::TaskRecord;
@@ -150,6 +151,47 @@ pub async fn reject(
     state.queue.decide(&id, &Decision::Reject { reason: body.reason }).await?;
     state.workers.events_stored.notify_waiters();
     Ok(Json(json!({"id": id, "state": "failed", "reason": "rejected"})))
+}
+
+/// `POST /v1/tasks/{id}/tool-results`: `{"results": [{"id", "ok", "output", "details"?}]}` (§13).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolResultsBody {
+    results: Vec<ToolResultBody>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolResultBody {
+    id: String,
+    ok: bool,
+    output: String,
+    #[serde(default)]
+    details: Option<serde_json::Value>,
+}
+
+/// Answers every pending `remote` tool call of a task in `awaiting_tool` at once, and queues it again.
+/// The queue checks the answers against the pending calls in the same transaction that stores them, so two
+/// clients answering at once cannot both succeed: the second finds the task `queued` (or further) and gets
+/// 409.
+pub async fn tool_results(
+    State(state): State<Arc<ApiState>>,
+    ApiPath(id): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let text = body_text(body)?;
+    let body: ToolResultsBody = crate::task::parse_json(&text, "request body")
+        .map_err(|e| ApiError { code: "invalid_tool_results", ..invalid_task(e) })?;
+    let answers: Vec<ToolAnswer> = body
+        .results
+        .into_iter()
+        .map(|r| ToolAnswer { id: r.id, ok: r.ok, output: r.output, details: r.details.filter(|d| !d.is_null()) })
+        .collect();
+    state.queue.answer_tools(&id, &answers).await?;
+    state.workers.wake.notify_one();
+    state.workers.events_stored.notify_waiters();
+    let answered: Vec<&str> = answers.iter().map(|a| a.id.as_str()).collect();
+    Ok(Json(json!({"id": id, "state": "queued", "answered": answered})))
 }
 
 #[derive(Deserialize)]

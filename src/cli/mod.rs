@@ -62,7 +62,7 @@ pub enum Command {
     Status { id: String },
     /// List tasks, newest first.
     List {
-        /// Only tasks in this state (queued, running, waiting_for_human, succeeded, failed, cancelled).
+        /// Only tasks in this state (queued, running, waiting_for_human, awaiting_tool, succeeded, failed, cancelled).
         #[arg(long)]
         state: Option<String>,
         #[arg(long)]
@@ -84,6 +84,23 @@ pub enum Command {
         id: String,
         #[arg(long)]
         reason: Option<String>,
+    },
+    /// Answer a task's pending `remote` tool call (the task waits in awaiting_tool); it resumes. The API
+    /// takes one result per pending call at once: a task waiting for several calls is answered through
+    /// `POST /v1/tasks/{id}/tool-results`, and this command says which calls are pending.
+    ToolResult {
+        id: String,
+        /// The call's id (`agentd status ID` lists the pending calls).
+        call_id: String,
+        /// What the model reads (the envelope's `output`).
+        #[arg(long)]
+        output: String,
+        /// The tool failed: `ok` is false.
+        #[arg(long)]
+        error: bool,
+        /// JSON kept in the step record and events, never shown to the model (the envelope's `details`).
+        #[arg(long, value_name = "JSON")]
+        details: Option<String>,
     },
     /// Configuration commands.
     Config {
@@ -187,6 +204,10 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Approve { id } => remote::decide(&client(&source.load()?)?, id, true, None, json).await,
         Command::Reject { id, reason } => {
             remote::decide(&client(&source.load()?)?, id, false, reason.clone(), json).await
+        }
+        Command::ToolResult { id, call_id, output, error, details } => {
+            let answer = remote::ToolResultArgs { call_id, output, error: *error, details: details.as_deref() };
+            remote::tool_result(&client(&source.load()?)?, id, &answer, json).await
         }
         Command::Config { command: ConfigCommand::Check } => config_check(&source, cli.socket.as_deref(), json).await,
     }

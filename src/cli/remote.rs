@@ -1,4 +1,4 @@
-//! Client commands: `submit`, `status`, `list`, `cancel`, `events`, `approve`, `reject` — each one request
+//! Client commands: `submit`, `status`, `list`, `cancel`, `events`, `approve`, `reject`, `tool-result` — each one request
 //! (or an event stream) to the daemon, printed for people on stderr/stdout or as JSON on stdout.
 
 use std::io::Write;
@@ -158,8 +158,55 @@ pub async fn status(client: &Client, id: &str, json: bool) -> CliResult {
         if let Some(output) = record.outcome.as_ref().and_then(|o| o.output.as_ref()) {
             println!("  output {}", sanitize(&output.to_string()));
         }
+        if !record.pending_tool_calls.is_empty() {
+            println!(
+                "  pending tool calls (answer with `agentd tool-result {} CALL_ID --output TEXT`):",
+                sanitize(&record.id)
+            );
+            for call in &record.pending_tool_calls {
+                println!(
+                    "    {}  {}  {}",
+                    sanitize(&call.id),
+                    sanitize(&call.name),
+                    sanitize(&call.arguments.to_string())
+                );
+            }
+        }
     }
     Ok(exit_for(&record))
+}
+
+/// One answer given on the command line.
+pub struct ToolResultArgs<'a> {
+    pub call_id: &'a str,
+    pub output: &'a str,
+    pub error: bool,
+    pub details: Option<&'a str>,
+}
+
+/// `tool-result`: answers one pending remote tool call. The API wants one result per pending call at once;
+/// with more than one pending, it refuses and its message lists them (exit 2).
+pub async fn tool_result(client: &Client, id: &str, answer: &ToolResultArgs<'_>, json: bool) -> CliResult {
+    let details = answer
+        .details
+        .map(|text| {
+            serde_json::from_str::<Value>(text)
+                .map_err(|e| CliError::invalid(anyhow::anyhow!("--details: not valid JSON: {e}")))
+        })
+        .transpose()?;
+    let mut result = serde_json::json!({"id": answer.call_id, "ok": !answer.error, "output": answer.output});
+    if let Some(details) = details {
+        result["details"] = details;
+    }
+    let body = serde_json::json!({ "results": [result] });
+    let path = format!("/v1/tasks/{}/tool-results", encode(id));
+    let (_, reply) = client.call(Method::POST, &path, Some(body.to_string().into_bytes())).await?;
+    if json {
+        print_json(&reply);
+    } else {
+        eprintln!("agentd: task {}: call {} answered; it resumes", sanitize(id), sanitize(answer.call_id));
+    }
+    Ok(Exit::Success)
 }
 
 pub async fn list(client: &Client, state: Option<&str>, limit: Option<u32>, json: bool) -> CliResult {

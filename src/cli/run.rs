@@ -87,6 +87,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         final_screenshot: report.final_screenshot,
         computer_state: report.computer_state,
         waiting_reason: None,
+        pending_tool_calls: Vec::new(),
     };
     let document =
         serde_json::to_vec_pretty(&record).context("serializing the task record").map_err(CliError::failed)?;

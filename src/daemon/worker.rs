@@ -2,7 +2,8 @@
 //! cancellations and lease losses back to the runners), and the rescuer of expired leases.
 //!
 //! Concurrency is a semaphore of `worker.concurrency` permits; a runner holds one for the whole attempt. A
-//! task that waits for a human is released back to the queue and holds nothing. Every runner is spawned on
+//! task that waits for a human or for the API client's remote tool results is released back to the queue
+//! and holds nothing. Every runner is spawned on
 //! the daemon's `TaskTracker` and runs the loop through `run_isolated`, so a panic fails that task only.
 
 use std::collections::HashMap;
@@ -316,11 +317,13 @@ impl Workers {
                 Ending::Interrupted => End::Requeue,
                 Ending::LeaseLost(_) => End::Lost,
                 Ending::WaitingForHuman(reason) => End::Wait(reason),
-                // TODO(remote tools): park in `awaiting_tool` (issue 12, in progress on this branch).
-                Ending::AwaitingTool(calls) => End::Wait(format!(
-                    "awaiting remote tool results for {}",
-                    calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", ")
-                )),
+                Ending::AwaitingTool(calls) => {
+                    tracing::info!(
+                        calls = %calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", "),
+                        "waiting for the API client's tool results"
+                    );
+                    End::AwaitTools
+                }
             }
         };
         self.metrics.model_errors.fetch_add(u64::from(output.model_errors), Ordering::Relaxed);
@@ -392,6 +395,14 @@ impl Workers {
                 let release = Release::WaitForHuman { reason };
                 retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
+            End::AwaitTools => {
+                // The step's `screenshot_saved` and `awaiting_tool` are stored before the task parks: a client
+                // that sees it waiting finds them, and the queue numbers its own events of the answer after them.
+                self.wait_for_uploads(task_id).await;
+                wait_stored(stored, events).await;
+                let release = Release::AwaitTools;
+                retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
+            }
             End::Lost => Ok(()),
         };
         match result {
@@ -449,6 +460,8 @@ enum End {
     Retry(Outcome, Finish, Option<Duration>),
     Requeue,
     Wait(String),
+    /// Parked until the API client answers the last step's remote tool calls.
+    AwaitTools,
     Lost,
 }
 
@@ -589,6 +602,9 @@ mod tests {
         }
         async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
             self.inner.decide(id, decision).await
+        }
+        async fn answer_tools(&self, id: &str, answers: &[crate::queue::ToolAnswer]) -> Result<(), QueueError> {
+            self.inner.answer_tools(id, answers).await
         }
         async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
             self.inner.rescue_expired().await

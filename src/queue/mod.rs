@@ -48,6 +48,10 @@ pub enum QueueError {
     /// Stored data could not be read back.
     #[error("queue data corrupt: {0}")]
     Corrupt(String),
+    /// The request does not fit the task (answers to remote tool calls it does not wait for, or not all of
+    /// them): `field` names the part of the request at fault (`results[1].id`).
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
 }
 
 /// A task to enqueue. `spec.id` is set (a generated id when the client gave none).
@@ -127,6 +131,18 @@ pub enum Release {
     Requeue { count_attempt: bool, delay: Duration, reason: String },
     /// Park in `waiting_for_human` until approved or rejected.
     WaitForHuman { reason: String },
+    /// Park in `awaiting_tool` until the API client answers the last step's `remote` tool calls (§13), in the
+    /// same attempt. The pending calls are the journaled step's (`StepRecord::pending_tool_calls`).
+    AwaitTools,
+}
+
+/// The API client's answer to one pending `remote` tool call (§13): the envelope `{ok, output, details?}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolAnswer {
+    pub id: String,
+    pub ok: bool,
+    pub output: String,
+    pub details: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,7 +177,7 @@ pub struct Rescued {
 /// What another process sharing the queue tells this one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueueSignal {
-    /// A task may have become claimable (submitted, requeued, approved, rescued), or signals may have been
+    /// A task may have become claimable (submitted, requeued, approved, answered, rescued), or signals may have been
     /// missed (the listening connection was re-established): look for work now.
     Work,
     /// A cancel was requested for this task; the process running it stops it at the next safe point.
@@ -219,6 +235,13 @@ pub trait Queue: Send + Sync {
     /// Answers a task in `waiting_for_human`.
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError>;
 
+    /// Answers every pending `remote` tool call of a task in `awaiting_tool` at once: the answers go into its
+    /// last step (`call_results`, and `results[]` entries with `tool`, `call_id`, `details`), a
+    /// `tool_finished` event each, and the task is queued again in the same attempt, claimable at once.
+    /// Refused whole, naming the field ([`QueueError::Invalid`]): an unknown or repeated call id, a missing
+    /// answer; a task not awaiting tools is [`QueueError::WrongState`].
+    async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError>;
+
     /// Hands back tasks whose lease expired; a task out of attempts fails.
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError>;
 
@@ -269,6 +292,14 @@ pub(crate) mod ending {
 
     pub fn already_finished(id: &str, state: TaskState) -> QueueError {
         QueueError::WrongState { id: id.to_string(), state: state.as_str(), message: "it has already finished".into() }
+    }
+
+    pub fn not_awaiting_tools(id: &str, state: TaskState) -> QueueError {
+        QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: "only a task in awaiting_tool takes tool results (they may have been answered already)".into(),
+        }
     }
 
     pub fn not_waiting(id: &str, state: TaskState) -> QueueError {

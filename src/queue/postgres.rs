@@ -32,7 +32,7 @@ use super::row::{LeaseRow, TaskRow, json};
 use super::transitions::{self, Change, Handback};
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
-    Rescued, SignalHandler, Submitted, WorkerIdentity, body_hash, desktop, row,
+    Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -371,6 +371,12 @@ impl PostgresQueue {
                  WHERE id = $1",
             )
             .bind(id),
+            Change::Resume => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'queued', same_attempt = true, waiting_reason = NULL,
+                    not_before = '-infinity'
+                 WHERE id = $1",
+            )
+            .bind(id),
             // Bumping the token fences the lost worker out even before anyone claims the task again.
             Change::Requeue => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'queued', lease_until = NULL, worker = NULL,
@@ -455,6 +461,7 @@ impl Queue for PostgresQueue {
         let mut record = Self::record_from_row(&row)?;
         record.steps = Self::steps(&mut *tx, id).await?;
         tx.commit().await.map_err(db_error)?;
+        record.derive_pending_tool_calls();
         Ok(record)
     }
 
@@ -714,6 +721,17 @@ impl Queue for PostgresQueue {
             .await
             .map_err(db_error)?
             .rows_affected(),
+            Handback::AwaitTools => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'awaiting_tool', lease_until = NULL, worker = NULL,
+                    waiting_reason = NULL, approved = false
+                 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+            )
+            .bind(task_id)
+            .bind(token)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected(),
         };
         transitions::fenced(task_id, changed)?;
         // A task waiting for the desktop this one held may be claimable now, on any node.
@@ -743,6 +761,34 @@ impl Queue for PostgresQueue {
         if change.wakes_workers() {
             Self::notify_work(&mut tx).await?;
         }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let state = Self::lock_state(&mut tx, id).await?;
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let last = last.as_deref().map(row::step).transpose()?;
+        let now_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
+        let answered = transitions::answer_tools(id, state, last, answers, now_ms)?;
+        sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
+            .bind(id)
+            .bind(answered.step.index.min(i32::MAX as u32) as i32)
+            .bind(json(&answered.step)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        for kind in answered.events {
+            Self::own_event(&mut tx, id, kind).await?;
+        }
+        Self::apply(&mut tx, id, &answered.change).await?;
+        // Any node may resume it: every listening node looks for work.
+        Self::notify_work(&mut tx).await?;
         tx.commit().await.map_err(db_error)
     }
 

@@ -110,6 +110,7 @@ impl TaskRow {
             final_screenshot: parse_optional("final_screenshot", self.final_screenshot.as_deref())?,
             computer_state: parse_optional("computer_state", self.computer_state.as_deref())?,
             waiting_reason: self.waiting_reason,
+            pending_tool_calls: Vec::new(),
         })
     }
 }

@@ -23,7 +23,7 @@ use super::row::{LeaseRow, TaskRow, corrupt, json};
 use super::transitions::{self, Change, Handback};
 use super::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
-    Submitted, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
+    Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -440,6 +440,11 @@ impl SqliteQueue {
                  WHERE id = ?1",
             )
             .bind(id),
+            Change::Resume => sqlx::query(
+                "UPDATE tasks SET state = 'queued', same_attempt = 1, waiting_reason = NULL, not_before_ms = 0
+                 WHERE id = ?1",
+            )
+            .bind(id),
             // Bumping the token fences the lost worker out even before anyone claims the task again.
             Change::Requeue => sqlx::query(
                 "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL,
@@ -518,6 +523,7 @@ impl Queue for SqliteQueue {
             .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
         let mut record = Self::record_from_row(&row)?;
         record.steps = self.steps(&self.pool, id).await?;
+        record.derive_pending_tool_calls();
         Ok(record)
     }
 
@@ -758,6 +764,17 @@ impl Queue for SqliteQueue {
                 .execute(&self.durable)
                 .await
             }
+            Handback::AwaitTools => {
+                sqlx::query(
+                    "UPDATE tasks SET state = 'awaiting_tool', lease_until_ms = NULL, worker = NULL,
+                    waiting_reason = NULL, approved = 0
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+                )
+                .bind(task_id)
+                .bind(token)
+                .execute(&self.durable)
+                .await
+            }
         };
         let changed = result.map_err(|e| self.failed(e))?.rows_affected();
         self.write_failure.lock().map(|mut f| f.take()).ok();
@@ -779,6 +796,32 @@ impl Queue for SqliteQueue {
         let change = transitions::decide(id, Self::state(&mut tx, id).await?, decision)?;
         Self::apply(&mut tx, id, &change).await?;
         tx.commit().await.map_err(db_error)
+    }
+
+    async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        let state = Self::state(&mut tx, id).await?;
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let last = last.as_deref().map(row::step).transpose()?;
+        let answered = transitions::answer_tools(id, state, last, answers, now_ms())?;
+        sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
+            .bind(id)
+            .bind(i64::from(answered.step.index))
+            .bind(json(&answered.step)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.failed(e))?;
+        for kind in answered.events {
+            Self::own_event(&mut tx, id, kind).await?;
+        }
+        Self::apply(&mut tx, id, &answered.change).await?;
+        self.wrote(tx.commit().await)
     }
 
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {

@@ -12,10 +12,10 @@
 
 use std::time::Duration;
 
-use super::{Cancelled, Decision, QueueError, Release, ending};
+use super::{Cancelled, Decision, QueueError, Release, ToolAnswer, ending};
 use crate::record::Usage;
 use crate::record::events::EventKind;
-use crate::record::{Outcome, TaskState};
+use crate::record::{ActionResult, CallResult, Outcome, StepRecord, TaskState};
 
 /// What the rescuer needs to know of a running task's row whose lease expired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +37,9 @@ pub enum Change {
     RequestCancel,
     /// A human approved: back to `queued`, claimable at once, in the same attempt, marked approved.
     Approve,
+    /// The API client answered the pending remote tool calls: back to `queued`, claimable at once, in the
+    /// same attempt (not marked approved: the answers are in the step).
+    Resume,
     /// The lease expired with attempts left: back to `queued`, without a worker, the token bumped so the lost
     /// worker is fenced out before anyone claims the task again. The next claim counts a new attempt.
     Requeue,
@@ -48,7 +51,7 @@ impl Change {
         match self {
             Self::End { outcome, .. } => outcome.state(),
             Self::RequestCancel => TaskState::Running,
-            Self::Approve | Self::Requeue => TaskState::Queued,
+            Self::Approve | Self::Resume | Self::Requeue => TaskState::Queued,
         }
     }
 
@@ -56,13 +59,13 @@ impl Change {
     pub fn event(&self) -> Option<EventKind> {
         match self {
             Self::End { outcome, .. } => Some(ending::event(outcome, Usage::default())),
-            Self::RequestCancel | Self::Approve | Self::Requeue => None,
+            Self::RequestCancel | Self::Approve | Self::Resume | Self::Requeue => None,
         }
     }
 
     /// The task became claimable: waiting workers should look.
     pub fn wakes_workers(&self) -> bool {
-        matches!(self, Self::Approve | Self::Requeue)
+        matches!(self, Self::Approve | Self::Resume | Self::Requeue)
     }
 }
 
@@ -93,6 +96,95 @@ pub fn decide(id: &str, state: TaskState, decision: &Decision) -> Result<Change,
     })
 }
 
+/// What answering a task's remote tool calls writes: its last step with the answers in, the `tool_finished`
+/// events, and the change of the task itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    pub step: StepRecord,
+    pub events: Vec<EventKind>,
+    pub change: Change,
+}
+
+/// The API client's answers to a task's pending `remote` tool calls: only in `awaiting_tool`, exactly one
+/// answer per pending call (an unknown id, a repeated id or a missing answer refuses the whole request,
+/// naming the field). The answers go into `last` in the model's order of the calls, whatever the request's
+/// order. `now_ms` dates the events' `duration_ms` (from the moment the step parked).
+pub fn answer_tools(
+    id: &str,
+    state: TaskState,
+    last: Option<StepRecord>,
+    answers: &[ToolAnswer],
+    now_ms: i64,
+) -> Result<Answered, QueueError> {
+    if state != TaskState::AwaitingTool {
+        return Err(ending::not_awaiting_tools(id, state));
+    }
+    let Some(mut step) = last else {
+        return Err(QueueError::Corrupt(format!("task {id} is awaiting_tool but has no step")));
+    };
+    let pending = step.pending_tool_calls();
+    if pending.is_empty() {
+        return Err(QueueError::Corrupt(format!("task {id} is awaiting_tool but its last step awaits no call")));
+    }
+    let ids = || pending.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", ");
+    let invalid = |field: String, message: String| QueueError::Invalid { field, message };
+    if answers.is_empty() {
+        return Err(invalid("results".into(), format!("no results given; the pending calls are: {}", ids())));
+    }
+    for (i, answer) in answers.iter().enumerate() {
+        if !pending.iter().any(|c| c.id == answer.id) {
+            return Err(invalid(
+                format!("results[{i}].id"),
+                format!("{:?} is not a pending call of task {id}; the pending calls are: {}", answer.id, ids()),
+            ));
+        }
+        if answers[..i].iter().any(|earlier| earlier.id == answer.id) {
+            return Err(invalid(format!("results[{i}].id"), format!("a second result for call {:?}", answer.id)));
+        }
+    }
+    let missing: Vec<&str> =
+        pending.iter().filter(|c| !answers.iter().any(|a| a.id == c.id)).map(|c| c.id.as_str()).collect();
+    if !missing.is_empty() {
+        return Err(invalid(
+            "results".into(),
+            format!(
+                "one result per pending call is needed: missing {} (the pending calls are: {})",
+                missing.join(", "),
+                ids()
+            ),
+        ));
+    }
+    let parked_ms = step.started_at.unix_timestamp_nanos() / 1_000_000 + i128::from(step.duration_ms);
+    let duration_ms = (i128::from(now_ms) - parked_ms).clamp(0, i128::from(i64::MAX)) as u64;
+    let mut events = Vec::with_capacity(pending.len());
+    for call in &pending {
+        let Some(answer) = answers.iter().find(|a| a.id == call.id) else { continue };
+        step.call_results.push(CallResult {
+            call_id: call.id.clone(),
+            ok: answer.ok,
+            message: answer.output.clone(),
+            details: answer.details.clone(),
+        });
+        step.results.push(ActionResult {
+            ok: answer.ok,
+            message: answer.output.clone(),
+            tool: Some(call.name.clone()),
+            call_id: Some(call.id.clone()),
+            details: answer.details.clone(),
+        });
+        events.push(EventKind::ToolFinished {
+            step: step.index,
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            ok: answer.ok,
+            output: answer.output.clone(),
+            details: answer.details.clone(),
+            duration_ms,
+        });
+    }
+    Ok(Answered { step, events, change: Change::Resume })
+}
+
 /// A running task whose lease expired: queued again while attempts are left; ended when its attempts are
 /// used up, or as cancelled when a cancel was requested while the worker lived (a new claim would forget it).
 pub fn rescue(facts: &Expired) -> Change {
@@ -113,6 +205,8 @@ pub enum Handback<'a> {
     Requeue { same_attempt: bool, delay: Duration, wakes_workers: bool },
     /// Parked in `waiting_for_human` with `reason`, its earlier approval spent.
     WaitForHuman { reason: &'a str },
+    /// Parked in `awaiting_tool`, holding no worker and no lease; the answers queue it in the same attempt.
+    AwaitTools,
 }
 
 pub fn release(release: &Release) -> Handback<'_> {
@@ -121,6 +215,7 @@ pub fn release(release: &Release) -> Handback<'_> {
             Handback::Requeue { same_attempt: !count_attempt, delay: *delay, wakes_workers: delay.is_zero() }
         }
         Release::WaitForHuman { reason } => Handback::WaitForHuman { reason },
+        Release::AwaitTools => Handback::AwaitTools,
     }
 }
 
@@ -281,6 +376,103 @@ mod tests {
         }
         let wait = Release::WaitForHuman { reason: "confirm".into() };
         assert_eq!(super::release(&wait), Handback::WaitForHuman { reason: "confirm" });
+        assert_eq!(super::release(&Release::AwaitTools), Handback::AwaitTools);
+    }
+
+    fn parked() -> StepRecord {
+        use crate::record::{CallKind, ScreenshotRef, ToolCall};
+        let call = |id: &str, name: &str| ToolCall {
+            id: id.into(),
+            kind: CallKind::Function { name: name.into(), arguments: serde_json::json!({"q": id}) },
+        };
+        StepRecord {
+            index: 3,
+            started_at: time::OffsetDateTime::from_unix_timestamp(1_000).expect("time"),
+            duration_ms: 500,
+            screenshot: ScreenshotRef { url: "u".into(), width: 1, height: 1, key: "k".into() },
+            model_text: String::new(),
+            thinking: String::new(),
+            actions: Vec::new(),
+            results: Vec::new(),
+            usage: Usage::default(),
+            screen_changed: None,
+            settle_ms: 0,
+            visual_change: None,
+            calls: vec![call("a", "ask"), call("b", "look"), call("c", "task_completion")],
+            call_results: Vec::new(),
+            raw: None,
+            finished: false,
+            approval: None,
+            awaiting_tools: vec!["a".into(), "b".into()],
+            interrupted: false,
+        }
+    }
+
+    fn answer(id: &str) -> ToolAnswer {
+        ToolAnswer { id: id.into(), ok: true, output: format!("out {id}"), details: None }
+    }
+
+    #[test]
+    fn tool_answers_are_taken_only_whole_and_only_while_awaiting() {
+        for state in ALL.into_iter().filter(|s| *s != TaskState::AwaitingTool) {
+            let result = answer_tools("t", state, Some(parked()), &[answer("a"), answer("b")], 0);
+            assert!(
+                matches!(&result, Err(QueueError::WrongState { state: s, .. }) if *s == state.as_str()),
+                "{state:?}: {result:?}"
+            );
+        }
+        // (answers, the field named, a word of the message)
+        let table: [(&[&str], &str, &str); 5] = [
+            (&[], "results", "a, b"),
+            (&["a"], "results", "missing b"),
+            (&["a", "c"], "results[1].id", "\"c\" is not a pending call"),
+            (&["b", "b"], "results[1].id", "second result"),
+            (&["x", "a", "b"], "results[0].id", "x"),
+        ];
+        for (ids, field, word) in table {
+            let answers: Vec<ToolAnswer> = ids.iter().map(|id| answer(id)).collect();
+            match answer_tools("t", TaskState::AwaitingTool, Some(parked()), &answers, 0) {
+                Err(QueueError::Invalid { field: f, message }) => {
+                    assert_eq!(f, field, "{ids:?}: {message}");
+                    assert!(message.contains(word), "{ids:?}: {message}");
+                }
+                other => panic!("{ids:?}: {other:?}"),
+            }
+        }
+        let corrupt = answer_tools("t", TaskState::AwaitingTool, None, &[answer("a")], 0);
+        assert!(matches!(corrupt, Err(QueueError::Corrupt(_))), "{corrupt:?}");
+    }
+
+    #[test]
+    fn tool_answers_go_into_the_step_in_the_models_order_and_resume_the_task() {
+        let details = serde_json::json!({"row": 7});
+        let answers = [ToolAnswer { ok: false, details: Some(details.clone()), ..answer("b") }, answer("a")];
+        // Answered 2.5 s after the step started, which ran 0.5 s before it parked: the call took 2 s.
+        let answered =
+            answer_tools("t", TaskState::AwaitingTool, Some(parked()), &answers, 1_002_500).expect("answered");
+        assert_eq!(answered.change, Change::Resume);
+        assert_eq!(answered.change.state(), TaskState::Queued);
+        assert!(answered.change.wakes_workers() && answered.change.event().is_none());
+        let step = &answered.step;
+        let stored: Vec<(&str, bool, Option<&serde_json::Value>)> =
+            step.call_results.iter().map(|r| (r.call_id.as_str(), r.ok, r.details.as_ref())).collect();
+        assert_eq!(stored, [("a", true, None), ("b", false, Some(&details))]);
+        let envelopes: Vec<(Option<&str>, Option<&str>, &str)> =
+            step.results.iter().map(|r| (r.tool.as_deref(), r.call_id.as_deref(), r.message.as_str())).collect();
+        assert_eq!(envelopes, [(Some("ask"), Some("a"), "out a"), (Some("look"), Some("b"), "out b")]);
+        assert!(step.pending_tool_calls().is_empty() && !step.finished);
+        let durations: Vec<(String, u64)> = answered
+            .events
+            .iter()
+            .map(|e| match e {
+                EventKind::ToolFinished { call_id, duration_ms, step: 3, .. } => (call_id.clone(), *duration_ms),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(durations, [("a".to_string(), 2000), ("b".to_string(), 2000)]);
+        // Answered, the task awaits nothing: another answer finds nothing pending.
+        let again = answer_tools("t", TaskState::AwaitingTool, Some(answered.step.clone()), &answers, 0);
+        assert!(matches!(again, Err(QueueError::Corrupt(_))), "{again:?}");
     }
 
     #[test]

@@ -215,6 +215,28 @@ pub struct StepRecord {
     pub interrupted: bool,
 }
 
+impl StepRecord {
+    /// The `remote` tool calls this step still waits for (§13 `pending_tool_calls`), in the model's order:
+    /// those of `awaiting_tools` without an answer in `call_results`, while the step is unfinished.
+    pub fn pending_tool_calls(&self) -> Vec<PendingToolCall> {
+        if self.finished {
+            return Vec::new();
+        }
+        self.awaiting_tools
+            .iter()
+            .filter(|id| !self.call_results.iter().any(|r| &r.call_id == *id))
+            .filter_map(|id| {
+                self.calls.iter().find(|c| &c.id == id).and_then(|call| match &call.kind {
+                    CallKind::Function { name, arguments } => {
+                        Some(PendingToolCall { id: id.clone(), name: name.clone(), arguments: arguments.clone() })
+                    }
+                    CallKind::Computer { .. } => None,
+                })
+            })
+            .collect()
+    }
+}
+
 /// A step that asked for a human: why, and whether the answer was yes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepApproval {

@@ -674,3 +674,135 @@ async fn invalid_outputs_are_counted_across_a_resume() {
     assert!(model.seen().is_empty(), "the model is not asked again");
     harness.finish().await;
 }
+
+/// A model whose first turn calls a `remote` tool and then clicks; asked again, it notes the results it was
+/// shown for that turn and completes.
+#[derive(Default)]
+struct RemoteThenClick {
+    shown: std::sync::Mutex<Vec<(String, bool, String)>>,
+}
+
+#[async_trait]
+impl Model for RemoteThenClick {
+    fn describe(&self) -> String {
+        "remote-then-click".into()
+    }
+    fn coordinates(&self, screen: Size) -> agentd::screen::coords::CoordinateMap {
+        agentd::screen::coords::CoordinateMap::identity(screen)
+    }
+    async fn next_turn(
+        &self,
+        request: agentd::model::ModelRequest<'_>,
+        _deltas: agentd::model::DeltaSink<'_>,
+    ) -> Result<agentd::model::ModelTurn, agentd::model::ModelError> {
+        use agentd::model::{CallKind, ModelTurn, ToolCall};
+        let function = |id: &str, name: &str, arguments: serde_json::Value| ToolCall {
+            id: id.into(),
+            kind: CallKind::Function { name: name.into(), arguments },
+        };
+        let calls = match request.history.first() {
+            None => vec![
+                function("r1", "ask", serde_json::json!({"q": "which?"})),
+                ToolCall {
+                    id: "c1".into(),
+                    kind: CallKind::Computer {
+                        actions: vec![Action::Click { x: 5, y: 5, button: Default::default(), keys: vec![] }],
+                    },
+                },
+            ],
+            Some(first) => {
+                if let Ok(mut shown) = self.shown.lock() {
+                    shown.extend(first.results.iter().map(|r| (r.call_id.clone(), r.ok, r.message.clone())));
+                }
+                vec![function("done", "task_completion", serde_json::json!({"success": true, "summary": "clicked"}))]
+            }
+        };
+        Ok(ModelTurn {
+            text: String::new(),
+            thinking: String::new(),
+            calls,
+            usage: Default::default(),
+            raw: None,
+            approval: None,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_remote_call_parks_and_the_resumed_turn_runs_the_calls_after_it_once() {
+    let harness = Harness::new();
+    let mut resolved = task(10, 60, 1.0, 3);
+    let spec = agentd::task::TaskSpec::parse(
+        &serde_json::json!({"instructions": "x", "tools": [{"name": "ask", "description": "asks the client",
+            "parameters": {"type": "object"}, "kind": "remote"}]})
+        .to_string(),
+        "test task",
+    )
+    .expect("task");
+    resolved.tools = spec.tools.clone();
+    let tools = agentd::backends::toolbox(&resolved, &Default::default()).expect("toolbox");
+    let screen = RecordingScreen::new(SCREEN);
+    let model = Arc::new(RemoteThenClick::default());
+    let run_once = |resume: Vec<StepRecord>| {
+        let (mut input, rx) = harness.input(resolved.clone(), screen.clone(), model.clone());
+        input.tools = tools.clone();
+        input.resume = resume;
+        (input, rx)
+    };
+
+    let (input, rx) = run_once(Vec::new());
+    let parked = run(input).await;
+    let LoopEnd::AwaitingTool { calls } = &parked.end else { panic!("{:?}", parked.end) };
+    assert_eq!(calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["r1"]);
+    assert!(screen.received().is_empty(), "the click after the remote call waits too");
+    let step = parked.steps.last().expect("parked step");
+    assert_eq!((step.finished, step.awaiting_tools.as_slice()), (false, ["r1".to_string()].as_slice()));
+    assert_eq!(harness.journal.steps().last(), Some(step), "journaled as parked");
+    assert!(drain(rx).iter().any(|e| matches!(&e.kind, agentd::record::events::EventKind::AwaitingTool { .. })));
+
+    // Leased again before an answer: back to waiting, nothing runs, nothing is marked interrupted.
+    let (input, _rx) = run_once(parked.steps.clone());
+    let again = run(input).await;
+    assert!(matches!(again.end, LoopEnd::AwaitingTool { .. }), "{:?}", again.end);
+    assert!(screen.received().is_empty());
+    assert!(again.steps[0].results.is_empty(), "{:?}", again.steps[0].results);
+
+    // The answer, as the queue stores it.
+    let mut answered = parked.steps.clone();
+    let details = serde_json::json!({"row": 3});
+    answered[0].call_results.push(agentd::record::CallResult {
+        call_id: "r1".into(),
+        ok: true,
+        message: "the second one".into(),
+        details: Some(details.clone()),
+    });
+    answered[0].results.push(agentd::record::ActionResult {
+        ok: true,
+        message: "the second one".into(),
+        tool: Some("ask".into()),
+        call_id: Some("r1".into()),
+        details: Some(details.clone()),
+    });
+    let (input, _rx) = run_once(answered);
+    let done = run(input).await;
+    assert_eq!(outcome(&done), (true, EndReason::Completed));
+    assert_eq!(
+        screen.received(),
+        vec![Action::Click { x: 5, y: 5, button: Default::default(), keys: vec![] }],
+        "the click ran once"
+    );
+    let first = &done.steps[0];
+    assert!(first.finished && first.awaiting_tools.is_empty() && !first.interrupted);
+    let results: Vec<(Option<&str>, bool)> = first.results.iter().map(|r| (r.tool.as_deref(), r.ok)).collect();
+    assert_eq!(results, [(Some("ask"), true), (None, true)], "the envelope, then the click: {:?}", first.results);
+    assert_eq!(first.results[0].details, Some(details));
+    assert_eq!(first.actions.len(), 1);
+    let shown = model.shown.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(
+        shown.iter().map(|(id, ok, m)| (id.as_str(), *ok, m.as_str())).collect::<Vec<_>>()[..1],
+        [("r1", true, "the second one")],
+        "the model's history carries the answer: {shown:?}"
+    );
+    assert_eq!(shown.get(1).map(|(id, ok, _)| (id.as_str(), *ok)), Some(("c1", true)));
+    harness.finish().await;
+}

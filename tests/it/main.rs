@@ -19,6 +19,7 @@ mod models_wire;
 mod output;
 mod proxy;
 mod queue_suite;
+mod remote_tools;
 mod run_examples;
 mod s3;
 mod secrets;

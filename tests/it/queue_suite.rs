@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agentd::queue::{
     Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Submitted,
-    WorkerIdentity,
+    ToolAnswer, WorkerIdentity,
 };
 use agentd::record::Usage;
 use agentd::record::events::{Event, EventKind};
@@ -65,6 +65,8 @@ queue_suite!(
     steps_are_journaled_and_returned,
     listing_and_counts,
     one_task_per_desktop,
+    remote_tools_park_and_take_one_answer_per_call,
+    a_task_awaiting_tools_is_cancelled_at_once,
 );
 
 fn spec(id: &str, labels: &[(&str, &str)]) -> TaskSpec {
@@ -524,4 +526,135 @@ async fn one_task_per_desktop(queue: &dyn Queue) {
         let _ = queue.cancel(id).await;
     }
     let _ = queue.rescue_expired().await;
+}
+
+/// A step whose model turn called two `remote` tools and then `task_completion`, parked on the two.
+fn parked_step(index: u32) -> StepRecord {
+    use agentd::record::{CallKind, ToolCall};
+    let function = |id: &str, name: &str, arguments: serde_json::Value| ToolCall {
+        id: id.into(),
+        kind: CallKind::Function { name: name.into(), arguments },
+    };
+    StepRecord {
+        calls: vec![
+            function("c1", "lookup_order", serde_json::json!({"order": 42})),
+            function("c2", "confirm_with_client", serde_json::json!({"text": "ok?"})),
+            function("c3", "task_completion", serde_json::json!({"success": true, "summary": "done"})),
+        ],
+        awaiting_tools: vec!["c1".into(), "c2".into()],
+        finished: false,
+        ..step(index)
+    }
+}
+
+/// Claims `id`, journals a step parked on remote calls and parks the task.
+async fn park(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> Lease {
+    queue.submit(new_task(id, &[("r", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let lease = claim_id(queue, who, id).await;
+    queue
+        .record_step(id, lease.token, &parked_step(0), Duration::from_millis(5))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(
+            queue.answer_tools(id, &[answer("c1", true)]).await,
+            Err(QueueError::WrongState { state: "running", .. })
+        ),
+        "a running task takes no tool results"
+    );
+    queue.release(id, lease.token, &Release::AwaitTools).await.unwrap_or_else(|e| panic!("{e}"));
+    lease
+}
+
+fn answer(id: &str, ok: bool) -> ToolAnswer {
+    ToolAnswer { id: id.into(), ok, output: format!("answer to {id}"), details: None }
+}
+
+fn invalid_field(result: Result<(), QueueError>) -> (String, String) {
+    match result {
+        Err(QueueError::Invalid { field, message }) => (field, message),
+        other => panic!("expected an invalid request, got {other:?}"),
+    }
+}
+
+async fn remote_tools_park_and_take_one_answer_per_call(queue: &dyn Queue) {
+    let who = worker("w", &[("r", "1")]);
+    let id = "remote-yes";
+    let lease = park(queue, &who, id).await;
+    let waiting = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((waiting.state, waiting.worker.as_deref()), (TaskState::AwaitingTool, None), "no worker holds it");
+    let pending: Vec<(&str, &str)> =
+        waiting.pending_tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str())).collect();
+    assert_eq!(pending, [("c1", "lookup_order"), ("c2", "confirm_with_client")]);
+    assert_eq!(waiting.pending_tool_calls[0].arguments, serde_json::json!({"order": 42}));
+    let document = serde_json::to_value(&waiting).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(document["pending_tool_calls"][1]["arguments"], serde_json::json!({"text": "ok?"}));
+    assert!(queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(), "not claimable while waiting");
+    assert_eq!(queue.counts().await.unwrap_or_else(|e| panic!("{e}")).get(&TaskState::AwaitingTool), Some(&1));
+
+    // Refused whole, naming the field: (answers, the field, a word the message must hold)
+    let table: [(Vec<ToolAnswer>, &str, &str); 4] = [
+        (vec![], "results", "c1, c2"),
+        (vec![answer("c1", true), answer("c9", true)], "results[1].id", "c9"),
+        (vec![answer("c2", true), answer("c2", true)], "results[1].id", "second"),
+        (vec![answer("c2", true)], "results", "missing c1"),
+    ];
+    for (answers, field, word) in table {
+        let (got, message) = invalid_field(queue.answer_tools(id, &answers).await);
+        assert_eq!(got, field, "{message}");
+        assert!(message.contains(word), "{field}: {message}");
+    }
+    let untouched = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(untouched.state, TaskState::AwaitingTool);
+    assert!(untouched.steps[0].call_results.is_empty(), "a refused request stores nothing");
+    assert!(matches!(queue.answer_tools("nobody", &[answer("c1", true)]).await, Err(QueueError::NotFound(_))));
+
+    // The answers in another order than the calls: they are stored in the model's order.
+    let details = serde_json::json!({"order_id": 42, "status": "shipped"});
+    let answers = [ToolAnswer { details: Some(details.clone()), ..answer("c2", false) }, answer("c1", true)];
+    queue.answer_tools(id, &answers).await.unwrap_or_else(|e| panic!("{e}"));
+    let answered = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answered.state, TaskState::Queued);
+    assert!(answered.pending_tool_calls.is_empty());
+    let step = &answered.steps[0];
+    let results: Vec<(&str, bool, Option<&serde_json::Value>)> =
+        step.call_results.iter().map(|r| (r.call_id.as_str(), r.ok, r.details.as_ref())).collect();
+    assert_eq!(results, [("c1", true, None), ("c2", false, Some(&details))]);
+    let envelope = &step.results[1];
+    assert_eq!(
+        (envelope.tool.as_deref(), envelope.call_id.as_deref(), envelope.message.as_str(), envelope.details.as_ref()),
+        (Some("confirm_with_client"), Some("c2"), "answer to c2", Some(&details))
+    );
+    assert!(!step.finished, "the runner finishes the step when it continues the turn");
+    let events = queue.events_after(id, 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    let finished: Vec<(&str, bool)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolFinished { call_id, ok, .. } => Some((call_id.as_str(), *ok)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finished, [("c1", true), ("c2", false)]);
+
+    // A second answer is refused with the state the task is in now.
+    let again = queue.answer_tools(id, &[answer("c1", true), answer("c2", true)]).await;
+    assert!(matches!(again, Err(QueueError::WrongState { state: "queued", .. })), "{again:?}");
+    let resumed = claim_id(queue, &who, id).await;
+    assert_eq!(resumed.attempt, lease.attempt, "waiting for tool results does not use an attempt");
+    assert!(!resumed.approved);
+    assert_eq!(resumed.steps.last().map(|s| s.call_results.len()), Some(2), "the lease carries the answers");
+    queue.finish(id, resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+async fn a_task_awaiting_tools_is_cancelled_at_once(queue: &dyn Queue) {
+    let who = worker("w", &[("r", "1")]);
+    let id = "remote-cancel";
+    park(queue, &who, id).await;
+    assert_eq!(queue.cancel(id).await.unwrap_or_else(|e| panic!("{e}")), Cancelled::Now);
+    let cancelled = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cancelled.state, TaskState::Cancelled);
+    assert!(cancelled.pending_tool_calls.is_empty());
+    let late = queue.answer_tools(id, &[answer("c1", true), answer("c2", true)]).await;
+    assert!(matches!(late, Err(QueueError::WrongState { state: "cancelled", .. })), "{late:?}");
+    assert!(queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none());
 }
