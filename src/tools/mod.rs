@@ -439,7 +439,7 @@ mod tests {
     fn with_output_schema(schema: serde_json::Value) -> Toolbox {
         let schema = JsonSchema::new(schema).unwrap();
         let checker = Checker::new(&schema).unwrap();
-        Toolbox { entries: Vec::new(), output: Some((schema, checker)) }
+        Toolbox { output: Some((schema, checker)), ..Toolbox::empty() }
     }
 
     #[tokio::test]

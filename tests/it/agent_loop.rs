@@ -740,7 +740,7 @@ async fn a_remote_call_parks_and_the_resumed_turn_runs_the_calls_after_it_once()
     )
     .expect("task");
     resolved.tools = spec.tools.clone();
-    let tools = agentd::backends::toolbox(&resolved, &Default::default()).expect("toolbox");
+    let tools = agentd::backends::toolbox(&resolved, &Default::default(), Default::default()).expect("toolbox");
     let screen = RecordingScreen::new(SCREEN);
     let model = Arc::new(RemoteThenClick::default());
     let run_once = |resume: Vec<StepRecord>| {
