@@ -68,7 +68,7 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(text: &str, source_name: &str)
     Ok(value)
 }
 
-/// Moves `field `a.b`: ` prefixes (from [`variant`]) out of the message and onto the path.
+/// Moves `field `a.b`: ` prefixes (from `task::variant`) out of the message and onto the path.
 pub fn fold_inner_path(mut path: String, mut message: String) -> (String, String) {
     while let Some(rest) = message.strip_prefix("field `")
         && let Some((inner, tail)) = rest.split_once("`: ")
