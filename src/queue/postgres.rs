@@ -748,7 +748,12 @@ impl Queue for PostgresQueue {
 
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let change = transitions::cancel(id, Self::lock_state(&mut tx, id).await?)?;
+        let state = Self::lock_state(&mut tx, id).await?;
+        // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
+        let change = match transitions::cancel(id, state) {
+            Ok(change) => change,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
         Self::apply(&mut tx, id, &change).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(transitions::cancelled(&change))
@@ -756,7 +761,12 @@ impl Queue for PostgresQueue {
 
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let change = transitions::decide(id, Self::lock_state(&mut tx, id).await?, decision)?;
+        let state = Self::lock_state(&mut tx, id).await?;
+        // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
+        let change = match transitions::decide(id, state, decision) {
+            Ok(change) => change,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
         Self::apply(&mut tx, id, &change).await?;
         if change.wakes_workers() {
             Self::notify_work(&mut tx).await?;
@@ -775,7 +785,10 @@ impl Queue for PostgresQueue {
                 .map_err(db_error)?;
         let last = last.as_deref().map(row::step).transpose()?;
         let now_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
-        let answered = transitions::answer_tools(id, state, last, answers, now_ms)?;
+        let answered = match transitions::answer_tools(id, state, last, answers, now_ms) {
+            Ok(answered) => answered,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
         sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
             .bind(id)
             .bind(answered.step.index.min(i32::MAX as u32) as i32)
@@ -1146,4 +1159,14 @@ mod tests {
         rescuer.pool.close().await;
         fresh.drop_schema().await;
     }
+}
+
+/// Rolls a refused request's transaction back before answering: a dropped transaction's rollback is only
+/// sent when its pooled connection is next used, and until then its row locks would make a claim skip the
+/// task (`SKIP LOCKED`).
+async fn rollback(tx: Transaction<'_, Postgres>, refusal: QueueError) -> QueueError {
+    if let Err(e) = tx.rollback().await {
+        tracing::warn!(error = %e, "rolling back a refused request failed");
+    }
+    refusal
 }

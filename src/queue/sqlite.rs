@@ -784,7 +784,12 @@ impl Queue for SqliteQueue {
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
         let _write = self.writes.lock().await;
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let change = transitions::cancel(id, Self::state(&mut tx, id).await?)?;
+        let state = Self::state(&mut tx, id).await?;
+        // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
+        let change = match transitions::cancel(id, state) {
+            Ok(change) => change,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
         Self::apply(&mut tx, id, &change).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(transitions::cancelled(&change))
@@ -793,7 +798,12 @@ impl Queue for SqliteQueue {
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
         let _write = self.writes.lock().await;
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let change = transitions::decide(id, Self::state(&mut tx, id).await?, decision)?;
+        let state = Self::state(&mut tx, id).await?;
+        // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
+        let change = match transitions::decide(id, state, decision) {
+            Ok(change) => change,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
         Self::apply(&mut tx, id, &change).await?;
         tx.commit().await.map_err(db_error)
     }
@@ -809,7 +819,10 @@ impl Queue for SqliteQueue {
                 .await
                 .map_err(db_error)?;
         let last = last.as_deref().map(row::step).transpose()?;
-        let answered = transitions::answer_tools(id, state, last, answers, now_ms())?;
+        let answered = match transitions::answer_tools(id, state, last, answers, now_ms()) {
+            Ok(answered) => answered,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
         sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
             .bind(id)
             .bind(i64::from(answered.step.index))
@@ -1105,4 +1118,13 @@ mod tests {
         let queue = SqliteQueue::open(&path).await.unwrap();
         assert_eq!(queue.get("durable").await.unwrap().state, TaskState::Queued);
     }
+}
+
+/// Rolls a refused request's transaction back before answering, so its write lock is released now rather
+/// than when its pooled connection is next used.
+async fn rollback(tx: sqlx::Transaction<'_, sqlx::Sqlite>, refusal: QueueError) -> QueueError {
+    if let Err(e) = tx.rollback().await {
+        tracing::warn!(error = %e, "rolling back a refused request failed");
+    }
+    refusal
 }
