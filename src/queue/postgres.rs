@@ -897,6 +897,16 @@ impl Queue for PostgresQueue {
     }
 }
 
+/// Rolls a refused request's transaction back before answering: a dropped transaction's rollback is only
+/// sent when its pooled connection is next used, and until then its row locks would make a claim skip the
+/// task (`SKIP LOCKED`).
+async fn rollback(tx: Transaction<'_, Postgres>, refusal: QueueError) -> QueueError {
+    if let Err(e) = tx.rollback().await {
+        tracing::warn!(error = %e, "rolling back a refused request failed");
+    }
+    refusal
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1159,14 +1169,4 @@ mod tests {
         rescuer.pool.close().await;
         fresh.drop_schema().await;
     }
-}
-
-/// Rolls a refused request's transaction back before answering: a dropped transaction's rollback is only
-/// sent when its pooled connection is next used, and until then its row locks would make a claim skip the
-/// task (`SKIP LOCKED`).
-async fn rollback(tx: Transaction<'_, Postgres>, refusal: QueueError) -> QueueError {
-    if let Err(e) = tx.rollback().await {
-        tracing::warn!(error = %e, "rolling back a refused request failed");
-    }
-    refusal
 }

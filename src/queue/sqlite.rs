@@ -893,6 +893,15 @@ impl Queue for SqliteQueue {
     }
 }
 
+/// Rolls a refused request's transaction back before answering, so its write lock is released now rather
+/// than when its pooled connection is next used.
+async fn rollback(tx: sqlx::Transaction<'_, sqlx::Sqlite>, refusal: QueueError) -> QueueError {
+    if let Err(e) = tx.rollback().await {
+        tracing::warn!(error = %e, "rolling back a refused request failed");
+    }
+    refusal
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1118,13 +1127,4 @@ mod tests {
         let queue = SqliteQueue::open(&path).await.unwrap();
         assert_eq!(queue.get("durable").await.unwrap().state, TaskState::Queued);
     }
-}
-
-/// Rolls a refused request's transaction back before answering, so its write lock is released now rather
-/// than when its pooled connection is next used.
-async fn rollback(tx: sqlx::Transaction<'_, sqlx::Sqlite>, refusal: QueueError) -> QueueError {
-    if let Err(e) = tx.rollback().await {
-        tracing::warn!(error = %e, "rolling back a refused request failed");
-    }
-    refusal
 }
