@@ -668,18 +668,7 @@ impl Loop {
     /// Journals a step whose remote tool calls wait for the API client (what ran so far, and which calls
     /// are awaited), emits `awaiting_tool`, and ends the attempt.
     async fn park_for_tools(&mut self, mut record: StepRecord, executed: &Executed) -> Stop {
-        record.actions = executed.actions.clone();
-        record.results = executed.action_results.clone();
-        record.call_results = executed
-            .tool_results
-            .iter()
-            .map(|r| CallResult {
-                call_id: r.call_id.clone(),
-                ok: r.ok,
-                message: r.message.clone(),
-                details: executed.details.get(&r.call_id).cloned(),
-            })
-            .collect();
+        executed.fill(&mut record);
         record.awaiting_tools = executed.awaiting.iter().map(|c| c.id.clone()).collect();
         if let Err(stop) = self.journal(&record).await {
             return stop;
@@ -714,18 +703,7 @@ impl Loop {
         executed: &Executed,
         started: Instant,
     ) -> Result<(), Stop> {
-        record.actions = executed.actions.clone();
-        record.results = executed.action_results.clone();
-        record.call_results = executed
-            .tool_results
-            .iter()
-            .map(|r| CallResult {
-                call_id: r.call_id.clone(),
-                ok: r.ok,
-                message: r.message.clone(),
-                details: executed.details.get(&r.call_id).cloned(),
-            })
-            .collect();
+        executed.fill(record);
         record.duration_ms = started.elapsed().as_millis() as u64;
         record.finished = true;
         self.journal(record).await?;
@@ -1177,6 +1155,25 @@ struct Executed {
     awaiting: Vec<PendingToolCall>,
     /// The envelopes' `details`, by call id (for the record; the model never sees them).
     details: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+impl Executed {
+    /// Writes what ran into the step's record: the actions, every result (actions' and tools'), and the
+    /// results as the model saw them with their envelopes' details.
+    fn fill(&self, record: &mut StepRecord) {
+        record.actions = self.actions.clone();
+        record.results = self.action_results.clone();
+        record.call_results = self
+            .tool_results
+            .iter()
+            .map(|r| CallResult {
+                call_id: r.call_id.clone(),
+                ok: r.ok,
+                message: r.message.clone(),
+                details: self.details.get(&r.call_id).cloned(),
+            })
+            .collect();
+    }
 }
 
 /// The remote calls at the head of `calls` whose arguments are valid: they wait for the API client together.
