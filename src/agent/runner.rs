@@ -844,9 +844,11 @@ impl Loop {
                     out.tool_results.push(result);
                 }
                 CallKind::Function { name, arguments } => {
-                    if self.input.tools.is_remote(name) && self.input.tools.check(name, arguments).is_ok() {
-                        // This call and the valid remote calls right after it go to the API client together.
-                        out.awaiting = remote_run(&turn.calls[position..], &self.input.tools);
+                    // A valid remote call and the valid remote calls right after it go to the API client
+                    // together.
+                    let awaiting = remote_run(&turn.calls[position..], &self.input.tools);
+                    if !awaiting.is_empty() {
+                        out.awaiting = awaiting;
                         break;
                     }
                     let outcome = self.call_tool(step, &call.id, name, arguments, &mut out).await;
