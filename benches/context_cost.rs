@@ -107,6 +107,10 @@ async fn run_one(keep: u32, chunk: u32) -> Run {
             tools: Vec::new(),
             output_schema: None,
             secrets: Default::default(),
+            // The benchmark's steps repeat on purpose: the stuck-loop guard is off.
+            guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0 },
+            verify: Vec::new(),
+            verify_retries: 2,
         },
         computer: desktop,
         model,
@@ -120,6 +124,7 @@ async fn run_one(keep: u32, chunk: u32) -> Run {
         elapsed_before: Duration::ZERO,
         approved: false,
         settle: Default::default(),
+        verifier: Default::default(),
     })
     .await;
     uploader.flush(Duration::from_secs(30)).await;

@@ -153,12 +153,19 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
         task: ResolvedTask {
             instructions: "benchmark".into(),
             computer: ComputerSpec::Mock(MockSpec::default()),
-            model: ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path("bench".into()) }),
+            model: ModelSpec::Scripted(ScriptedSpec {
+                script: ScriptSource::Path("bench".into()),
+                params: Default::default(),
+            }),
             limits: Limits { max_steps: steps, timeout_secs: 3600, max_cost_usd: 1.0 },
             keep_screenshots: 3,
             tools: Vec::new(),
             output_schema: None,
             secrets: Default::default(),
+            // The benchmark's steps repeat on purpose: the stuck-loop guard is off.
+            guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0 },
+            verify: Vec::new(),
+            verify_retries: 2,
         },
         computer: desktop as Arc<dyn ComputerProvider>,
         model,
@@ -172,6 +179,7 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
         elapsed_before: Duration::ZERO,
         approved: false,
         settle: Default::default(),
+        verifier: Default::default(),
     };
     let collector = tokio::spawn(async move {
         let mut starts = Vec::new();

@@ -1,13 +1,11 @@
-//! One attempt of a task, for `agentd run` and the daemon's workers alike: the one place that emits
-//! `task_started` and `task_finished`, builds the attempt's computer and model, runs the agent loop, maps how
-//! the loop ended (or why nothing could be built) to an [`Ending`], and names the attempt's artifacts.
+//! One attempt of a task, for `agentd run`, the daemon's workers and the library alike: the one place that
+//! emits `task_started` and `task_finished`, runs the agent loop on what the library's builder built, and maps
+//! how the loop ended (or why nothing could be built) to an [`Ending`].
 //!
-//! What differs between the two callers stays with them: `agentd run` has no queue, so an ending that would
-//! go back to the queue becomes a final outcome ([`Ending::into_outcome`]); a worker releases, requeues or
-//! finishes its lease.
+//! What differs between the callers stays with them: `agentd run` and the library have no queue, so an
+//! ending that would go back to the queue becomes a final outcome ([`Ending::into_outcome`]); a worker
+//! releases, requeues or finishes its lease.
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,35 +16,27 @@ use crate::agent::events::EventSink;
 use crate::agent::journal::Journal;
 use crate::agent::{LoopEnd, LoopInput, run_isolated};
 use crate::artifacts::Uploader;
-use crate::backends::{self, BuildError, ComputerContext};
-use crate::config::Config;
+use crate::backends::BuildError;
 use crate::config::SettlePolicy;
-use crate::input::FileAccess;
-use crate::model::{Model, Shared};
+use crate::model::Model;
 use crate::record::PendingToolCall;
-use crate::record::{EndReason, EventKind, Outcome, ScreenshotRef, StepRecord, Usage};
+use crate::record::{EndReason, EventKind, Outcome, ScreenshotRef, StepRecord, StuckCheck, Usage};
 use crate::task::ResolvedTask;
-use crate::task::tools::ToolDecl;
 use crate::tools::Toolbox;
 
-/// Everything one attempt needs.
+/// Everything one attempt needs once its computer, model and tools are built (the library's builder builds
+/// them, for `agentd run`, the daemon and embedders alike: `crate::library`).
 pub struct Attempt<'a> {
+    pub task: ResolvedTask,
+    pub settle: SettlePolicy,
+    pub context: RunContext<'a>,
+}
+
+/// What an attempt runs in, besides its task and what was built: which attempt of which task it is, where
+/// its screenshots, steps and events go, its cancellation, and what earlier attempts left.
+pub struct RunContext<'a> {
     pub task_id: &'a str,
     pub attempt: u32,
-    /// Who runs it (`host:pid` for a worker, `run@host` for `agentd run`), as `task_started` says.
-    pub worker: &'a str,
-    pub task: ResolvedTask,
-    /// Which files the task may name: the user's own (`agentd run`) or what the config allows an API task.
-    pub files: &'a FileAccess,
-    /// For a task that came over the API: the config whose allowed environment variables and base URLs it
-    /// must keep to (checked again here, since the node that accepted it may allow more).
-    pub allowed_by: Option<&'a Config>,
-    /// The config's `[tools.NAME]` declarations, which a task names with `{"use": NAME}`.
-    pub tool_catalog: &'a BTreeMap<String, ToolDecl>,
-    /// Where the mock desktop keeps its state between attempts, if anywhere.
-    pub persist_dir: Option<&'a Path>,
-    /// The process's model clients and rate limiters.
-    pub models: &'a Shared,
     pub uploader: Uploader,
     pub journal: Arc<dyn Journal>,
     pub events: EventSink,
@@ -55,8 +45,8 @@ pub struct Attempt<'a> {
     /// Steps of earlier attempts (the loop continues after them).
     pub resume: Vec<StepRecord>,
     pub elapsed_before: Duration,
+    /// A human approved the action the last attempt stopped before.
     pub approved: bool,
-    pub settle: SettlePolicy,
 }
 
 /// How an attempt ended.
@@ -83,15 +73,29 @@ impl Ending {
     pub fn into_outcome(self) -> Outcome {
         match self {
             Self::Finished(outcome) | Self::Retryable { outcome, .. } => outcome,
-            Self::Interrupted => {
-                Outcome { success: false, summary: "interrupted".into(), reason: EndReason::Cancelled, output: None }
-            }
-            Self::LeaseLost(why) => Outcome { success: false, summary: why, reason: EndReason::Error, output: None },
+            Self::Interrupted => Outcome {
+                success: false,
+                summary: "interrupted".into(),
+                reason: EndReason::Cancelled,
+                output: None,
+                verified: None,
+                checks: Vec::new(),
+            },
+            Self::LeaseLost(why) => Outcome {
+                success: false,
+                summary: why,
+                reason: EndReason::Error,
+                output: None,
+                verified: None,
+                checks: Vec::new(),
+            },
             Self::WaitingForHuman(reason) => Outcome {
                 success: false,
                 summary: format!("needs a human's approval ({reason}); submit it to the daemon to approve it"),
                 reason: EndReason::Rejected,
                 output: None,
+                verified: None,
+                checks: Vec::new(),
             },
             Self::AwaitingTool(calls) => Outcome::new(
                 false,
@@ -117,6 +121,8 @@ pub struct AttemptOutput {
     pub model_errors: u32,
     /// The computer or model could not be built; the attempt never ran (the message is in the ending).
     pub build_failed: bool,
+    /// The stuck-loop guard's checks that fired, and whether each ended the task.
+    pub guard_fired: Vec<(StuckCheck, bool)>,
 }
 
 /// The computer and the model an attempt runs with.
@@ -124,60 +130,37 @@ pub struct Built {
     pub computer: Arc<dyn ComputerProvider>,
     pub model: Arc<dyn Model>,
     pub tools: Arc<Toolbox>,
+    /// The task's verifier checks (§16), made ready.
+    pub verifier: Arc<crate::verify::Verifier>,
 }
 
 impl Attempt<'_> {
-    /// Builds the task's computer and model (`agentd run` does this first, to refuse bad input before the
-    /// task starts).
-    pub async fn build(&self) -> Result<Built, BuildError> {
-        if let Some(config) = self.allowed_by {
-            backends::check_names(&self.task, config)?;
-        }
-        let base_dir = match self.files {
-            FileAccess::Local { base_dir } => Some(base_dir.as_path()),
-            FileAccess::Api { .. } => None,
-        };
-        let model_spec = backends::inline_script(&self.task.model, self.files).await?;
-        let model = backends::model(&model_spec, self.models, base_dir)?;
-        // The secrets' values are read here, on the worker, when the attempt starts (§15).
-        let secrets = backends::secrets(&self.task, self.files).await?;
-        let tools = backends::toolbox(&self.task, self.tool_catalog, secrets.clone())?;
-        let context = ComputerContext { files: self.files, persist_dir: self.persist_dir, secrets: &secrets };
-        let computer = backends::computer(&self.task.computer, &context).await?;
-        Ok(Built { computer, model, tools })
-    }
-
-    /// Emits `task_started`, builds the computer and the model unless `built` brings them, and runs the loop
-    /// to its end. Never panics: a panic in the loop is the attempt's `error` outcome.
-    pub async fn run(self, built: Option<Built>) -> AttemptOutput {
-        self.events.emit(EventKind::TaskStarted { attempt: self.attempt, worker: self.worker.to_string() });
-        let built = match built {
-            Some(built) => built,
-            None => match self.build().await {
-                Ok(built) => built,
-                Err(error) => return AttemptOutput::unbuilt(error),
-            },
-        };
-        let Built { computer, model, tools } = built;
+    /// Runs the loop to its end on what was built (emit `task_started` with [`emit_started`] first; what
+    /// could not be built is [`AttemptOutput::unbuilt`]). Never panics: a panic in the loop is the attempt's
+    /// `error` outcome.
+    pub async fn run(self, built: Built) -> AttemptOutput {
+        let Built { computer, model, tools, verifier } = built;
         // From here on, every event of the task is redacted (the sink is shared with the caller, so
         // `task_finished` and late screenshot events are too).
-        self.events.seal(tools.secrets().clone());
+        let Attempt { task, settle, context } = self;
+        context.events.seal(tools.secrets().clone());
         let output = run_isolated(LoopInput {
-            task_id: self.task_id.to_string(),
-            attempt: self.attempt,
-            task: self.task,
+            task_id: context.task_id.to_string(),
+            attempt: context.attempt,
+            task,
             computer,
             model,
             tools,
-            uploader: self.uploader,
-            journal: self.journal,
-            events: self.events,
-            cancel: self.cancel,
-            shutdown: self.shutdown,
-            resume: self.resume,
-            elapsed_before: self.elapsed_before,
-            approved: self.approved,
-            settle: self.settle,
+            uploader: context.uploader,
+            journal: context.journal,
+            events: context.events,
+            cancel: context.cancel,
+            shutdown: context.shutdown,
+            resume: context.resume,
+            elapsed_before: context.elapsed_before,
+            approved: context.approved,
+            settle,
+            verifier,
         })
         .await;
         let ending = match output.end {
@@ -196,6 +179,7 @@ impl Attempt<'_> {
             computer_state: output.computer_state,
             model_errors: output.model_errors,
             build_failed: false,
+            guard_fired: output.guard_fired.iter().map(|f| (f.note.check, f.stop)).collect(),
         }
     }
 }
@@ -203,8 +187,15 @@ impl Attempt<'_> {
 impl AttemptOutput {
     /// An attempt whose computer or model could not be built: wrong input ends the task, an unreachable
     /// backend may pass by the next attempt.
-    fn unbuilt(error: BuildError) -> Self {
-        let outcome = Outcome { success: false, summary: error.to_string(), reason: EndReason::Error, output: None };
+    pub fn unbuilt(error: BuildError) -> Self {
+        let outcome = Outcome {
+            success: false,
+            summary: error.to_string(),
+            reason: EndReason::Error,
+            output: None,
+            verified: None,
+            checks: Vec::new(),
+        };
         let ending = match error {
             BuildError::Invalid { .. } => Ending::Finished(outcome),
             BuildError::Unreachable(_) => Ending::Retryable { outcome, retry_after: None },
@@ -217,8 +208,15 @@ impl AttemptOutput {
             computer_state: None,
             model_errors: 0,
             build_failed: true,
+            guard_fired: Vec::new(),
         }
     }
+}
+
+/// Emits the attempt's first event, `task_started`: who runs it (`host:pid` for a worker, `run@host` for
+/// `agentd run`). The one place it is made.
+pub fn emit_started(events: &EventSink, attempt: u32, worker: &str) {
+    events.emit(EventKind::TaskStarted { attempt, worker: worker.to_string() });
 }
 
 /// Emits the task's last event, `task_finished`, for `outcome`. The one place it is made.

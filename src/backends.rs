@@ -20,7 +20,8 @@ use crate::model::{Model, ModelError, Shared};
 use crate::task::secrets::SecretSource;
 use crate::task::tools::{TaskTool, ToolDecl, ToolKind};
 use crate::task::{
-    CompatibleSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec, VncSpec,
+    CompatibleSpec, ComputerServerSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, SceneSource, ScriptSource,
+    ScriptedSpec, VncSpec,
 };
 use crate::tools::command::CommandRunner;
 use crate::tools::http::HttpRunner;
@@ -96,6 +97,7 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
         }
         ComputerSpec::Local(spec) => local_computer(spec).await,
         ComputerSpec::Vnc(spec) => vnc_computer(spec).await,
+        ComputerSpec::ComputerServer(spec) => cua_computer(spec).await,
     }
 }
 
@@ -156,9 +158,9 @@ async fn load_script(path: &str, files: &FileAccess) -> Result<Script, String> {
 /// daemon and `agentd run` call this before [`model`], which then reads no file).
 pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<ModelSpec, BuildError> {
     match spec {
-        ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) => {
+        ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path), params }) => {
             let script = load_script(path, files).await.map_err(|e| BuildError::invalid("model.script", e))?;
-            Ok(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Inline(script) }))
+            Ok(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Inline(script), params: params.clone() }))
         }
         other => Ok(other.clone()),
     }
@@ -221,6 +223,35 @@ async fn vnc_computer(_: &VncSpec) -> Result<Arc<dyn ComputerProvider>, BuildErr
     Err(BuildError::invalid("computer.provider", "this agentd was built without the `vnc` feature"))
 }
 
+/// A machine running cua's computer-server. The API key comes from the environment variable the task names,
+/// never from the task. Each task gets its own client (HTTP, no session to share).
+#[cfg(feature = "computer-server")]
+async fn cua_computer(spec: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    use agentd_cuaserver::{CuaConfig, CuaError, CuaServerProvider, normalize_url};
+    let url = normalize_url(&spec.url).map_err(|e| BuildError::invalid("computer.url", e.to_string()))?;
+    let api_key = match &spec.api_key_env {
+        Some(name) => Some(std::env::var(name).map_err(|_| {
+            BuildError::invalid(
+                "computer.api_key_env",
+                format!("the environment variable {name} is not set on this worker"),
+            )
+        })?),
+        None => None,
+    };
+    let config = CuaConfig { api_key, container_name: spec.container_name.clone(), ..CuaConfig::new(url) };
+    match CuaServerProvider::connect(config).await {
+        Ok(provider) => Ok(Arc::new(provider)),
+        Err(e @ CuaError::Auth { .. }) => Err(BuildError::invalid("computer.api_key_env", e.to_string())),
+        Err(e @ CuaError::Config(_)) => Err(BuildError::invalid("computer.url", e.to_string())),
+        Err(e) => Err(BuildError::Unreachable(e.to_string())),
+    }
+}
+
+#[cfg(not(feature = "computer-server"))]
+async fn cua_computer(_: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    Err(BuildError::invalid("computer.provider", "this agentd was built without the `computer-server` feature"))
+}
+
 /// Builds the model a task names, drawing HTTP clients, rate limiters, prices and keys from `shared` (one per
 /// process). Script paths resolve against `base_dir`.
 pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Result<Arc<dyn Model>, BuildError> {
@@ -228,7 +259,7 @@ pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Resu
     let invalid = |e: ModelError| BuildError::invalid("model", format!("{e}"));
     let options = spec.options();
     match spec {
-        ModelSpec::Scripted(ScriptedSpec { script }) => {
+        ModelSpec::Scripted(ScriptedSpec { script, params }) => {
             let script = match script {
                 ScriptSource::Inline(script) => script.clone(),
                 ScriptSource::Path(path) => {
@@ -239,6 +270,7 @@ pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Resu
                     Script::load(&path).map_err(|e| BuildError::invalid("model.script", format!("{e}")))?
                 }
             };
+            let script = script.with_params(params).map_err(|e| BuildError::invalid(param_field(&e), e.to_string()))?;
             Ok(Arc::new(ScriptedModel::new(script)))
         }
         ModelSpec::Anthropic(vendor) => {
@@ -263,6 +295,14 @@ pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Resu
     }
 }
 
+/// The task field a script's parameter error is about.
+fn param_field(error: &crate::task::script::ParamError) -> String {
+    match error {
+        crate::task::script::ParamError::Missing { .. } => "model.params".into(),
+        crate::task::script::ParamError::Unused { name } => format!("model.params.{name}"),
+    }
+}
+
 /// Checks, without opening a computer or a model, that a task submitted over the API may run here and can be
 /// built: it
 /// names only environment variables and base URLs the config allows ([`check_names`]), and its scene and
@@ -274,9 +314,20 @@ pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<
     if let ComputerSpec::Mock(MockSpec { scene: Some(scene), .. }) = &task.computer {
         load_scene(scene, &files).await.map_err(|e| BuildError::invalid("computer.scene", e))?;
     }
-    if let ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(path) }) = &task.model {
-        load_script(path, &files).await.map_err(|e| BuildError::invalid("model.script", e))?;
+    if let ModelSpec::Scripted(ScriptedSpec { script, params }) = &task.model {
+        let script = match script {
+            ScriptSource::Path(path) => {
+                &load_script(path, &files).await.map_err(|e| BuildError::invalid("model.script", e))?
+            }
+            ScriptSource::Inline(script) => script,
+        };
+        script.with_params(params).map_err(|e| BuildError::invalid(param_field(&e), e.to_string()))?;
     }
+    // The verifier checks (§16): reference images readable and decodable, `command` checks naming a
+    // `[verifiers.NAME]` program.
+    crate::verify::Verifier::build(&task.verify, task.verify_retries, &config.verifiers, &files)
+        .await
+        .map_err(|e| BuildError::invalid(e.field, e.message))?;
     // A secret's file is read by the worker that runs the task, never here; its path must be one the API may
     // name.
     for (name, source) in &task.secrets {
@@ -363,18 +414,29 @@ impl Makers for ToolMakers {
 }
 
 /// The environment variables, endpoints and tools a task submitted over the API may name: a VNC
-/// `password_env` in `[worker] allowed_env` or named by `[defaults]`; a secret's `env` in `[worker]
+/// `password_env` or computer-server `api_key_env` in `[worker] allowed_env` or named by `[defaults]`; a secret's `env` in `[worker]
 /// allowed_env`; an `openai-compatible` `base_url` that is the configured one (or the provider's default), one
 /// of its `allowed_base_urls`, or the one `[defaults]` names; `{"use": NAME}` only of a tool in the config's
 /// `[tools]`; an `http` tool's `headers_env` variables only from `[worker] allowed_env` (its URL is not
 /// limited: any http(s) URL). Checked at submission and again by the worker that runs the task. Returns the
 /// field and why.
 pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
-    if let ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) = &task.computer {
-        let from_defaults = matches!(&config.defaults.computer, Some(ComputerSpec::Vnc(VncSpec { password_env: Some(d), .. })) if d == name);
+    let computer_env = match &task.computer {
+        ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) => Some(("computer.password_env", name)),
+        ComputerSpec::ComputerServer(ComputerServerSpec { api_key_env: Some(name), .. }) => {
+            Some(("computer.api_key_env", name))
+        }
+        _ => None,
+    };
+    if let Some((field, name)) = computer_env {
+        let from_defaults = match &config.defaults.computer {
+            Some(ComputerSpec::Vnc(VncSpec { password_env: Some(d), .. })) => d == name,
+            Some(ComputerSpec::ComputerServer(ComputerServerSpec { api_key_env: Some(d), .. })) => d == name,
+            _ => false,
+        };
         if !from_defaults && !config.worker.allowed_env.contains(name) {
             return Err(BuildError::invalid(
-                "computer.password_env",
+                field,
                 format!(
                     "the environment variable {name:?} is not one tasks from the API may name (add it to \
                      `worker.allowed_env` in the daemon's config)"

@@ -17,7 +17,9 @@ use thiserror::Error;
 use crate::input::FileAccess;
 use crate::record::Usage;
 use crate::task::TaskDefaults;
+use crate::task::guard::GuardSpec;
 use crate::task::tools::ToolDecl;
+use crate::task::verify::VerifierDecl;
 
 /// The system-wide config file, used when `--config` and `$AGENTD_CONFIG` are not given and it exists.
 pub const SYSTEM_CONFIG: &str = "/etc/agentd/agentd.toml";
@@ -35,8 +37,82 @@ pub struct Config {
     pub defaults: TaskDefaults,
     /// How the loop waits for the screen after actions.
     pub settle: SettlePolicy,
+    /// `[guard]`: the stuck-loop guard's thresholds (§17) for tasks that do not set their own.
+    pub guard: GuardSpec,
     /// `[tools.NAME]`: tools tasks name with `{"use": "NAME"}` (§13); the only place `command` tools come from.
     pub tools: BTreeMap<String, ToolDecl>,
+    /// `[verifiers.NAME]`: programs a task's `{"kind": "command", "use": "NAME"}` check runs (§16).
+    pub verifiers: BTreeMap<String, VerifierDecl>,
+    /// `[log]`: how log lines are written (§22).
+    pub log: LogConfig,
+    /// `[otel]`: where OpenTelemetry traces go (§22).
+    pub otel: OtelConfig,
+    /// `[retention]`: how long finished tasks are kept (§21).
+    pub retention: RetentionConfig,
+}
+
+/// `[retention]` (§21): finished tasks older than `finished_days` are deleted with their steps, events and
+/// artifacts by the daemon in the background, `batch` tasks at a time, every `interval_secs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Days a finished task (succeeded, failed, cancelled) is kept after it finished; 0 keeps them forever.
+    pub finished_days: u32,
+    /// Seconds between two rounds of the background job (it also runs once at start).
+    pub interval_secs: u64,
+    /// Tasks deleted per batch; the job yields between batches.
+    pub batch: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self { finished_days: 30, interval_secs: 300, batch: 100 }
+    }
+}
+
+/// How log lines on stderr are written (`[log] format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event (the default).
+    #[default]
+    Text,
+    /// One JSON object per line, with the fields of the task and step the event happened in.
+    Json,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` (default) or `json`. Which events are written is `AGENTD_LOG` (a `tracing` filter).
+    pub format: LogFormat,
+}
+
+/// `[otel]`: OpenTelemetry traces over OTLP/HTTP (protobuf), for builds with the cargo feature `otel`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtelConfig {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); spans go to `{endpoint}/v1/traces`
+    /// (an endpoint already ending in `/v1/traces` is used as it is). Unset (the default): no traces.
+    pub endpoint: Option<String>,
+    /// The `service.name` resource attribute of every span.
+    pub service_name: String,
+    /// How long one export may take before it is abandoned.
+    pub timeout_secs: u64,
+}
+
+impl Default for OtelConfig {
+    fn default() -> Self {
+        Self { endpoint: None, service_name: "agentd".into(), timeout_secs: 10 }
+    }
+}
+
+impl OtelConfig {
+    /// The URL spans are posted to, when an endpoint is set.
+    pub fn traces_url(&self) -> Option<String> {
+        let endpoint = self.endpoint.as_deref()?.trim_end_matches('/');
+        Some(if endpoint.ends_with("/v1/traces") { endpoint.to_string() } else { format!("{endpoint}/v1/traces") })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +139,11 @@ pub struct ApiConfig {
     pub body_timeout_secs: u64,
     /// Open connections served at once, the socket and TCP together; more wait in the listen backlog.
     pub max_connections: usize,
+    /// A PEM file with the TCP listener's certificate chain (leaf first): with `tls_key`, the listener speaks
+    /// HTTPS only. Both files are read again on SIGHUP.
+    pub tls_cert: Option<PathBuf>,
+    /// A PEM file with the private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for ApiConfig {
@@ -77,6 +158,8 @@ impl Default for ApiConfig {
             header_timeout_secs: 10,
             body_timeout_secs: 30,
             max_connections: 256,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -143,7 +226,7 @@ pub struct WorkerConfig {
     /// that should resume each other's mock tasks share it, as a real VM outlives the worker driving it.
     pub mock_state_dir: Option<PathBuf>,
     /// Environment variables of this worker that tasks submitted over the API may name (a VNC computer's
-    /// `password_env`), besides those `[defaults]` names. Empty by default: such tasks name none.
+    /// `password_env`, a computer-server's `api_key_env`), besides those `[defaults]` names. Empty by default: such tasks name none.
     pub allowed_env: Vec<String>,
 }
 
@@ -320,7 +403,12 @@ impl Default for Config {
             models: BTreeMap::new(),
             defaults: TaskDefaults::default(),
             settle: SettlePolicy::default(),
+            guard: GuardSpec::default(),
             tools: BTreeMap::new(),
+            verifiers: BTreeMap::new(),
+            log: LogConfig::default(),
+            otel: OtelConfig::default(),
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -381,7 +469,8 @@ impl Config {
         {
             configured.push(scene.clone());
         }
-        if let Some(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(script) })) = &self.defaults.model {
+        if let Some(ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path(script), .. })) = &self.defaults.model
+        {
             configured.push(script.clone());
         }
         FileAccess::Api { allowed: self.api.allowed_paths.clone(), configured }
@@ -553,7 +642,21 @@ impl ConfigSource {
         }
     }
 }
-const SECTIONS: &[&str] = &["api", "queue", "worker", "artifacts", "models", "defaults", "settle", "tools"];
+const SECTIONS: &[&str] = &[
+    "api",
+    "queue",
+    "worker",
+    "artifacts",
+    "models",
+    "defaults",
+    "settle",
+    "guard",
+    "tools",
+    "verifiers",
+    "log",
+    "otel",
+    "retention",
+];
 const MODEL_KEYS: &[&str] = &[
     "base_url",
     "allowed_base_urls",
@@ -606,8 +709,13 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
             "artifacts" => keyed(value, &key, &mut section_problems).map(|v| config.artifacts = v),
             "defaults" => keyed(value, &key, &mut section_problems).map(|v| config.defaults = v),
             "settle" => keyed(value, &key, &mut section_problems).map(|v| config.settle = v),
+            "guard" => keyed(value, &key, &mut section_problems).map(|v| config.guard = v),
+            "log" => keyed(value, &key, &mut section_problems).map(|v| config.log = v),
+            "otel" => keyed(value, &key, &mut section_problems).map(|v| config.otel = v),
+            "retention" => keyed(value, &key, &mut section_problems).map(|v| config.retention = v),
             "models" => models(value, &mut section_problems).map(|v| config.models = v),
             "tools" => tools(value, &mut section_problems).map(|v| config.tools = v),
+            "verifiers" => verifiers(value, &mut section_problems).map(|v| config.verifiers = v),
             other => {
                 section_problems.push((
                     other.to_string(),
@@ -689,6 +797,25 @@ fn tools(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTr
     Some(out)
 }
 
+/// `[verifiers.NAME]` tables (§16); `command` names a program.
+fn verifiers(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTreeMap<String, VerifierDecl>> {
+    let toml::Value::Table(table) = value else {
+        return section(value, "verifiers", problems);
+    };
+    let mut out = BTreeMap::new();
+    for (name, entry) in table {
+        let field = format!("verifiers.{name}");
+        if let Some(decl) = section::<VerifierDecl>(entry, &field, problems) {
+            if decl.command.first().is_none_or(String::is_empty) {
+                problems.push((format!("{field}.command"), "name the program to run (a non-empty list)".into()));
+                continue;
+            }
+            out.insert(name, decl);
+        }
+    }
+    Some(out)
+}
+
 /// Deserializes one value, recording (field path, message) on failure.
 fn section<T: serde::de::DeserializeOwned>(
     value: toml::Value,
@@ -737,6 +864,12 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     if config.queue.max_attempts == 0 {
         problem("queue.max_attempts", "must be at least 1".into());
     }
+    if config.retention.interval_secs == 0 {
+        problem("retention.interval_secs", "must be at least 1".into());
+    }
+    if config.retention.batch == 0 || config.retention.batch > 1000 {
+        problem("retention.batch", format!("must be between 1 and 1000, got {}", config.retention.batch));
+    }
     if config.settle.interval_ms == 0 {
         problem("settle.interval_ms", "must be at least 1".into());
     }
@@ -780,6 +913,27 @@ fn validate(config: &Config) -> Vec<(String, String)> {
         if config.api.token_file.is_none() {
             problem("api.token_file", "a TCP listener (api.listen) needs a bearer token file".into());
         }
+    }
+    match (&config.api.tls_cert, &config.api.tls_key) {
+        (Some(_), None) => {
+            problem("api.tls_key", "api.tls_cert needs api.tls_key (the certificate's private key)".into())
+        }
+        (None, Some(_)) => problem("api.tls_cert", "api.tls_key needs api.tls_cert (the certificate chain)".into()),
+        (Some(_), Some(_)) if config.api.listen.is_none() => {
+            problem("api.tls_cert", "TLS is for the TCP listener: set api.listen too".into())
+        }
+        _ => {}
+    }
+    if let Some(endpoint) = &config.otel.endpoint
+        && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+    {
+        problem("otel.endpoint", format!("{endpoint:?} is not an http or https URL (http://127.0.0.1:4318)"));
+    }
+    if config.otel.service_name.trim().is_empty() {
+        problem("otel.service_name", "must not be empty".into());
+    }
+    if config.otel.timeout_secs == 0 || config.otel.timeout_secs > 600 {
+        problem("otel.timeout_secs", format!("must be between 1 and 600, got {}", config.otel.timeout_secs));
     }
     if config.api.max_body_bytes < 1024 {
         problem("api.max_body_bytes", "must be at least 1024".into());
@@ -873,13 +1027,15 @@ fn validate(config: &Config) -> Vec<(String, String)> {
 }
 
 /// `AGENTD_*` variables that are not configuration keys: the CLI's (`AGENTD_CONFIG`, `AGENTD_SOCKET`,
-/// `AGENTD_URL`, `AGENTD_TOKEN`), the log filter, and those the test suite and benchmarks read (besides every
-/// `AGENTD_TEST_*` and `AGENTD_BENCH_*`).
+/// `AGENTD_URL`, `AGENTD_TOKEN`, `AGENTD_CA_FILE`), the log filter, and those the test suite and benchmarks
+/// read (besides every `AGENTD_TEST_*` and `AGENTD_BENCH_*`).
 const NOT_CONFIG_KEYS: &[&str] = &[
     "AGENTD_CONFIG",
     "AGENTD_SOCKET",
     "AGENTD_URL",
     "AGENTD_TOKEN",
+    // The CA file the CLI trusts for `https://` daemon URLs (`cli::client`).
+    "AGENTD_CA_FILE",
     "AGENTD_LOG",
     "AGENTD_CRASH_SEED",
     "AGENTD_X11VNC_ARGS",
@@ -930,7 +1086,7 @@ fn apply_env(
             }
             continue;
         }
-        let Some(section) = ["api", "queue", "worker", "artifacts", "defaults", "settle"]
+        let Some(section) = ["api", "queue", "worker", "artifacts", "defaults", "settle", "guard", "log", "otel"]
             .into_iter()
             .find(|s| rest.starts_with(&format!("{s}_")))
         else {
@@ -940,7 +1096,7 @@ fn apply_env(
                     "not a configuration variable; expected AGENTD_DATA_DIR or AGENTD_<SECTION>_<KEY> with a section \
                      of {}, or one of {}",
                     SECTIONS.join(", ").to_uppercase(),
-                    NOT_CONFIG_KEYS[..5].join(", ")
+                    NOT_CONFIG_KEYS[..6].join(", ")
                 ),
             );
             continue;
@@ -1126,6 +1282,38 @@ mod tests {
     }
 
     #[test]
+    fn log_otel_and_tls_keys_parse_and_are_checked() {
+        let config = parse(
+            "[otel]\nendpoint = \"http://127.0.0.1:4318/\"\n",
+            "x.toml",
+            &env(&[("AGENTD_LOG_FORMAT", "json"), ("AGENTD_OTEL_SERVICE_NAME", "agentd-eu")]),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.log.format, LogFormat::Json);
+        assert_eq!(config.otel.service_name, "agentd-eu");
+        assert_eq!(config.otel.traces_url().as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
+        let full = OtelConfig { endpoint: Some("https://c.example/v1/traces".into()), ..OtelConfig::default() };
+        assert_eq!(full.traces_url().as_deref(), Some("https://c.example/v1/traces"));
+        assert_eq!(Config::default().otel.traces_url(), None);
+
+        let err = parse("[log]\nformat = \"xml\"\n[otel]\nendpoint = \"127.0.0.1:4318\"\n", "x.toml", &[]).unwrap_err();
+        let fields: Vec<_> = err.problems.iter().filter_map(|p| p.field.clone()).collect();
+        assert_eq!(fields, ["log.format", "otel.endpoint"], "{err}");
+        assert_eq!(err.problems[0].line, 2, "{err}");
+
+        let listen = "[api]\nlisten = \"127.0.0.1:8787\"\ntoken_file = \"/t\"\n";
+        for (tls, field) in [("tls_cert = \"/c\"\n", "api.tls_key"), ("tls_key = \"/k\"\n", "api.tls_cert")] {
+            let err = parse(&format!("{listen}{tls}"), "x.toml", &[]).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{err}");
+            assert_eq!(err.problems[0].field.as_deref(), Some(field), "{err}");
+        }
+        let err = parse("[api]\ntls_cert = \"/c\"\ntls_key = \"/k\"\n", "x.toml", &[]).unwrap_err();
+        assert!(err.to_string().contains("set api.listen too"), "{err}");
+        parse(&format!("{listen}tls_cert = \"/c\"\ntls_key = \"/k\"\n"), "x.toml", &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
     fn bad_environment_values_are_named() {
         let err = parse("", "x.toml", &env(&[("AGENTD_WORKER_CONCURRENCY", "many")])).unwrap_err();
         assert_eq!(err.problems[0].field.as_deref(), Some("worker.concurrency"), "{err}");
@@ -1166,6 +1354,7 @@ mod tests {
             ("AGENTD_SOCKET", "/x.sock"),
             ("AGENTD_URL", "http://127.0.0.1:1"),
             ("AGENTD_TOKEN", "t"),
+            ("AGENTD_CA_FILE", "/ca.pem"),
             ("AGENTD_LOG", "info"),
             ("AGENTD_TEST_POSTGRES_URL", "postgres://x"),
             ("AGENTD_BENCH_POSTGRES_URL", "postgres://x"),

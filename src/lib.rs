@@ -91,6 +91,10 @@ pub mod queue;
 #[doc(hidden)]
 pub mod record;
 #[doc(hidden)]
+pub mod report;
+#[doc(hidden)]
+pub mod retention;
+#[doc(hidden)]
 pub mod screen;
 #[doc(hidden)]
 pub mod sse;
@@ -100,6 +104,8 @@ pub mod status;
 pub mod task;
 #[doc(hidden)]
 pub mod tools;
+#[doc(hidden)]
+pub mod verify;
 
 // The agent and its runs.
 pub use library::{

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::record::{Outcome, PendingToolCall, ScreenshotRef, StepRecord, TaskState, Usage};
+use crate::record::{Outcome, PendingToolCall, ReplayInfo, ScreenshotRef, StepRecord, TaskState, Usage};
 use crate::task::TaskSpec;
 
 /// The whole task record; `version` is [`crate::record::RECORD_VERSION`].
@@ -37,6 +37,10 @@ pub struct TaskRecord {
     /// from the last step (its `awaiting_tools` without answers), never stored on its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_tool_calls: Vec<PendingToolCall>,
+    /// For a task that replays another (§18): which, where the screen diverged, where the model took over;
+    /// derived from the task file and the steps, never stored on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayInfo>,
 }
 
 impl TaskRecord {
@@ -46,5 +50,10 @@ impl TaskRecord {
             (TaskState::AwaitingTool, Some(step)) => step.pending_tool_calls(),
             _ => Vec::new(),
         };
+    }
+
+    /// Fills `replay` from the task file and the steps (§18).
+    pub fn derive_replay(&mut self) {
+        self.replay = self.task.replay.as_ref().map(|spec| ReplayInfo::of_steps(spec.of.to_string(), &self.steps));
     }
 }

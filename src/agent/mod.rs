@@ -5,6 +5,7 @@
 
 pub mod context;
 pub mod events;
+pub mod guard;
 pub mod journal;
 pub mod runner;
 pub mod settle;

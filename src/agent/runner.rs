@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::ContextPolicy;
 use super::events::EventSink;
+use super::guard::{Fired, StuckGuard};
 use super::journal::{Journal, JournalError};
 use super::settle::settle;
 use super::stream::{Partial, TurnStream};
@@ -24,15 +25,17 @@ use crate::artifacts::{Uploader, artifact_key};
 use crate::config::SettlePolicy;
 use crate::model::ToolSpec;
 use crate::model::{
-    CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolResult, Usage,
+    CallKind, Delta, Exchange, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall, ToolResult, Usage,
 };
 use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
-use crate::record::{ActionResult, CallResult, EndReason, Outcome, ScreenshotRef, StepApproval, StepRecord};
+use crate::record::{ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord};
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
 use crate::tools::{Called, CompletionError, Effect, MAX_INVALID_OUTPUTS, ToolContext, ToolOutcome, Toolbox};
+
+mod verifying;
 
 /// Everything one attempt of a task needs.
 pub struct LoopInput {
@@ -58,6 +61,8 @@ pub struct LoopInput {
     pub approved: bool,
     /// How to wait for the screen after actions.
     pub settle: SettlePolicy,
+    /// The task's verifier checks (§16); empty when it has none.
+    pub verifier: Arc<crate::verify::Verifier>,
 }
 
 /// How an attempt ended.
@@ -90,6 +95,8 @@ pub struct LoopOutput {
     pub model_errors: u32,
     /// The model provider asked not to be called again before this long (a long `retry-after`).
     pub retry_after: Option<Duration>,
+    /// What the stuck-loop guard did in this attempt.
+    pub guard_fired: Vec<Fired>,
 }
 
 /// Text the model sees when a task continues after its worker died mid-step.
@@ -99,6 +106,10 @@ pub const INTERRUPTED_ACTION: &str = "not known: the worker stopped before this 
 
 pub const RESUME_NOTE: &str = "Note: this task was interrupted and has been resumed. The last actions you asked \
 for may or may not have happened; look at the current screenshot before you continue.";
+
+/// Pixels that may differ between two screenshots before the stuck-loop guard calls it a change: more than a
+/// blinking text caret (about 1–2 × 20 px), less than one typed letter with the caret moving after it.
+pub const GUARD_TOLERANCE_PIXELS: u64 = 40;
 
 /// How long a single action may take beyond its own duration before the computer is deemed stuck.
 pub const ACTION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -114,7 +125,8 @@ fn action_duration(action: &Action) -> Duration {
 /// `error` outcome instead of taking the caller down.
 pub async fn run_isolated(input: LoopInput) -> LoopOutput {
     let secrets = input.tools.secrets().clone();
-    match tokio::spawn(run(input)).await {
+    // The loop's own task stays inside the caller's span (the task, for logs and traces).
+    match tokio::spawn(tracing::Instrument::in_current_span(run(input))).await {
         Ok(output) => output,
         Err(e) => {
             let message = match e.try_into_panic() {
@@ -135,6 +147,7 @@ pub async fn run_isolated(input: LoopInput) -> LoopOutput {
                 computer_state: None,
                 model_errors: 0,
                 retry_after: None,
+                guard_fired: Vec::new(),
             }
         }
     }
@@ -158,6 +171,8 @@ struct Loop {
     previous_frame: Option<Frame>,
     /// Whether the last capture differs from `previous_frame` (`None` for the first).
     last_changed: Option<bool>,
+    /// Whether it differs by more than [`GUARD_TOLERANCE_PIXELS`] (what the stuck-loop guard counts).
+    last_noticeably_changed: Option<bool>,
     policy: ContextPolicy,
     /// What the model is told it may call (from the toolbox, computed once).
     specs: Vec<ToolSpec>,
@@ -177,6 +192,15 @@ struct Loop {
     // --- context compaction (model adapters' issue) ---
     /// What compaction made of exchanges dropped from `history` (see `agent::context::compact`).
     summary: Option<String>,
+    /// The stuck-loop guard (§17), fed every finished step.
+    guard: StuckGuard,
+    /// What the guard did in this attempt (for the daemon's metrics).
+    guard_fired: Vec<Fired>,
+    /// Verifier rounds (§16) a completion failed, earlier attempts included; rounds run in this attempt; the
+    /// round that ended the task (its results go into the outcome).
+    verify_failures: u32,
+    verify_rounds: u32,
+    final_checks: Option<Vec<crate::record::CheckResult>>,
 }
 
 /// Why the loop stopped early inside a step.
@@ -221,6 +245,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         notes: Vec::new(),
         previous_frame: None,
         last_changed: None,
+        last_noticeably_changed: None,
         policy,
         specs: input.tools.specs(),
         pending_approval: None,
@@ -231,6 +256,11 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         next_frame: None,
         model_errors: 0,
         summary: None,
+        guard: StuckGuard::new(input.task.guard),
+        guard_fired: Vec::new(),
+        verify_failures: 0,
+        verify_rounds: 0,
+        final_checks: None,
         input,
     };
     let interrupted = state.restore(resume);
@@ -261,6 +291,7 @@ impl Loop {
             self.pending_tools = resume.pop();
         }
         self.resumed_completion = resume.last().and_then(|step| completion_made(step, &self.input.tools));
+        self.verify_failures = verifying::failed_rounds(&resume);
         let (invalid, problems) = invalid_outputs(&resume, &self.input.tools);
         self.invalid_outputs = invalid;
         if self.resumed_completion.is_none() && invalid >= MAX_INVALID_OUTPUTS {
@@ -317,6 +348,10 @@ impl Loop {
         if let Some(pending) = self.pending_approval.as_ref().or(self.pending_tools.as_ref()) {
             self.usage.add(&pending.usage);
         }
+        // The guard counts as it did in the earlier attempts: each step with the change the next one saw.
+        for pair in self.steps.windows(2) {
+            self.guard.observe(&pair[0], pair[1].screen_changed);
+        }
         if interrupted {
             self.notes.push(RESUME_NOTE.to_string());
         }
@@ -349,19 +384,7 @@ impl Loop {
         let started = Instant::now();
         let turn = turn_of(&record);
         let executed = self.run_calls(record.index, &turn).await;
-        self.complete_step(&mut record, &executed, started).await?;
-        self.history.push(Exchange {
-            step: record.index,
-            screenshot: None,
-            notes: vec![format!("A human approved: {reason}")],
-            turn,
-            results: executed.tool_results,
-        });
-        self.steps.push(record);
-        if let Some(end) = executed.stop {
-            return Err(Stop::End(end));
-        }
-        Ok(executed.completion)
+        self.finish_resumed_step(record, turn, executed, started, vec![format!("A human approved: {reason}")]).await
     }
 
     /// Continues the turn of the step that parked for the API client's `remote` tool results, now that they
@@ -402,13 +425,7 @@ impl Loop {
         }
         let failed = done.tool_results.iter().any(|r| !r.ok);
         let rest = &turn.calls[resume_at..];
-        let planned: Vec<Action> = rest
-            .iter()
-            .flat_map(|call| match &call.kind {
-                CallKind::Computer { actions } => actions.iter().map(|a| self.coords.action_to_screen(a)).collect(),
-                CallKind::Function { .. } => Vec::new(),
-            })
-            .collect();
+        let planned = self.screen_actions(rest);
         // Journaled before the rest runs, as every step is: no longer awaiting, with the actions about to
         // run, so a worker lost now leaves an interrupted step, never one whose actions run twice.
         record.awaiting_tools.clear();
@@ -429,11 +446,24 @@ impl Loop {
         {
             self.settle_after(&mut record, &executed, before).await?;
         }
-        self.complete_step(&mut record, &executed, started).await?;
+        self.finish_resumed_step(record, turn, executed, started, Vec::new()).await
+    }
+
+    /// Ends a step an earlier attempt began (its screenshot is not shown again): journals it as finished,
+    /// adds it to the model's history with `notes`, and says how the loop goes on.
+    async fn finish_resumed_step(
+        &mut self,
+        mut record: StepRecord,
+        turn: ModelTurn,
+        mut executed: Executed,
+        started: Instant,
+        notes: Vec<String>,
+    ) -> Result<Option<Outcome>, Stop> {
+        self.complete_step(&mut record, &mut executed, started).await?;
         self.history.push(Exchange {
             step: record.index,
             screenshot: None,
-            notes: Vec::new(),
+            notes,
             turn,
             results: executed.tool_results,
         });
@@ -502,8 +532,15 @@ impl Loop {
             if let Err(end) = self.check_limits(true) {
                 return end;
             }
-            let span = tracing::debug_span!("step", task_id = %self.input.task_id, step = self.steps.len());
-            match tracing::Instrument::instrument(self.step(), span).await {
+            // ERROR level: any filter that lets a line through keeps the step it belongs to (`cli::telemetry`).
+            let span = tracing::error_span!("step", step = self.steps.len() as i64);
+            let step = async {
+                let started = Instant::now();
+                let result = self.step().await;
+                tracing::debug!(duration_ms = started.elapsed().as_millis() as u64, "step finished");
+                result
+            };
+            match tracing::Instrument::instrument(step, span).await {
                 Ok(Some(outcome)) => return LoopEnd::Finished(outcome),
                 Ok(None) => {}
                 Err(Stop::End(end)) => return end,
@@ -521,14 +558,20 @@ impl Loop {
         let for_encode = frame.clone();
         // Pixel work (the comparison with the last screen, scaling, encoding) stays off the async runtime.
         let previous = self.previous_frame.clone();
-        let (prepared, changed) = tokio::task::spawn_blocking(move || {
-            let changed = previous.map(|p| p.as_rgb() != for_encode.as_rgb() || p.size() != for_encode.size());
-            image::prepare(&for_encode, image_size).map(|prepared| (prepared, changed))
+        let (prepared, changed, noticeably) = tokio::task::spawn_blocking(move || {
+            let changed = previous.as_ref().map(|p| p.as_rgb() != for_encode.as_rgb() || p.size() != for_encode.size());
+            // For the stuck-loop guard: a blinking caret is no progress, a typed letter is.
+            let noticeably = match (&previous, changed) {
+                (Some(p), Some(true)) => Some(super::settle::differs(p, &for_encode, GUARD_TOLERANCE_PIXELS)),
+                _ => changed,
+            };
+            image::prepare(&for_encode, image_size).map(|prepared| (prepared, changed, noticeably))
         })
         .await
         .map_err(|e| Stop::End(error_end(&format!("screenshot processing panicked: {e}"))))?
         .map_err(|e| Stop::End(error_end(&e.to_string())))?;
         self.last_changed = changed;
+        self.last_noticeably_changed = noticeably;
         let key = artifact_key(&self.input.task_id, self.input.attempt, step, prepared.artifact.extension);
         let reference = ScreenshotRef {
             url: self.input.uploader.store().url(&key),
@@ -572,6 +615,7 @@ impl Loop {
         let (frame, prepared, screenshot) = self.capture(index).await?;
         let screen_changed = self.last_changed;
         self.previous_frame = Some(frame.clone());
+        let guard_note = self.watch_for_loops(index, self.last_noticeably_changed)?;
 
         self.policy.apply(&mut self.history);
         // --- context compaction (model adapters' issue): summarise old turns near the context window ---
@@ -579,27 +623,9 @@ impl Loop {
             super::context::compact(&mut self.history, &mut self.summary, window, &self.input.task.instructions);
         }
         let called = self.call_model(index, &prepared.model).await;
-        let mut record = StepRecord {
-            index,
-            started_at,
-            duration_ms: 0,
-            screenshot,
-            model_text: String::new(),
-            thinking: String::new(),
-            actions: Vec::new(),
-            results: Vec::new(),
-            usage: Usage::default(),
-            screen_changed,
-            settle_ms: 0,
-            visual_change: None,
-            calls: Vec::new(),
-            call_results: Vec::new(),
-            raw: None,
-            finished: false,
-            approval: None,
-            awaiting_tools: Vec::new(),
-            interrupted: false,
-        };
+        let mut record = StepRecord::begun(index, started_at, screenshot);
+        record.screen_changed = screen_changed;
+        record.guard = guard_note;
         let turn = match called {
             Ok(turn) => turn,
             Err(CallEnd::Stop(stop)) => return Err(stop),
@@ -615,14 +641,7 @@ impl Loop {
         record.calls = turn.calls.clone();
         record.raw = turn.raw.clone();
         // Screen-space actions are known before anything runs, so the journal shows what was about to happen.
-        record.actions = turn
-            .calls
-            .iter()
-            .flat_map(|call| match &call.kind {
-                CallKind::Computer { actions } => actions.iter().map(|a| self.coords.action_to_screen(a)).collect(),
-                CallKind::Function { .. } => Vec::new(),
-            })
-            .collect();
+        record.actions = self.screen_actions(&turn.calls);
         record.approval = turn.approval.as_ref().map(|request| StepApproval {
             reason: request.reason.clone(),
             details: request.details.clone(),
@@ -637,7 +656,7 @@ impl Loop {
             return Err(Stop::End(LoopEnd::WaitingForHuman { reason: request.reason.clone() }));
         }
 
-        let executed = self.run_calls(index, &turn).await;
+        let mut executed = self.run_calls(index, &turn).await;
         if !executed.awaiting.is_empty() {
             record.duration_ms = started.elapsed().as_millis() as u64;
             return Err(self.park_for_tools(record, &executed).await);
@@ -645,7 +664,7 @@ impl Loop {
         if executed.stop.is_none() {
             self.settle_after(&mut record, &executed, &frame).await?;
         }
-        self.complete_step(&mut record, &executed, started).await?;
+        self.complete_step(&mut record, &mut executed, started).await?;
 
         let no_calls = turn.calls.is_empty();
         self.history.push(Exchange {
@@ -663,6 +682,45 @@ impl Loop {
             return Err(Stop::End(end));
         }
         Ok(executed.completion)
+    }
+
+    /// The computer actions of `calls`, in screen pixels (what the record keeps).
+    fn screen_actions(&self, calls: &[ToolCall]) -> Vec<Action> {
+        calls
+            .iter()
+            .flat_map(|call| match &call.kind {
+                CallKind::Computer { actions } => actions.iter().map(|a| self.coords.action_to_screen(a)).collect(),
+                CallKind::Function { .. } => Vec::new(),
+            })
+            .collect()
+    }
+
+    /// Feeds the last finished step to the stuck-loop guard, with whether the screen changed since its
+    /// screenshot. A warning goes to the model with this step's screenshot (and into its record); a second
+    /// one ends the task `stuck` before the model is called again.
+    fn watch_for_loops(&mut self, step: u32, screen_changed: Option<bool>) -> Result<Option<GuardNote>, Stop> {
+        let Some(last) = self.steps.last().filter(|s| s.finished) else {
+            return Ok(None);
+        };
+        let Some(fired) = self.guard.observe(last, screen_changed) else {
+            return Ok(None);
+        };
+        let note = fired.note.clone();
+        tracing::info!(check = note.check.as_str(), count = note.count, stopped = fired.stop, "stuck-loop guard fired");
+        self.input.events.emit(EventKind::StuckDetected {
+            step,
+            check: note.check,
+            count: note.count,
+            message: note.message.clone(),
+            stopped: fired.stop,
+        });
+        let stop = fired.stop;
+        self.guard_fired.push(fired);
+        if stop {
+            return Err(Stop::End(finished(false, &note.message, EndReason::Stuck)));
+        }
+        self.notes.push(note.message.clone());
+        Ok(Some(note))
     }
 
     /// Journals a step whose remote tool calls wait for the API client (what ran so far, and which calls
@@ -700,9 +758,10 @@ impl Loop {
     async fn complete_step(
         &mut self,
         record: &mut StepRecord,
-        executed: &Executed,
+        executed: &mut Executed,
         started: Instant,
     ) -> Result<(), Stop> {
+        self.verify_completion(record, executed).await;
         executed.fill(record);
         record.duration_ms = started.elapsed().as_millis() as u64;
         record.finished = true;
@@ -735,7 +794,8 @@ impl Loop {
             Err(poisoned) => poisoned.into_inner().delta(delta),
         };
         let model = self.input.model.clone();
-        let call = model.next_turn(request, &deltas);
+        let span = model_call_span(&self.input.task.model, model.as_ref());
+        let call = tracing::Instrument::instrument(model.next_turn(request, &deltas), span.clone());
         let timeout_secs = self.input.task.limits.timeout_secs;
         let result = tokio::select! {
             result = call => Ok(result),
@@ -750,10 +810,12 @@ impl Loop {
         match result {
             Ok(Ok(turn)) => {
                 stream.finish(&turn);
+                record_usage(&span, &turn.usage);
                 Ok(turn)
             }
             Ok(Err(e)) => {
                 stream.fail(&e);
+                span.record("otel.status_code", "ERROR");
                 self.model_errors += 1;
                 if let ModelError::RateLimited { retry_after_secs, .. } = &e {
                     self.retry_after = Some(Duration::from_secs(*retry_after_secs));
@@ -895,8 +957,9 @@ impl Loop {
         };
         let context = ToolContext { cancel: self.input.cancel.child_token(), output: &stream };
         let tools = self.input.tools.clone();
+        let span = tracing::info_span!("tool", otel.name = format!("tool {name}"), tool = name, call_id);
         let called = tokio::select! {
-            called = tools.call(name, arguments, context) => called,
+            called = tracing::Instrument::instrument(tools.call(name, arguments, context), span) => called,
             () = self.input.cancel.cancelled() => {
                 out.stop = Some(finished(false, "cancelled", EndReason::Cancelled));
                 Called::Done(ToolOutcome::error("cancelled: the task was cancelled while this tool ran"), None)
@@ -917,7 +980,7 @@ impl Loop {
         };
         match effect {
             Some(Effect::Complete { success, summary, output }) => {
-                out.completion = Some(Outcome { success, summary, reason: EndReason::Completed, output });
+                out.completion = Some(Outcome::completed(success, summary, output));
             }
             Some(Effect::InvalidOutput { problems }) => {
                 self.invalid_outputs += 1;
@@ -982,7 +1045,19 @@ impl Loop {
             let screen_action = self.coords.action_to_screen(model_action);
             self.input.events.emit(EventKind::ActionStarted { step, index, action: screen_action.clone() });
             let started = Instant::now();
-            let result = self.perform(model_action, &screen_action).await;
+            let span = tracing::info_span!(
+                "action",
+                otel.name = format!("action {}", model_action.kind()),
+                action = model_action.kind(),
+                index = i64::from(index),
+                otel.status_code = tracing::field::Empty,
+            );
+            let result =
+                tracing::Instrument::instrument(self.perform(model_action, &screen_action), span.clone()).await;
+            if result.is_err() {
+                span.record("otel.status_code", "ERROR");
+            }
+            drop(span);
             let duration_ms = started.elapsed().as_millis() as u64;
             let (ok, message) = match &result {
                 Ok(done) => (true, done.message.clone()),
@@ -1111,11 +1186,12 @@ impl Loop {
                 final_screenshot = Some(reference);
             }
         }
+        let mut end = end;
+        self.verify_at_end(&mut end).await;
         let mut computer_state = self.input.computer.state().await;
         // What leaves the loop shows placeholders, never secrets' values (§15): the computer's state holds
         // what was typed; an ending's message may quote a provider's error.
         let secrets = self.input.tools.secrets().clone();
-        let mut end = end;
         if !secrets.is_empty() {
             if let Some(state) = &mut computer_state {
                 secrets.redact_json(state);
@@ -1141,6 +1217,7 @@ impl Loop {
             computer_state,
             model_errors: self.model_errors,
             retry_after: self.retry_after,
+            guard_fired: self.guard_fired,
         }
     }
 }
@@ -1179,7 +1256,7 @@ impl Executed {
 }
 
 /// The remote calls at the head of `calls` whose arguments are valid: they wait for the API client together.
-fn remote_run(calls: &[crate::model::ToolCall], tools: &Toolbox) -> Vec<PendingToolCall> {
+fn remote_run(calls: &[ToolCall], tools: &Toolbox) -> Vec<PendingToolCall> {
     calls
         .iter()
         .map_while(|call| match &call.kind {
@@ -1226,10 +1303,17 @@ fn zoom_size(region: Size, max: Size) -> Size {
 fn completion_made(step: &StepRecord, tools: &Toolbox) -> Option<Outcome> {
     for call in &step.calls {
         match &call.kind {
+            CallKind::Function { name, .. }
+                if name == crate::model::TASK_COMPLETION
+                    && step.call_results.iter().any(|r| r.call_id == call.id && !r.ok) =>
+            {
+                // Refused (its checks failed, §16): the model was told and goes on.
+                return None;
+            }
             CallKind::Function { name, arguments } if name == crate::model::TASK_COMPLETION => {
                 return match tools.completion(arguments) {
                     Ok(Effect::Complete { success, summary, output }) => {
-                        Some(Outcome { success, summary, reason: EndReason::Completed, output })
+                        Some(Outcome::completed(success, summary, output))
                     }
                     _ => None,
                 };
@@ -1284,11 +1368,25 @@ fn turn_of(step: &StepRecord) -> ModelTurn {
 }
 
 fn finished(success: bool, summary: &str, reason: EndReason) -> LoopEnd {
-    LoopEnd::Finished(Outcome { success, summary: summary.to_string(), reason, output: None })
+    LoopEnd::Finished(Outcome {
+        success,
+        summary: summary.to_string(),
+        reason,
+        output: None,
+        verified: None,
+        checks: Vec::new(),
+    })
 }
 
 fn error_outcome(summary: &str) -> Outcome {
-    Outcome { success: false, summary: summary.to_string(), reason: EndReason::Error, output: None }
+    Outcome {
+        success: false,
+        summary: summary.to_string(),
+        reason: EndReason::Error,
+        output: None,
+        verified: None,
+        checks: Vec::new(),
+    }
 }
 
 fn error_end(summary: &str) -> LoopEnd {
@@ -1301,4 +1399,42 @@ fn provider_end(e: &ProviderError) -> LoopEnd {
 
 fn model_end(e: &ModelError) -> LoopEnd {
     if e.is_retryable() { LoopEnd::Retryable(error_outcome(&e.to_string())) } else { error_end(&e.to_string()) }
+}
+
+/// The span of one model call, named and attributed after OpenTelemetry's semantic conventions for generative
+/// AI (`gen_ai.*`); the usage is recorded when the turn arrives ([`record_usage`]).
+fn model_call_span(spec: &crate::task::ModelSpec, model: &dyn Model) -> tracing::Span {
+    let provider = spec.provider();
+    // The conventions' names for the providers that have one.
+    let system = match provider {
+        "gemini" => "gcp.gemini",
+        other => other,
+    };
+    let model_id = model.model_id().unwrap_or(provider);
+    tracing::info_span!(
+        "model call",
+        otel.name = format!("chat {model_id}"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.system = system,
+        gen_ai.provider.name = system,
+        gen_ai.request.model = model_id,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+        gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+        agentd.cost_usd = tracing::field::Empty,
+    )
+}
+
+/// A turn's usage on its model call's span.
+/// Numbers are recorded as i64: OpenTelemetry's attributes have no unsigned integers (a u64 would arrive as text).
+fn record_usage(span: &tracing::Span, usage: &Usage) {
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    span.record("gen_ai.usage.input_tokens", int(usage.input_tokens));
+    span.record("gen_ai.usage.output_tokens", int(usage.output_tokens));
+    span.record("gen_ai.usage.cache_read.input_tokens", int(usage.cache_read_tokens));
+    span.record("gen_ai.usage.cache_creation.input_tokens", int(usage.cache_write_tokens));
+    span.record("agentd.cost_usd", usage.cost_usd);
 }

@@ -4,14 +4,23 @@
 //! also bad path parameters and query strings ([`ApiPath`], [`ApiQuery`]), unknown endpoints and methods.
 //! TCP requests pass [`guard`] first: a `Host` header that is not this daemon's is refused (403,
 //! DNS-rebinding protection), a token in the query string is refused (400), and the bearer token is compared
-//! in constant time (401). The Unix socket relies on its file permissions. Then [`read_body`] reads the body
+//! in constant time (401) — or, for the web console in a browser, a session cookie minted at its login, with
+//! CSRF checks on requests that change state ([`console`]). The Unix socket relies on its file permissions. Then [`read_body`] reads the body
 //! whole: at most `api.max_body_bytes` (413 past it, at once when the declared `Content-Length` is larger),
-//! within `api.body_timeout_secs` (408). Connection limits and timeouts are in [`connections`].
+//! within `api.body_timeout_secs` (408). Connection limits and timeouts are in [`connections`]; TLS on the
+//! TCP listener (`api.tls_cert`, `api.tls_key`, reloaded on SIGHUP) in [`tls`].
+//!
+//! The routes are listed once, in [`endpoints`]; the OpenAPI document served at `/v1/openapi.json`
+//! ([`OPENAPI`], `openapi.json` beside this file, written by hand) describes exactly those. `GET /livez` passes
+//! the TCP guard unchecked; every request is counted by method, route template and status ([`count_requests`]).
 
 mod connections;
+pub mod console;
 mod events;
 mod handle;
+mod retention;
 mod tasks;
+pub mod tls;
 
 pub use handle::WorkerHandle;
 
@@ -21,12 +30,13 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
+use axum::handler::Handler;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -50,6 +60,8 @@ pub struct ApiState {
     pub workers: WorkerHandle,
     /// Fired at shutdown: new tasks are refused with 503.
     pub stopping: CancellationToken,
+    /// Deletes finished tasks (§21).
+    pub retention: Arc<crate::retention::Retention>,
 }
 
 /// An API failure, rendered as `{"error": {"code", "message", "field"?}}` with its status.
@@ -175,19 +187,74 @@ fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
     })
 }
 
+/// One endpoint: a method, a path template and its handler.
+struct Endpoint {
+    method: Method,
+    path: &'static str,
+    handler: MethodRouter<Arc<ApiState>>,
+}
+
+fn get_at<H: Handler<T, Arc<ApiState>>, T: 'static>(path: &'static str, handler: H) -> Endpoint {
+    Endpoint { method: Method::GET, path, handler: get(handler) }
+}
+
+fn delete_at<H: Handler<T, Arc<ApiState>>, T: 'static>(path: &'static str, handler: H) -> Endpoint {
+    Endpoint { method: Method::DELETE, path, handler: axum::routing::delete(handler) }
+}
+
+fn post_at<H: Handler<T, Arc<ApiState>>, T: 'static>(path: &'static str, handler: H) -> Endpoint {
+    Endpoint { method: Method::POST, path, handler: post(handler) }
+}
+
+/// Every endpoint of the API, the one list of them: [`router`] serves these and nothing else, and
+/// `/v1/openapi.json` ([`OPENAPI`]) must describe exactly these (`tests/it/openapi.rs` checks both ways).
+/// GET, POST and DELETE are used (a GET route answers HEAD too).
+fn endpoints() -> Vec<Endpoint> {
+    vec![
+        post_at("/v1/tasks", tasks::submit),
+        get_at("/v1/tasks", tasks::list),
+        get_at("/v1/tasks/{id}", tasks::status),
+        delete_at("/v1/tasks/{id}", retention::delete),
+        post_at("/v1/prune", retention::prune),
+        post_at("/v1/tasks/{id}/cancel", tasks::cancel),
+        post_at("/v1/tasks/{id}/approve", tasks::approve),
+        post_at("/v1/tasks/{id}/reject", tasks::reject),
+        post_at("/v1/tasks/{id}/tool-results", tasks::tool_results),
+        get_at("/v1/tasks/{id}/events", events::stream),
+        get_at("/v1/tasks/{id}/steps/{index}/screenshot", tasks::screenshot),
+        get_at("/v1/openapi.json", openapi),
+        get_at(LIVEZ, tasks::live),
+        get_at("/healthz", tasks::health),
+        get_at("/metrics", tasks::metrics),
+    ]
+    .into_iter()
+    .chain(console::endpoints())
+    .collect()
+}
+
+/// The method and path template of every endpoint the router serves.
+pub fn routes() -> Vec<(Method, &'static str)> {
+    endpoints().into_iter().map(|e| (e.method, e.path)).collect()
+}
+
+/// The liveness endpoint: answered on TCP without the token or the Host check (see [`guard`]).
+pub const LIVEZ: &str = "/livez";
+
+/// The OpenAPI 3.1 document of this API, served at `GET /v1/openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
 fn router(state: Arc<ApiState>) -> Router {
     let limit = state.config.api.max_body_bytes;
-    Router::new()
-        .route("/v1/tasks", post(tasks::submit).get(tasks::list))
-        .route("/v1/tasks/{id}", get(tasks::status))
-        .route("/v1/tasks/{id}/cancel", post(tasks::cancel))
-        .route("/v1/tasks/{id}/approve", post(tasks::approve))
-        .route("/v1/tasks/{id}/reject", post(tasks::reject))
-        .route("/v1/tasks/{id}/tool-results", post(tasks::tool_results))
-        .route("/v1/tasks/{id}/events", get(events::stream))
-        .route("/v1/tasks/{id}/steps/{index}/screenshot", get(tasks::screenshot))
-        .route("/healthz", get(tasks::health))
-        .route("/metrics", get(tasks::metrics))
+    let mut router = Router::new();
+    for endpoint in endpoints() {
+        // Two methods on one path merge into one route.
+        router = router.route(endpoint.path, endpoint.handler);
+    }
+    router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -249,23 +316,38 @@ fn closing(error: ApiError) -> Response {
     response
 }
 
+/// Counts each request by method, matched route template (`unmatched` when no route matched: never the raw
+/// path, which would make a series per task id) and status.
 async fn count_requests(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
-    state.metrics.api_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    next.run(request).await
+    let method = request.method().clone();
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_string();
+    let response = next.run(request).await;
+    state.metrics.api_request(method.as_str(), &route, response.status().as_u16());
+    response
 }
 
-/// Checks of every TCP request: the Host is ours, the token is in the Authorization header and right.
+/// Checks of every TCP request: the Host is ours, no token in the query string, and either the bearer token in
+/// the Authorization header or a console session's cookie (with its CSRF checks: [`console`]). `GET /livez`
+/// passes unchecked: a liveness probe sends no token and names the address it dialled, and the answer says
+/// nothing but that the process is up.
 async fn guard(State(guard): State<Arc<TcpGuard>>, request: Request, next: Next) -> Response {
-    if let Err(e) = guard.check(request.headers(), request.uri().query()) {
+    if request.uri().path() == LIVEZ {
+        return next.run(request).await;
+    }
+    if let Err(e) = guard.check_host_and_query(request.headers(), request.uri().query()) {
         return e.into_response();
     }
-    next.run(request).await
+    console::authenticate(&guard, request, next).await
 }
 
 /// What TCP requests are checked against.
 pub struct TcpGuard {
     token: String,
     hosts: Vec<String>,
+    /// The web console's sessions (cookies minted at login).
+    sessions: console::Sessions,
+    /// Whether session cookies are marked `Secure` (the listener serves TLS).
+    secure_cookies: bool,
 }
 
 impl TcpGuard {
@@ -278,10 +360,40 @@ impl TcpGuard {
             hosts.push(host);
         }
         hosts.push(listen.to_string());
-        Self { token, hosts }
+        Self { token, hosts, sessions: console::Sessions::default(), secure_cookies: false }
     }
 
+    /// Marks the console's session cookies `Secure`: for a listener that serves TLS.
+    pub fn with_secure_cookies(self, secure: bool) -> Self {
+        Self { secure_cookies: secure, ..self }
+    }
+
+    /// The Host, query and bearer checks together (a request without a console session).
     pub fn check(&self, headers: &HeaderMap, query: Option<&str>) -> Result<(), ApiError> {
+        self.check_host_and_query(headers, query)?;
+        if !self.bearer_ok(headers) {
+            return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token"));
+        }
+        Ok(())
+    }
+
+    /// Whether the Authorization header carries the right bearer token (compared in constant time).
+    pub fn bearer_ok(&self, headers: &HeaderMap) -> bool {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        self.token_ok(presented)
+    }
+
+    /// Whether `presented` is the token (compared in constant time).
+    pub fn token_ok(&self, presented: &str) -> bool {
+        constant_time_eq(presented.as_bytes(), self.token.as_bytes())
+    }
+
+    /// The Host is one of ours (DNS-rebinding protection, 403) and the query string carries no token (400).
+    pub fn check_host_and_query(&self, headers: &HeaderMap, query: Option<&str>) -> Result<(), ApiError> {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default().to_ascii_lowercase();
         if !self.hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(&host)) {
             return Err(ApiError::new(
@@ -296,14 +408,6 @@ impl TcpGuard {
                 "token_in_query",
                 "send the token in the Authorization header, not the URL",
             ));
-        }
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .unwrap_or_default();
-        if !constant_time_eq(presented.as_bytes(), self.token.as_bytes()) {
-            return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token"));
         }
         Ok(())
     }
@@ -330,7 +434,7 @@ pub struct Server {
 
 enum Bound {
     Unix(UnixListener),
-    Tcp(TcpListener, Arc<TcpGuard>),
+    Tcp(TcpListener, Arc<TcpGuard>, Option<(Arc<tls::TlsCertificate>, tokio_rustls::TlsAcceptor)>),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -348,10 +452,19 @@ pub async fn bind(state: &ApiState) -> Result<Vec<Server>, BindError> {
             BindError("api.listen needs api.token_file: a TCP listener never runs without a token".into())
         })?;
         let token = crate::config::read_token_file(token_file).map_err(BindError)?;
+        let tls = match (&config.api.tls_cert, &config.api.tls_key) {
+            (Some(cert), Some(key)) => {
+                let certificate = tls::TlsCertificate::load(cert, key).map_err(BindError)?;
+                let acceptor = certificate.acceptor().map_err(BindError)?;
+                Some((certificate, acceptor))
+            }
+            _ => None,
+        };
         let listener = TcpListener::bind(listen).await.map_err(|e| BindError(format!("api.listen {listen}: {e}")))?;
         let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.clone());
-        let guard = TcpGuard::new(token, &local, &config.api.allowed_hosts);
-        servers.push(Server { listener: Bound::Tcp(listener, Arc::new(guard)), connections: connections.clone() });
+        // Console session cookies are `Secure` when the listener speaks TLS.
+        let guard = TcpGuard::new(token, &local, &config.api.allowed_hosts).with_secure_cookies(tls.is_some());
+        servers.push(Server { listener: Bound::Tcp(listener, Arc::new(guard), tls), connections: connections.clone() });
     }
     // The socket last, so a TCP listener that cannot be bound leaves no socket file behind.
     let unix = bind_unix(&config.socket_path()).await?;
@@ -384,11 +497,12 @@ impl Server {
         let app = router(state);
         match self.listener {
             Bound::Unix(listener) => {
-                connections::serve(listener, app, header_timeout, self.connections, stop).await;
+                connections::serve(listener, app, header_timeout, self.connections, None, stop).await;
             }
-            Bound::Tcp(listener, guard) => {
+            Bound::Tcp(listener, guard, tls) => {
                 let app = app.layer(middleware::from_fn_with_state(guard, self::guard));
-                connections::serve(listener, app, header_timeout, self.connections, stop).await;
+                let acceptor = tls.map(|(_, acceptor)| acceptor);
+                connections::serve(listener, app, header_timeout, self.connections, acceptor, stop).await;
             }
         }
     }
@@ -396,7 +510,15 @@ impl Server {
     pub fn local_addr(&self) -> Option<String> {
         match &self.listener {
             Bound::Unix(_) => None,
-            Bound::Tcp(listener, _) => listener.local_addr().ok().map(|a| a.to_string()),
+            Bound::Tcp(listener, ..) => listener.local_addr().ok().map(|a| a.to_string()),
+        }
+    }
+
+    /// The TLS certificate of a TCP listener that has one (to reload on SIGHUP).
+    pub fn tls(&self) -> Option<Arc<tls::TlsCertificate>> {
+        match &self.listener {
+            Bound::Tcp(_, _, tls) => tls.as_ref().map(|(certificate, _)| certificate.clone()),
+            Bound::Unix(_) => None,
         }
     }
 }

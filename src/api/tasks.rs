@@ -1,5 +1,5 @@
 //! Task endpoints: submit, list, status, cancel, approve, reject, remote tool results, screenshots; and
-//! `/healthz`, `/metrics`.
+//! `/livez`, `/healthz`, `/metrics`.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -18,12 +18,12 @@ use super::{ApiError, ApiPath, ApiQuery, ApiState};
 use crate::artifacts::ArtifactError;
 use crate::backends;
 use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Submitted, ToolAnswer};
-use crate::record::TaskState;
 use crate::record::events::EventKind;
+use crate::record::{EndReason, ScreenshotRef, TaskState};
 use crate::status::TaskRecord;
 use crate::task::{TaskFileError, TaskId, TaskSpec};
 
-fn body_text(body: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
+pub(super) fn body_text(body: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
     let bytes = body.map_err(|rejection| {
         let status = rejection.status();
         let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "payload_too_large" } else { "invalid_body" };
@@ -47,8 +47,20 @@ pub async fn submit(
     }
     let text = body_text(body)?;
     let mut spec = TaskSpec::parse(&text, "request body").map_err(invalid_task)?;
-    let resolved = spec.resolve(&state.config.defaults);
+    let resolved = spec.resolve(&state.config.defaults, &state.config.guard);
     backends::check(&resolved, &state.config).await.map_err(ApiError::from)?;
+    if let Some(replay) = &spec.replay {
+        // Only a succeeded task with a record can be replayed (§18).
+        let record = match state.queue.get(replay.of.as_str()).await {
+            Ok(record) => record,
+            Err(crate::queue::QueueError::NotFound(_)) => {
+                let message = format!("replay.of: no record of task {} to replay", replay.of);
+                return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_task", message).with_field("replay.of"));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        crate::library::check_replayable(replay, &record).map_err(ApiError::from)?;
+    }
     if spec.id.is_none() {
         spec.id = Some(TaskId::generate());
     }
@@ -76,6 +88,19 @@ pub async fn list(
         ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e)
     })?;
     let tasks = state.queue.list(&ListFilter { state: filter_state, limit: query.limit.unwrap_or(100) }).await?;
+    // The list leaves the steps out (they can be long); each task says how many it has in `step_count`.
+    let ids: Vec<String> = tasks.iter().map(|task| task.id.clone()).collect();
+    let counts = state.queue.step_counts(&ids).await?;
+    let tasks: Vec<serde_json::Value> = tasks
+        .iter()
+        .map(|task| {
+            let mut value = serde_json::to_value(task).unwrap_or_default();
+            if let Some(fields) = value.as_object_mut() {
+                fields.insert("step_count".into(), counts.get(&task.id).copied().unwrap_or(0).into());
+            }
+            value
+        })
+        .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
 
@@ -110,6 +135,7 @@ pub async fn cancel(
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     match state.queue.cancel(&id).await? {
         Cancelled::Now => {
+            state.metrics.task_finished(TaskState::Cancelled, EndReason::Cancelled);
             state.workers.events_stored.notify_waiters();
             Ok((StatusCode::OK, Json(json!({"id": id, "state": "cancelled"}))))
         }
@@ -149,6 +175,7 @@ pub async fn reject(
         crate::task::parse_json(&text, "request body").map_err(invalid_task)?
     };
     state.queue.decide(&id, &Decision::Reject { reason: body.reason }).await?;
+    state.metrics.task_finished(TaskState::Failed, EndReason::Rejected);
     state.workers.events_stored.notify_waiters();
     Ok(Json(json!({"id": id, "state": "failed", "reason": "rejected"})))
 }
@@ -207,9 +234,14 @@ pub async fn screenshot(
     let record = state.queue.get(&id).await?;
     let reference = match record.steps.iter().find(|s| s.index == index) {
         Some(step) => step.screenshot.clone(),
-        None => record.final_screenshot.filter(|_| index as usize == record.steps.len()).ok_or_else(|| {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("task {id} has no step {index}"))
-        })?,
+        None => match record.final_screenshot.filter(|_| index as usize == record.steps.len()) {
+            Some(reference) => reference,
+            // The step in progress: its screenshot is stored before the model has answered and the step is
+            // journaled (the console shows it at once).
+            None => saved_screenshot(&state, &id, index).await?.ok_or_else(|| {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("task {id} has no step {index}"))
+            })?,
+        },
     };
     let bytes = match state.store.get(&reference.key).await {
         Ok(bytes) => bytes,
@@ -232,6 +264,24 @@ pub async fn screenshot(
     Ok(([(header::CONTENT_TYPE, crate::artifacts::content_type(&reference.key))], bytes).into_response())
 }
 
+/// The latest screenshot the events say was stored for step `index` of task `id` (a step not journaled yet).
+async fn saved_screenshot(state: &ApiState, id: &str, index: u32) -> Result<Option<ScreenshotRef>, ApiError> {
+    let mut after = 0;
+    let mut found = None;
+    loop {
+        let events = state.queue.events_after(id, after, 500).await?;
+        let Some(last) = events.last() else { return Ok(found) };
+        after = last.seq;
+        for event in events {
+            if let EventKind::ScreenshotSaved { step, key, url, width, height, .. } = event.kind
+                && step == index
+            {
+                found = Some(ScreenshotRef { url, width, height, key });
+            }
+        }
+    }
+}
+
 /// Whether the store once had the artifact `key` of task `id`: its `screenshot_saved` event is written only
 /// after the store took it (whichever node uploaded it).
 async fn was_stored(state: &ApiState, id: &str, key: &str) -> Result<bool, ApiError> {
@@ -246,33 +296,59 @@ async fn was_stored(state: &ApiState, id: &str, key: &str) -> Result<bool, ApiEr
     }
 }
 
+/// `GET /livez`: the process is up and its runtime answers. Nothing else is checked and nothing is said,
+/// so it needs no token, also on TCP (the guard lets it through).
+pub async fn live() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /healthz`, readiness: 200 when the queue is reachable, the artifact store healthy, the claim loop
+/// going round and the daemon not stopping; else 503, with each failing check in `reasons`.
 pub async fn health(State(state): State<Arc<ApiState>>) -> (StatusCode, Json<serde_json::Value>) {
     let queue = state.queue.health().await.map_err(|e| e.to_string());
     let artifacts = state.store.health().await.map_err(|e| e.to_string());
+    let stopping = state.stopping.is_cancelled();
     let claim_age_ms = crate::queue::now_ms() - state.workers.claim_loop_alive_ms.load(Ordering::Relaxed);
-    let workers_alive = state.stopping.is_cancelled() || claim_age_ms < 30_000 + state.config.queue.poll_ms as i64;
+    // A stopping daemon's claim loop has ended on purpose: that is said once, as `stopping`.
+    let workers_alive = stopping || claim_age_ms < 30_000 + state.config.queue.poll_ms as i64;
     let uploads = state.uploader.stats();
-    let ok = queue.is_ok() && artifacts.is_ok() && workers_alive;
+    let mut reasons = Vec::new();
+    if let Err(e) = &queue {
+        reasons.push(format!("queue: {e}"));
+    }
+    if let Err(e) = &artifacts {
+        reasons.push(format!("artifacts: {e}"));
+    }
+    let workers = format!("claim loop silent for {claim_age_ms} ms");
+    if !workers_alive {
+        reasons.push(format!("workers: {workers}"));
+    }
+    if stopping {
+        reasons.push("stopping: agentd is shutting down".to_string());
+    }
+    let ok = reasons.is_empty();
     let describe = |r: &Result<(), String>| match r {
         Ok(()) => json!("ok"),
         Err(e) => json!(e),
     };
     let body = json!({
         "status": if ok { "ok" } else { "unhealthy" },
+        "reasons": reasons,
         "queue": describe(&queue),
         "artifacts": describe(&artifacts),
-        "workers": if workers_alive { json!("ok") } else { json!(format!("claim loop silent for {claim_age_ms} ms")) },
+        "workers": if workers_alive { json!("ok") } else { json!(workers) },
         "running": state.workers.running(),
         "uploads_pending": uploads.pending,
         "spool_bytes": uploads.spooled_bytes,
         "spool_full": uploads.spool_full,
-        "stopping": state.stopping.is_cancelled(),
+        "stopping": stopping,
     });
     (if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body))
 }
 
 pub async fn metrics(State(state): State<Arc<ApiState>>) -> Result<Response, ApiError> {
     let counts = state.queue.counts().await?;
-    let text = state.metrics.render(&counts, state.workers.running(), state.uploader.stats());
+    let process = crate::metrics::ProcessStats::read();
+    let text = state.metrics.render(&counts, state.workers.running(), state.uploader.stats(), &process);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }

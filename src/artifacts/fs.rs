@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::{ArtifactError, ArtifactStore, check_key};
+use super::{ArtifactError, ArtifactStore, Removed, check_key, check_prefix};
 
 pub struct FsStore {
     root: PathBuf,
@@ -65,6 +65,35 @@ impl ArtifactStore for FsStore {
         format!("file://{}", absolute.display())
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, ArtifactError> {
+        check_prefix(prefix)?;
+        let root = self.root.clone();
+        let dir = self.root.join(prefix);
+        tokio::task::spawn_blocking(move || walk(&root, &dir))
+            .await
+            .map_err(|e| ArtifactError::Failed(e.to_string()))?
+            .map_err(|e| io_error(prefix, e))
+    }
+
+    /// Removes the prefix's directory (listed first, for the count and the bytes).
+    async fn delete_prefix(&self, prefix: &str) -> Result<Removed, ArtifactError> {
+        check_prefix(prefix)?;
+        let root = self.root.clone();
+        let dir = self.root.join(prefix);
+        tokio::task::spawn_blocking(move || {
+            let files = walk(&root, &dir)?;
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            Ok(Removed { objects: files.len() as u64, bytes: files.iter().map(|(_, size)| size).sum() })
+        })
+        .await
+        .map_err(|e| ArtifactError::Failed(e.to_string()))?
+        .map_err(|e| io_error(prefix, e))
+    }
+
     /// Writes and removes a probe file under a name of its own (concurrent probes never touch each other's).
     async fn health(&self) -> Result<(), ArtifactError> {
         let root = self.root.clone();
@@ -87,6 +116,30 @@ impl ArtifactStore for FsStore {
 
 use crate::private::{create_private_dir_all, write_atomically};
 
+/// The files under `dir` (none when it does not exist) as keys relative to `root`, with their sizes. Symbolic
+/// links are listed, never followed.
+fn walk(root: &Path, dir: &Path) -> std::io::Result<Vec<(String, u64)>> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if let Ok(relative) = entry.path().strip_prefix(root) {
+                files.push((relative.to_string_lossy().into_owned(), meta.len()));
+            }
+        }
+    }
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +155,25 @@ mod tests {
         assert!(matches!(store.get("tasks/t/1/00001.png").await, Err(ArtifactError::NotFound(_))));
         assert!(matches!(store.put("../x", b"", "").await, Err(ArtifactError::InvalidKey(_))));
         assert!(store.url("tasks/t/1/00000.png").starts_with("file:///"));
+    }
+
+    #[tokio::test]
+    async fn deleting_a_prefix_removes_that_task_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path());
+        store.put("tasks/a/1/00000.png", b"12345", "image/png").await.unwrap();
+        store.put("tasks/a/2/00000.png", b"123", "image/png").await.unwrap();
+        store.put("tasks/ab/1/00000.png", b"1", "image/png").await.unwrap();
+        let mut listed = store.list("tasks/a/").await.unwrap();
+        listed.sort();
+        assert_eq!(listed, vec![("tasks/a/1/00000.png".to_string(), 5), ("tasks/a/2/00000.png".to_string(), 3)]);
+        assert_eq!(store.list("tasks/").await.unwrap().len(), 3);
+        assert_eq!(store.delete_prefix("tasks/a/").await.unwrap(), Removed { objects: 2, bytes: 8 });
+        assert_eq!(store.delete_prefix("tasks/a/").await.unwrap(), Removed::default(), "a second time: nothing");
+        assert!(store.list("tasks/a/").await.unwrap().is_empty());
+        assert_eq!(store.get("tasks/ab/1/00000.png").await.unwrap(), b"1", "a task whose id extends it stays");
+        assert!(matches!(store.delete_prefix("tasks/../").await, Err(ArtifactError::InvalidKey(_))));
+        assert!(matches!(store.delete_prefix("tasks/a").await, Err(ArtifactError::InvalidKey(_))));
     }
 
     /// Probes at once (a load balancer and a monitor) must not fail one another, and leave nothing behind.

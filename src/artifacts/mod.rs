@@ -19,6 +19,12 @@ pub fn artifact_key(task_id: &str, attempt: u32, step: u32, extension: &str) -> 
     format!("{}{step:05}.{extension}", attempt_prefix(task_id, attempt))
 }
 
+/// `tasks/{task_id}/{attempt}/verify-{round}-{check}.png` — the crop a `screen` verifier check (§16) saved in
+/// one round (`check` counts from 0 in the task's `verify`).
+pub fn verify_crop_key(task_id: &str, attempt: u32, round: u32, check: usize) -> String {
+    format!("{}verify-{round}-{check}.png", attempt_prefix(task_id, attempt))
+}
+
 /// The key prefix of every artifact of a task, all attempts (`tasks/{task_id}/`).
 pub fn task_prefix(task_id: &str) -> String {
     format!("tasks/{task_id}/")
@@ -82,10 +88,39 @@ pub trait ArtifactStore: Send + Sync {
 
     async fn health(&self) -> Result<(), ArtifactError>;
 
+    /// Every artifact whose key starts with `prefix` (`tasks/{id}/`, or `tasks/` for all), with its size in
+    /// bytes, in no particular order.
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, ArtifactError>;
+
+    /// Deletes every artifact whose key starts with `prefix` (retention, §21); nothing there is no error.
+    async fn delete_prefix(&self, prefix: &str) -> Result<Removed, ArtifactError>;
+
     /// Whether the store is this machine's disk: then a `put` is as durable and as quick as spooling, and the
     /// uploader writes to it directly.
     fn is_local(&self) -> bool {
         false
+    }
+}
+
+/// What deleting artifacts removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Removed {
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for Removed {
+    fn add_assign(&mut self, other: Self) {
+        self.objects += other.objects;
+        self.bytes += other.bytes;
+    }
+}
+
+/// Rejects a key prefix that is not a run of whole key segments ending in `/` (`tasks/abc/`).
+pub fn check_prefix(prefix: &str) -> Result<(), ArtifactError> {
+    match prefix.strip_suffix('/') {
+        Some(segments) => check_key(segments),
+        None => Err(ArtifactError::InvalidKey(prefix.to_string())),
     }
 }
 
@@ -110,5 +145,10 @@ mod tests {
             assert!(check_key(bad).is_err(), "{bad}");
         }
         assert_eq!(content_type("x/00001.png"), "image/png");
+        assert!(check_prefix(&task_prefix("abc")).is_ok());
+        assert!(check_prefix("tasks/").is_ok());
+        for bad in ["", "/", "tasks", "tasks/../", "/tasks/", "tasks//"] {
+            assert!(check_prefix(bad).is_err(), "{bad}");
+        }
     }
 }

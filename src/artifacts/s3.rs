@@ -25,7 +25,7 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use thiserror::Error;
 
-use super::{ArtifactError, ArtifactStore, check_key};
+use super::{ArtifactError, ArtifactStore, Removed, check_key, check_prefix};
 use crate::config::ArtifactsConfig;
 
 /// How long to wait for a TCP (and TLS) connection to the store.
@@ -138,6 +138,41 @@ impl S3Store {
     /// The object key of an artifact key: the prefix as a folder, then the key.
     pub fn object_key(&self, key: &str) -> String {
         if self.prefix.is_empty() { key.to_string() } else { format!("{}/{key}", self.prefix) }
+    }
+
+    /// The artifact key of an object key (the inverse of [`S3Store::object_key`]).
+    fn artifact_key<'a>(&self, object: &'a str) -> &'a str {
+        if self.prefix.is_empty() {
+            object
+        } else {
+            object.strip_prefix(&self.prefix).and_then(|rest| rest.strip_prefix('/')).unwrap_or(object)
+        }
+    }
+
+    /// One page (at most 1000) of the objects under an artifact key prefix: (object key, size), and the token
+    /// of the next page.
+    async fn list_page(
+        &self,
+        prefix: &str,
+        continuation: Option<String>,
+    ) -> Result<(Vec<(String, u64)>, Option<String>), ArtifactError> {
+        let object_prefix = self.object_key(prefix);
+        let output = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&object_prefix)
+            .set_continuation_token(continuation)
+            .send()
+            .await
+            .map_err(|e| self.failure("list", &object_prefix, e))?;
+        let objects = output
+            .contents()
+            .iter()
+            .filter_map(|o| Some((o.key()?.to_string(), o.size().unwrap_or(0).max(0) as u64)))
+            .collect();
+        let next = if output.is_truncated() == Some(true) { output.next_continuation_token } else { None };
+        Ok((objects, next))
     }
 
     /// Where requests go, for messages.
@@ -270,6 +305,66 @@ impl ArtifactStore for S3Store {
             .await
             .map_err(|e| self.failure("presign", &object, e))?;
         Ok(request.uri().to_string())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, ArtifactError> {
+        check_prefix(prefix)?;
+        let mut all = Vec::new();
+        let mut continuation = None;
+        loop {
+            let (objects, next) = self.list_page(prefix, continuation).await?;
+            all.extend(objects.into_iter().map(|(object, size)| (self.artifact_key(&object).to_string(), size)));
+            match next {
+                Some(token) => continuation = Some(token),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// ListObjectsV2, then DeleteObjects on what it listed (at most 1000 keys, the API's bound), until
+    /// nothing is left. A key the store refuses to delete is an error naming it.
+    async fn delete_prefix(&self, prefix: &str) -> Result<Removed, ArtifactError> {
+        use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+        check_prefix(prefix)?;
+        let mut removed = Removed::default();
+        loop {
+            // Always the first page: what the last round deleted is gone from it.
+            let (objects, _) = self.list_page(prefix, None).await?;
+            if objects.is_empty() {
+                return Ok(removed);
+            }
+            let identifiers = objects
+                .iter()
+                .map(|(object, _)| ObjectIdentifier::builder().key(object).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ArtifactError::Failed(e.to_string()))?;
+            let delete = Delete::builder()
+                .set_objects(Some(identifiers))
+                .quiet(true)
+                .build()
+                .map_err(|e| ArtifactError::Failed(e.to_string()))?;
+            let object_prefix = self.object_key(prefix);
+            let output = self
+                .client
+                .delete_objects()
+                .bucket(&self.bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|e| self.failure("delete", &object_prefix, e))?;
+            if let Some(error) = output.errors().first() {
+                return Err(ArtifactError::Unavailable(redact(&format!(
+                    "delete s3://{}/{}: {} ({} of {} keys refused)",
+                    self.bucket,
+                    error.key().unwrap_or_default(),
+                    service_text(error.code().unwrap_or_default(), error.message().unwrap_or_default()),
+                    output.errors().len(),
+                    objects.len()
+                ))));
+            }
+            removed.objects += objects.len() as u64;
+            removed.bytes += objects.iter().map(|(_, size)| size).sum::<u64>();
+        }
     }
 
     async fn health(&self) -> Result<(), ArtifactError> {

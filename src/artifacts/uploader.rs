@@ -39,6 +39,8 @@ struct Job {
     bytes: Arc<[u8]>,
     /// Whether a spool copy exists (to remove once stored). False only when the spool could not be written.
     spooled: bool,
+    /// The `upload` span, a child of the span that submitted the artifact (a step's), until it is stored.
+    span: tracing::Span,
 }
 
 struct Shared {
@@ -129,13 +131,21 @@ impl Uploader {
             return;
         }
         lock(&shared.pending).insert(key.clone());
+        let span = tracing::info_span!(
+            "upload",
+            artifact.key = %key,
+            artifact.bytes = bytes.len() as i64,
+            store = %shared.store.describe(),
+            otel.status_code = tracing::field::Empty,
+        );
         if let Some(callback) = on_stored {
             lock(&shared.callbacks).insert(key.clone(), callback);
         }
         if shared.store.is_local() && !shared.store_failing.load(Ordering::SeqCst) {
             // A store on this machine's disk is as durable as the spool and as quick to write: store the
             // artifact now, with no spool copy. Only if that fails does it take the spool's way.
-            match shared.store.put(&key, &bytes, content_type(&key)).await {
+            let put = shared.store.put(&key, &bytes, content_type(&key));
+            match tracing::Instrument::instrument(put, span.clone()).await {
                 Ok(()) => return stored(shared, &key, None).await,
                 Err(e) if !e.is_retryable() => return dropped(shared, &key, &e, None).await,
                 Err(e) => {
@@ -167,10 +177,10 @@ impl Uploader {
             }
         };
         if failing {
-            return self.leave_to_retrier(Job { key, bytes, spooled });
+            return self.leave_to_retrier(Job { key, bytes, spooled, span });
         }
         if let Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) =
-            self.tx.try_send(Job { key, bytes, spooled })
+            self.tx.try_send(Job { key, bytes, spooled, span })
         {
             lock(&shared.in_memory).remove(&job.key);
             self.leave_to_retrier(job);
@@ -303,7 +313,12 @@ async fn drain_queue(shared: Arc<Shared>, mut rx: mpsc::Receiver<Job>, cancel: C
             hand_back(&shared, job);
             continue;
         }
-        match shared.store.put(&job.key, &job.bytes, content_type(&job.key)).await {
+        let put = shared.store.put(&job.key, &job.bytes, content_type(&job.key));
+        let result = tracing::Instrument::instrument(put, job.span.clone()).await;
+        if result.is_err() {
+            job.span.record("otel.status_code", "ERROR");
+        }
+        match result {
             Ok(()) => {
                 stored(&shared, &job.key, spool_copy).await;
                 lock(&shared.in_memory).remove(&job.key);
@@ -448,6 +463,12 @@ mod tests {
         async fn health(&self) -> Result<(), ArtifactError> {
             Ok(())
         }
+        async fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, ArtifactError> {
+            self.inner.list(prefix).await
+        }
+        async fn delete_prefix(&self, prefix: &str) -> Result<super::super::Removed, ArtifactError> {
+            self.inner.delete_prefix(prefix).await
+        }
     }
 
     #[tokio::test]
@@ -581,6 +602,12 @@ mod tests {
             }
             async fn health(&self) -> Result<(), ArtifactError> {
                 Ok(())
+            }
+            async fn list(&self, _: &str) -> Result<Vec<(String, u64)>, ArtifactError> {
+                std::future::pending().await
+            }
+            async fn delete_prefix(&self, _: &str) -> Result<super::super::Removed, ArtifactError> {
+                std::future::pending().await
             }
         }
         let tracker = TaskTracker::new();

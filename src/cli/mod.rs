@@ -2,23 +2,44 @@
 //! module and returns an [`Exit`]; errors print their chain on stderr and map to the exit code table.
 
 pub mod client;
+pub mod compile;
+pub mod console;
+pub mod docs;
 pub mod exit;
+pub mod live;
 pub mod progress;
 pub mod remote;
+pub mod report;
+pub mod retention;
 pub mod run;
 pub mod sanitize;
+pub mod telemetry;
+pub mod term;
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 pub use exit::{CliError, CliResult, Exit};
 
 use crate::config::{Config, ConfigSource};
 
 #[derive(Debug, Parser)]
-#[command(name = "agentd", version, about = "A daemon that lets a vision model operate a computer")]
+#[command(
+    name = "agentd",
+    version,
+    about = "A daemon that lets a vision model operate a computer",
+    after_help = "Examples:
+  agentd run config/tasks/mock-login.json            run one task here, no daemon
+  agentd serve                                       run the daemon (what systemd starts)
+  agentd submit config/tasks/mock-login.json --wait  send a task to the daemon and follow it
+  agentd list --state running                        the daemon's running tasks
+  agentd completions bash > ~/.local/share/bash-completion/completions/agentd
+
+`agentd help COMMAND` (or `agentd COMMAND --help`) shows a command's options and examples; `man agentd-COMMAND`
+when the man pages are installed."
+)]
 pub struct Cli {
     /// Configuration file (default: $AGENTD_CONFIG, else /etc/agentd/agentd.toml when it exists, else built-in
     /// defaults).
@@ -29,66 +50,199 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How a client command reaches the daemon: the options of every command that talks to it.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Reaching the daemon")]
+pub struct DaemonArgs {
     /// The daemon's Unix socket (default: $AGENTD_SOCKET, else the configured api.socket).
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
     /// The daemon's TCP address, http://host:port (default: $AGENTD_URL); the token comes from $AGENTD_TOKEN.
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, value_name = "URL")]
     pub url: Option<String>,
-
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one task in the foreground with no daemon: progress on stderr, result on stdout.
+    #[command(after_help = "Examples:
+  agentd run config/tasks/mock-login.json          the mock desktop and the scripted model
+  agentd run task.json --json > result.json        the task's status document on stdout
+  cat task.json | agentd run -                     the task from standard input")]
     Run {
         /// The task file, or `-` for standard input.
         task: PathBuf,
     },
     /// Run the daemon: API and workers (what systemd starts).
-    Serve,
+    #[command(after_help = "Examples:
+  agentd serve                                     the socket and queue of the configuration
+  agentd serve --config ./agentd.toml --socket ./agentd.sock
+  systemctl start agentd                           the packaged service runs `agentd serve`")]
+    Serve {
+        /// The Unix socket to listen on (default: $AGENTD_SOCKET, else the configured api.socket).
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
     /// Send a task to the daemon and print its id.
+    #[command(after_help = "Examples:
+  agentd submit config/tasks/mock-login.json       prints the task id
+  agentd submit task.json --wait                   follow it; exit with its outcome (0 succeeded, 1 not)
+  agentd submit - --url http://10.0.0.5:7070 < task.json   (token from $AGENTD_TOKEN)")]
     Submit {
         /// The task file, or `-` for standard input.
         task: PathBuf,
         /// Follow the task's progress and exit with its outcome.
         #[arg(long)]
         wait: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Replay a succeeded task's recorded actions without a model (§18), comparing the screen before each step.
+    #[command(after_help = "Examples:
+  agentd replay example-form --wait                run example-form's actions again; exit with the outcome
+  agentd replay ID --param 'zoe@example.com=ada@example.com'   type ada@… where the recording typed zoe@…
+  agentd replay ID --fallback anthropic:claude-sonnet-4-5      on divergence, the model takes over
+  agentd replay ID --task other-computer.json      the task file to run (its computer, limits), not ID's
+
+On divergence without --fallback the task waits for a human (`agentd approve ID` runs the recorded
+actions anyway, `agentd reject ID` ends it). The record says `replay: {of, diverged_at?, handed_over?}`.")]
+    Replay {
+        /// The id of the succeeded task to replay.
+        id: String,
+        /// The task file to run instead of ID's own (its `replay` field's masks and thresholds are kept).
+        #[arg(long, value_name = "FILE")]
+        task: Option<PathBuf>,
+        /// Type VALUE wherever a recorded `type` text equals or contains NAME (repeatable).
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        /// The model that takes over from a step whose screen diverged from the recording.
+        #[arg(long, value_name = "PROVIDER[:MODEL]")]
+        fallback: Option<String>,
+        /// Follow the task's progress and exit with its outcome.
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
     },
     /// Show one task: state, outcome, steps, usage.
-    Status { id: String },
+    #[command(after_help = "Examples:
+  agentd status 0199a4c2-7b1e-7c3a-9f00-5d1e2a3b4c5d
+  agentd status ID --json | jq .outcome")]
+    Status {
+        /// The task's id (as `submit` printed it).
+        id: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// List tasks, newest first.
+    #[command(after_help = "Examples:
+  agentd list                                      the newest tasks
+  agentd list --state waiting_for_human            tasks waiting for an approval
+  agentd list --state failed --limit 5 --json")]
     List {
         /// Only tasks in this state (queued, running, waiting_for_human, awaiting_tool, succeeded, failed, cancelled).
         #[arg(long)]
         state: Option<String>,
+        /// At most this many tasks.
         #[arg(long)]
         limit: Option<u32>,
+        /// Ask again every 2 s and show the table anew (redrawn in place on a terminal) until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
     },
     /// Cancel a queued or running task.
-    Cancel { id: String },
+    #[command(after_help = "Examples:
+  agentd cancel 0199a4c2-7b1e-7c3a-9f00-5d1e2a3b4c5d")]
+    Cancel {
+        /// The task's id.
+        id: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Delete a finished task with its steps, events and artifacts (§21).
+    #[command(after_help = "Only a finished task (succeeded, failed or cancelled) can be deleted: a queued, running or
+waiting task is refused (exit 2) and nothing changes; cancel it first.
+
+Examples:
+  agentd delete 0199a4c2-7b1e-7c3a-9f00-5d1e2a3b4c5d
+  agentd delete ID --json")]
+    Delete {
+        /// The task's id.
+        id: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Delete old finished tasks now, as the daemon's retention job does ([retention] finished_days).
+    #[command(after_help = "Examples:
+  agentd prune --dry-run                           what retention would delete now (ids on stdout)
+  agentd prune                                     delete it
+  agentd prune --older-than 7                      finished tasks older than a week
+  agentd prune --older-than 0 --dry-run --json     every finished task, as JSON")]
+    Prune {
+        /// Only list what would be deleted (ids on stdout, a summary on stderr).
+        #[arg(long)]
+        dry_run: bool,
+        /// Tasks that finished more than this many days ago (0: every finished task). Default: the daemon's
+        /// [retention] finished_days.
+        #[arg(long, value_name = "DAYS")]
+        older_than: Option<u32>,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// Print a task's events (JSON lines with --json).
+    #[command(after_help = "Examples:
+  agentd events ID                                 what happened so far
+  agentd events ID --follow                        and what happens next, until the task ends
+  agentd events ID --follow --json | jq -c 'select(.type == \"step_finished\")'")]
     Events {
+        /// The task's id.
         id: String,
         /// Keep following until the task finishes.
         #[arg(long)]
         follow: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
     },
     /// Approve what a task waiting for a human asked for; it resumes.
-    Approve { id: String },
-    /// Reject what a task waiting for a human asked for; it ends.
-    Reject {
+    #[command(after_help = "Examples:
+  agentd list --state waiting_for_human            which tasks wait
+  agentd status ID                                 what the task asks for
+  agentd approve ID")]
+    Approve {
+        /// The task's id.
         id: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Reject what a task waiting for a human asked for; it ends.
+    #[command(after_help = "Examples:
+  agentd reject ID --reason \"not on the production account\"")]
+    Reject {
+        /// The task's id.
+        id: String,
+        /// Why: recorded with the task and shown in its outcome.
         #[arg(long)]
         reason: Option<String>,
+        #[command(flatten)]
+        daemon: DaemonArgs,
     },
-    /// Answer a task's pending `remote` tool call (the task waits in awaiting_tool); it resumes. The API
-    /// takes one result per pending call at once: a task waiting for several calls is answered through
-    /// `POST /v1/tasks/{id}/tool-results`, and this command says which calls are pending.
+    /// Answer a task's pending `remote` tool call (the task waits in awaiting_tool); it resumes.
+    ///
+    /// The API takes one result per pending call at once: a task waiting for several calls is answered
+    /// through `POST /v1/tasks/{id}/tool-results`, and this command says which calls are pending.
+    #[command(after_help = "Examples:
+  agentd status ID                                 lists the pending calls and their ids
+  agentd tool-result ID call_1 --output \"order 1234 shipped\"
+  agentd tool-result ID call_1 --output \"no such order\" --error --details '{\"status\": 404}'")]
     ToolResult {
+        /// The task's id.
         id: String,
         /// The call's id (`agentd status ID` lists the pending calls).
         call_id: String,
@@ -101,31 +255,241 @@ pub enum Command {
         /// JSON kept in the step record and events, never shown to the model (the envelope's `details`).
         #[arg(long, value_name = "JSON")]
         details: Option<String>,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Write a task's trajectory report: a self-contained HTML file, an animated GIF or WebP of its steps.
+    #[command(after_help = "Examples:
+  agentd export 01J… --html run.html          one file to open in a browser or attach to a ticket
+  agentd export 01J… --gif run.gif             an animation of the run, one frame per step
+  agentd export ID --local --html run.html     a task `agentd run` ran (no daemon)")]
+    Export {
+        id: String,
+        /// The HTML report (one file: screenshots, actions, model text, tool calls, outcome).
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+        /// An animated GIF, one frame per step.
+        #[arg(long, value_name = "FILE")]
+        gif: Option<PathBuf>,
+        /// An animated lossless WebP, one frame per step.
+        #[arg(long, value_name = "FILE")]
+        webp: Option<PathBuf>,
+        /// Read what `agentd run` wrote (data_dir/runs/ID.json, the configured artifact store), not the daemon.
+        #[arg(long)]
+        local: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Show a task's steps as a table (time, actions, result or error, tokens, cost), then its outcome.
+    #[command(after_help = "Examples:
+  agentd show 01J…             the step table of a task the daemon ran
+  agentd show ID --local       a task `agentd run` ran")]
+    Show {
+        id: String,
+        /// Read what `agentd run` wrote (data_dir/runs/ID.json), not the daemon.
+        #[arg(long)]
+        local: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Print a finished task's trajectory as a script of the scripted model (one turn per step), typed texts
+    /// named as parameters written {{NAME}}: for review, version control, and runs without a model.
+    #[command(after_help = "Examples:
+  agentd compile 01J… > signup.json                           the steps as a script
+  agentd compile 01J… --param email=zoe@example.com           zoe@example.com typed → {{email}}
+  agentd compile ID --local                                   a task `agentd run` ran")]
+    Compile {
+        id: String,
+        /// Name a typed text: every `type` action's TEXT becomes {{NAME}} (repeatable).
+        #[arg(long = "param", value_name = "NAME=TEXT")]
+        params: Vec<String>,
+        /// Read what `agentd run` wrote (data_dir/runs/ID.json), not the daemon.
+        #[arg(long)]
+        local: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Open the web console of a daemon that listens only on its Unix socket: serves it on a loopback port
+    /// and prints a one-time URL (with --url, prints the daemon's own console URL).
+    #[command(after_help = "Examples:
+  agentd console               prints http://127.0.0.1:PORT/console/open?secret=… (one visit)
+  agentd console --open        and opens it in the browser")]
+    Console {
+        /// The loopback port to listen on (default: one the system picks).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Also open the URL in a browser (xdg-open).
+        #[arg(long)]
+        open: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
     },
     /// Configuration commands.
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Print the shell completion script for SHELL on stdout.
+    #[command(after_help = "Examples:
+  agentd completions bash > ~/.local/share/bash-completion/completions/agentd
+  agentd completions zsh > ~/.zfunc/_agentd        (with fpath+=~/.zfunc before compinit)
+  agentd completions fish > ~/.config/fish/completions/agentd.fish
+  source <(agentd completions bash)                this shell only")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Load and validate the configuration and build every backend it names.
-    Check,
+    #[command(after_help = "Examples:
+  agentd config check                              the configuration serve would load
+  agentd config check --config ./agentd.toml --json
+  sudo -u agentd agentd config check               as the service's user (what the unit runs first)")]
+    Check {
+        /// The Unix socket serve would listen on (default: $AGENTD_SOCKET, else the configured api.socket).
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
+}
+
+impl Command {
+    /// The command's name as typed (`config check` for the nested one).
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Run { .. } => "run",
+            Command::Serve { .. } => "serve",
+            Command::Submit { .. } => "submit",
+            Command::Replay { .. } => "replay",
+            Command::Status { .. } => "status",
+            Command::List { .. } => "list",
+            Command::Cancel { .. } => "cancel",
+            Command::Delete { .. } => "delete",
+            Command::Prune { .. } => "prune",
+            Command::Events { .. } => "events",
+            Command::Approve { .. } => "approve",
+            Command::Reject { .. } => "reject",
+            Command::ToolResult { .. } => "tool-result",
+            Command::Export { .. } => "export",
+            Command::Show { .. } => "show",
+            Command::Compile { .. } => "compile",
+            Command::Console { .. } => "console",
+            Command::Config { command: ConfigCommand::Check { .. } } => "config check",
+            Command::Completions { .. } => "completions",
+        }
+    }
+
+    /// Where the command's own `--socket` and `--url` live: both for a client command, the socket alone for
+    /// the ones that listen on it (or check it), neither for the others.
+    fn endpoint_options(&mut self) -> (Option<&mut Option<PathBuf>>, Option<&mut Option<String>>) {
+        match self {
+            Command::Submit { daemon, .. }
+            | Command::Replay { daemon, .. }
+            | Command::Status { daemon, .. }
+            | Command::List { daemon, .. }
+            | Command::Cancel { daemon, .. }
+            | Command::Delete { daemon, .. }
+            | Command::Prune { daemon, .. }
+            | Command::Events { daemon, .. }
+            | Command::Approve { daemon, .. }
+            | Command::Reject { daemon, .. }
+            | Command::ToolResult { daemon, .. }
+            | Command::Export { daemon, .. }
+            | Command::Show { daemon, .. }
+            | Command::Compile { daemon, .. }
+            | Command::Console { daemon, .. } => (Some(&mut daemon.socket), Some(&mut daemon.url)),
+            Command::Serve { socket } | Command::Config { command: ConfigCommand::Check { socket } } => {
+                (Some(socket), None)
+            }
+            Command::Run { .. } | Command::Completions { .. } => (None, None),
+        }
+    }
+}
+
+/// What the parser accepts beyond [`Cli`], never shown in help, completions or man pages: `--socket` and
+/// `--url` before the command (`agentd --socket PATH status ID`, as earlier versions took them), and
+/// `agentd man DIR`, which writes the man pages (what packaging runs).
+fn command_line() -> clap::Command {
+    use clap::{Arg, value_parser};
+    Cli::command()
+        .arg(Arg::new(SOCKET_BEFORE).long("socket").value_name("PATH").value_parser(value_parser!(PathBuf)).hide(true))
+        .arg(Arg::new(URL_BEFORE).long("url").value_name("URL").hide(true))
+        .subcommand(
+            clap::Command::new("man")
+                .about("Write the man pages (agentd.1, one agentd-COMMAND.1 per command) into DIR")
+                .hide(true)
+                .arg(Arg::new("dir").value_name("DIR").required(true).value_parser(value_parser!(PathBuf))),
+        )
+}
+
+const SOCKET_BEFORE: &str = "socket_before_command";
+const URL_BEFORE: &str = "url_before_command";
+
+/// What the command line asks for.
+enum Invocation {
+    Command(Cli),
+    /// `agentd man DIR`.
+    Man(PathBuf),
+}
+
+/// Parses the arguments; `Err` is clap's own error (help and version included) to print.
+fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Result<Invocation, CliError>, clap::Error> {
+    use clap::FromArgMatches;
+    let matches = command_line().try_get_matches_from(args)?;
+    if let Some(("man", man)) = matches.subcommand() {
+        let dir = man.get_one::<PathBuf>("dir").cloned().unwrap_or_default();
+        return Ok(Ok(Invocation::Man(dir)));
+    }
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    let name = cli.command.name();
+    let (socket_slot, url_slot) = cli.command.endpoint_options();
+    let placed = place(name, "--socket", matches.get_one::<PathBuf>(SOCKET_BEFORE).cloned(), socket_slot)
+        .and_then(|()| place(name, "--url", matches.get_one::<String>(URL_BEFORE).cloned(), url_slot));
+    Ok(placed.map(|()| Invocation::Command(cli)))
+}
+
+/// Moves a `--socket`/`--url` given before the command onto the command; an error (exit 2) for a command
+/// that does not take it, or when it is given both before and after the command.
+fn place<T>(command: &str, option: &str, before: Option<T>, slot: Option<&mut Option<T>>) -> Result<(), CliError> {
+    let Some(value) = before else {
+        return Ok(());
+    };
+    match slot {
+        None => Err(CliError::invalid(anyhow::anyhow!(
+            "{option} does not apply to `agentd {command}` (see `agentd {command} --help`)"
+        ))),
+        Some(Some(_)) => {
+            Err(CliError::invalid(anyhow::anyhow!("{option} is given both before and after `{command}`: give it once")))
+        }
+        Some(slot) => {
+            *slot = Some(value);
+            Ok(())
+        }
+    }
 }
 
 /// Parses arguments, runs the command, prints errors, and returns the process exit code.
 pub fn main() -> std::process::ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let cli = match parse(std::env::args_os()) {
+        Ok(Ok(Invocation::Command(cli))) => cli,
+        Ok(Ok(Invocation::Man(dir))) => return exit_code(docs::man_pages(&dir)),
+        Ok(Err(e)) => return exit_code(Err(e)),
         Err(e) => {
             let _ = e.print();
             let code = if e.use_stderr() { Exit::InvalidInput } else { Exit::Success };
             return std::process::ExitCode::from(code.code());
         }
     };
-    init_tracing();
+    // Completions need no configuration, runtime or logs.
+    if let Command::Completions { shell } = &cli.command {
+        return exit_code(docs::completions(*shell));
+    }
+    // Logs and traces follow the config's `[log]` and `[otel]` when it loads (the command reports it if not).
+    let config = ConfigSource::locate(cli.config.as_deref()).load().ok();
+    let traces = matches!(cli.command, Command::Serve { .. } | Command::Run { .. });
+    let telemetry = telemetry::init(config.as_ref(), traces);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -134,6 +498,13 @@ pub fn main() -> std::process::ExitCode {
         }
     };
     let result = runtime.block_on(dispatch(cli));
+    drop(runtime);
+    telemetry.shutdown();
+    exit_code(result)
+}
+
+/// The process exit code of a command's result, its error chain printed on stderr.
+fn exit_code(result: CliResult) -> std::process::ExitCode {
     let exit = match result {
         Ok(exit) => exit,
         Err(e) => {
@@ -153,41 +524,22 @@ pub fn print_stderr(message: &str) {
     }
 }
 
-/// Logs go to stderr. Colour only on a terminal and when `NO_COLOR` is unset or empty (no-color.org); under
-/// systemd (`JOURNAL_STREAM` names stderr's stream) no timestamp either, since journald stamps every line
-/// itself. No log line shows a secret's value (`tools::secrets::RedactingWriter`).
-fn init_tracing() {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("AGENTD_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Every line is filtered for the values of running tasks' secrets (§15).
-        .with_writer(|| crate::tools::secrets::RedactingWriter(std::io::stderr()))
-        .with_ansi(std::io::stderr().is_terminal() && !no_color);
-    let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
-        builder.without_time().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
 async fn dispatch(cli: Cli) -> CliResult {
     let source = ConfigSource::locate(cli.config.as_deref());
     let json = cli.json;
-    let client = |config: &Config| -> Result<client::Client, CliError> {
-        Ok(client::Client::new(client::Endpoint::locate(cli.socket.clone(), cli.url.clone(), config)?))
+    let client = |daemon: &DaemonArgs| -> Result<client::Client, CliError> {
+        let config = source.load()?;
+        Ok(client::Client::new(client::Endpoint::locate(daemon.socket.clone(), daemon.url.clone(), &config)?))
     };
     match &cli.command {
         Command::Run { task } => {
             let config = source.load()?;
             run::run(&config, task, json).await
         }
-        Command::Serve => {
+        Command::Serve { socket } => {
             let mut config = source.load()?;
             // `--socket` names the socket the daemon listens on (as it names the one clients reach).
-            if let Some(socket) = &cli.socket {
+            if let Some(socket) = socket {
                 config.api.socket = Some(socket.clone());
             }
             crate::daemon::serve(config).await.map_err(|e| match e {
@@ -196,20 +548,62 @@ async fn dispatch(cli: Cli) -> CliResult {
             })?;
             Ok(Exit::Success)
         }
-        Command::Submit { task, wait } => remote::submit(&client(&source.load()?)?, task, *wait, json).await,
-        Command::Status { id } => remote::status(&client(&source.load()?)?, id, json).await,
-        Command::List { state, limit } => remote::list(&client(&source.load()?)?, state.as_deref(), *limit, json).await,
-        Command::Cancel { id } => remote::cancel(&client(&source.load()?)?, id, json).await,
-        Command::Events { id, follow } => remote::events(&client(&source.load()?)?, id, *follow, json).await,
-        Command::Approve { id } => remote::decide(&client(&source.load()?)?, id, true, None, json).await,
-        Command::Reject { id, reason } => {
-            remote::decide(&client(&source.load()?)?, id, false, reason.clone(), json).await
+        Command::Submit { task, wait, daemon } => remote::submit(&client(daemon)?, task, *wait, json).await,
+        Command::Replay { id, task, params, fallback, wait, daemon } => {
+            let args =
+                remote::ReplayArgs { id, task: task.as_deref(), params, fallback: fallback.as_deref(), wait: *wait };
+            remote::replay(&client(daemon)?, args, json).await
         }
-        Command::ToolResult { id, call_id, output, error, details } => {
+        Command::Status { id, daemon } => remote::status(&client(daemon)?, id, json).await,
+        Command::List { state, limit, watch, daemon } => {
+            remote::list(&client(daemon)?, state.as_deref(), *limit, *watch, json).await
+        }
+        Command::Cancel { id, daemon } => remote::cancel(&client(daemon)?, id, json).await,
+        Command::Delete { id, daemon } => retention::delete(&client(daemon)?, id, json).await,
+        Command::Prune { dry_run, older_than, daemon } => {
+            retention::prune(&client(daemon)?, *dry_run, *older_than, json).await
+        }
+        Command::Events { id, follow, daemon } => remote::events(&client(daemon)?, id, *follow, json).await,
+        Command::Approve { id, daemon } => remote::decide(&client(daemon)?, id, true, None, json).await,
+        Command::Reject { id, reason, daemon } => {
+            remote::decide(&client(daemon)?, id, false, reason.clone(), json).await
+        }
+        Command::ToolResult { id, call_id, output, error, details, daemon } => {
             let answer = remote::ToolResultArgs { call_id, output, error: *error, details: details.as_deref() };
-            remote::tool_result(&client(&source.load()?)?, id, &answer, json).await
+            remote::tool_result(&client(daemon)?, id, &answer, json).await
         }
-        Command::Config { command: ConfigCommand::Check } => config_check(&source, cli.socket.as_deref(), json).await,
+        Command::Export { id, html, gif, webp, local, daemon } => {
+            let config = source.load()?;
+            let files = report::ExportArgs { html: html.as_deref(), gif: gif.as_deref(), webp: webp.as_deref() };
+            if *local {
+                report::export(report::Source::Local(&config), id, &files, json).await
+            } else {
+                report::export(report::Source::Daemon(&client(daemon)?), id, &files, json).await
+            }
+        }
+        Command::Show { id, local, daemon } => {
+            let config = source.load()?;
+            if *local {
+                report::show(report::Source::Local(&config), id, json).await
+            } else {
+                report::show(report::Source::Daemon(&client(daemon)?), id, json).await
+            }
+        }
+        Command::Compile { id, params, local, daemon } => {
+            if *local {
+                compile::run(report::Source::Local(&source.load()?), id, params).await
+            } else {
+                compile::run(report::Source::Daemon(&client(daemon)?), id, params).await
+            }
+        }
+        Command::Console { port, open, daemon } => {
+            let endpoint = client::Endpoint::locate(daemon.socket.clone(), daemon.url.clone(), &source.load()?)?;
+            console::console(endpoint, *port, *open, json).await
+        }
+        Command::Config { command: ConfigCommand::Check { socket } } => {
+            config_check(&source, socket.as_deref(), json).await
+        }
+        Command::Completions { shell } => docs::completions(*shell),
     }
 }
 

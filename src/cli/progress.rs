@@ -1,21 +1,133 @@
-//! Human-readable live progress on stderr: one line per step with its actions and time, then the outcome.
+//! Human-readable live progress on stderr. On a terminal, the live view ([`super::live`]): the model's
+//! text as it streams and a status line redrawn in place. Elsewhere (a pipe, a file, `TERM=dumb`), plain
+//! lines as [`Printer`] writes them: one per step with its actions and time, then the outcome.
 
 use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
-use futures_util::{Stream, StreamExt};
-
+use super::live::{LiveView, TICK};
 use super::sanitize::sanitize;
+use super::term::{self, Style};
 use crate::record::TaskState;
 use crate::record::events::{Event, EventKind};
 
-/// Prints events as they arrive until the stream ends.
-pub async fn print(mut events: impl Stream<Item = Event> + Unpin, mut out: impl Write) {
-    let mut printer = Printer::default();
-    while let Some(event) = events.next().await {
-        if let Some(line) = printer.line(&event) {
-            let _ = writeln!(out, "{line}");
+/// Progress on stderr, shared by the code that reads events and the code that prints its own messages
+/// (Ctrl-C, reconnecting). Cloning shares it.
+#[derive(Clone)]
+pub struct Progress {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    mode: Mutex<Mode>,
+    ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+enum Mode {
+    Plain(Printer),
+    Live(Box<LiveView>),
+}
+
+/// The file descriptor of stderr, whose width the live view fits.
+const STDERR: i32 = 2;
+
+impl Progress {
+    /// The live view when stderr is a terminal that can be redrawn (coloured unless `NO_COLOR` is set),
+    /// plain lines otherwise. The live view redraws its status line every [`TICK`] on the current Tokio
+    /// runtime until [`Progress::finish`].
+    pub fn on_stderr() -> Self {
+        let stderr = std::io::stderr();
+        if !term::live(&stderr) {
+            return Self::plain();
+        }
+        let view = LiveView::new(Style::for_stream(&stderr), Instant::now());
+        let progress = Self::with(Mode::Live(Box::new(view)));
+        let weak = Arc::downgrade(&progress.inner);
+        let ticker = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                interval.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.draw(|view| view.tick(term::width(STDERR), Instant::now()));
+            }
+        });
+        *progress.inner.ticker.lock().unwrap_or_else(PoisonError::into_inner) = Some(ticker);
+        progress
+    }
+
+    /// Plain lines, whatever stderr is.
+    pub fn plain() -> Self {
+        Self::with(Mode::Plain(Printer::default()))
+    }
+
+    fn with(mode: Mode) -> Self {
+        Self { inner: Arc::new(Inner { mode: Mutex::new(mode), ticker: Mutex::new(None) }) }
+    }
+
+    /// Shows one event.
+    pub fn event(&self, event: &Event) {
+        let mut mode = self.inner.mode.lock().unwrap_or_else(PoisonError::into_inner);
+        let out = match &mut *mode {
+            Mode::Plain(printer) => printer.line(event).map(|line| format!("{line}\n")).unwrap_or_default(),
+            Mode::Live(view) => view.event(event, term::width(STDERR), Instant::now()),
+        };
+        write_stderr(&out);
+    }
+
+    /// Prints a message of the CLI's own (one or more lines, already made safe to print) above the view.
+    pub fn note(&self, message: &str) {
+        let mut mode = self.inner.mode.lock().unwrap_or_else(PoisonError::into_inner);
+        let out = match &mut *mode {
+            Mode::Plain(_) => format!("{message}\n"),
+            Mode::Live(view) => view.note(message, term::width(STDERR), Instant::now()),
+        };
+        write_stderr(&out);
+    }
+
+    /// Says on the status line what the task is doing when no event tells (live view only).
+    pub fn phase(&self, phase: &str) {
+        self.inner.draw(|view| view.set_phase(phase, term::width(STDERR), Instant::now()));
+    }
+
+    /// Ends the view: the status line is erased and stops being redrawn. Lines printed afterwards start
+    /// on a fresh line.
+    pub fn finish(&self) {
+        if let Some(ticker) = self.inner.ticker.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            ticker.abort();
+        }
+        self.inner.draw(LiveView::finish);
+    }
+}
+
+impl Inner {
+    /// Writes what `draw` returns for the live view (nothing in plain mode), under the lock, so a tick and an
+    /// event never interleave their bytes.
+    fn draw(&self, draw: impl FnOnce(&mut LiveView) -> String) {
+        let mut mode = self.mode.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Mode::Live(view) = &mut *mode {
+            write_stderr(&draw(view));
         }
     }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(ticker) = self.ticker.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+            ticker.abort();
+        }
+    }
+}
+
+/// One write, so the terminal never shows half a redraw.
+fn write_stderr(out: &str) {
+    if out.is_empty() {
+        return;
+    }
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_all(out.as_bytes());
+    let _ = stderr.flush();
 }
 
 /// Turns events into progress lines; keeps what a step line needs until the step ends. Every text from the
@@ -87,6 +199,17 @@ impl Printer {
                     .join(", ")
             )),
             EventKind::Error { message, .. } => Some(format!("error: {}", sanitize(message))),
+            EventKind::StuckDetected { check, count, stopped, .. } => Some(format!(
+                "           ! stuck-loop guard: {} reached {count}{}",
+                check.as_str(),
+                if *stopped { ", ending the task" } else { ", the model is warned" }
+            )),
+            EventKind::VerifyFinished { round, ok, checks } => Some(format!(
+                "           {} verifiers (round {round}): {} of {} check(s) passed",
+                if *ok { "✓" } else { "✗" },
+                checks.iter().filter(|c| c.ok).count(),
+                checks.len()
+            )),
             EventKind::ModelDelta { .. }
             | EventKind::ActionFinished { .. }
             | EventKind::ScreenshotSaved { .. }

@@ -4,13 +4,13 @@
 use std::io::Write;
 use std::path::Path;
 
-use hyper::Method;
 use serde_json::Value;
 
-use super::client::Client;
+use super::client::{Client, Method, StatusCode};
 use super::exit::{CliError, CliResult, Exit};
-use super::progress::Printer;
+use super::progress::{Printer, Progress};
 use super::sanitize::sanitize;
+use super::term::{self, Style};
 use crate::model::scripted::Script;
 use crate::record::events::Event;
 use crate::status::TaskRecord;
@@ -20,7 +20,7 @@ use crate::task::{ComputerSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, 
 /// the directories its operator allows): script and scene files are read here, as the user running the
 /// command, and inlined.
 pub fn prepare_for_daemon(mut spec: TaskSpec, source: &crate::task::TaskSource) -> Result<TaskSpec, CliError> {
-    if let Some(ModelSpec::Scripted(ScriptedSpec { script })) = &mut spec.model
+    if let Some(ModelSpec::Scripted(ScriptedSpec { script, .. })) = &mut spec.model
         && let ScriptSource::Path(path) = script
     {
         let loaded = Script::load(&source.resolve(path))
@@ -62,7 +62,7 @@ fn inline_scene_file(name: &str, source: &crate::task::TaskSource) -> Result<ser
     Ok(scene)
 }
 
-fn record_of(value: Value) -> Result<TaskRecord, CliError> {
+pub(super) fn record_of(value: Value) -> Result<TaskRecord, CliError> {
     serde_json::from_value(value)
         .map_err(|e| CliError::unreachable(anyhow::anyhow!("unexpected reply from agentd: {e}")))
 }
@@ -83,7 +83,79 @@ fn print_json(value: &impl serde::Serialize) {
 pub async fn submit(client: &Client, task: &Path, wait: bool, json: bool) -> CliResult {
     let (spec, source) = TaskSpec::read(task)?;
     let spec = prepare_for_daemon(spec, &source)?;
-    let body = serde_json::to_vec(&spec).map_err(|e| CliError::invalid(anyhow::anyhow!("{}: {e}", source.name)))?;
+    submit_spec(client, &spec, &source.name, wait, json).await
+}
+
+/// What `agentd replay` was asked (§18).
+pub struct ReplayArgs<'a> {
+    pub id: &'a str,
+    pub task: Option<&'a Path>,
+    pub params: &'a [String],
+    pub fallback: Option<&'a str>,
+    pub wait: bool,
+}
+
+/// `agentd replay ID`: submits a task that replays the succeeded task ID's recorded actions — ID's own task
+/// file (or `--task FILE`) with `replay: {of: ID, params}`; `--fallback PROVIDER[:MODEL]` makes that model the
+/// task's and hands over to it on divergence.
+pub async fn replay(client: &Client, args: ReplayArgs<'_>, json: bool) -> CliResult {
+    use crate::task::replay::{OnDivergence, ParamName, ReplaySpec};
+    let invalid = |message: String| CliError::invalid(anyhow::anyhow!(message));
+    let of = crate::task::TaskId::parse(args.id).map_err(invalid)?;
+    let (mut spec, name) = match args.task {
+        Some(path) => {
+            let (spec, source) = TaskSpec::read(path)?;
+            (prepare_for_daemon(spec, &source)?, source.name)
+        }
+        None => {
+            let (_, reply) = client.call(Method::GET, &format!("/v1/tasks/{}", encode(of.as_str())), None).await?;
+            (record_of(reply)?.task, format!("the task file of {of}"))
+        }
+    };
+    let mut replay = spec.replay.take().unwrap_or(ReplaySpec {
+        of: of.clone(),
+        params: Default::default(),
+        on_divergence: OnDivergence::Stop,
+        masks: Vec::new(),
+        min_score: None,
+        tolerance: None,
+    });
+    replay.of = of;
+    for param in args.params {
+        let (name, value) = param
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("--param {param:?}: write it as NAME=VALUE (NAME: the recorded text)")))?;
+        let name = ParamName::parse(name).map_err(|e| invalid(format!("--param {param:?}: {e}")))?;
+        replay.params.insert(name, value.to_string());
+    }
+    if let Some(fallback) = args.fallback {
+        let (provider, model) = match fallback.split_once(':') {
+            Some((provider, model)) => (provider, Some(model)),
+            None => (fallback, None),
+        };
+        let mut value = serde_json::json!({ "provider": provider });
+        if let Some(model) = model {
+            value["model"] = model.into();
+        }
+        let model: ModelSpec = serde_json::from_value(value).map_err(|e| {
+            invalid(format!("--fallback {fallback:?}: {e} (PROVIDER[:MODEL], e.g. anthropic:claude-sonnet-4-5)"))
+        })?;
+        if matches!(model, ModelSpec::Scripted(_)) {
+            return Err(invalid(format!(
+                "--fallback {fallback:?}: name a vendor model (anthropic, openai, gemini, openai-compatible)"
+            )));
+        }
+        spec.model = Some(model);
+        replay.on_divergence = OnDivergence::Model;
+    }
+    spec.id = None;
+    spec.replay = Some(replay);
+    submit_spec(client, &spec, &name, args.wait, json).await
+}
+
+/// Submits a task file's contents; with `wait`, follows it and exits with its outcome.
+async fn submit_spec(client: &Client, spec: &TaskSpec, name: &str, wait: bool, json: bool) -> CliResult {
+    let body = serde_json::to_vec(spec).map_err(|e| CliError::invalid(anyhow::anyhow!("{name}: {e}")))?;
     let (status, reply) = client.call(Method::POST, "/v1/tasks", Some(body)).await?;
     let record = record_of(reply)?;
     let id = record.id.clone();
@@ -92,7 +164,7 @@ pub async fn submit(client: &Client, task: &Path, wait: bool, json: bool) -> Cli
             print_json(&record);
         } else {
             println!("{}", sanitize(&id));
-            if status == hyper::StatusCode::OK {
+            if status == StatusCode::OK {
                 eprintln!("agentd: task {} was already submitted ({})", sanitize(&id), record.state.as_str());
             }
         }
@@ -102,18 +174,27 @@ pub async fn submit(client: &Client, task: &Path, wait: bool, json: bool) -> Cli
         "agentd: task {} submitted; following its progress (Ctrl-C stops following, not the task)",
         sanitize(&id)
     );
-    let mut printer = Printer::default();
+    let progress = Progress::on_stderr();
     let mut final_state = None;
-    client
-        .follow_events(&id, 0, true, |event| {
-            if let crate::record::events::EventKind::TaskFinished { state, .. } = &event.kind {
-                final_state = Some(*state);
-            }
-            if let Some(line) = printer.line(event) {
-                eprintln!("{line}");
-            }
-        })
-        .await?;
+    let follow = client.follow_events(&id, 0, true, |event| {
+        if let crate::record::events::EventKind::TaskFinished { state, .. } = &event.kind {
+            final_state = Some(*state);
+        }
+        progress.event(event);
+    });
+    let followed = tokio::select! {
+        followed = follow => followed,
+        _ = tokio::signal::ctrl_c() => {
+            progress.finish();
+            eprintln!(
+                "agentd: stopped following; task {0} goes on (`agentd status {0}`, `agentd cancel {0}`)",
+                sanitize(&id)
+            );
+            return Ok(Exit::Interrupted);
+        }
+    };
+    progress.finish();
+    followed?;
     // The queue records the end just after the event that announces it: wait for it to agree.
     let mut record = record_of(client.call(Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await?.1)?;
     for _ in 0..100 {
@@ -209,7 +290,13 @@ pub async fn tool_result(client: &Client, id: &str, answer: &ToolResultArgs<'_>,
     Ok(Exit::Success)
 }
 
-pub async fn list(client: &Client, state: Option<&str>, limit: Option<u32>, json: bool) -> CliResult {
+/// How often `list --watch` asks again.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `list`: a table with headers (ID, STATE, AGE, STEPS, COST, SUMMARY), newest first; `--json` the API's
+/// document. `--watch` asks again every 2 s until Ctrl-C (exit 0): on a terminal the table is redrawn in
+/// place, elsewhere printed again after a blank line (JSON: one document per line).
+pub async fn list(client: &Client, state: Option<&str>, limit: Option<u32>, watch: bool, json: bool) -> CliResult {
     let mut path = "/v1/tasks?".to_string();
     if let Some(state) = state {
         path.push_str(&format!("state={}&", encode(state)));
@@ -217,28 +304,204 @@ pub async fn list(client: &Client, state: Option<&str>, limit: Option<u32>, json
     if let Some(limit) = limit {
         path.push_str(&format!("limit={limit}"));
     }
-    let (_, reply) = client.call(Method::GET, path.trim_end_matches(['?', '&']), None).await?;
-    if json {
-        print_json(&reply);
+    let path = path.trim_end_matches(['?', '&']).to_string();
+    let fetch = || async {
+        let (_, reply) = client.call(Method::GET, &path, None).await?;
+        let tasks = listed(&reply)?;
+        Ok::<_, CliError>((reply, tasks))
+    };
+    if !watch {
+        let (reply, tasks) = fetch().await?;
+        if json {
+            print_json(&reply);
+        } else if tasks.is_empty() {
+            eprintln!("agentd: no tasks");
+        } else {
+            let style = Style::for_stream(&std::io::stdout());
+            print!("{}", table(&tasks, time::OffsetDateTime::now_utc(), style, None));
+        }
         return Ok(Exit::Success);
     }
-    let tasks: Vec<TaskRecord> = serde_json::from_value(reply["tasks"].clone())
-        .map_err(|e| CliError::unreachable(anyhow::anyhow!("unexpected reply from agentd: {e}")))?;
-    for task in tasks {
-        let summary = task.outcome.as_ref().map(|o| o.summary.as_str()).unwrap_or_default();
-        println!(
-            "{:<40} {:<18} {}  {}",
-            sanitize(&task.id),
-            task.state.as_str(),
-            task.created_at.date(),
-            sanitize(summary)
-        );
+    let stdout = std::io::stdout();
+    let live = !json && term::live(&stdout);
+    let style = Style::for_stream(&stdout);
+    // The first answer decides whether the daemon is there at all (exit 3 if not); later failures are shown
+    // and asked again.
+    let mut answer: Result<_, CliError> = Ok(fetch().await?);
+    let mut first = true;
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let now = time::OffsetDateTime::now_utc();
+        let mut out = String::new();
+        match &answer {
+            Ok((reply, _)) if json => out.push_str(&format!("{reply}\n")),
+            Ok((_, tasks)) if live => {
+                let width = term::width(1);
+                let heading = format!("every {}s: agentd list  ", WATCH_EVERY.as_secs());
+                let clock = now
+                    .format(time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC"))
+                    .unwrap_or_default();
+                out.push_str(&style.dim(&format!("{heading}{clock}  (Ctrl-C to stop)")));
+                out.push_str("\n\n");
+                if tasks.is_empty() {
+                    out.push_str("no tasks\n");
+                } else {
+                    out.push_str(&table(tasks, now, style, Some(width)));
+                }
+            }
+            Ok((_, tasks)) => {
+                if !first {
+                    out.push('\n');
+                }
+                if tasks.is_empty() {
+                    out.push_str("no tasks\n");
+                } else {
+                    out.push_str(&table(tasks, now, style, None));
+                }
+            }
+            Err(e) => {
+                if !live && !first {
+                    out.push('\n');
+                }
+                let message = format!("agentd: {}", sanitize(&e.to_string()));
+                out.push_str(&format!("{}\n", style.red(&message)));
+            }
+        }
+        if live {
+            // Each row erased to its end and everything below the table erased: no flicker, no leftovers.
+            let rows: String = out.lines().map(|l| format!("{l}{}\n", term::ERASE_TO_EOL)).collect();
+            let clear = if first { term::CLEAR_SCREEN } else { "" };
+            out = format!("{clear}{}{}{rows}{}{}", term::HOME, term::WRAP_OFF, term::ERASE_BELOW, term::WRAP_ON);
+        }
+        {
+            let mut stdout = stdout.lock();
+            let _ = stdout.write_all(out.as_bytes());
+            let _ = stdout.flush();
+        }
+        first = false;
+        tokio::select! {
+            _ = &mut interrupted => return Ok(Exit::Success),
+            () = tokio::time::sleep(WATCH_EVERY) => {}
+        }
+        answer = tokio::select! {
+            _ = &mut interrupted => return Ok(Exit::Success),
+            answer = fetch() => answer,
+        };
     }
-    Ok(Exit::Success)
 }
 
+/// A task as `list` shows it.
+struct Listed {
+    record: TaskRecord,
+    /// What the daemon counted (`step_count`), else the steps in the record.
+    steps: u64,
+}
+
+fn listed(reply: &Value) -> Result<Vec<Listed>, CliError> {
+    let unexpected = |e: serde_json::Error| CliError::unreachable(anyhow::anyhow!("unexpected reply from agentd: {e}"));
+    let items = reply["tasks"].as_array().cloned().unwrap_or_default();
+    items
+        .into_iter()
+        .map(|item| {
+            let count = item["step_count"].as_u64();
+            let record: TaskRecord = serde_json::from_value(item).map_err(unexpected)?;
+            Ok(Listed { steps: count.unwrap_or(record.steps.len() as u64), record })
+        })
+        .collect()
+}
+
+/// The task table: a header row, then one row per task. Cells are made safe to print; with a `width` (a
+/// terminal) the summary is cut so a row fits on one line.
+fn table(tasks: &[Listed], now: time::OffsetDateTime, style: Style, width: Option<usize>) -> String {
+    const HEADERS: [&str; 6] = ["ID", "STATE", "AGE", "STEPS", "COST", "SUMMARY"];
+    let rows: Vec<[String; 6]> = tasks
+        .iter()
+        .map(|Listed { record: task, steps }| {
+            let summary = task
+                .outcome
+                .as_ref()
+                .map(|o| o.summary.clone())
+                .or_else(|| task.waiting_reason.clone())
+                .unwrap_or_default();
+            [
+                sanitize(&task.id).into_owned(),
+                task.state.as_str().to_string(),
+                term::age((now - task.created_at).whole_seconds()),
+                steps.to_string(),
+                format!("${:.4}", task.usage.cost_usd),
+                sanitize(&summary).into_owned(),
+            ]
+        })
+        .collect();
+    let mut widths = HEADERS.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    // Columns: left-aligned text, right-aligned numbers (STEPS, COST), two spaces apart; SUMMARY last and
+    // unpadded.
+    let line = |cells: [String; 6], paint: &dyn Fn(usize, String) -> String| {
+        let mut out = String::new();
+        for (i, cell) in cells.into_iter().enumerate() {
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            let padded = match i {
+                3 | 4 => format!("{}{cell}", " ".repeat(pad)),
+                5 => cell,
+                _ => format!("{cell}{}", " ".repeat(pad)),
+            };
+            if i > 0 {
+                out.push_str("  ");
+            }
+            out.push_str(&paint(i, padded));
+        }
+        out.trim_end().to_string()
+    };
+    let summary_room = width.map(|w| w.saturating_sub(widths[..5].iter().sum::<usize>() + 2 * 5 + 1));
+    let mut out = line(HEADERS.map(str::to_string), &|_, cell| style.bold(&cell));
+    out.push('\n');
+    for (mut row, task) in rows.into_iter().zip(tasks) {
+        if let Some(room) = summary_room {
+            row[5] = term::truncate(&row[5], room.max(1));
+        }
+        let state = task.record.state;
+        let paint = |i: usize, cell: String| match (i, state) {
+            (1, crate::record::TaskState::Succeeded) => style.green(&cell),
+            (1, crate::record::TaskState::Failed | crate::record::TaskState::Cancelled) => style.red(&cell),
+            (1, crate::record::TaskState::Running) => style.cyan(&cell),
+            (1, _) => style.yellow(&cell),
+            _ => cell,
+        };
+        out.push_str(&line(row, &paint));
+        out.push('\n');
+    }
+    out
+}
+
+/// `cancel`: a queued or waiting task ends now, a running one at its next safe point. A task that has
+/// already finished is not an error (exit 0, "already finished: STATE"): a script that cancels what may
+/// have ended meanwhile does not fail. An unknown task is exit 2, as everywhere.
 pub async fn cancel(client: &Client, id: &str, json: bool) -> CliResult {
-    let (_, reply) = client.call(Method::POST, &format!("/v1/tasks/{}/cancel", encode(id)), None).await?;
+    let (status, reply) = client.request(Method::POST, &format!("/v1/tasks/{}/cancel", encode(id)), None).await?;
+    if status == StatusCode::CONFLICT && reply["error"]["code"] == "wrong_state" {
+        let record = record_of(client.call(Method::GET, &format!("/v1/tasks/{}", encode(id)), None).await?.1)?;
+        if record.state.is_terminal() {
+            if json {
+                print_json(&serde_json::json!({"id": record.id, "state": record.state, "cancel": "already_finished"}));
+            } else {
+                eprintln!(
+                    "agentd: task {} already finished: {}; nothing to cancel",
+                    sanitize(id),
+                    record.state.as_str()
+                );
+            }
+            return Ok(Exit::Success);
+        }
+    }
+    if !status.is_success() {
+        return Err(super::client::api_error(status, &reply));
+    }
     if json {
         print_json(&reply);
     } else if reply["cancel"] == "requested" {
@@ -292,7 +555,7 @@ fn describe(event: &Event) -> String {
 }
 
 /// Percent-encodes a path segment or query value.
-fn encode(s: &str) -> String {
+pub fn encode(s: &str) -> String {
     let mut out = String::new();
     for byte in s.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {

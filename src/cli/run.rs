@@ -11,7 +11,10 @@ use std::path::Path;
 use anyhow::Context;
 use time::OffsetDateTime;
 
+use futures_util::StreamExt;
+
 use super::exit::{CliError, CliResult, Exit};
+use super::progress::Progress;
 use super::sanitize::sanitize;
 use crate::backends::{self, BuildError};
 use crate::config::Config;
@@ -43,7 +46,11 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let created_at = OffsetDateTime::now_utc();
     // The library's agent, as any embedder builds it: input the task file states wrongly is refused before
     // the task starts (exit 2 naming the field).
-    let agent = Agent::builder()
+    let mut builder = Agent::builder();
+    if let Some(replay) = &spec.replay {
+        builder = builder.replay_recording(local_record(config, replay.of.as_str()).map_err(build_error)?);
+    }
+    let agent = builder
         .task(spec.clone())
         .task_id(task_id.clone())
         .config(config.clone())
@@ -63,15 +70,19 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         sanitize(&agent.model().describe())
     );
     let mut run = agent.run();
-    let signals = watch_interrupts(run.abort_handle());
-    super::progress::print(&mut run, std::io::stderr()).await;
+    let progress = Progress::on_stderr();
+    let signals = watch_interrupts(run.abort_handle(), progress.clone());
+    while let Some(event) = run.next().await {
+        progress.event(&event);
+    }
+    progress.finish();
     let report = run.finish().await;
     signals.abort();
     let outcome = report.outcome;
     let pending = report.pending_uploads;
     let state = outcome.state();
 
-    let record = TaskRecord {
+    let mut record = TaskRecord {
         version: RECORD_VERSION,
         id: task_id.to_string(),
         state,
@@ -88,7 +99,9 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         computer_state: report.computer_state,
         waiting_reason: None,
         pending_tool_calls: Vec::new(),
+        replay: None,
     };
+    record.derive_replay();
     let document =
         serde_json::to_vec_pretty(&record).context("serializing the task record").map_err(CliError::failed)?;
     let record_path = config.data_dir.join("runs").join(format!("{task_id}.json"));
@@ -118,6 +131,15 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     Ok(if outcome.success { Exit::Success } else { Exit::Unsuccessful })
 }
 
+/// The record a local replay (§18) replays: `agentd run` writes each task's to `data_dir/runs/{id}.json`.
+fn local_record(config: &Config, id: &str) -> Result<TaskRecord, BuildError> {
+    let path = config.data_dir.join("runs").join(format!("{id}.json"));
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| BuildError::invalid("replay.of", format!("no record of task {id} at {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| BuildError::invalid("replay.of", format!("the record {} cannot be read: {e}", path.display())))
+}
+
 fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
     match spec {
         crate::task::ComputerSpec::Mock(mock) => {
@@ -127,11 +149,12 @@ fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
             format!("local({})", local.display.as_deref().unwrap_or("$DISPLAY"))
         }
         crate::task::ComputerSpec::Vnc(vnc) => format!("vnc({})", vnc.address),
+        crate::task::ComputerSpec::ComputerServer(cua) => format!("computer-server({})", cua.url),
     }
 }
 
 /// First Ctrl-C or SIGTERM: cancel the task at its next safe point. Second: exit at once.
-fn watch_interrupts(cancel: AbortHandle) -> tokio::task::JoinHandle<()> {
+fn watch_interrupts(cancel: AbortHandle, progress: Progress) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(term) => term,
@@ -143,9 +166,10 @@ fn watch_interrupts(cancel: AbortHandle) -> tokio::task::JoinHandle<()> {
                 _ = term.recv() => {}
             }
             if round == 0 {
-                eprintln!("agentd: cancelling the task at its next safe point (again to quit at once)");
+                progress.note("agentd: cancelling the task at its next safe point (again to quit at once)");
                 cancel.abort();
             } else {
+                progress.finish();
                 eprintln!("agentd: quitting");
                 crate::exit::Exit::Interrupted.now();
             }

@@ -1,11 +1,14 @@
 //! `agentd serve`: the daemon. Opens the queue and the artifact store, starts the workers, the heartbeat,
-//! the rescuer and the HTTP API (Unix socket, optionally TCP), tells systemd when it is ready, feeds the
+//! the rescuer, the retention job (§21) and the HTTP API (Unix socket, optionally TCP), tells systemd when it is ready, feeds the
 //! watchdog while the claim loop is alive, and shuts down in two phases.
 //!
 //! Shutdown (first SIGTERM/SIGINT): stop claiming and accepting tasks (`STOPPING=1`), let running tasks
 //! reach the end of their step and hand them back to the queue without counting an attempt, flush artifacts,
 //! exit. After `worker.shutdown_grace_secs`, whatever still runs is abandoned (its lease expires and another
 //! start resumes it). A second signal exits at once.
+//!
+//! SIGHUP reloads the TCP listener's TLS certificate and key (`api.tls_cert`, `api.tls_key`); a reload that
+//! fails keeps the certificate in use and logs why. Without TLS, SIGHUP is logged and changes nothing.
 
 pub mod notify;
 pub mod worker;
@@ -26,6 +29,7 @@ use crate::queue::Queue;
 use crate::queue::postgres::{PostgresQueue, PostgresSettings};
 use crate::queue::sqlite::SqliteQueue;
 use crate::queue::{QueueSignal, SignalHandler};
+use crate::retention::Retention;
 use worker::Workers;
 
 #[derive(Debug, Error)]
@@ -48,6 +52,10 @@ pub fn preflight(config: &Config) -> Result<Vec<String>, DaemonError> {
         })?;
         crate::config::read_token_file(token_file).map_err(DaemonError::Invalid)?;
         warnings.extend(crate::config::world_readable_warning("api.token_file", token_file));
+    }
+    if let (Some(cert), Some(key)) = (&config.api.tls_cert, &config.api.tls_key) {
+        api::tls::TlsCertificate::load(cert, key).map_err(DaemonError::Invalid)?;
+        warnings.extend(crate::config::world_readable_warning("api.tls_key", key));
     }
     let socket = config.socket_path();
     if let Some(dir) = socket.parent() {
@@ -139,6 +147,8 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
 
     let stop_claiming = CancellationToken::new();
     let shutdown_tasks = CancellationToken::new();
+    let retention =
+        Arc::new(Retention::new(config.clone(), queue.clone(), store.clone(), uploader.clone(), metrics.clone()));
     let state = Arc::new(ApiState {
         config: config.clone(),
         queue: queue.clone(),
@@ -147,9 +157,12 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         metrics,
         workers: workers.handle.clone(),
         stopping: stop_claiming.clone(),
+        retention: retention.clone(),
     });
     let servers = api::bind(&state).await.map_err(|e| DaemonError::Unreachable(e.to_string()))?;
     let api_stop = CancellationToken::new();
+    let certificates: Vec<_> = servers.iter().filter_map(api::Server::tls).collect();
+    tracker.spawn(reload_on_hangup(certificates, background.clone()));
     for server in servers {
         let stop = api_stop.clone();
         tracker.spawn(server.run(state.clone(), stop));
@@ -159,6 +172,7 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
     tracker.spawn(workers.clone().claim_loop(runners.clone(), stop_claiming.clone(), shutdown_tasks.clone()));
     tracker.spawn(workers.clone().heartbeat_loop(background.clone()));
     tracker.spawn(workers.clone().rescue_loop(background.clone()));
+    tracker.spawn(retention.run(background.clone()));
     tracker.spawn({
         let queue = queue.clone();
         let on_signal = signal_handler(&workers);
@@ -227,6 +241,32 @@ async fn feed_watchdog(workers: Arc<Workers>, interval: Duration, stop: Cancella
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// Reloads the TLS certificates on every SIGHUP until `stop` fires.
+async fn reload_on_hangup(certificates: Vec<Arc<api::tls::TlsCertificate>>, stop: CancellationToken) {
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hangup) => hangup,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; TLS certificates are not reloaded");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            received = hangup.recv() => if received.is_none() { return },
+        }
+        if certificates.is_empty() {
+            tracing::info!("SIGHUP: nothing to reload (no TLS certificate)");
+        }
+        for certificate in &certificates {
+            match certificate.reload() {
+                Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded; new connections use it"),
+                Err(e) => tracing::error!(error = %e, "SIGHUP: TLS certificate not reloaded; keeping the one in use"),
+            }
         }
     }
 }

@@ -20,8 +20,9 @@ use crate::agent::events::EventSink;
 use crate::agent::journal::{Journal, JournalError};
 use crate::api::WorkerHandle;
 use crate::artifacts::Uploader;
-use crate::attempt::{self, Attempt, Ending};
+use crate::attempt::{self, Ending};
 use crate::config::Config;
+use crate::library::{Agent, Hosting};
 use crate::metrics::Metrics;
 use crate::model::Usage;
 use crate::queue::{Finish, Lease, LeaseStatus, Queue, QueueError, Release, WorkerIdentity, now_ms};
@@ -37,7 +38,7 @@ pub struct Workers {
     pub identity: WorkerIdentity,
     /// One HTTP client and rate limiter per model provider for the whole process, so that a retry storm is
     /// not multiplied by the number of tasks.
-    pub models: crate::model::Shared,
+    pub models: Arc<crate::model::Shared>,
     /// What the API may do to the workers (wake, cancel, count); the workers use the same signals.
     pub handle: WorkerHandle,
     /// Leases held by this process: task id → its token and lease state (the runners' cancel tokens are
@@ -64,7 +65,7 @@ impl Workers {
         let desktops = crate::queue::desktop::DesktopScope::of_this_process(config.defaults.computer.as_ref());
         let identity = WorkerIdentity { name, labels: config.worker.labels.clone(), desktops };
         let concurrency = config.worker.concurrency.max(1) as usize;
-        let models = crate::model::Shared::new(&config);
+        let models = Arc::new(crate::model::Shared::new(&config));
         Arc::new(Self {
             config,
             queue,
@@ -234,7 +235,8 @@ impl Workers {
     async fn run_lease(self: Arc<Self>, lease: Lease, permit: OwnedSemaphorePermit, shutdown: CancellationToken) {
         let task_id = lease.task_id.clone();
         let token = lease.token;
-        let span = tracing::info_span!("task", task_id = %task_id, attempt = lease.attempt);
+        // ERROR level: any log filter that lets a line through keeps the task it belongs to (`cli::telemetry`).
+        let span = tracing::error_span!("task", task_id = %task_id, attempt = i64::from(lease.attempt));
         let cancel = CancellationToken::new();
         let lost = CancellationToken::new();
         if let Ok(mut active) = self.active.lock() {
@@ -262,10 +264,12 @@ impl Workers {
         let token = lease.token;
         let (events, receiver) = EventSink::channel(&task_id, lease.next_seq);
         let (stored_tx, stored_rx) = watch::channel(lease.next_seq.saturating_sub(1));
-        let writer = tokio::spawn(self.clone().write_events(task_id.clone(), token, receiver, stored_tx));
-        let persist = self.config.mock_dir(&task_id);
-        // The task came over an API (this node's or another's): it may name only what this node allows.
-        let files = self.config.file_access();
+        // The labels its model usage is counted under (`agentd_model_tokens_total`).
+        let model_spec = lease.spec.model_spec(&self.config.defaults);
+        let provider = model_spec.provider();
+        let model = self.models.model_id(provider, &model_spec.options()).unwrap_or_else(|| "script".into());
+        let writer =
+            tokio::spawn(self.clone().write_events(task_id.clone(), token, receiver, stored_tx, (provider, model)));
         let journal = Arc::new(QueueJournal {
             queue: self.queue.clone(),
             task_id: task_id.clone(),
@@ -275,28 +279,36 @@ impl Workers {
             metrics: self.metrics.clone(),
             retry_for: self.lease_for(),
         });
-        let output = Attempt {
-            task_id: &task_id,
-            attempt: lease.attempt,
-            worker: &self.identity.name,
-            task: lease.spec.resolve(&self.config.defaults),
-            files: &files,
-            tool_catalog: &self.config.tools,
-            allowed_by: Some(&self.config),
-            persist_dir: Some(&persist),
-            models: &self.models,
-            uploader: self.uploader.clone(),
-            journal,
-            events: events.clone(),
-            cancel: cancel.clone(),
-            shutdown,
-            resume: lease.steps.clone(),
-            elapsed_before: lease.elapsed,
-            approved: lease.approved,
-            settle: self.config.settle,
+        // The same builder as `agentd run` and embedders, with the daemon's config and model clients; the task
+        // came over an API (this node's or another's), so it may name only what this node allows.
+        let mut builder = Agent::builder();
+        // A replay (§18) runs on the replayed task's record, read from the queue.
+        if let Some(replay) = &lease.spec.replay {
+            match self.queue.get(replay.of.as_str()).await {
+                Ok(record) => builder = builder.replay_recording(record),
+                Err(e) => tracing::warn!(error = %e, of = %replay.of, "cannot read the replayed task's record"),
+            }
         }
-        .run(None)
-        .await;
+        let output = builder
+            .task(lease.spec.clone())
+            .shared_config(self.config.clone())
+            .shared_models(self.models.clone())
+            .api_task()
+            .persist_dir(self.config.mock_dir(&task_id))
+            .worker(&self.identity.name)
+            .run_attempt(Hosting {
+                task_id: &task_id,
+                attempt: lease.attempt,
+                uploader: self.uploader.clone(),
+                journal,
+                events: events.clone(),
+                cancel: cancel.clone(),
+                shutdown,
+                resume: lease.steps.clone(),
+                elapsed_before: lease.elapsed,
+                approved: lease.approved,
+            })
+            .await;
         for step in &output.steps {
             self.metrics
                 .action_errors
@@ -327,6 +339,12 @@ impl Workers {
             }
         };
         self.metrics.model_errors.fetch_add(u64::from(output.model_errors), Ordering::Relaxed);
+        for (check, stopped) in &output.guard_fired {
+            self.metrics.observe_guard(*check, *stopped);
+        }
+        if let End::Finish(finish) = &end {
+            self.metrics.observe_checks(&finish.outcome.checks);
+        }
         self.end(&lease, &events, &stored_rx, end).await;
         drop(events);
         // Screenshot events may still arrive from the uploader; the writer task ends by itself once they
@@ -366,7 +384,7 @@ impl Workers {
                     seq,
                     "task finished"
                 );
-                self.metrics.tasks_finished.fetch_add(1, Ordering::Relaxed);
+                self.metrics.task_finished(outcome.state(), outcome.reason);
                 retry_unavailable(self.lease_for(), || self.queue.finish(task_id, lease.token, &finish)).await
             }
             End::Retry(outcome, _, asked) if lease.attempt < lease.max_attempts => {
@@ -381,7 +399,7 @@ impl Workers {
                 finish.outcome =
                     Outcome { summary: format!("{} (after {} attempts)", outcome.summary, lease.attempt), ..outcome };
                 finish_and_wait(events, stored, &finish.outcome, finish.usage).await;
-                self.metrics.tasks_finished.fetch_add(1, Ordering::Relaxed);
+                self.metrics.task_finished(finish.outcome.state(), finish.outcome.reason);
                 retry_unavailable(self.lease_for(), || self.queue.finish(task_id, lease.token, &finish)).await
             }
             End::Requeue => {
@@ -424,6 +442,7 @@ impl Workers {
         token: i64,
         mut receiver: tokio::sync::mpsc::UnboundedReceiver<Event>,
         stored: watch::Sender<u64>,
+        (provider, model): (&'static str, String),
     ) {
         let mut batch = Vec::with_capacity(64);
         while let Some(event) = receiver.recv().await {
@@ -435,8 +454,9 @@ impl Workers {
                 }
             }
             for event in &batch {
-                if let EventKind::StepFinished { duration_ms, .. } = &event.kind {
+                if let EventKind::StepFinished { duration_ms, usage, .. } = &event.kind {
                     self.metrics.observe_step(*duration_ms);
+                    self.metrics.model_usage(provider, &model, usage);
                 }
             }
             let last = batch.last().map_or(0, |e| e.seq);
@@ -614,6 +634,21 @@ mod tests {
         }
         async fn health(&self) -> Result<(), QueueError> {
             self.inner.health().await
+        }
+        async fn delete(&self, id: &str) -> Result<(), QueueError> {
+            self.inner.delete(id).await
+        }
+        async fn finished_before(&self, age: Duration, limit: u32) -> Result<Vec<String>, QueueError> {
+            self.inner.finished_before(age, limit).await
+        }
+        async fn delete_finished(&self, ids: &[String]) -> Result<Vec<String>, QueueError> {
+            self.inner.delete_finished(ids).await
+        }
+        async fn purges(&self, limit: u32) -> Result<Vec<String>, QueueError> {
+            self.inner.purges(limit).await
+        }
+        async fn purged(&self, ids: &[String]) -> Result<(), QueueError> {
+            self.inner.purged(ids).await
         }
     }
 

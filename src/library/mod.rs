@@ -8,10 +8,12 @@
 //! directory (a fresh directory under the system's temporary directory unless one is given) or the store
 //! given.
 
+mod hosted;
+mod replay;
 mod run;
 mod typed;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentd_computer::ComputerProvider;
@@ -23,10 +25,15 @@ use crate::config::Config;
 use crate::input::FileAccess;
 use crate::model::scripted::{Script, ScriptedModel};
 use crate::model::{Model, Shared};
+use crate::status::TaskRecord;
+use crate::task::replay::OnDivergence;
 use crate::task::tools::{JsonSchema, TaskTool, ToolDecl, check_unique};
 use crate::task::{ComputerSpec, Limits, ModelSpec, ResolvedTask, TaskId, TaskSpec};
 use crate::tools::{Tool, Toolbox, ToolboxError};
 
+#[doc(hidden)]
+pub use hosted::Hosting;
+pub use replay::check_replayable;
 pub use run::{AbortHandle, Run, RunFailed, RunReport};
 pub use typed::{CallContext, FnTool, parameters_of, tool_fn};
 
@@ -38,9 +45,8 @@ pub struct Agent {
     model: Arc<dyn Model>,
     computer: Arc<dyn ComputerProvider>,
     tools: Arc<Toolbox>,
+    verifier: Arc<crate::verify::Verifier>,
     config: Arc<Config>,
-    models: Arc<Shared>,
-    files: FileAccess,
     store: Arc<dyn ArtifactStore>,
     data_dir: PathBuf,
     spool_dir: Option<PathBuf>,
@@ -68,13 +74,17 @@ pub struct AgentBuilder {
     limits: Option<Limits>,
     keep_screenshots: Option<u32>,
     output_schema: Option<serde_json::Value>,
-    config: Option<Config>,
+    config: Option<Arc<Config>>,
+    models: Option<Arc<Shared>>,
+    persist_dir: Option<PathBuf>,
+    api_task: bool,
     data_dir: Option<PathBuf>,
     store: Option<Arc<dyn ArtifactStore>>,
     spool_dir: Option<PathBuf>,
     base_dir: Option<PathBuf>,
     task_id: Option<TaskId>,
     worker: Option<String>,
+    replay_record: Option<TaskRecord>,
 }
 
 impl Agent {
@@ -108,10 +118,13 @@ impl Agent {
             task_id,
             worker: self.worker.clone(),
             task: ResolvedTask { instructions, ..self.task.clone() },
-            built: Built { computer: self.computer.clone(), model: self.model.clone(), tools: self.tools.clone() },
+            built: Built {
+                computer: self.computer.clone(),
+                model: self.model.clone(),
+                tools: self.tools.clone(),
+                verifier: self.verifier.clone(),
+            },
             config: self.config.clone(),
-            models: self.models.clone(),
-            files: self.files.clone(),
             store: self.store.clone(),
             spool_dir,
             own_spool,
@@ -134,7 +147,7 @@ impl Agent {
     }
 
     /// Where the runs keep their files (the default store's `artifacts/` and the spool).
-    pub fn data_dir(&self) -> &std::path::Path {
+    pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }
 
@@ -223,7 +236,38 @@ impl AgentBuilder {
     /// The config: model keys and endpoints, `[defaults]`, `[tools]` (named by `{"use": …}`), settling.
     /// Without one, [`Config::default`] (keys from the environment).
     pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(Arc::new(config));
+        self
+    }
+
+    /// The config, shared (the daemon's, read once for all its attempts).
+    #[doc(hidden)]
+    pub fn shared_config(mut self, config: Arc<Config>) -> Self {
         self.config = Some(config);
+        self
+    }
+
+    /// The model clients and rate limiters, shared with other agents of the process (each agent has its own
+    /// otherwise).
+    #[doc(hidden)]
+    pub fn shared_models(mut self, models: Arc<Shared>) -> Self {
+        self.models = Some(models);
+        self
+    }
+
+    /// Where the mock desktop keeps its state between attempts of the task.
+    #[doc(hidden)]
+    pub fn persist_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.persist_dir = Some(dir.into());
+        self
+    }
+
+    /// The task came over the API (this node's or another's): it may name only the files, environment
+    /// variables and base URLs the config allows, checked again here since the node that accepted it may
+    /// allow more.
+    #[doc(hidden)]
+    pub fn api_task(mut self) -> Self {
+        self.api_task = true;
         self
     }
 
@@ -265,10 +309,53 @@ impl AgentBuilder {
         self
     }
 
+    /// The record of the task a replay task (`"replay": {"of": …}`, §18) replays: it must have succeeded; its
+    /// screenshots are read from the artifact store the runs use.
+    pub fn replay_recording(mut self, record: TaskRecord) -> Self {
+        self.replay_record = Some(record);
+        self
+    }
+
     /// Checks everything and builds what is given as specs (the computer is opened, the model's keys are
     /// looked up, declared tools are made). Errors name the field at fault (`instructions`, `tools[1].name`,
     /// `output_schema`, `computer.scene`, …).
-    pub async fn build(self) -> Result<Agent, BuildError> {
+    pub async fn build(mut self) -> Result<Agent, BuildError> {
+        let data_dir = self.data_dir.take();
+        let store = self.store.take();
+        let spool_dir = self.spool_dir.take();
+        let task_id = self.task_id.clone();
+        let worker = self.worker_name();
+        let data_dir = match data_dir {
+            Some(dir) => dir,
+            None => std::env::temp_dir().join(format!("agentd-{}", uuid::Uuid::now_v7())),
+        };
+        let store: Arc<dyn ArtifactStore> = match store {
+            Some(store) => store,
+            None => Arc::new(FsStore::new(data_dir.join("artifacts"))),
+        };
+        let Assembled { task, built, config } = self.assemble(store.as_ref()).await?;
+        Ok(Agent {
+            task,
+            task_id,
+            model: built.model,
+            computer: built.computer,
+            tools: built.tools,
+            verifier: built.verifier,
+            config,
+            store,
+            data_dir,
+            spool_dir,
+            worker,
+        })
+    }
+
+    fn worker_name(&self) -> String {
+        self.worker.clone().unwrap_or_else(|| format!("library@{}", crate::config::host_name()))
+    }
+
+    /// Resolves the task and builds its model, secrets, tools and computer: the one assembly of an
+    /// attempt's parts, for agents and the daemon's attempts alike.
+    async fn assemble(self, store: &dyn ArtifactStore) -> Result<Assembled, BuildError> {
         let config = self.config.unwrap_or_default();
         let mut spec = match self.task {
             Some(spec) => spec,
@@ -296,7 +383,8 @@ impl AgentBuilder {
         spec.tools.extend(self.declared.into_iter().map(TaskTool::Declared));
         check_unique(spec.tools.iter().map(TaskTool::name))
             .map_err(|(i, message)| BuildError::invalid(format!("tools[{i}].name"), message))?;
-        let mut task = spec.resolve(&config.defaults);
+        let replay = spec.replay.clone();
+        let mut task = spec.resolve(&config.defaults, &config.guard);
         if let Some(limits) = self.limits {
             check_limits(&limits)?;
             task.limits = limits;
@@ -307,54 +395,72 @@ impl AgentBuilder {
             }
             task.keep_screenshots = keep;
         }
+        if self.api_task {
+            backends::check_names(&task, &config)?;
+        }
 
-        let base_dir = match self.base_dir {
-            Some(dir) => dir,
-            None => std::env::current_dir().map_err(|e| BuildError::invalid("base_dir", e.to_string()))?,
+        let files = if self.api_task {
+            config.file_access()
+        } else {
+            let base_dir = match self.base_dir {
+                Some(dir) => dir,
+                None => std::env::current_dir().map_err(|e| BuildError::invalid("base_dir", e.to_string()))?,
+            };
+            FileAccess::Local { base_dir }
         };
-        let files = FileAccess::Local { base_dir: base_dir.clone() };
-        let models = Arc::new(Shared::new(&config));
+        let base_dir = match &files {
+            FileAccess::Local { base_dir } => Some(base_dir.as_path()),
+            FileAccess::Api { .. } => None,
+        };
+        let models = self.models.unwrap_or_else(|| Arc::new(Shared::new(&config)));
+        // A replay (§18) builds the task's model only for a model to hand over to.
+        let needs_model = replay.as_ref().is_none_or(|r| r.on_divergence == OnDivergence::Model);
         let model = match self.model {
-            Some(Source::Given(model)) => model,
-            Some(Source::Spec) | None => {
+            Some(Source::Given(model)) => Some(model),
+            Some(Source::Spec) | None if needs_model => {
                 let spec = backends::inline_script(&task.model, &files).await?;
-                backends::model(&spec, &models, Some(&base_dir))?
+                Some(backends::model(&spec, &models, base_dir)?)
             }
+            Some(Source::Spec) | None => None,
         };
-        // The secrets' values are read here, when the agent is built (§15), as a worker reads them per attempt.
+        let model = match (&replay, model) {
+            (Some(replay), fallback) => {
+                let record = self.replay_record.as_ref().ok_or_else(|| {
+                    BuildError::invalid(
+                        "replay.of",
+                        format!("the record of task {} is not available here to replay", replay.of),
+                    )
+                })?;
+                let fallback = fallback.filter(|_| replay.on_divergence == OnDivergence::Model);
+                self::replay::replay_model(replay, record, store, fallback).await?
+            }
+            (None, Some(model)) => model,
+            (None, None) => return Err(BuildError::invalid("model", "no model was built")),
+        };
+        // The secrets' values are read here, when the agent is built (§15): a worker builds per attempt.
         let secrets = backends::secrets(&task, &files).await?;
         let tools = toolbox(&task, &config, self.tools, secrets.clone())?;
         let computer = match self.computer {
             Some(Source::Given(computer)) => computer,
             Some(Source::Spec) | None => {
-                let context = ComputerContext { files: &files, persist_dir: None, secrets: &secrets };
+                let context =
+                    ComputerContext { files: &files, persist_dir: self.persist_dir.as_deref(), secrets: &secrets };
                 backends::computer(&task.computer, &context).await?
             }
         };
-        let data_dir = match self.data_dir {
-            Some(dir) => dir,
-            None => std::env::temp_dir().join(format!("agentd-{}", uuid::Uuid::now_v7())),
-        };
-        let store = match self.store {
-            Some(store) => store,
-            None => Arc::new(FsStore::new(data_dir.join("artifacts"))),
-        };
-        let worker = self.worker.unwrap_or_else(|| format!("library@{}", crate::config::host_name()));
-        Ok(Agent {
-            task,
-            task_id: self.task_id,
-            model,
-            computer,
-            tools,
-            config: Arc::new(config),
-            models,
-            files,
-            store,
-            data_dir,
-            spool_dir: self.spool_dir,
-            worker,
-        })
+        // The verifier checks' reference images are read and their programs looked up here (§16).
+        let verifier = crate::verify::Verifier::build(&task.verify, task.verify_retries, &config.verifiers, &files)
+            .await
+            .map_err(|e| BuildError::invalid(e.field, e.message))?;
+        Ok(Assembled { task, built: Built { computer, model, tools, verifier: Arc::new(verifier) }, config })
     }
+}
+
+/// An attempt's parts, built.
+struct Assembled {
+    task: ResolvedTask,
+    built: Built,
+    config: Arc<Config>,
 }
 
 /// The task's declared tools (through `backends`, as for every task) and the in-process ones.

@@ -16,10 +16,8 @@ use tokio_util::task::TaskTracker;
 use crate::agent::events::EventSink;
 use crate::agent::journal::MemoryJournal;
 use crate::artifacts::{ArtifactStore, Uploader};
-use crate::attempt::{self, Attempt, Built};
+use crate::attempt::{self, Attempt, Built, RunContext};
 use crate::config::Config;
-use crate::input::FileAccess;
-use crate::model::Shared;
 use crate::record::{EndReason, Event, Outcome, ScreenshotRef, StepRecord, Usage};
 use crate::task::{ResolvedTask, TaskId};
 
@@ -135,8 +133,6 @@ pub(super) struct Launch {
     pub task: ResolvedTask,
     pub built: Built,
     pub config: Arc<Config>,
-    pub models: Arc<Shared>,
-    pub files: FileAccess,
     pub store: Arc<dyn ArtifactStore>,
     pub spool_dir: PathBuf,
     /// Remove `spool_dir` once it is empty (a run's own spool).
@@ -148,38 +144,37 @@ pub(super) fn start(launch: Launch) -> Run {
     let task_id = launch.task_id.to_string();
     let (events, receiver) = EventSink::channel(&task_id, 1);
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(drive(launch, events, cancel.clone()));
+    // ERROR level, as the worker's: any log filter that lets a line through keeps the task it belongs to.
+    let span = tracing::error_span!("task", task_id = %task_id, attempt = 1i64);
+    let task = tokio::spawn(tracing::Instrument::instrument(drive(launch, events, cancel.clone()), span));
     Run { task_id, events: receiver, abort_on_drop: cancel.clone().drop_guard(), cancel, task }
 }
 
 /// One attempt, then what `agentd run` does after it: wait for the screenshots, emit `task_finished`.
 async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> RunReport {
-    let Launch { task_id, worker, task, built, config, models, files, store, spool_dir, own_spool } = launch;
+    let Launch { task_id, worker, task, built, config, store, spool_dir, own_spool } = launch;
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
     let uploader =
         Uploader::start(store, spool_dir.clone(), 64, config.artifacts.spool_max_bytes, &tracker, background.clone());
+    attempt::emit_started(&events, 1, &worker);
     let attempt = Attempt {
-        task_id: task_id.as_str(),
-        attempt: 1,
-        worker: &worker,
         task,
-        files: &files,
-        allowed_by: None,
-        tool_catalog: &config.tools,
-        persist_dir: None,
-        models: &models,
-        uploader: uploader.clone(),
-        journal: Arc::new(MemoryJournal::default()),
-        events: events.clone(),
-        cancel,
-        shutdown: CancellationToken::new(),
-        resume: Vec::new(),
-        elapsed_before: Duration::ZERO,
-        approved: false,
         settle: config.settle,
+        context: RunContext {
+            task_id: task_id.as_str(),
+            attempt: 1,
+            uploader: uploader.clone(),
+            journal: Arc::new(MemoryJournal::default()),
+            events: events.clone(),
+            cancel,
+            shutdown: CancellationToken::new(),
+            resume: Vec::new(),
+            elapsed_before: Duration::ZERO,
+            approved: false,
+        },
     };
-    let output = attempt.run(Some(built)).await;
+    let output = attempt.run(built).await;
     // No queue to hand the task back to and no human to wait for: every ending is final here.
     let outcome = output.ending.into_outcome();
     let pending_uploads = uploader.flush(FLUSH_TIMEOUT).await;

@@ -656,6 +656,10 @@ fn append(block: &mut Value, key: &str, text: &str) {
 
 #[async_trait]
 impl Model for AnthropicModel {
+    fn model_id(&self) -> Option<&str> {
+        Some(&self.settings.model)
+    }
+
     fn describe(&self) -> String {
         format!("anthropic {} ({})", self.settings.model, self.tool.tool_type())
     }

@@ -608,6 +608,10 @@ impl Decoder for CompletionDecoder<'_> {
 
 #[async_trait]
 impl Model for CompatibleModel {
+    fn model_id(&self) -> Option<&str> {
+        Some(&self.settings.model)
+    }
+
     fn describe(&self) -> String {
         format!("openai-compatible {} at {}", self.settings.model, self.settings.base_url)
     }

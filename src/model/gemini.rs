@@ -517,6 +517,10 @@ impl Decoder for ContentDecoder<'_> {
 
 #[async_trait]
 impl Model for GeminiModel {
+    fn model_id(&self) -> Option<&str> {
+        Some(&self.settings.model)
+    }
+
     fn describe(&self) -> String {
         format!("gemini {} (computerUse)", self.settings.model)
     }

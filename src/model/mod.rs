@@ -13,6 +13,7 @@ pub mod gemini;
 pub mod http;
 pub mod openai;
 pub mod pricing;
+pub mod replay;
 pub mod scripted;
 mod shared;
 mod wire;
@@ -176,6 +177,11 @@ impl ModelError {
 pub trait Model: Send + Sync {
     /// The provider name (`anthropic`, `scripted`, …) and model id, for records and logs.
     fn describe(&self) -> String;
+
+    /// The model id requests name (`claude-sonnet-4-5`, …), for traces; `None` where there is none (scripted).
+    fn model_id(&self) -> Option<&str> {
+        None
+    }
 
     /// The coordinate space the model works in for a screen of `screen` size, and thereby the size of the
     /// image it is shown (the map's model size for image-space models; the screen scaled for grid models).

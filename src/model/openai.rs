@@ -502,6 +502,10 @@ impl Decoder for ResponseDecoder<'_> {
 
 #[async_trait]
 impl Model for OpenAiModel {
+    fn model_id(&self) -> Option<&str> {
+        Some(&self.settings.model)
+    }
+
     fn describe(&self) -> String {
         let tool = match self.tool {
             ToolKind::Preview => "computer_use_preview",

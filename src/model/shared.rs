@@ -115,6 +115,16 @@ impl Shared {
         &self.prices
     }
 
+    /// The model id a task of `provider` with `options` runs with: the task's, else `[models.PROVIDER] model`,
+    /// else the provider's default; `None` when none is set (building the model then fails).
+    pub fn model_id(&self, provider: &str, options: &ModelOptions) -> Option<String> {
+        options
+            .model
+            .clone()
+            .or_else(|| self.models.get(provider).and_then(|config| config.model.clone()))
+            .or_else(|| defaults(provider).model.map(str::to_string))
+    }
+
     /// Resolves one adapter's settings. `task_base_url` is a per-task endpoint (openai-compatible only).
     pub fn settings(
         &self,
@@ -132,16 +142,9 @@ impl Shared {
                 "{provider}: base_url {base_url:?} must start with http:// or https://"
             )));
         }
-        let model = options
-            .model
-            .clone()
-            .or_else(|| config.model.clone())
-            .or_else(|| defaults.model.map(str::to_string))
-            .ok_or_else(|| {
-                ModelError::Config(format!(
-                    "{provider}: no model id: set `model` in the task or in [models.{provider}]"
-                ))
-            })?;
+        let model = self.model_id(provider, options).ok_or_else(|| {
+            ModelError::Config(format!("{provider}: no model id: set `model` in the task or in [models.{provider}]"))
+        })?;
         let key = if origin(&base_url) == origin(&configured_url) {
             self.api_key(provider, &config, defaults.key_env)?
         } else {

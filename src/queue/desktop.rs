@@ -93,6 +93,7 @@ pub fn template(computer: &ComputerSpec) -> Option<String> {
             None => format!("{HOST}/x11:{DISPLAY}"),
         }),
         ComputerSpec::Vnc(vnc) => Some(vnc_key(&vnc.address)),
+        ComputerSpec::ComputerServer(cua) => Some(cua_key(&cua.url)),
     }
 }
 
@@ -142,6 +143,24 @@ fn vnc_key(address: &str) -> String {
     let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
     let port = port.parse::<u16>().map_or_else(|_| port.to_string(), |p| p.to_string());
     if is_loopback(&host) { format!("{HOST}/vnc:localhost:{port}") } else { format!("vnc:{host}:{port}") }
+}
+
+/// `cua:host:port` of a computer-server URL (scheme and trailing slash dropped, the scheme's default port
+/// filled in), qualified by the host name when it is on the claiming machine, as for VNC.
+fn cua_key(url: &str) -> String {
+    let url = url.trim().trim_end_matches('/').to_ascii_lowercase();
+    let (rest, default_port) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, "80"),
+        (_, Some(rest)) => (rest, "443"),
+        _ => (url.as_str(), "80"),
+    };
+    let has_port = rest.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && !p.contains(']'));
+    let address = if has_port { rest.to_string() } else { format!("{rest}:{default_port}") };
+    let key = vnc_key(&address);
+    match key.strip_prefix(HOST) {
+        Some(local) => format!("{HOST}/cua:{}", local.trim_start_matches("/vnc:")),
+        None => format!("cua:{}", key.trim_start_matches("vnc:")),
+    }
 }
 
 fn is_loopback(host: &str) -> bool {
@@ -206,6 +225,21 @@ mod tests {
         let on_mock = DesktopScope::new("node-a", Some(":7"), None);
         assert_eq!(on_mock.qualify(stored.as_deref()), None);
         assert_eq!(on_local.qualify(None), None, "a mock task holds no desktop");
+    }
+
+    #[test]
+    fn computer_server_urls_are_normalized_and_loopback_is_per_host() {
+        let remote = key(serde_json::json!({"provider": "computer-server", "url": "HTTP://Box-7.example:08000/"}));
+        assert_eq!(remote.as_deref(), Some("cua:box-7.example:8000"));
+        let https = key(serde_json::json!({"provider": "computer-server", "url": "https://box.example"}));
+        assert_eq!(https.as_deref(), Some("cua:box.example:443"));
+        let v6 = key(serde_json::json!({"provider": "computer-server", "url": "http://[fd00::7]:8000"}));
+        assert_eq!(v6.as_deref(), Some("cua:fd00::7:8000"));
+        let local = key(serde_json::json!({"provider": "computer-server", "url": "http://127.0.0.1:8000"}));
+        assert_eq!(local, key(serde_json::json!({"provider": "computer-server", "url": "http://localhost:8000/"})));
+        assert_eq!(local.as_deref(), Some("{host}/cua:localhost:8000"));
+        let vnc = key(serde_json::json!({"provider": "vnc", "address": "box.example:8000"}));
+        assert_ne!(vnc, remote, "a VNC server and a computer-server are different desktops");
     }
 
     #[test]

@@ -201,6 +201,23 @@ pub trait Queue: Send + Sync {
     /// Tasks newest first, without their steps.
     async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError>;
 
+    /// How many steps each of these tasks has recorded (what [`Queue::list`] leaves out). A task with no
+    /// step, or unknown, is missing from the answer. The backends count in one query; this default reads
+    /// each task.
+    async fn step_counts(&self, ids: &[String]) -> Result<BTreeMap<String, u64>, QueueError> {
+        let mut counts = BTreeMap::new();
+        for id in ids {
+            match self.get(id).await {
+                Ok(record) if !record.steps.is_empty() => {
+                    counts.insert(id.clone(), record.steps.len() as u64);
+                }
+                Ok(_) | Err(QueueError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(counts)
+    }
+
     /// Claims the oldest queued task whose labels the worker has, leasing it for `lease_for`. A task whose
     /// desktop ([`desktop`]) is held by a task running under a live lease is skipped: it waits its turn.
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError>;
@@ -251,6 +268,26 @@ pub trait Queue: Send + Sync {
     /// Whether the database answers.
     async fn health(&self) -> Result<(), QueueError>;
 
+    /// Deletes a finished task (§21) with its steps and events, in one transaction that checks its state
+    /// under the row's lock: a task that is not finished is [`QueueError::WrongState`] and nothing changes.
+    /// The same transaction puts the id on the purge list ([`Queue::purges`]): its artifacts are deleted
+    /// afterwards, and a crash in between leaves them listed, not forgotten.
+    async fn delete(&self, id: &str) -> Result<(), QueueError>;
+
+    /// Ids of finished tasks that finished more than `age` ago (by the database's clock), oldest first, at
+    /// most `limit`.
+    async fn finished_before(&self, age: Duration, limit: u32) -> Result<Vec<String>, QueueError>;
+
+    /// Deletes those of `ids` that are still finished, as [`Queue::delete`] does, in one transaction; returns
+    /// the ids deleted (a task that is gone or moved meanwhile is skipped).
+    async fn delete_finished(&self, ids: &[String]) -> Result<Vec<String>, QueueError>;
+
+    /// Deleted tasks whose artifacts may still exist, longest deleted first, at most `limit`.
+    async fn purges(&self, limit: u32) -> Result<Vec<String>, QueueError>;
+
+    /// The artifacts of these deleted tasks are gone: takes them off the purge list.
+    async fn purged(&self, ids: &[String]) -> Result<(), QueueError>;
+
     /// Delivers the signals other processes sharing this queue send, until `stop` fires, reconnecting as
     /// needed. A backend only one process uses (SQLite) has nothing to deliver and returns at once: the
     /// daemon's own submissions wake its workers directly, and the poll interval is the safety net.
@@ -267,12 +304,26 @@ pub(crate) mod ending {
     use crate::record::{EndReason, Outcome, TaskState};
 
     pub fn cancelled() -> Outcome {
-        Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled, output: None }
+        Outcome {
+            success: false,
+            summary: "cancelled".into(),
+            reason: EndReason::Cancelled,
+            output: None,
+            verified: None,
+            checks: Vec::new(),
+        }
     }
 
     pub fn rejected(reason: &str) -> Outcome {
         let summary = if reason.is_empty() { "rejected by a human".to_string() } else { format!("rejected: {reason}") };
-        Outcome { success: false, summary, reason: EndReason::Rejected, output: None }
+        Outcome {
+            success: false,
+            summary,
+            reason: EndReason::Rejected,
+            output: None,
+            verified: None,
+            checks: Vec::new(),
+        }
     }
 
     /// A task whose lease expired for the last time.
@@ -282,6 +333,8 @@ pub(crate) mod ending {
             summary: format!("the worker running this task was lost {attempts} time(s)"),
             reason: EndReason::Error,
             output: None,
+            verified: None,
+            checks: Vec::new(),
         }
     }
 

@@ -104,7 +104,26 @@ const MIGRATIONS: &[(i32, &str, &[&str])] = &[
             "CREATE INDEX agentd_tasks_desktop_held ON agentd_tasks (desktop_held) WHERE state = 'running'",
         ],
     ),
+    (
+        3,
+        "retention: finished tasks by age, the purge list",
+        &[
+            "CREATE INDEX agentd_tasks_finished ON agentd_tasks (finished_at)
+            WHERE state IN ('succeeded', 'failed', 'cancelled')",
+            "CREATE TABLE agentd_purges (task_id text PRIMARY KEY, deleted_at timestamptz NOT NULL)",
+        ],
+    ),
 ];
+
+/// Deletes the finished tasks among `$1` (steps and events go by `ON DELETE CASCADE`) and puts them on the
+/// purge list, in one statement: a row whose state changes meanwhile is re-checked under its lock, so a task
+/// that is no longer finished is never deleted.
+const DELETE_FINISHED: &str = "WITH gone AS (
+        DELETE FROM agentd_tasks WHERE id = ANY($1) AND state IN ('succeeded', 'failed', 'cancelled') RETURNING id
+    )
+    INSERT INTO agentd_purges (task_id, deleted_at) SELECT id, now() FROM gone
+    ON CONFLICT (task_id) DO UPDATE SET deleted_at = excluded.deleted_at
+    RETURNING task_id";
 
 /// How the queue connects.
 #[derive(Debug, Clone)]
@@ -462,6 +481,7 @@ impl Queue for PostgresQueue {
         record.steps = Self::steps(&mut *tx, id).await?;
         tx.commit().await.map_err(db_error)?;
         record.derive_pending_tool_calls();
+        record.derive_replay();
         Ok(record)
     }
 
@@ -477,6 +497,16 @@ impl Queue for PostgresQueue {
         .await
         .map_err(db_error)?;
         rows.iter().map(Self::record_from_row).collect()
+    }
+
+    async fn step_counts(&self, ids: &[String]) -> Result<BTreeMap<String, u64>, QueueError> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT task_id, COUNT(*) FROM agentd_steps WHERE task_id = ANY($1) GROUP BY task_id")
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?;
+        Ok(rows.into_iter().map(|(id, n)| (id, n.max(0) as u64)).collect())
     }
 
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
@@ -843,6 +873,54 @@ impl Queue for PostgresQueue {
         row::counts(rows)
     }
 
+    async fn delete(&self, id: &str) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let state = match Self::lock_state(&mut tx, id).await {
+            Ok(state) => state,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        if let Err(e) = transitions::delete(id, state) {
+            return Err(rollback(tx, e).await);
+        }
+        let ids = vec![id.to_string()];
+        let _: Vec<String> =
+            sqlx::query_scalar(DELETE_FINISHED).bind(&ids).fetch_all(&mut *tx).await.map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn finished_before(&self, age: Duration, limit: u32) -> Result<Vec<String>, QueueError> {
+        sqlx::query_scalar(
+            "SELECT id FROM agentd_tasks WHERE state IN ('succeeded', 'failed', 'cancelled')
+             AND finished_at < now() - make_interval(secs => $1) ORDER BY finished_at, id LIMIT $2",
+        )
+        .bind(age.as_secs_f64())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn delete_finished(&self, ids: &[String]) -> Result<Vec<String>, QueueError> {
+        sqlx::query_scalar(DELETE_FINISHED).bind(ids).fetch_all(&self.pool).await.map_err(db_error)
+    }
+
+    async fn purges(&self, limit: u32) -> Result<Vec<String>, QueueError> {
+        sqlx::query_scalar("SELECT task_id FROM agentd_purges ORDER BY deleted_at, task_id LIMIT $1")
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)
+    }
+
+    async fn purged(&self, ids: &[String]) -> Result<(), QueueError> {
+        sqlx::query("DELETE FROM agentd_purges WHERE task_id = ANY($1)")
+            .bind(ids)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)
+            .map(drop)
+    }
+
     async fn health(&self) -> Result<(), QueueError> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(db_error).map(drop)
     }
@@ -969,7 +1047,7 @@ mod tests {
             .fetch_all(&queues[0].pool)
             .await
             .expect("versions");
-        assert_eq!(versions, vec![1, 2]);
+        assert_eq!(versions, vec![1, 2, 3]);
         assert!(!queues[0].describe().contains("not-shown-anywhere"), "{}", queues[0].describe());
         assert!(queues[0].describe().starts_with("postgres://"), "{}", queues[0].describe());
         for queue in queues {
@@ -1054,6 +1132,8 @@ mod tests {
                 summary: "done".into(),
                 reason: crate::record::EndReason::Completed,
                 output: None,
+                verified: None,
+                checks: Vec::new(),
             },
             usage: Usage::default(),
             final_screenshot: None,

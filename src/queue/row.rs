@@ -111,6 +111,7 @@ impl TaskRow {
             computer_state: parse_optional("computer_state", self.computer_state.as_deref())?,
             waiting_reason: self.waiting_reason,
             pending_tool_calls: Vec::new(),
+            replay: None,
         })
     }
 }

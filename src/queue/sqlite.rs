@@ -71,6 +71,9 @@ const SCHEMA: &[&str] = &[
         event TEXT NOT NULL,
         PRIMARY KEY (task_id, seq)
     )",
+    // Retention (§21): finished tasks by age, and deleted tasks whose artifacts are still to be deleted.
+    "CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_ms) WHERE state IN ('succeeded', 'failed', 'cancelled')",
+    "CREATE TABLE IF NOT EXISTS purges (task_id TEXT PRIMARY KEY, deleted_ms INTEGER NOT NULL)",
 ];
 
 pub struct SqliteQueue {
@@ -267,6 +270,12 @@ impl SqliteQueue {
             sqlx::query(*statement).execute(&pool).await.map_err(db_error)?;
         }
         Self::migrate(&pool).await?;
+        // Pages freed by deleting old tasks (§21) are given back to the file system (`incremental_vacuum` after
+        // each deletion) instead of only being reused. In WAL mode the setting takes effect only through a
+        // VACUUM, which costs nothing on this empty database.
+        for statement in ["PRAGMA auto_vacuum = INCREMENTAL", "VACUUM"] {
+            sqlx::query(statement).execute(&pool).await.map_err(db_error)?;
+        }
         // Closing the last connection checkpoints the log into the file and removes it.
         pool.close().await;
         std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| unavailable(&tmp, e))?;
@@ -460,6 +469,33 @@ impl SqliteQueue {
         Ok(())
     }
 
+    /// Deletes a task's rows (the caller checked it is finished) and puts it on the purge list.
+    async fn remove(tx: &mut sqlx::SqliteConnection, id: &str) -> Result<(), QueueError> {
+        for statement in [
+            "DELETE FROM events WHERE task_id = ?1",
+            "DELETE FROM steps WHERE task_id = ?1",
+            "DELETE FROM tasks WHERE id = ?1",
+        ] {
+            sqlx::query(statement).bind(id).execute(&mut *tx).await.map_err(db_error)?;
+        }
+        sqlx::query("INSERT OR REPLACE INTO purges (task_id, deleted_ms) VALUES (?1, ?2)")
+            .bind(id)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Gives the pages freed by deletions back to the file system (a database created with
+    /// `auto_vacuum = INCREMENTAL`; on an older one this does nothing and the pages are reused). Called with
+    /// the write lock held.
+    async fn shrink(&self) {
+        if let Err(e) = sqlx::query("PRAGMA incremental_vacuum").execute(&self.pool).await {
+            tracing::warn!(error = %e, "incremental_vacuum failed; freed pages stay in the file and are reused");
+        }
+    }
+
     /// The state of a task, read inside the caller's write transaction.
     async fn state(tx: &mut sqlx::SqliteConnection, id: &str) -> Result<TaskState, QueueError> {
         let state: String = sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?1")
@@ -524,6 +560,7 @@ impl Queue for SqliteQueue {
         let mut record = Self::record_from_row(&row)?;
         record.steps = self.steps(&self.pool, id).await?;
         record.derive_pending_tool_calls();
+        record.derive_replay();
         Ok(record)
     }
 
@@ -546,6 +583,24 @@ impl Queue for SqliteQueue {
         }
         .map_err(db_error)?;
         rows.iter().map(Self::record_from_row).collect()
+    }
+
+    async fn step_counts(&self, ids: &[String]) -> Result<BTreeMap<String, u64>, QueueError> {
+        let ids = serde_json::to_string(ids).map_err(|e| QueueError::Unavailable(e.to_string()))?;
+        let rows = sqlx::query(
+            "SELECT task_id, COUNT(*) AS n FROM steps WHERE task_id IN (SELECT value FROM json_each(?1)) \
+             GROUP BY task_id",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                let n: i64 = row.try_get("n").map_err(db_error)?;
+                Ok((row.try_get("task_id").map_err(db_error)?, n.max(0) as u64))
+            })
+            .collect()
     }
 
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
@@ -867,6 +922,45 @@ impl Queue for SqliteQueue {
         row::counts(rows)
     }
 
+    async fn delete(&self, id: &str) -> Result<(), QueueError> {
+        self.delete_one(id).await
+    }
+
+    async fn finished_before(&self, age: Duration, limit: u32) -> Result<Vec<String>, QueueError> {
+        let cutoff = now_ms().saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+        sqlx::query_scalar(
+            "SELECT id FROM tasks WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_ms < ?1
+             ORDER BY finished_ms, id LIMIT ?2",
+        )
+        .bind(cutoff)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn delete_finished(&self, ids: &[String]) -> Result<Vec<String>, QueueError> {
+        self.delete_many(ids).await
+    }
+
+    async fn purges(&self, limit: u32) -> Result<Vec<String>, QueueError> {
+        sqlx::query_scalar("SELECT task_id FROM purges ORDER BY deleted_ms, task_id LIMIT ?1")
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)
+    }
+
+    async fn purged(&self, ids: &[String]) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
+        let ids = serde_json::to_string(ids).map_err(|e| QueueError::Unavailable(e.to_string()))?;
+        let result = sqlx::query("DELETE FROM purges WHERE task_id IN (SELECT value FROM json_each(?1))")
+            .bind(ids)
+            .execute(&self.pool)
+            .await;
+        self.wrote(result).map(drop)
+    }
+
     /// Whether the queue answers, and, after a write failed for want of space or IO, whether it can write
     /// again: a probe write of 64 KiB (one row, rewritten each time) that clears the failure when it
     /// succeeds, so `/healthz` says unhealthy while the disk is full and ok once space is back.
@@ -890,6 +984,49 @@ impl Queue for SqliteQueue {
                 Err(QueueError::Unavailable(format!("the last write failed {ago} s ago: {error}")))
             }
         }
+    }
+}
+
+/// Retention (§21), apart from the trait's scheduling methods above for reading ease.
+impl SqliteQueue {
+    async fn delete_one(&self, id: &str) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        let state = match Self::state(&mut tx, id).await {
+            Ok(state) => state,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        if let Err(e) = transitions::delete(id, state) {
+            return Err(rollback(tx, e).await);
+        }
+        Self::remove(&mut tx, id).await?;
+        self.wrote(tx.commit().await)?;
+        self.shrink().await;
+        Ok(())
+    }
+
+    async fn delete_many(&self, ids: &[String]) -> Result<Vec<String>, QueueError> {
+        let _write = self.writes.lock().await;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        let mut deleted = Vec::new();
+        for id in ids {
+            let state: Option<String> = sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            let Some(state) = state else { continue };
+            if transitions::delete(id, row::state(&state)?).is_err() {
+                continue;
+            }
+            Self::remove(&mut tx, id).await?;
+            deleted.push(id.clone());
+        }
+        self.wrote(tx.commit().await)?;
+        if !deleted.is_empty() {
+            self.shrink().await;
+        }
+        Ok(deleted)
     }
 }
 
@@ -1113,6 +1250,32 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
         }
+    }
+
+    /// A new database gives the pages of deleted tasks back to the file system (§21), not only to reuse.
+    #[tokio::test]
+    async fn deleting_finished_tasks_shrinks_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = SqliteQueue::open(&dir.path().join("queue.db")).await.unwrap();
+        let mode: i64 = sqlx::query_scalar("PRAGMA auto_vacuum").fetch_one(&queue.pool).await.unwrap();
+        assert_eq!(mode, 2, "incremental");
+        let pages =
+            || async { sqlx::query_scalar::<_, i64>("PRAGMA page_count").fetch_one(&queue.pool).await.unwrap() };
+        let empty = pages().await;
+        let mut ids = Vec::new();
+        for i in 0..200 {
+            let id = format!("big-{i}");
+            let text = serde_json::json!({"id": id, "instructions": "x".repeat(8000)}).to_string();
+            let spec = TaskSpec::parse(&text, "t").unwrap();
+            queue.submit(NewTask { spec, max_attempts: 1 }).await.unwrap();
+            queue.cancel(&id).await.unwrap();
+            ids.push(id);
+        }
+        let full = pages().await;
+        assert!(full > empty + 300, "{empty} → {full}");
+        assert_eq!(queue.delete_finished(&ids).await.unwrap().len(), 200);
+        let after = pages().await;
+        assert!(after < empty + 20, "pages: empty {empty}, full {full}, after deleting {after}");
     }
 
     #[tokio::test]

@@ -17,6 +17,20 @@ use crate::record::Usage;
 use crate::record::events::EventKind;
 use crate::record::{ActionResult, CallResult, Outcome, StepRecord, TaskState};
 
+/// Whether a task may be deleted (§21): only a finished one (succeeded, failed, cancelled). Decided under the
+/// row's lock, so a task that moved meanwhile is refused, never deleted.
+pub fn delete(id: &str, state: TaskState) -> Result<(), QueueError> {
+    if state.is_terminal() {
+        Ok(())
+    } else {
+        Err(QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: "only a finished task (succeeded, failed or cancelled) can be deleted; cancel it first".into(),
+        })
+    }
+}
+
 /// What the rescuer needs to know of a running task's row whose lease expired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expired {
@@ -385,27 +399,13 @@ mod tests {
             id: id.into(),
             kind: CallKind::Function { name: name.into(), arguments: serde_json::json!({"q": id}) },
         };
-        StepRecord {
-            index: 3,
-            started_at: time::OffsetDateTime::from_unix_timestamp(1_000).expect("time"),
-            duration_ms: 500,
-            screenshot: ScreenshotRef { url: "u".into(), width: 1, height: 1, key: "k".into() },
-            model_text: String::new(),
-            thinking: String::new(),
-            actions: Vec::new(),
-            results: Vec::new(),
-            usage: Usage::default(),
-            screen_changed: None,
-            settle_ms: 0,
-            visual_change: None,
-            calls: vec![call("a", "ask"), call("b", "look"), call("c", "task_completion")],
-            call_results: Vec::new(),
-            raw: None,
-            finished: false,
-            approval: None,
-            awaiting_tools: vec!["a".into(), "b".into()],
-            interrupted: false,
-        }
+        let screenshot = ScreenshotRef { url: "u".into(), width: 1, height: 1, key: "k".into() };
+        let started_at = time::OffsetDateTime::from_unix_timestamp(1_000).expect("time");
+        let mut step = StepRecord::begun(3, started_at, screenshot);
+        step.duration_ms = 500;
+        step.calls = vec![call("a", "ask"), call("b", "look"), call("c", "task_completion")];
+        step.awaiting_tools = vec!["a".into(), "b".into()];
+        step
     }
 
     fn answer(id: &str) -> ToolAnswer {

@@ -7,7 +7,7 @@ use agentd_computer::Action;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::{Outcome, TaskState, Usage};
+use super::{Outcome, StuckCheck, TaskState, Usage};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -150,6 +150,22 @@ pub enum EventKind {
         step: u32,
         calls: Vec<PendingToolCall>,
     },
+    /// The stuck-loop guard fired (§17): the model is warned (`stopped: false`, with the step whose model call
+    /// carries the warning) or the task ends with reason `stuck`.
+    StuckDetected {
+        step: u32,
+        check: StuckCheck,
+        count: u32,
+        message: String,
+        stopped: bool,
+    },
+    /// A round of the task's verifier checks ran (§16): `round` counts from 1 in the attempt; `ok` when every
+    /// check passed.
+    VerifyFinished {
+        round: u32,
+        ok: bool,
+        checks: Vec<super::CheckResult>,
+    },
     /// Something failed (a model call, a tool's transport); `retryable` when a later attempt may not hit it.
     Error {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -193,6 +209,8 @@ impl EventKind {
             Self::ToolOutput { .. } => "tool_output",
             Self::ToolFinished { .. } => "tool_finished",
             Self::AwaitingTool { .. } => "awaiting_tool",
+            Self::StuckDetected { .. } => "stuck_detected",
+            Self::VerifyFinished { .. } => "verify_finished",
             Self::Error { .. } => "error",
         }
     }

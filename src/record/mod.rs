@@ -78,6 +78,10 @@ pub enum EndReason {
     Cancelled,
     Rejected,
     Error,
+    /// The stuck-loop guard ended it (§17).
+    Stuck,
+    /// The task's verifier checks still failed after `limits.verify_retries` rounds (§16).
+    VerificationFailed,
 }
 
 impl EndReason {
@@ -90,6 +94,8 @@ impl EndReason {
             Self::Cancelled => "cancelled",
             Self::Rejected => "rejected",
             Self::Error => "error",
+            Self::Stuck => "stuck",
+            Self::VerificationFailed => "verification_failed",
         }
     }
 }
@@ -102,13 +108,35 @@ pub struct Outcome {
     /// The structured output `task_completion` gave, valid against the task's `output_schema` (§14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<serde_json::Value>,
+    /// Whether the task's verifier checks passed (§16): `null` when it has none (or they could not run).
+    #[serde(default)]
+    pub verified: Option<bool>,
+    /// The last round of verifier checks, in the task's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResult>,
 }
 
 impl Outcome {
     /// An outcome without structured output.
     pub fn new(success: bool, summary: impl Into<String>, reason: EndReason) -> Self {
-        Self { success, summary: summary.into(), reason, output: None }
+        Self { success, summary: summary.into(), reason, output: None, verified: None, checks: Vec::new() }
     }
+
+    /// What the model's `task_completion` said (§6, §14): reason `completed`, not yet verified.
+    pub fn completed(success: bool, summary: String, output: Option<serde_json::Value>) -> Self {
+        Self { output, ..Self::new(success, summary, EndReason::Completed) }
+    }
+}
+
+/// One verifier check's result (§16): its kind, whether it passed, what was found, and its evidence (for a
+/// `screen` check: where the reference was best found, the score and the crop saved as an artifact).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckResult {
+    pub kind: String,
+    pub ok: bool,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<serde_json::Value>,
 }
 
 impl Outcome {
@@ -213,9 +241,69 @@ pub struct StepRecord {
     /// is what had streamed so far and no call of it ran.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
+    /// The stuck-loop guard's warning the model was given with this step's screenshot (§17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardNote>,
+}
+
+/// What the stuck-loop guard saw (§17): which check, how many steps or turns in a row, and what the model
+/// was told (or why the task ended).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardNote {
+    pub check: StuckCheck,
+    pub count: u32,
+    pub message: String,
+}
+
+/// The guard's checks, named as their thresholds are (`[guard]`, a task's `"guard"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StuckCheck {
+    /// Steps in a row whose actions changed nothing on screen.
+    NoChangeSteps,
+    /// The same actions again on an unchanged screen.
+    RepeatActions,
+    /// Turns with neither an action, a tool call nor a completion.
+    IdleTurns,
+}
+
+impl StuckCheck {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::NoChangeSteps => "no_change_steps",
+            Self::RepeatActions => "repeat_actions",
+            Self::IdleTurns => "idle_turns",
+        }
+    }
 }
 
 impl StepRecord {
+    /// A step as it begins: its screenshot taken, nothing asked or done yet.
+    pub fn begun(index: u32, started_at: OffsetDateTime, screenshot: ScreenshotRef) -> Self {
+        Self {
+            index,
+            started_at,
+            duration_ms: 0,
+            screenshot,
+            model_text: String::new(),
+            thinking: String::new(),
+            actions: Vec::new(),
+            results: Vec::new(),
+            usage: Usage::default(),
+            screen_changed: None,
+            settle_ms: 0,
+            visual_change: None,
+            calls: Vec::new(),
+            call_results: Vec::new(),
+            raw: None,
+            finished: false,
+            approval: None,
+            awaiting_tools: Vec::new(),
+            interrupted: false,
+            guard: None,
+        }
+    }
+
     /// The `remote` tool calls this step still waits for (§13 `pending_tool_calls`), in the model's order:
     /// those of `awaiting_tools` without an answer in `call_results`, while the step is unfinished.
     pub fn pending_tool_calls(&self) -> Vec<PendingToolCall> {
@@ -234,6 +322,39 @@ impl StepRecord {
                 })
             })
             .collect()
+    }
+}
+
+/// The key of a replayed turn's `raw` (and so of its step's `raw`) that says which recorded step it
+/// replayed (§18): `{"agentd_replay": {"step": N, "score": S, "diverged"?: true}}`. A step of a replay task
+/// without it is the fallback model's.
+pub const REPLAY_MARK: &str = "agentd_replay";
+
+/// What a replay task's record says of its replay (§18): the task it replays, the step where the live
+/// screen first diverged from the recording, and the step from which the model took over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayInfo {
+    pub of: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged_at: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_over: Option<u32>,
+}
+
+impl ReplayInfo {
+    /// Read from a replay task's steps: the first step marked `diverged`, or the first the model made.
+    pub fn of_steps(of: String, steps: &[StepRecord]) -> Self {
+        let mark = |step: &StepRecord| step.raw.as_ref().and_then(|raw| raw.get(REPLAY_MARK)).cloned();
+        let handed_over = steps.iter().find(|step| mark(step).is_none()).map(|step| step.index);
+        let diverged = steps
+            .iter()
+            .find(|step| mark(step).is_some_and(|m| m.get("diverged").and_then(|d| d.as_bool()) == Some(true)))
+            .map(|step| step.index);
+        let diverged_at = match (diverged, handed_over) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Self { of, diverged_at, handed_over }
     }
 }
 

@@ -3,6 +3,7 @@
 //! and [`image::ModelImage`], an encoded screenshot as a model sees it). Knows nothing of tasks, models or
 //! storage.
 
+pub mod compare;
 pub mod coords;
 pub mod image;
 

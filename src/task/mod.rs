@@ -10,12 +10,17 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub mod guard;
+pub mod replay;
 pub mod script;
 pub mod secrets;
 pub mod tools;
+pub mod verify;
 
 use crate::input::line_column;
 pub use crate::input::{TaskFileError, format_location, locate_field, parse_json};
+use guard::{Guard, GuardSpec};
+use replay::ReplaySpec;
 use script::Script;
 use secrets::{SecretName, SecretSource};
 use tools::{JsonSchema, TaskTool};
@@ -58,6 +63,15 @@ pub struct TaskSpec {
     /// Secrets the task may use by placeholder (§15).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<SecretName, SecretSource>,
+    /// The stuck-loop guard's thresholds (§17), over the config's `[guard]`.
+    #[serde(default, skip_serializing_if = "GuardSpec::is_empty")]
+    pub guard: GuardSpec,
+    /// Run a succeeded task's recorded actions without a model (§18; `replay.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplaySpec>,
+    /// Checks run when the model completes with success and at the end (§16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "verify::checks")]
+    pub verify: Vec<verify::Check>,
 }
 
 /// `tools`, with every name once.
@@ -176,6 +190,7 @@ pub enum ComputerSpec {
     Mock(MockSpec),
     Local(LocalSpec),
     Vnc(VncSpec),
+    ComputerServer(ComputerServerSpec),
 }
 
 /// The built-in mock desktop. `scene` is a built-in scene name, a path to a scene file, or the scene itself.
@@ -267,23 +282,56 @@ pub struct VncSpec {
     pub password_env: Option<String>,
 }
 
+/// A machine running cua's computer-server at `url` (`http://host:port`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputerServerSpec {
+    /// `http://host:port` or `https://…`: scheme, host and port only.
+    #[serde(deserialize_with = "computer_server_url")]
+    pub url: String,
+    /// The name of an environment variable on the worker that holds the API key (sent as `X-API-Key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// The container name the server checks credentials against (sent as `X-Container-Name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<String>,
+}
+
+fn computer_server_url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    use serde::de::Error;
+    let url = String::deserialize(d)?;
+    let lower = url.trim().to_ascii_lowercase();
+    let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://")) else {
+        return Err(D::Error::custom(format!("{url:?} must start with http:// or https://")));
+    };
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
+        return Err(D::Error::custom(format!(
+            "{url:?} is not http://host:port (give only scheme, host and port, e.g. http://10.0.0.5:8000)"
+        )));
+    }
+    Ok(url)
+}
+
 impl ComputerSpec {
     pub fn provider(&self) -> &'static str {
         match self {
             Self::Mock(_) => "mock",
             Self::Local(_) => "local",
             Self::Vnc(_) => "vnc",
+            Self::ComputerServer(_) => "computer-server",
         }
     }
 }
 
 impl<'de> Deserialize<'de> for ComputerSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (provider, rest) = tagged(d, "provider", &["mock", "local", "vnc"])?;
+        let (provider, rest) = tagged(d, "provider", &["mock", "local", "vnc", "computer-server"])?;
         match provider.as_str() {
             "mock" => variant(rest).map(Self::Mock),
             "local" => variant(rest).map(Self::Local),
-            _ => variant(rest).map(Self::Vnc),
+            "vnc" => variant(rest).map(Self::Vnc),
+            _ => variant(rest).map(Self::ComputerServer),
         }
     }
 }
@@ -435,6 +483,9 @@ pub struct CompatibleSpec {
 #[serde(deny_unknown_fields)]
 pub struct ScriptedSpec {
     pub script: ScriptSource,
+    /// Values for the `{{NAME}}` parameters of the script's typed texts (a script `agentd compile` wrote).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
 }
 
 impl<'de> Deserialize<'de> for ModelSpec {
@@ -549,6 +600,9 @@ pub struct LimitsSpec {
     pub timeout_secs: Option<Limit<u64, MAX_TIMEOUT_SECS>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<Cost>,
+    /// Failed verification rounds the model may fix (§16).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "verify::retries")]
+    pub verify_retries: Option<u32>,
 }
 
 impl LimitsSpec {
@@ -733,6 +787,11 @@ pub struct ResolvedTask {
     pub model: ModelSpec,
     pub limits: Limits,
     pub keep_screenshots: u32,
+    pub guard: Guard,
+    /// The task's verifier checks (§16).
+    pub verify: Vec<verify::Check>,
+    /// `limits.verify_retries`: failed verification rounds the model may fix before the task fails (§16).
+    pub verify_retries: u32,
 }
 
 /// Concrete limits.
@@ -759,17 +818,23 @@ pub struct TaskDefaults {
 
 impl TaskSpec {
     /// Applies config defaults, then built-in defaults (mock `blank` desktop, Anthropic model).
-    pub fn resolve(&self, defaults: &TaskDefaults) -> ResolvedTask {
+    /// The model the task runs with: its own, else the config's `[defaults]`, else Anthropic's default.
+    pub fn model_spec(&self, defaults: &TaskDefaults) -> ModelSpec {
+        self.model
+            .clone()
+            .or_else(|| defaults.model.clone())
+            .unwrap_or_else(|| ModelSpec::Anthropic(VendorModelSpec::default()))
+    }
+
+    /// The task with the config's `[defaults]` and `[guard]` (then the built-in defaults) filling what it
+    /// leaves out.
+    pub fn resolve(&self, defaults: &TaskDefaults, guard: &GuardSpec) -> ResolvedTask {
         let computer = self
             .computer
             .clone()
             .or_else(|| defaults.computer.clone())
             .unwrap_or_else(|| ComputerSpec::Mock(MockSpec::default()));
-        let model = self
-            .model
-            .clone()
-            .or_else(|| defaults.model.clone())
-            .unwrap_or_else(|| ModelSpec::Anthropic(VendorModelSpec::default()));
+        let model = self.model_spec(defaults);
         let limits = Limits {
             max_steps: self.limits.max_steps.or(defaults.limits.max_steps).map_or(DEFAULT_MAX_STEPS, Limit::get),
             timeout_secs: self
@@ -783,6 +848,8 @@ impl TaskSpec {
                 .or(defaults.limits.max_cost_usd)
                 .map_or(DEFAULT_MAX_COST_USD, Cost::get),
         };
+        let verify_retries =
+            self.limits.verify_retries.or(defaults.limits.verify_retries).unwrap_or(verify::DEFAULT_VERIFY_RETRIES);
         let keep_screenshots = self
             .context
             .keep_screenshots
@@ -797,6 +864,9 @@ impl TaskSpec {
             model,
             limits,
             keep_screenshots,
+            guard: self.guard.over(guard),
+            verify: self.verify.clone(),
+            verify_retries,
         }
     }
 }
@@ -831,7 +901,7 @@ mod tests {
     #[test]
     fn minimal_task_gets_defaults() {
         let task = TaskSpec::parse(r#"{"instructions":"x"}"#, "t.json").unwrap();
-        let resolved = task.resolve(&TaskDefaults::default());
+        let resolved = task.resolve(&TaskDefaults::default(), &GuardSpec::default());
         assert_eq!(resolved.limits.max_steps, DEFAULT_MAX_STEPS);
         assert_eq!(resolved.keep_screenshots, DEFAULT_KEEP_SCREENSHOTS);
         assert_eq!(resolved.computer.provider(), "mock");

@@ -1,6 +1,7 @@
 //! The scripted model's script (§6), part of what users write: inline in a task file or a file of its own.
 //! The format is described in `model::scripted`, which plays it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use agentd_computer::Action;
@@ -124,9 +125,87 @@ impl Script {
     }
 }
 
+impl Script {
+    /// The script with every `{{NAME}}` in its `type` actions' texts replaced by `params[NAME]` (a script
+    /// `agentd compile` wrote with parameters). Errors name what does not fit: a `{{NAME}}` without a value
+    /// (`turns[i].actions[j].text`) or a value the script never uses (`NAME`).
+    pub fn with_params(&self, params: &BTreeMap<String, String>) -> Result<Script, ParamError> {
+        let mut used = BTreeSet::new();
+        let mut script = self.clone();
+        for (i, turn) in script.turns.iter_mut().enumerate() {
+            for (j, action) in turn.actions.iter_mut().enumerate() {
+                let Action::Type { text } = action else { continue };
+                let mut out = String::with_capacity(text.len());
+                let mut rest = text.as_str();
+                while let Some(start) = rest.find("{{") {
+                    let after = &rest[start + 2..];
+                    let name = after.find("}}").map(|end| &after[..end]).filter(|n| is_param_name(n));
+                    match name {
+                        Some(name) => {
+                            let value = params.get(name).ok_or_else(|| ParamError::Missing {
+                                field: format!("turns[{i}].actions[{j}].text"),
+                                name: name.to_string(),
+                            })?;
+                            used.insert(name.to_string());
+                            out.push_str(&rest[..start]);
+                            out.push_str(value);
+                            rest = &after[name.len() + 2..];
+                        }
+                        None => {
+                            out.push_str(&rest[..start + 2]);
+                            rest = after;
+                        }
+                    }
+                }
+                out.push_str(rest);
+                *text = out;
+            }
+        }
+        if let Some(unused) = params.keys().find(|name| !used.contains(*name)) {
+            return Err(ParamError::Unused { name: unused.clone() });
+        }
+        Ok(script)
+    }
+}
+
+/// A parameter name: 1–64 of `A-Z a-z 0-9 _ -`, starting with a letter or `_`.
+pub fn is_param_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Why a script's parameters do not fit it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    #[error("{field} types {{{{{name}}}}} and `model.params` gives no {name:?}")]
+    Missing { field: String, name: String },
+    #[error("the script types no {{{{{name}}}}}")]
+    Unused { name: String },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn params_fill_typed_texts_and_misfits_are_named() {
+        let script = Script::parse(
+            r#"{"turns":[{"actions":[{"type":"type","text":"{{user}} <{{email}}> {{not a name}} {{"}]}]}"#,
+            "s.json",
+        )
+        .unwrap();
+        let params: BTreeMap<String, String> =
+            [("user".to_string(), "Ada".to_string()), ("email".to_string(), "a@x".to_string())].into();
+        let filled = script.with_params(&params).unwrap();
+        assert_eq!(filled.turns[0].actions[0], Action::Type { text: "Ada <a@x> {{not a name}} {{".into() });
+        let missing = script.with_params(&[("user".to_string(), "Ada".to_string())].into()).unwrap_err();
+        assert_eq!(missing, ParamError::Missing { field: "turns[0].actions[0].text".into(), name: "email".into() });
+        let mut extra = params.clone();
+        extra.insert("phone".into(), "1".into());
+        assert_eq!(script.with_params(&extra).unwrap_err(), ParamError::Unused { name: "phone".into() });
+    }
 
     #[test]
     fn script_errors_name_the_field() {

@@ -60,6 +60,61 @@ impl CommandRunner {
 
     async fn run(&self, arguments: &serde_json::Value, context: &ToolContext<'_>) -> ToolOutcome {
         let name = &self.spec.name;
+        let (stdout, status, stderr) =
+            match self.program().run(arguments.to_string(), &context.cancel, context.output).await {
+                Ok(ran) => ran,
+                Err(problem) => return ToolOutcome::error(format!("tool {name}: {problem}")),
+            };
+        if status.success() {
+            return envelope::parse_output(name, &String::from_utf8_lossy(&stdout));
+        }
+        let tail = envelope::tail(&stderr, STDERR_TAIL_BYTES);
+        let how = exit_how(status);
+        let message = if tail.is_empty() {
+            format!("tool {name}: {} {how}", self.program)
+        } else {
+            format!("tool {name}: {} {how}; stderr: {tail}", self.program)
+        };
+        ToolOutcome::error(message).with_details(json!({"exit_code": status.code()}))
+    }
+
+    fn program(&self) -> Program {
+        Program { program: self.program.clone(), args: self.args.clone(), cwd: self.cwd.clone(), timeout: self.timeout }
+    }
+}
+
+/// How a program ended that did not exit 0 (`exited with status 3`, `was killed by signal 9`).
+pub fn exit_how(status: std::process::ExitStatus) -> String {
+    match status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            format!("was killed by signal {}", status.signal().unwrap_or_default())
+        }
+    }
+}
+
+/// A program to run: `program` with `args` (no shell), in `cwd` (the worker's own when absent), in a process
+/// group of its own that is killed when it outlives `timeout`, prints too much, or is cancelled. Used by
+/// `command` tools and by verifier programs (§16).
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub program: String,
+    pub args: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    pub timeout: Duration,
+}
+
+impl Program {
+    /// Runs the program with `input` on its stdin, streaming its stdout lines to `emit`. Returns its stdout
+    /// (at most [`MAX_ANSWER_BYTES`]), how it ended and the tail of its stderr; or why it could not be run to
+    /// its end (the message names the program).
+    pub async fn run(
+        &self,
+        input: String,
+        cancel: &tokio_util::sync::CancellationToken,
+        emit: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<(Vec<u8>, std::process::ExitStatus, Vec<u8>), String> {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
@@ -71,18 +126,14 @@ impl CommandRunner {
         if let Some(dir) = &self.cwd {
             command.current_dir(dir);
         }
-        let mut child = match command.spawn() {
-            Ok(child) => child,
-            Err(e) => return ToolOutcome::error(format!("tool {name}: cannot start {}: {e}", self.program)),
-        };
+        let mut child = command.spawn().map_err(|e| format!("cannot start {}: {e}", self.program))?;
         // Until the program has been waited for, dropping this (a cancelled task) kills its whole group.
         let mut group = Group(child.id().and_then(|pid| i32::try_from(pid).ok()));
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return ToolOutcome::error(format!("tool {name}: cannot talk to {}", self.program));
+            return Err(format!("cannot talk to {}", self.program));
         };
-        let input = arguments.to_string();
         // A program that does not read its stdin is not an error: a broken pipe is ignored.
         let writer = async move {
             let _ = stdin.write_all(input.as_bytes()).await;
@@ -90,16 +141,16 @@ impl CommandRunner {
         };
         let errors = tokio::spawn(keep_tail(stderr));
         let run = async {
-            let (read, ()) = tokio::join!(read_stdout(stdout, context.output), writer);
+            let (read, ()) = tokio::join!(read_stdout(stdout, emit), writer);
             let read = read?;
             let status = child.wait().await.map_err(|e| format!("cannot wait for {}: {e}", self.program))?;
             Ok::<_, String>((read, status))
         };
         let ended = tokio::select! {
             ended = tokio::time::timeout(self.timeout, run) => ended,
-            () = context.cancel.cancelled() => {
+            () = cancel.cancelled() => {
                 group.kill();
-                return ToolOutcome::error(format!("tool {name}: cancelled"));
+                return Err("cancelled".into());
             }
         };
         let (stdout, status) = match ended {
@@ -109,35 +160,21 @@ impl CommandRunner {
             }
             Ok(Err(problem)) => {
                 group.kill();
-                return ToolOutcome::error(format!("tool {name}: {problem}"));
+                return Err(problem);
             }
             Err(_) => {
                 group.kill();
-                return ToolOutcome::error(format!(
-                    "tool {name}: {} did not finish within {} s and was killed",
+                return Err(format!(
+                    "{} did not finish within {} s and was killed",
                     self.program,
                     self.timeout.as_secs()
                 ));
             }
         };
-        if status.success() {
-            return envelope::parse_output(name, &String::from_utf8_lossy(&stdout));
-        }
-        let stderr = errors.await.unwrap_or_default();
-        let tail = envelope::tail(&stderr, STDERR_TAIL_BYTES);
-        let how = match status.code() {
-            Some(code) => format!("exited with status {code}"),
-            None => {
-                use std::os::unix::process::ExitStatusExt;
-                format!("was killed by signal {}", status.signal().unwrap_or_default())
-            }
-        };
-        let message = if tail.is_empty() {
-            format!("tool {name}: {} {how}", self.program)
-        } else {
-            format!("tool {name}: {} {how}; stderr: {tail}", self.program)
-        };
-        ToolOutcome::error(message).with_details(json!({"exit_code": status.code()}))
+        // A background process the program left may hold stderr open: its tail is what arrived by then.
+        let stderr =
+            tokio::time::timeout(Duration::from_secs(1), errors).await.ok().and_then(Result::ok).unwrap_or_default();
+        Ok((stdout, status, stderr))
     }
 }
 

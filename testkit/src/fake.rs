@@ -101,13 +101,27 @@ impl Drop for FakeServer {
 
 impl FakeServer {
     pub async fn start(vendor: Vendor, responder: Responder) -> std::io::Result<Self> {
+        Self::start_with_latency(vendor, responder, std::time::Duration::ZERO).await
+    }
+
+    /// A fake that waits `latency` before it answers each request (a vendor's think time, for benchmarks).
+    pub async fn start_with_latency(
+        vendor: Vendor,
+        responder: Responder,
+        latency: std::time::Duration,
+    ) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let state = Arc::new(Mutex::new(State { vendor, responder, requests: Vec::new() }));
         let shared = state.clone();
         let handler = move |uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes| {
             let state = shared.clone();
-            async move { handle(&state, uri, headers, body) }
+            async move {
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+                handle(&state, uri, headers, body)
+            }
         };
         let app = axum::Router::new()
             .route("/{*path}", axum::routing::any(handler))
@@ -223,6 +237,16 @@ fn respond(reply: Reply) -> Response {
 
 // ---------------------------------------------------------------------------------------------------------
 // Wire checks
+
+/// A responder that answers Anthropic requests with `turns[N]` (content blocks) at the N-th turn (the
+/// assistant messages already in the request), and the last turn after that.
+pub fn anthropic_turns(turns: Vec<Vec<Value>>, usage: Value) -> Responder {
+    Box::new(move |r| {
+        let n = r.body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        let content = turns.get(n).or(turns.last()).cloned().unwrap_or_default();
+        anthropic_reply(content, usage.clone(), true)
+    })
+}
 
 /// Width and height of a base64 PNG, or why it is not one.
 pub fn png_size(data: &str) -> Result<(u32, u32), String> {

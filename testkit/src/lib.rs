@@ -3,5 +3,7 @@
 //!
 //! - [`fake`]: local fake servers of the four vendor model APIs that check every request against the
 //!   documented wire format and answer with scripted replies.
+//! - [`browser`]: headless Chromium over the DevTools protocol, for tests of pages agentd serves.
 
+pub mod browser;
 pub mod fake;

@@ -32,12 +32,18 @@ fn task(max_steps: u32, timeout_secs: u64, max_cost_usd: f64, keep: u32) -> Reso
     ResolvedTask {
         instructions: "test task".into(),
         computer: ComputerSpec::Mock(MockSpec::default()),
-        model: ModelSpec::Scripted(ScriptedSpec { script: ScriptSource::Path("unused".into()) }),
+        model: ModelSpec::Scripted(ScriptedSpec {
+            script: ScriptSource::Path("unused".into()),
+            params: Default::default(),
+        }),
         limits: Limits { max_steps, timeout_secs, max_cost_usd },
         keep_screenshots: keep,
         tools: Vec::new(),
         output_schema: None,
         secrets: Default::default(),
+        guard: Default::default(),
+        verify: Vec::new(),
+        verify_retries: 2,
     }
 }
 
@@ -95,6 +101,7 @@ impl Harness {
             elapsed_before: Duration::ZERO,
             approved: false,
             settle: Default::default(),
+            verifier: Default::default(),
         };
         (input, rx)
     }
@@ -804,5 +811,51 @@ async fn a_remote_call_parks_and_the_resumed_turn_runs_the_calls_after_it_once()
         "the model's history carries the answer: {shown:?}"
     );
     assert_eq!(shown.get(1).map(|(id, ok, _)| (id.as_str(), *ok)), Some(("c1", true)));
+    harness.finish().await;
+}
+
+/// A verifier that wants the mock's `login` scene signed in (§16), with `retries` retries.
+async fn signed_in_verifier(retries: u32) -> Arc<agentd::verify::Verifier> {
+    let checks: Vec<agentd::task::verify::Check> =
+        serde_json::from_value(serde_json::json!([{"kind": "mock_state", "expect": {"screen": "welcome"}}]))
+            .expect("checks");
+    let files = agentd::input::FileAccess::Local { base_dir: std::env::temp_dir() };
+    let verifier = agentd::verify::Verifier::build(&checks, retries, &Default::default(), &files).await.expect("build");
+    Arc::new(verifier)
+}
+
+#[tokio::test]
+async fn a_resumed_task_counts_the_verification_rounds_its_earlier_attempt_failed() {
+    let login = || -> Arc<dyn ComputerProvider> {
+        Arc::new(
+            agentd_mock::MockDesktop::new(agentd_mock::Scene::resolve("login", None).expect("scene"), Some(SCREEN))
+                .expect("desktop"),
+        )
+    };
+    let done = serde_json::json!({"complete": {"success": true, "summary": "done"}});
+    // Attempt 1: a completion refused by its check, then the step limit (standing in for a lost worker).
+    let harness = Harness::new();
+    let model = Arc::new(script(serde_json::json!({"turns": [done]})));
+    let (mut input, _rx) = harness.input(task(1, 60, 10.0, 3), login(), model);
+    input.verifier = signed_in_verifier(1).await;
+    let first = run(input).await;
+    assert_eq!(outcome(&first), (false, EndReason::MaxSteps));
+    assert_eq!(first.steps.len(), 1);
+    assert!(first.steps[0].call_results[0].message.starts_with("verification failed"), "{:?}", first.steps[0]);
+    harness.finish().await;
+
+    // Attempt 2 resumes with that step: one retry was allowed and one round already failed, so the next
+    // failed round ends the task.
+    let harness = Harness::new();
+    let model = Arc::new(script(serde_json::json!({"turns": [done, done, done]})));
+    let (mut input, _rx) = harness.input(task(10, 60, 10.0, 3), login(), model);
+    input.verifier = signed_in_verifier(1).await;
+    input.resume = first.steps;
+    let second = run(input).await;
+    assert_eq!(outcome(&second), (false, EndReason::VerificationFailed));
+    assert_eq!(second.steps.len(), 2, "one step more than the resumed one");
+    let LoopEnd::Finished(end) = &second.end else { panic!("{:?}", second.end) };
+    assert!(end.summary.contains("after 2 round(s)"), "{}", end.summary);
+    assert_eq!(end.verified, Some(false));
     harness.finish().await;
 }

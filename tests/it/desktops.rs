@@ -174,6 +174,41 @@ fn a_task_on_the_local_display_lands_every_input() {
     assert_script_landed(&app);
 }
 
+/// Replay (§18) on a real X display: the script recorded on a fresh recorder app, then replayed without a
+/// model on another fresh one; the second app's record shows the same input landing the same way.
+#[test]
+fn a_replay_on_the_local_display_lands_the_same_actions() {
+    let Some(env) = desktop_env() else { return };
+    let _guard = lock(&LOCAL_LOCK);
+    let agentd = Agentd::new();
+    let dir = agentd.dir.path();
+    let task = |id: &str, replay: Option<Value>| {
+        let mut task = json!({
+            "id": id,
+            "instructions": "exercise the recorder app",
+            "computer": {"provider": "local", "display": env.display},
+            "model": {"provider": "scripted", "script": script()},
+            "limits": {"max_steps": 40, "timeout_secs": 120}
+        });
+        if let Some(replay) = replay {
+            task["replay"] = replay;
+        }
+        let path = dir.join(format!("{id}.json"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&task).expect("task json")).expect("write task");
+        path
+    };
+    {
+        let app = RecorderApp::start(&env.display, &dir.join("recorded.log")).expect("recorder");
+        assert_succeeded(&run_task(&agentd, &task("x-recorded", None), None));
+        assert_script_landed(&app);
+    }
+    let app = RecorderApp::start(&env.display, &dir.join("replayed.log")).expect("recorder");
+    let record = assert_succeeded(&run_task(&agentd, &task("x-replayed", Some(json!({"of": "x-recorded"}))), None));
+    assert_eq!(record["replay"], json!({"of": "x-recorded"}), "the live screens matched the recording: {record:#}");
+    assert_eq!(record["usage"]["cost_usd"], 0.0);
+    assert_script_landed(&app);
+}
+
 fn vnc_task(addr: &str, display: &str, password: Option<&str>, lock_on: &'static std::sync::Mutex<()>) {
     let _guard = lock(lock_on);
     let agentd = Agentd::new();

@@ -112,6 +112,7 @@ async fn run_with(
         elapsed_before: Duration::ZERO,
         approved: false,
         settle: Default::default(),
+        verifier: Default::default(),
     })
     .await;
     drop(events);

@@ -163,6 +163,14 @@ fn env_names_base_urls_files_and_limits_are_what_the_operator_allows() {
     assert!(message.contains("worker.allowed_env"), "{message}");
     let (code, body) = submit(&daemon, &vnc("AGENTD_TEST_VNC_PW"));
     assert_eq!(code, 201, "{body}");
+    let cua = |env: &str| {
+        parked(json!({"instructions": "x", "computer":
+            {"provider": "computer-server", "url": "http://127.0.0.1:1", "api_key_env": env}}))
+    };
+    let message = refused(&daemon, &cua("ANTHROPIC_API_KEY"), "computer.api_key_env");
+    assert!(message.contains("worker.allowed_env"), "{message}");
+    let (code, body) = submit(&daemon, &cua("AGENTD_TEST_VNC_PW"));
+    assert_eq!(code, 201, "{body}");
 
     let compatible = |url: &str| {
         parked(json!({"instructions": "x", "model": {"provider": "openai-compatible", "model": "m", "base_url": url}}))

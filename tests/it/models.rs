@@ -56,6 +56,9 @@ pub fn task(model: ModelSpec, max_steps: u32, keep: u32) -> ResolvedTask {
         tools: Vec::new(),
         output_schema: None,
         secrets: Default::default(),
+        guard: Default::default(),
+        verify: Vec::new(),
+        verify_retries: 2,
     }
 }
 
@@ -93,6 +96,7 @@ pub async fn run_task(
             elapsed_before: Duration::ZERO,
             approved,
             settle: Default::default(),
+            verifier: Default::default(),
         })
         .await;
         match output.end {

@@ -77,6 +77,8 @@ async fn a_storm_is_not_multiplied_by_the_number_of_tasks() {
             Arc::new(MockDesktop::new(Scene::resolve("blank", None).unwrap(), Some(Size::new(640, 400))).unwrap());
         let mut task = task(model_spec.clone(), STEPS as u32 + 5, 3);
         task.instructions = format!("storm task {i}");
+        // Every turn waits on a blank screen: the stuck-loop guard would rightly end it.
+        task.guard.no_change_steps = 0;
         crate::models::run_task(task, model, desktop)
     });
     let outputs = futures_util::future::join_all(runs).await;

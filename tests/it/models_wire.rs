@@ -487,6 +487,7 @@ mod declared_tools {
             elapsed_before: Duration::ZERO,
             approved: false,
             settle: Default::default(),
+            verifier: Default::default(),
         })
         .await;
         uploader.flush(Duration::from_secs(30)).await;

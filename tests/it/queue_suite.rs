@@ -67,6 +67,8 @@ queue_suite!(
     one_task_per_desktop,
     remote_tools_park_and_take_one_answer_per_call,
     a_task_awaiting_tools_is_cancelled_at_once,
+    only_finished_tasks_are_deleted_with_their_steps_and_events,
+    retention_finds_and_deletes_only_old_finished_tasks,
 );
 
 fn spec(id: &str, labels: &[(&str, &str)]) -> TaskSpec {
@@ -88,27 +90,12 @@ fn worker(name: &str, labels: &[(&str, &str)]) -> WorkerIdentity {
 }
 
 fn step(index: u32) -> StepRecord {
-    StepRecord {
-        index,
-        started_at: OffsetDateTime::now_utc(),
-        duration_ms: 1,
-        screenshot: ScreenshotRef { url: "u".into(), width: 1, height: 1, key: format!("k{index}") },
-        model_text: format!("step {index}"),
-        thinking: String::new(),
-        actions: Vec::new(),
-        results: Vec::new(),
-        usage: Usage::default(),
-        screen_changed: None,
-        settle_ms: 0,
-        visual_change: None,
-        calls: Vec::new(),
-        call_results: Vec::new(),
-        raw: None,
-        finished: true,
-        approval: None,
-        awaiting_tools: Vec::new(),
-        interrupted: false,
-    }
+    let screenshot = ScreenshotRef { url: "u".into(), width: 1, height: 1, key: format!("k{index}") };
+    let mut step = StepRecord::begun(index, OffsetDateTime::now_utc(), screenshot);
+    step.duration_ms = 1;
+    step.model_text = format!("step {index}");
+    step.finished = true;
+    step
 }
 
 fn event(task_id: &str, seq: u64, step: u32) -> Event {
@@ -139,6 +126,8 @@ fn finish(success: bool) -> Finish {
             summary: "done".into(),
             reason: if success { EndReason::Completed } else { EndReason::Error },
             output: None,
+            verified: None,
+            checks: Vec::new(),
         },
         usage: Usage { input_tokens: 5, ..Usage::default() },
         final_screenshot: None,
@@ -274,7 +263,14 @@ async fn cancellation_reaches_queued_and_running_tasks(queue: &dyn Queue) {
         LeaseStatus::Held { cancel_requested: true }
     );
     let cancelled = Finish {
-        outcome: Outcome { success: false, summary: "cancelled".into(), reason: EndReason::Cancelled, output: None },
+        outcome: Outcome {
+            success: false,
+            summary: "cancelled".into(),
+            reason: EndReason::Cancelled,
+            output: None,
+            verified: None,
+            checks: Vec::new(),
+        },
         ..finish(false)
     };
     queue.finish("cancel-r", lease.token, &cancelled).await.unwrap_or_else(|e| panic!("{e}"));
@@ -408,6 +404,13 @@ async fn steps_are_journaled_and_returned(queue: &dyn Queue) {
         .unwrap_or_else(|e| panic!("{e}"));
     let resumed = claim_id(queue, &who, "steps-1").await;
     assert_eq!(resumed.steps.len(), 2, "a resumed lease carries the journal");
+    // What `GET /v1/tasks` says of each task: a step written twice counts once; a task with no step, or
+    // unknown, is left out.
+    queue.submit(new_task("steps-none", &[("never", "matches")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let ids = ["steps-1", "steps-none", "steps-unknown"].map(String::from);
+    let counts = queue.step_counts(&ids).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(counts, BTreeMap::from([("steps-1".to_string(), 2)]));
+    assert!(queue.step_counts(&[]).await.unwrap_or_else(|e| panic!("{e}")).is_empty());
     assert_eq!(resumed.elapsed, Duration::from_secs(3));
     queue.finish("steps-1", resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
 }
@@ -657,4 +660,128 @@ async fn a_task_awaiting_tools_is_cancelled_at_once(queue: &dyn Queue) {
     let late = queue.answer_tools(id, &[answer("c1", true), answer("c2", true)]).await;
     assert!(matches!(late, Err(QueueError::WrongState { state: "cancelled", .. })), "{late:?}");
     assert!(queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none());
+}
+
+/// A task with two steps and some events, claimed by `who` (running).
+async fn with_history(queue: &dyn Queue, who: &WorkerIdentity, id: &str, labels: &[(&str, &str)]) -> Lease {
+    queue.submit(new_task(id, labels)).await.unwrap_or_else(|e| panic!("{e}"));
+    let lease = claim_id(queue, who, id).await;
+    for index in 0..2 {
+        queue
+            .record_step(id, lease.token, &step(index), Duration::from_millis(5))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let batch: Vec<Event> = (0..3).map(|i| event(id, lease.next_seq + i, i as u32)).collect();
+    queue.append_events(id, Some(lease.token), &batch).await.unwrap_or_else(|e| panic!("{e}"));
+    lease
+}
+
+/// What a refused deletion must leave: the task, its steps and its events, as they were.
+async fn untouched(queue: &dyn Queue, id: &str, state: TaskState, steps: usize) {
+    let record = queue.get(id).await.unwrap_or_else(|e| panic!("{id}: {e}"));
+    assert_eq!(record.state, state, "{id}");
+    assert_eq!(record.steps.len(), steps, "{id}: steps kept");
+    assert!(!queue.events_after(id, 0, 100).await.unwrap_or_else(|e| panic!("{e}")).is_empty(), "{id}: events kept");
+}
+
+async fn only_finished_tasks_are_deleted_with_their_steps_and_events(queue: &dyn Queue) {
+    let who = worker("w", &[("d", "1")]);
+    let labels = [("d", "1")];
+    // Finished, with history.
+    let done = with_history(queue, &who, "del-done", &labels).await;
+    queue.finish("del-done", done.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+    // Running, waiting for a human, awaiting tools, queued: none of them may go.
+    let running = with_history(queue, &who, "del-running", &labels).await;
+    let waiting = with_history(queue, &who, "del-waiting", &labels).await;
+    queue
+        .release("del-waiting", waiting.token, &Release::WaitForHuman { reason: "ok?".into() })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    park(queue, &worker("w", &[("r", "1")]), "del-parked").await;
+    queue.submit(new_task("del-queued", &[("d", "never")])).await.unwrap_or_else(|e| panic!("{e}"));
+    for (id, state, steps) in [
+        ("del-running", TaskState::Running, 2),
+        ("del-waiting", TaskState::WaitingForHuman, 2),
+        ("del-parked", TaskState::AwaitingTool, 1),
+        ("del-queued", TaskState::Queued, 0),
+    ] {
+        match queue.delete(id).await {
+            Err(QueueError::WrongState { state: got, message, .. }) => {
+                assert_eq!(got, state.as_str(), "{id}");
+                assert!(message.contains("only a finished task"), "{id}: {message}");
+            }
+            other => panic!("{id}: deleting a {} task: {other:?}", state.as_str()),
+        }
+        untouched(queue, id, state, steps).await;
+    }
+    assert!(matches!(queue.delete("del-unknown").await, Err(QueueError::NotFound(_))));
+    assert!(queue.purges(10).await.unwrap_or_else(|e| panic!("{e}")).is_empty(), "refusals list nothing to purge");
+
+    queue.delete("del-done").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(queue.get("del-done").await, Err(QueueError::NotFound(_))));
+    assert!(queue.events_after("del-done", 0, 100).await.unwrap_or_else(|e| panic!("{e}")).is_empty());
+    assert!(matches!(queue.delete("del-done").await, Err(QueueError::NotFound(_))), "a second delete: not found");
+    assert_eq!(queue.purges(10).await.unwrap_or_else(|e| panic!("{e}")), vec!["del-done".to_string()]);
+    queue.purged(&["del-done".to_string()]).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(queue.purges(10).await.unwrap_or_else(|e| panic!("{e}")).is_empty());
+    // The id is free again, and nothing of the old task comes back with it.
+    queue.submit(new_task("del-done", &labels)).await.unwrap_or_else(|e| panic!("{e}"));
+    let fresh = queue.get("del-done").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(fresh.steps.is_empty());
+    let events = queue.events_after("del-done", 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1], "only the new task_queued");
+    // The running task finishes after all, and can go then.
+    queue.finish("del-running", running.token, &finish(false)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue.delete("del-running").await.unwrap_or_else(|e| panic!("{e}"));
+    let _ = queue.cancel("del-done").await;
+}
+
+async fn retention_finds_and_deletes_only_old_finished_tasks(queue: &dyn Queue) {
+    let who = worker("w", &[("o", "1")]);
+    let labels = [("o", "1")];
+    let mut finished = Vec::new();
+    for id in ["old-1", "old-2", "old-3"] {
+        let lease = with_history(queue, &who, id, &labels).await;
+        queue.finish(id, lease.token, &finish(id != "old-2")).await.unwrap_or_else(|e| panic!("{e}"));
+        finished.push(id.to_string());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    queue.submit(new_task("old-cancelled", &[("o", "never")])).await.unwrap_or_else(|e| panic!("{e}"));
+    queue.cancel("old-cancelled").await.unwrap_or_else(|e| panic!("{e}"));
+    finished.push("old-cancelled".to_string());
+    let running = with_history(queue, &who, "old-running", &labels).await;
+    queue.submit(new_task("old-queued", &[("o", "never")])).await.unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let due = queue.finished_before(Duration::ZERO, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(due, finished, "every finished task, oldest first, and nothing else");
+    assert_eq!(queue.finished_before(Duration::ZERO, 2).await.unwrap_or_else(|e| panic!("{e}")), finished[..2]);
+    assert!(
+        queue.finished_before(Duration::from_secs(3600), 100).await.unwrap_or_else(|e| panic!("{e}")).is_empty(),
+        "none finished an hour ago"
+    );
+
+    // A batch that names tasks that are not finished (or unknown) deletes only the finished ones.
+    let mut batch = due.clone();
+    batch.extend(["old-running".to_string(), "old-queued".to_string(), "old-unknown".to_string()]);
+    let mut deleted = queue.delete_finished(&batch).await.unwrap_or_else(|e| panic!("{e}"));
+    deleted.sort();
+    let mut expected = finished.clone();
+    expected.sort();
+    assert_eq!(deleted, expected);
+    for id in &finished {
+        assert!(matches!(queue.get(id).await, Err(QueueError::NotFound(_))), "{id}");
+        assert!(queue.events_after(id, 0, 10).await.unwrap_or_else(|e| panic!("{e}")).is_empty(), "{id}: events");
+    }
+    untouched(queue, "old-running", TaskState::Running, 2).await;
+    untouched(queue, "old-queued", TaskState::Queued, 0).await;
+    let mut purges = queue.purges(100).await.unwrap_or_else(|e| panic!("{e}"));
+    purges.sort();
+    assert_eq!(purges, expected);
+    assert_eq!(queue.purges(2).await.unwrap_or_else(|e| panic!("{e}")).len(), 2, "bounded");
+    let counts = queue.counts().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
+    assert!(queue.delete_finished(&[]).await.unwrap_or_else(|e| panic!("{e}")).is_empty());
+    queue.finish("old-running", running.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
 }

@@ -442,3 +442,74 @@ fn s3_daemon_stops_claiming_while_the_spool_is_full() {
         assert!(bytes.starts_with(b"\x89PNG"), "{key}");
     }
 }
+
+/// Deleting a task's artifacts (§21) lists and deletes in rounds of at most 1000 keys (DeleteObjects' bound),
+/// under the store's prefix, and touches no other task's — not even one whose id extends this one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_delete_prefix_removes_one_task_in_rounds_of_1000() {
+    let Some(endpoint) = moto("s3_delete_prefix_removes_one_task_in_rounds_of_1000") else { return };
+    let store = Arc::new(fresh_store(&endpoint, "retention", "runs").await);
+    let keys: Vec<String> = (0..1005).map(|i| format!("tasks/big/{}/{:05}.png", 1 + i / 500, i % 500)).collect();
+    for chunk in keys.chunks(64) {
+        let puts = chunk.iter().map(|key| {
+            let store = store.clone();
+            let key = key.clone();
+            async move { store.put(&key, b"0123456789", "image/png").await }
+        });
+        for result in futures_util::future::join_all(puts).await {
+            result.expect("put");
+        }
+    }
+    store.put("tasks/bigger/1/00000.png", b"keep", "image/png").await.expect("put");
+    store.put("tasks/other/1/00000.png", b"keep", "image/png").await.expect("put");
+    let listed = store.list("tasks/big/").await.expect("list");
+    assert_eq!(listed.len(), 1005, "listing pages through every key");
+    assert!(listed.iter().all(|(key, size)| key.starts_with("tasks/big/") && *size == 10));
+    assert_eq!(store.list("tasks/").await.expect("list all").len(), 1007);
+
+    let removed = store.delete_prefix("tasks/big/").await.expect("delete");
+    assert_eq!(removed, agentd::artifacts::Removed { objects: 1005, bytes: 10_050 });
+    assert!(store.list("tasks/big/").await.expect("list").is_empty());
+    assert_eq!(store.get("tasks/bigger/1/00000.png").await.expect("kept"), b"keep");
+    assert_eq!(store.get("tasks/other/1/00000.png").await.expect("kept"), b"keep");
+    // The objects under the store's prefix: nothing of the task is left in the bucket.
+    let objects = store.client().list_objects_v2().bucket(store.bucket()).send().await.expect("list the bucket");
+    let left: Vec<&str> = objects.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(left, vec!["runs/tasks/bigger/1/00000.png", "runs/tasks/other/1/00000.png"]);
+    assert_eq!(store.delete_prefix("tasks/big/").await.expect("again"), agentd::artifacts::Removed::default());
+    assert!(matches!(store.delete_prefix("tasks/../").await, Err(ArtifactError::InvalidKey(_))));
+}
+
+/// `agentd delete` and `agentd prune` on a daemon whose screenshots are in S3: the bucket is emptied of the
+/// task's objects.
+#[test]
+fn s3_daemon_deletes_a_finished_tasks_screenshots_from_the_bucket() {
+    let Some(endpoint) = moto("s3_daemon_deletes_a_finished_tasks_screenshots_from_the_bucket") else { return };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let store = runtime.block_on(fresh_store(&endpoint, "retention-daemon", "runs"));
+    let daemon = Daemon::start(&artifacts_section(&endpoint, store.bucket()));
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let run = daemon.cli(&["submit", "config/tasks/mock-login.json", "--wait"]);
+        assert_eq!(run.code, 0, "{}\n{}", run.stderr, daemon.log());
+        ids.push(run.stdout.trim().to_string());
+    }
+    let objects = |id: &str| runtime.block_on(store.list(&format!("tasks/{id}/"))).expect("list").len();
+    assert!(objects(&ids[0]) >= 4 && objects(&ids[1]) >= 4, "screenshots in the bucket");
+
+    let run = daemon.cli(&["delete", &ids[0], "--json"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stderr, daemon.log());
+    let reply = run.json();
+    assert_eq!(reply["artifacts_pending"], false, "{reply}");
+    assert!(reply["artifacts"].as_u64().unwrap_or(0) >= 4, "{reply}");
+    assert_eq!(objects(&ids[0]), 0, "the task's objects are gone");
+    assert!(objects(&ids[1]) >= 4, "the other task's stay");
+
+    let run = daemon.cli(&["prune", "--older-than", "0", "--dry-run", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["artifacts"].as_u64(), Some(objects(&ids[1]) as u64), "{}", run.stdout);
+    let run = daemon.cli(&["prune", "--older-than", "0"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(objects(&ids[1]), 0);
+    assert!(runtime.block_on(store.list("tasks/")).expect("list").is_empty(), "the bucket holds no task any more");
+}

@@ -289,6 +289,38 @@ impl Daemon {
         std::fs::read_to_string(self.agentd.dir.path().join("serve.log")).unwrap_or_default()
     }
 
+    /// Runs one SQL statement on this daemon's queue database behind its back (`sqlite` for the embedded
+    /// queue, `postgres` for a PostgreSQL one): for tests that need a state the API cannot make, such as
+    /// tasks that finished days ago.
+    pub fn queue_sql(&self, sqlite: &str, postgres: &str) {
+        match &self._backend {
+            Backend::Postgres(schema) => {
+                pg_execute(&schema.url(), postgres.to_string()).unwrap_or_else(|e| panic!("{postgres}: {e}"))
+            }
+            Backend::Sqlite => {
+                let path = self.agentd.data_dir().join("queue.db");
+                let statement = sqlite.to_string();
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                    runtime.block_on(async {
+                        use sqlx::Connection;
+                        let options = sqlx::sqlite::SqliteConnectOptions::new()
+                            .filename(&path)
+                            .busy_timeout(std::time::Duration::from_secs(10));
+                        let mut conn = sqlx::SqliteConnection::connect_with(&options).await.expect("open queue.db");
+                        sqlx::query(sqlx::AssertSqlSafe(statement.clone()))
+                            .execute(&mut conn)
+                            .await
+                            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+                        let _ = conn.close().await;
+                    })
+                })
+                .join()
+                .expect("the statement's thread");
+            }
+        }
+    }
+
     /// Runs a CLI command against this daemon.
     pub fn cli(&self, args: &[&str]) -> Run {
         let mut full = vec!["--socket", self.socket.to_str().expect("socket path")];
@@ -351,6 +383,17 @@ pub fn http(
     body: Option<&[u8]>,
     headers: &[(&str, &str)],
 ) -> std::io::Result<(u16, String)> {
+    http_with_head(target, method, path, body, headers).map(|(status, _, body)| (status, body))
+}
+
+/// Like [`http`], with the response head (status line and headers) too.
+pub fn http_with_head(
+    target: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String, String)> {
     use std::io::{Read, Write};
     let body = body.unwrap_or_default();
     let mut request = format!("{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
@@ -379,7 +422,7 @@ pub fn http(
     let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let body =
         if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_string() };
-    Ok((status, body))
+    Ok((status, head.to_string(), body))
 }
 
 /// A server may answer before it has read the whole body (a 413 from the declared length) and close its side:

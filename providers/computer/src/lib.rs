@@ -17,4 +17,4 @@ pub mod provider;
 pub use action::{Action, ActionError, MouseButton, Point, Size};
 pub use frame::Frame;
 pub use keys::{Key, KeyError};
-pub use provider::{ActionReport, ComputerProvider, ProviderError};
+pub use provider::{ActionReport, ComputerProvider, GuestOutput, ProviderError};

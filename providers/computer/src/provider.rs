@@ -86,6 +86,25 @@ pub trait ComputerProvider: Send + Sync {
     async fn state(&self) -> Option<serde_json::Value> {
         None
     }
+
+    /// Runs a shell command inside the guest (for verifiers' `guest_command` checks): only providers whose
+    /// computer runs commands for agentd (cua's computer-server) can; the others say `Unsupported`.
+    async fn run_command(&self, command: &str) -> Result<GuestOutput, ProviderError> {
+        let _ = command;
+        Err(ProviderError::Unsupported {
+            provider: self.kind(),
+            action: "run_command",
+            reason: "this computer does not run commands in its guest".into(),
+        })
+    }
+}
+
+/// What a command run in the guest printed, and its exit code (`None` when the guest did not say).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuestOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: Option<i64>,
 }
 
 /// Performs `wait` the way every provider without a clock of its own does: by sleeping.

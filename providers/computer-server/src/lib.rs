@@ -1,0 +1,684 @@
+//! The computer-server provider: a machine running cua's `computer-server` (cua's Linux, Windows and macOS
+//! images, or `python -m computer_server` on any desktop) as a `ComputerProvider`.
+//!
+//! - **Protocol**: every command is one `POST {url}/cmd` with `{"command": NAME, "params": {…}}`; the server
+//!   answers `200` with a streamed body of `data: {JSON}` lines whose last object is the result
+//!   (`{"success": true, …}` or `{"success": false, "error": …}`), or an HTTP error with `{"detail": …}`
+//!   (`400` unknown command, `401` credentials, `503` not configured). `GET /status` answers
+//!   `{"status": "ok", "os_type": …}` and is the health check. The WebSocket endpoint (`/ws`) speaks the same
+//!   commands; this provider uses HTTP only (one request per command, no session to keep).
+//! - **Credentials**: when configured, every request carries `X-API-Key` and `X-Container-Name`, the
+//!   headers the server reads (cua's cloud images check them against the container's name and cua's API;
+//!   a local server without `CONTAINER_NAME` ignores them). The key is never logged nor shown in errors.
+//! - **Actions** (contract §4) from the server's commands: `mouse_down`/`mouse_up` at a position for clicks
+//!   of the left, right and middle buttons (back and forward do not exist there: unsupported), held
+//!   modifiers with `key_down`/`key_up` around the click, triple click as three press/release pairs, drag as
+//!   a press, a `move_cursor` per point of the path and a release (the server's own `drag` releases
+//!   between points), scroll as `move_cursor` and `scroll` in wheel notches (one per
+//!   [`PIXELS_PER_NOTCH`]), `type_text`, chords with `hotkey`, `hold_key` with `key_down`, a pause and
+//!   `key_up`, `cursor_position` with `get_cursor_position`. Keys are mapped to the server's names
+//!   ([`keys`]); a key it has no name for is a tool error.
+//! - **Screen**: `screenshot` in PNG, decoded to RGB; the screen size is the last screenshot's (asked with
+//!   `get_screen_size` before the first), so a frame is always of the reported size.
+//! - **Faults**: a refused connection or a `503` is retried for [`CuaConfig::reconnect_grace`] and then
+//!   [`CuaError::Connect`] / [`CuaError::Unavailable`] (`ProviderError::Unavailable`, retryable): a server
+//!   that restarts lets the task go on. A request sent whose answer never came is [`CuaError::Lost`]
+//!   (retried when the command only observes, e.g. a screenshot; not for input, which may have happened).
+//!   Rejected credentials are [`CuaError::Auth`] (`Failed`).
+//! - **Guest commands**: [`CuaServerProvider::run_command`] runs a shell command on the machine (for
+//!   verifiers and desktop setup), outside the action vocabulary.
+
+pub mod error;
+pub mod keys;
+
+use std::time::{Duration, Instant};
+
+use agentd_computer::provider::{check_action, sleep_for};
+use agentd_computer::{Action, ActionReport, ComputerProvider, Frame, Key, MouseButton, Point, ProviderError, Size};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+pub use error::CuaError;
+
+/// One wheel notch per this many pixels of `scroll_x`/`scroll_y` (as the local and VNC providers).
+pub const PIXELS_PER_NOTCH: i32 = 100;
+/// Most wheel notches one scroll action sends per axis.
+pub const MAX_NOTCHES: i32 = 100;
+/// The pause at every point of a drag path, so that applications see each point as motion.
+pub const DRAG_DWELL: Duration = Duration::from_millis(20);
+/// The pause between retries while the server cannot be reached.
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+/// Where the server is and how to authenticate.
+#[derive(Clone)]
+pub struct CuaConfig {
+    /// `http://host:port` (or https), without a path.
+    pub url: String,
+    /// Sent as `X-API-Key` when set.
+    pub api_key: Option<String>,
+    /// Sent as `X-Container-Name` when set.
+    pub container_name: Option<String>,
+    /// Limit for establishing a connection.
+    pub connect_timeout: Duration,
+    /// Limit for one command's answer (typing a long text takes its time).
+    pub request_timeout: Duration,
+    /// How long a call keeps trying a server that cannot be reached before it fails.
+    pub reconnect_grace: Duration,
+}
+
+impl std::fmt::Debug for CuaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CuaConfig")
+            .field("url", &self.url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("container_name", &self.container_name)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("reconnect_grace", &self.reconnect_grace)
+            .finish()
+    }
+}
+
+impl CuaConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            api_key: None,
+            container_name: None,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(120),
+            reconnect_grace: Duration::from_secs(15),
+        }
+    }
+}
+
+/// `url` checked and without a trailing slash: `http(s)://host[:port]`, no path, query or credentials.
+pub fn normalize_url(url: &str) -> Result<String, CuaError> {
+    let bad = |why: &str| CuaError::Config(format!("{url:?} is not a computer-server URL: {why}"));
+    let lower = url.trim().trim_end_matches('/').to_ascii_lowercase();
+    let trimmed = lower.as_str();
+    let rest = trimmed
+        .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"))
+        .ok_or_else(|| bad("it must start with http:// or https://"))?;
+    if rest.is_empty() {
+        return Err(bad("no host"));
+    }
+    if rest.contains(['/', '?', '#', '@', ' ']) {
+        return Err(bad("give only scheme, host and port (e.g. http://10.0.0.5:8000)"));
+    }
+    Ok(trimmed.to_string())
+}
+
+/// What a guest command printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    pub stdout: String,
+    pub stderr: String,
+    /// The exit code; `None` when the server did not report one.
+    pub return_code: Option<i64>,
+}
+
+/// A machine running cua's computer-server.
+pub struct CuaServerProvider {
+    config: CuaConfig,
+    url: String,
+    client: reqwest::Client,
+    /// The screen size as last seen (a screenshot or `get_screen_size`).
+    size: std::sync::Mutex<Option<Size>>,
+    /// Input actions one at a time: a click with modifiers is several commands that must not interleave.
+    input: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for CuaServerProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CuaServerProvider").field("url", &self.url).finish()
+    }
+}
+
+/// Whether a command only observes (safe to send again when its answer was lost).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    Observe,
+    Input,
+}
+
+impl CuaServerProvider {
+    /// Checks the configuration and that the server answers `/status` now (no waiting: a task for a server
+    /// that is down fails at once, as for VNC; the reconnect grace is for servers lost mid-task).
+    pub async fn connect(config: CuaConfig) -> Result<Self, CuaError> {
+        let url = normalize_url(&config.url)?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .timeout(config.request_timeout)
+            .build()
+            .map_err(|e| CuaError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let provider =
+            Self { config, url, client, size: std::sync::Mutex::new(None), input: tokio::sync::Mutex::new(()) };
+        provider.status_within(Duration::ZERO).await?;
+        Ok(provider)
+    }
+
+    /// The normalised URL of the server.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `GET /status`: the server's own report (`{"status": "ok", "os_type": …}`).
+    pub async fn status(&self) -> Result<Value, CuaError> {
+        self.status_within(Duration::ZERO).await
+    }
+
+    async fn status_within(&self, grace: Duration) -> Result<Value, CuaError> {
+        let start = Instant::now();
+        loop {
+            let result = async {
+                let response = self
+                    .authorized(self.client.get(format!("{}/status", self.url)))
+                    .send()
+                    .await
+                    .map_err(|e| self.transport("status", e))?;
+                let status = response.status();
+                let text = response.text().await.map_err(|e| self.transport("status", e))?;
+                if !status.is_success() {
+                    return Err(self.http_error("status", status, &text));
+                }
+                let value: Value = serde_json::from_str(&text).map_err(|e| CuaError::Protocol {
+                    url: self.url.clone(),
+                    command: "status".into(),
+                    reason: format!("not JSON: {e}"),
+                })?;
+                if value["status"] != "ok" {
+                    return Err(CuaError::Unavailable { url: self.url.clone(), detail: format!("status {value}") });
+                }
+                Ok(value)
+            }
+            .await;
+            match result {
+                Err(e) if e.is_retryable() && start.elapsed() < grace => tokio::time::sleep(RETRY_PAUSE).await,
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `command` in the machine's shell (the server's `run_command`) and returns what it printed and its
+    /// exit code. A command that exits non-zero is not an error here; the caller reads `return_code`.
+    pub async fn run_command(&self, command: &str) -> Result<CommandOutput, CuaError> {
+        let reply = self.call("run_command", json!({ "command": command }), Retry::Input).await?;
+        let text = |field: &str| reply[field].as_str().unwrap_or_default().to_string();
+        Ok(CommandOutput { stdout: text("stdout"), stderr: text("stderr"), return_code: reply["return_code"].as_i64() })
+    }
+
+    /// Sends one command, retrying within the reconnect grace while the server cannot be reached (and, for
+    /// commands that only observe, when an answer was lost).
+    async fn call(&self, command: &str, params: Value, retry: Retry) -> Result<Value, CuaError> {
+        let start = Instant::now();
+        let mut warned = false;
+        loop {
+            match self.call_once(command, &params).await {
+                Err(e)
+                    if start.elapsed() < self.config.reconnect_grace
+                        && (matches!(e, CuaError::Connect { .. } | CuaError::Unavailable { .. })
+                            || (retry == Retry::Observe && matches!(e, CuaError::Lost { .. }))) =>
+                {
+                    if !warned {
+                        tracing::warn!(url = %self.url, command, error = %e, "computer-server unreachable; retrying");
+                        warned = true;
+                    }
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let mut request = request;
+        if let Some(key) = &self.config.api_key {
+            request = request.header("X-API-Key", key);
+        }
+        if let Some(name) = &self.config.container_name {
+            request = request.header("X-Container-Name", name);
+        }
+        request
+    }
+
+    fn transport(&self, command: &str, e: reqwest::Error) -> CuaError {
+        // reqwest's errors name the URL, never headers: nothing secret in them.
+        let reason = error_chain(&e);
+        if e.is_connect() {
+            CuaError::Connect { url: self.url.clone(), reason }
+        } else if e.is_timeout() {
+            CuaError::Lost {
+                url: self.url.clone(),
+                command: command.to_string(),
+                reason: format!("no answer within {:?}", self.config.request_timeout),
+            }
+        } else {
+            CuaError::Lost { url: self.url.clone(), command: command.to_string(), reason }
+        }
+    }
+
+    fn http_error(&self, command: &str, status: reqwest::StatusCode, body: &str) -> CuaError {
+        let detail = serde_json::from_str::<Value>(body)
+            .ok()
+            .and_then(|v| v["detail"].as_str().map(str::to_string))
+            .unwrap_or_else(|| body.chars().take(200).collect());
+        let url = self.url.clone();
+        match status.as_u16() {
+            401 | 403 => CuaError::Auth { url, detail },
+            503 => CuaError::Unavailable { url, detail },
+            400 if detail.starts_with("Unknown command") => {
+                CuaError::UnknownCommand { url, command: command.to_string(), detail }
+            }
+            _ => CuaError::Protocol { url, command: command.to_string(), reason: format!("HTTP {status}: {detail}") },
+        }
+    }
+
+    async fn call_once(&self, command: &str, params: &Value) -> Result<Value, CuaError> {
+        let body = json!({ "command": command, "params": params }).to_string();
+        let response = self
+            .authorized(self.client.post(format!("{}/cmd", self.url)))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| self.transport(command, e))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| self.transport(command, e))?;
+        if !status.is_success() {
+            return Err(self.http_error(command, status, &text));
+        }
+        let reply = parse_reply(&text).map_err(|reason| CuaError::Protocol {
+            url: self.url.clone(),
+            command: command.to_string(),
+            reason,
+        })?;
+        if reply["success"] != true {
+            let error = reply["error"].as_str().unwrap_or("no reason given").to_string();
+            return Err(CuaError::Command { url: self.url.clone(), command: command.to_string(), error });
+        }
+        Ok(reply)
+    }
+
+    fn cached_size(&self) -> Option<Size> {
+        self.size.lock().ok().and_then(|s| *s)
+    }
+
+    fn remember_size(&self, size: Size) {
+        if let Ok(mut cached) = self.size.lock() {
+            *cached = Some(size);
+        }
+    }
+
+    async fn current_size(&self) -> Result<Size, CuaError> {
+        if let Some(size) = self.cached_size() {
+            return Ok(size);
+        }
+        let reply = self.call("get_screen_size", json!({}), Retry::Observe).await?;
+        let dimension = |field: &str| reply["size"][field].as_u64().and_then(|v| u32::try_from(v).ok());
+        let size = match (dimension("width"), dimension("height")) {
+            (Some(width), Some(height)) if width > 0 && height > 0 => Size::new(width, height),
+            _ => {
+                return Err(CuaError::Protocol {
+                    url: self.url.clone(),
+                    command: "get_screen_size".into(),
+                    reason: format!("no size in {}", reply["size"]),
+                });
+            }
+        };
+        self.remember_size(size);
+        Ok(size)
+    }
+
+    async fn capture(&self) -> Result<Frame, CuaError> {
+        let reply = self.call("screenshot", json!({ "format": "png" }), Retry::Observe).await?;
+        let protocol =
+            |reason: String| CuaError::Protocol { url: self.url.clone(), command: "screenshot".into(), reason };
+        let data = reply["image_data"].as_str().ok_or_else(|| protocol("no image_data".into()))?;
+        let frame = decode_png_base64(data).map_err(protocol)?;
+        self.remember_size(frame.size());
+        Ok(frame)
+    }
+
+    async fn cmd(&self, command: &str, params: Value) -> Result<(), CuaError> {
+        self.call(command, params, Retry::Input).await.map(drop)
+    }
+
+    async fn press(&self, button: &str, at: Option<Point>, down: bool) -> Result<(), CuaError> {
+        let command = if down { "mouse_down" } else { "mouse_up" };
+        let params = match at {
+            Some(p) => json!({ "x": p.x, "y": p.y, "button": button }),
+            None => json!({ "button": button }),
+        };
+        self.cmd(command, params).await
+    }
+
+    async fn move_to(&self, p: Point) -> Result<(), CuaError> {
+        self.cmd("move_cursor", json!({ "x": p.x, "y": p.y })).await
+    }
+
+    /// Presses `keys` in order, runs `body`, and releases them in reverse order even when `body` failed.
+    async fn holding<F>(&self, keys: &[String], body: F) -> Result<(), CuaError>
+    where
+        F: std::future::Future<Output = Result<(), CuaError>>,
+    {
+        let mut pressed = Vec::new();
+        let mut result = Ok(());
+        for key in keys {
+            match self.cmd("key_down", json!({ "key": key })).await {
+                Ok(()) => pressed.push(key),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            result = body.await;
+        }
+        for key in pressed.into_iter().rev() {
+            let released = self.cmd("key_up", json!({ "key": key })).await;
+            if result.is_ok() {
+                result = released;
+            }
+        }
+        result
+    }
+
+    async fn input(&self, action: &Action) -> Result<ActionReport, CuaError> {
+        let _one_at_a_time = self.input.lock().await;
+        match action {
+            Action::Click { x, y, button, keys } => {
+                let button = button_name(*button, "click")?;
+                let at = Point::new(*x, *y);
+                let modifiers = server_keys(keys)?;
+                self.holding(&modifiers, async {
+                    self.press(button, Some(at), true).await?;
+                    self.press(button, Some(at), false).await
+                })
+                .await?;
+            }
+            Action::DoubleClick { x, y } => self.cmd("double_click", json!({ "x": x, "y": y })).await?,
+            Action::TripleClick { x, y } => {
+                let at = Point::new(*x, *y);
+                self.move_to(at).await?;
+                for _ in 0..3 {
+                    self.press("left", Some(at), true).await?;
+                    self.press("left", Some(at), false).await?;
+                }
+            }
+            Action::MouseDown { button } => self.press(button_name(*button, "mouse_down")?, None, true).await?,
+            Action::MouseUp { button } => self.press(button_name(*button, "mouse_up")?, None, false).await?,
+            Action::Move { x, y } => self.move_to(Point::new(*x, *y)).await?,
+            Action::Drag { path } => {
+                let Some((&first, rest)) = path.split_first() else {
+                    return Err(CuaError::Invalid("drag needs a path of at least 2 points".into()));
+                };
+                self.move_to(first).await?;
+                self.press("left", Some(first), true).await?;
+                tokio::time::sleep(DRAG_DWELL).await;
+                let mut result = Ok(());
+                for point in rest {
+                    result = self.move_to(*point).await;
+                    if result.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(DRAG_DWELL).await;
+                }
+                let last = rest.last().copied().unwrap_or(first);
+                let released = self.press("left", Some(last), false).await;
+                result.and(released)?;
+            }
+            Action::Scroll { x, y, scroll_x, scroll_y } => {
+                self.move_to(Point::new(*x, *y)).await?;
+                // The server's `scroll` is pynput's: positive y scrolls up, positive x right, in notches.
+                let (nx, ny) = (notches(*scroll_x), notches(*scroll_y));
+                if ny != 0 {
+                    self.cmd("scroll", json!({ "x": 0, "y": -ny })).await?;
+                }
+                if nx != 0 {
+                    self.cmd("scroll", json!({ "x": nx, "y": 0 })).await?;
+                }
+            }
+            Action::Type { text } => {
+                if !text.is_empty() {
+                    self.cmd("type_text", json!({ "text": text })).await?;
+                }
+            }
+            Action::Keypress { keys } => {
+                let names = server_keys(keys)?;
+                match names.as_slice() {
+                    [one] => self.cmd("press_key", json!({ "key": one })).await?,
+                    _ => self.cmd("hotkey", json!({ "keys": names })).await?,
+                }
+            }
+            Action::HoldKey { keys, duration_ms } => {
+                let names = server_keys(keys)?;
+                self.holding(&names, async {
+                    tokio::time::sleep(Duration::from_millis(*duration_ms)).await;
+                    Ok(())
+                })
+                .await?;
+            }
+            Action::CursorPosition {} => {
+                let reply = self.call("get_cursor_position", json!({}), Retry::Observe).await?;
+                let coordinate = |field: &str| reply["position"][field].as_f64().map(|v| v.round() as i32);
+                let (Some(x), Some(y)) = (coordinate("x"), coordinate("y")) else {
+                    return Err(CuaError::Protocol {
+                        url: self.url.clone(),
+                        command: "get_cursor_position".into(),
+                        reason: format!("no position in {}", reply["position"]),
+                    });
+                };
+                return Ok(ActionReport {
+                    message: Some(format!("pointer at {x},{y}")),
+                    cursor: Some(Point::new(x, y)),
+                });
+            }
+            Action::Wait { .. } | Action::Screenshot {} | Action::Zoom { .. } => {
+                return Err(CuaError::Unsupported {
+                    action: action.kind(),
+                    reason: "the agent loop handles it without the provider".into(),
+                });
+            }
+        }
+        Ok(ActionReport::default())
+    }
+}
+
+/// The server's name of a mouse button (its handlers know left, right and middle).
+fn button_name(button: MouseButton, action: &'static str) -> Result<&'static str, CuaError> {
+    match button {
+        MouseButton::Left => Ok("left"),
+        MouseButton::Right => Ok("right"),
+        MouseButton::Middle => Ok("middle"),
+        other => Err(CuaError::Unsupported {
+            action,
+            reason: format!("the computer-server has no {} mouse button", other.as_str()),
+        }),
+    }
+}
+
+/// The server's names of `keys`; a key it has no name for is a tool error naming it.
+fn server_keys(keys: &[String]) -> Result<Vec<String>, CuaError> {
+    keys.iter()
+        .map(|name| {
+            let key = Key::parse(name).map_err(|e| CuaError::Invalid(e.to_string()))?;
+            keys::server_name(key).ok_or_else(|| CuaError::Unsupported {
+                action: "keypress",
+                reason: format!("the computer-server has no name for the key {name:?}"),
+            })
+        })
+        .collect()
+}
+
+/// Wheel notches for a scroll of `pixels` (at least one for any non-zero amount).
+pub fn notches(pixels: i32) -> i32 {
+    if pixels == 0 {
+        return 0;
+    }
+    let n = (i64::from(pixels).abs() + i64::from(PIXELS_PER_NOTCH / 2)) / i64::from(PIXELS_PER_NOTCH);
+    n.clamp(1, i64::from(MAX_NOTCHES)) as i32 * pixels.signum()
+}
+
+/// The result object of a `/cmd` reply: the last `data: {…}` line of the streamed body.
+pub fn parse_reply(body: &str) -> Result<Value, String> {
+    let line = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .rfind(|line| !line.is_empty())
+        .ok_or_else(|| format!("no data line in {:?}", body.chars().take(200).collect::<String>()))?;
+    let value: Value = serde_json::from_str(line).map_err(|e| format!("the data line is not JSON: {e}"))?;
+    if !value.is_object() {
+        return Err(format!("the data line is not an object: {}", line.chars().take(200).collect::<String>()));
+    }
+    Ok(value)
+}
+
+/// A base64 PNG (any colour type and depth) as an RGB frame.
+pub fn decode_png_base64(data: &str) -> Result<Frame, String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| format!("image_data is not base64: {e}"))?;
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder.read_info().map_err(|e| format!("image_data is not a PNG: {e}"))?;
+    let mut buf = vec![0; reader.output_buffer_size().ok_or("the PNG is too large")?];
+    let info = reader.next_frame(&mut buf).map_err(|e| format!("the PNG does not decode: {e}"))?;
+    buf.truncate(info.buffer_size());
+    let (color, _) = reader.output_color_type();
+    let rgb: Vec<u8> = match color {
+        png::ColorType::Rgb => buf,
+        png::ColorType::Rgba => buf.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect(),
+        png::ColorType::Grayscale => buf.iter().flat_map(|&g| [g, g, g]).collect(),
+        png::ColorType::GrayscaleAlpha => buf.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0]]).collect(),
+        png::ColorType::Indexed => return Err("the PNG is still indexed after expansion".into()),
+    };
+    Frame::from_rgb(Size::new(info.width, info.height), rgb).map_err(|e| e.to_string())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[async_trait]
+impl ComputerProvider for CuaServerProvider {
+    fn kind(&self) -> &'static str {
+        "computer-server"
+    }
+
+    async fn screen_size(&self) -> Result<Size, ProviderError> {
+        Ok(self.current_size().await?)
+    }
+
+    async fn screenshot(&self) -> Result<Frame, ProviderError> {
+        Ok(self.capture().await?)
+    }
+
+    async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError> {
+        if let Some(report) = sleep_for(action).await {
+            return Ok(report);
+        }
+        check_action(action, self.current_size().await?)?;
+        Ok(self.input(action).await?)
+    }
+
+    async fn run_command(&self, command: &str) -> Result<agentd_computer::GuestOutput, ProviderError> {
+        let output = CuaServerProvider::run_command(self, command).await?;
+        Ok(agentd_computer::GuestOutput { stdout: output.stdout, stderr: output.stderr, exit_code: output.return_code })
+    }
+
+    async fn health(&self) -> Result<(), ProviderError> {
+        self.status().await.map(drop).map_err(ProviderError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked_and_normalised() {
+        assert_eq!(normalize_url("HTTP://Box.Example:8000/").unwrap(), "http://box.example:8000");
+        assert_eq!(normalize_url("https://10.0.0.5:8443").unwrap(), "https://10.0.0.5:8443");
+        assert!(normalize_url("10.0.0.5:8000").unwrap_err().to_string().contains("http://"));
+        assert!(normalize_url("http://h:1/cmd").is_err());
+        assert!(normalize_url("http://user:pw@h:1").is_err());
+        assert!(normalize_url("http://").is_err());
+    }
+
+    #[test]
+    fn replies_are_the_last_data_line() {
+        let body = "data: {\"success\": true, \"size\": {\"width\": 3}}\n\n";
+        assert_eq!(parse_reply(body).unwrap()["size"]["width"], 3);
+        let two = "data: {\"a\": 1}\n\ndata: {\"a\": 2}\n\n";
+        assert_eq!(parse_reply(two).unwrap()["a"], 2);
+        assert!(parse_reply("{\"detail\": \"x\"}").is_err());
+        assert!(parse_reply("data: [1]\n\n").is_err());
+        assert!(parse_reply("data: {nope\n\n").is_err());
+    }
+
+    #[test]
+    fn scroll_notches() {
+        assert_eq!(notches(0), 0);
+        assert_eq!(notches(-30), -1);
+        assert_eq!(notches(250), 3);
+        assert_eq!(notches(i32::MIN), -MAX_NOTCHES);
+    }
+
+    #[test]
+    fn pngs_of_every_colour_type_decode_to_rgb() {
+        use base64::Engine as _;
+        fn encode(color: png::ColorType, pixels: &[u8]) -> String {
+            let mut out = Vec::new();
+            {
+                let mut encoder = png::Encoder::new(&mut out, 2, 1);
+                encoder.set_color(color);
+                encoder.set_depth(png::BitDepth::Eight);
+                let mut writer = encoder.write_header().unwrap();
+                writer.write_image_data(pixels).unwrap();
+            }
+            base64::engine::general_purpose::STANDARD.encode(out)
+        }
+        let rgb = decode_png_base64(&encode(png::ColorType::Rgb, &[1, 2, 3, 4, 5, 6])).unwrap();
+        assert_eq!(rgb.as_rgb(), &[1, 2, 3, 4, 5, 6]);
+        let rgba = decode_png_base64(&encode(png::ColorType::Rgba, &[1, 2, 3, 255, 4, 5, 6, 0])).unwrap();
+        assert_eq!(rgba.as_rgb(), &[1, 2, 3, 4, 5, 6]);
+        let gray = decode_png_base64(&encode(png::ColorType::Grayscale, &[7, 9])).unwrap();
+        assert_eq!(gray.as_rgb(), &[7, 7, 7, 9, 9, 9]);
+        assert!(decode_png_base64("not base64!").is_err());
+        assert!(decode_png_base64("aGVsbG8=").is_err());
+    }
+
+    #[test]
+    fn errors_become_provider_errors_by_kind() {
+        let url = "http://h:1".to_string();
+        let connect = CuaError::Connect { url: url.clone(), reason: "refused".into() };
+        assert!(ProviderError::from(connect).is_retryable());
+        let auth = CuaError::Auth { url: url.clone(), detail: "Authentication failed".into() };
+        assert!(matches!(ProviderError::from(auth), ProviderError::Failed(_)));
+        let unsupported = button_name(MouseButton::Forward, "click").unwrap_err();
+        assert!(ProviderError::from(unsupported).is_tool_error());
+        assert!(matches!(server_keys(&["nosuchkey".into()]), Err(CuaError::Invalid(m)) if m.contains("nosuchkey")));
+    }
+
+    #[test]
+    fn the_api_key_is_not_in_debug_output() {
+        let mut config = CuaConfig::new("http://h:1");
+        config.api_key = Some("sekrit-value".into());
+        assert!(!format!("{config:?}").contains("sekrit"));
+    }
+}

@@ -1,0 +1,223 @@
+//! The computer-server provider against the real `cua-computer-server` from PyPI, running on an Xvfb display
+//! of each test's own: the conformance kit, input checked by the recording app, guest commands, the
+//! server killed and restarted under a live provider, and the credentials the server asks for.
+//!
+//! Needs `AGENTD_TEST_CUA_PYTHON` (the virtualenv `scripts/setup/35-cua.sh` makes) and Xvfb; without them
+//! each test prints why it skips.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentd_computer::conformance::{self, Options};
+use agentd_computer::{Action, ComputerProvider, Point, ProviderError};
+use agentd_cuaserver::{CuaConfig, CuaError, CuaServerProvider};
+use agentd_local::testing::{self, Process, RecorderApp, XServer, layout};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn python() -> Option<String> {
+    let python = std::env::var("AGENTD_TEST_CUA_PYTHON").ok().filter(|v| !v.is_empty());
+    if python.is_none() {
+        eprintln!("skipped: AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)");
+    }
+    python
+}
+
+/// `python -m computer_server` on `display` and `port`, in local mode (no `CONTAINER_NAME`: no cloud
+/// authentication) unless `container_name` is given.
+fn start_server(python: &str, display: &str, port: u16, container_name: Option<&str>) -> Process {
+    let mut command = Command::new(python);
+    command
+        .args(["-m", "computer_server", "--host", "127.0.0.1", "--port", &port.to_string(), "--log-level", "warning"])
+        .env("DISPLAY", display)
+        .env_remove("CONTAINER_NAME")
+        .env_remove("UNAVAILABLE_WITHOUT_CONTAINER_NAME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(name) = container_name {
+        command.env("CONTAINER_NAME", name);
+    }
+    let process = Process::spawn("computer_server", &mut command).expect("start computer_server");
+    testing::wait_for_port(port).expect("computer_server listens");
+    process
+}
+
+struct Machine {
+    x: XServer,
+    python: String,
+    port: u16,
+    server: Process,
+}
+
+impl Machine {
+    fn start() -> Option<Self> {
+        let python = python()?;
+        let x = XServer::xvfb(1280, 800).expect("Xvfb");
+        let port = testing::free_port().expect("port");
+        let server = start_server(&python, &x.display, port, None);
+        Some(Self { x, python, port, server })
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn connect(&self) -> CuaServerProvider {
+        CuaServerProvider::connect(CuaConfig::new(self.url())).await.expect("connect to computer_server")
+    }
+}
+
+async fn act(provider: &CuaServerProvider, json: Value) {
+    let action: Action = serde_json::from_value(json.clone()).expect("action json");
+    provider.perform(&action).await.unwrap_or_else(|e| panic!("{json}: {e}"));
+}
+
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event"] == kind).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_against_the_real_server() {
+    let Some(machine) = Machine::start() else { return };
+    let provider = machine.connect().await;
+    let report = conformance::run(&provider, &Options { static_screen: true, ..Options::default() }).await;
+    report.assert_passed();
+    assert!(report.passed.len() >= 10, "{:?}", report.passed);
+    assert_eq!(provider.status().await.expect("status")["status"], "ok");
+}
+
+/// Clicks with buttons and held modifiers, double and triple clicks, scrolls, a drag along a path, typing
+/// and chords: the recording app sees each where and as asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_lands_in_the_recording_app() {
+    let Some(machine) = Machine::start() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = RecorderApp::start(&machine.x.display, &dir.path().join("log")).expect("recorder");
+    let provider = machine.connect().await;
+    act(&provider, json!({"type": "click", "x": 100, "y": 150})).await;
+    act(&provider, json!({"type": "click", "x": 200, "y": 160, "button": "right", "keys": ["shift"]})).await;
+    act(&provider, json!({"type": "click", "x": 210, "y": 170, "button": "middle", "keys": ["ctrl"]})).await;
+    act(&provider, json!({"type": "scroll", "x": 700, "y": 200, "scroll_y": 200})).await;
+    act(&provider, json!({"type": "scroll", "x": 710, "y": 210, "scroll_y": -100})).await;
+    act(&provider, json!({"type": "drag", "path": [{"x": 50, "y": 300}, {"x": 150, "y": 320}, {"x": 400, "y": 380}]}))
+        .await;
+    act(&provider, json!({"type": "triple_click", "x": 300, "y": 250})).await;
+    act(&provider, json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1})).await;
+    let text = "Hello, agentd (ok?) 42";
+    act(&provider, json!({"type": "type", "text": text})).await;
+    act(&provider, json!({"type": "keypress", "keys": ["ctrl", "slash"]})).await;
+    act(&provider, json!({"type": "hold_key", "keys": ["shift"], "duration_ms": 50})).await;
+    let events = app.wait_until(WAIT, |events| {
+        of_kind(events, "text").last().and_then(|e| e["value"].as_str()) == Some(text)
+            && of_kind(events, "key").iter().any(|e| e["keysym"] == "slash")
+            && of_kind(events, "key_release").iter().any(|e| e["keysym"] == "Shift_L")
+    });
+    let presses: Vec<(i64, i64, i64, i64)> = of_kind(&events, "press")
+        .iter()
+        .map(|e| {
+            let n = |f: &str| e[f].as_i64().unwrap_or(-1);
+            (n("button"), n("x"), n("y"), n("state") & 0xff)
+        })
+        .collect();
+    let expected = vec![
+        (1, 100, 150, 0),
+        (3, 200, 160, 1),
+        (2, 210, 170, 4),
+        (5, 700, 200, 0),
+        (5, 700, 200, 0),
+        (4, 710, 210, 0),
+        (1, 50, 300, 0),
+        (1, 300, 250, 0),
+        (1, 300, 250, 0),
+        (1, 300, 250, 0),
+        (1, layout::ENTRY.0 as i64, layout::ENTRY.1 as i64, 0),
+    ];
+    assert_eq!(presses, expected, "every press: {events:#?}");
+    assert!(!of_kind(&events, "triple").is_empty(), "the app saw a triple click: {events:#?}");
+    let motions: Vec<(i64, i64)> = of_kind(&events, "motion")
+        .iter()
+        .map(|e| (e["x"].as_i64().unwrap_or(-1), e["y"].as_i64().unwrap_or(-1)))
+        .collect();
+    assert!(motions.contains(&(150, 320)), "the drag's middle point: {motions:?}");
+    let released = of_kind(&events, "release").iter().any(|e| e["button"] == 1 && e["x"] == 400 && e["y"] == 380);
+    assert!(released, "released at the drag's end: {events:#?}");
+    let keys = of_kind(&events, "key");
+    assert!(
+        keys.iter().any(|e| e["keysym"] == "slash" && e["state"].as_i64().unwrap_or(0) & 4 != 0),
+        "ctrl+slash with Control held: {keys:#?}"
+    );
+    let cursor = provider.perform(&Action::CursorPosition {}).await.expect("cursor").cursor;
+    assert_eq!(cursor, Some(Point::new(layout::ENTRY.0, layout::ENTRY.1)));
+    // What the server cannot do is a tool error, and the connection is still fine after it.
+    let forward = serde_json::from_value(json!({"type": "click", "x": 5, "y": 5, "button": "forward"})).unwrap();
+    assert!(matches!(provider.perform(&forward).await, Err(ProviderError::Unsupported { .. })));
+    let kp = serde_json::from_value(json!({"type": "keypress", "keys": ["KP_Enter"]})).unwrap();
+    let err = provider.perform(&kp).await.unwrap_err();
+    assert!(err.is_tool_error() && err.to_string().contains("KP_Enter"), "{err}");
+    provider.health().await.expect("healthy after refused actions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_commands_report_output_and_exit_code() {
+    let Some(machine) = Machine::start() else { return };
+    let provider = machine.connect().await;
+    let out = provider.run_command("echo out; echo err >&2; exit 3").await.expect("run_command");
+    assert_eq!(out.stdout, "out\n");
+    assert_eq!(out.stderr, "err\n");
+    assert_eq!(out.return_code, Some(3));
+    let display = provider.run_command("echo $DISPLAY").await.expect("run_command");
+    assert_eq!(display.stdout.trim(), machine.x.display);
+}
+
+/// The server killed under a live provider: a call made while it is down waits for it to come back and
+/// then succeeds; with the server gone for good, calls fail with the reason, retryable, within the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_is_waited_for_and_then_reported() {
+    let Some(mut machine) = Machine::start() else { return };
+    let mut config = CuaConfig::new(machine.url());
+    config.reconnect_grace = Duration::from_secs(30);
+    let provider = CuaServerProvider::connect(config).await.expect("connect");
+    let first = provider.screenshot().await.expect("screenshot");
+    machine.server.kill();
+    let (python, display, port) = (machine.python.clone(), machine.x.display.clone(), machine.port);
+    let restart = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        start_server(&python, &display, port, None)
+    });
+    let start = Instant::now();
+    act(&provider, json!({"type": "click", "x": 10, "y": 10})).await;
+    assert!(start.elapsed() >= Duration::from_millis(900), "the click waited for the restart");
+    let again = provider.screenshot().await.expect("screenshot after the restart");
+    assert_eq!(again.size(), first.size());
+    machine.server = restart.join().expect("restart thread");
+
+    machine.server.kill();
+    let mut short = CuaConfig::new(machine.url());
+    short.reconnect_grace = Duration::from_millis(1500);
+    let start = Instant::now();
+    let err = match CuaServerProvider::connect(short).await {
+        Ok(_) => panic!("connected to a dead server"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, CuaError::Connect { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let err = provider.perform(&Action::Move { x: 1, y: 1 }).await.unwrap_err();
+    assert!(err.is_retryable() && err.to_string().contains(&machine.url()), "{err}");
+}
+
+/// A server in cloud mode (`CONTAINER_NAME` set) refuses commands without credentials: a clear, final error
+/// that names the setting, not a retry loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_credentials_are_a_final_error() {
+    let Some(python) = python() else { return };
+    let x = XServer::xvfb(640, 480).expect("Xvfb");
+    let port = testing::free_port().expect("port");
+    let _server = start_server(&python, &x.display, port, Some("agentd-test-box"));
+    let provider =
+        CuaServerProvider::connect(CuaConfig::new(format!("http://127.0.0.1:{port}"))).await.expect("status is open");
+    let err = provider.screenshot().await.unwrap_err();
+    assert!(matches!(err, ProviderError::Failed(_)), "{err:?}");
+    assert!(err.to_string().contains("api_key_env"), "{err}");
+}

@@ -1,0 +1,293 @@
+//! cua computer-server machines end to end: `agentd run` with the scripted model drives the recording Tk app
+//! (`tests/apps/recorder.py`) through the real `cua-computer-server` (from PyPI, on an Xvfb display of the
+//! test's own), and the app's own record proves every click, key, text, scroll and drag landed. Then the
+//! server killed mid-task: restarted, the task goes on with every click once; gone for good, the task fails
+//! with the reason in bounded time.
+//!
+//! Needs `AGENTD_TEST_CUA_PYTHON` (`scripts/setup/35-cua.sh`) and Xvfb; without them each test says it skips.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentd_local::testing::{self, Process, RecorderApp, XServer, layout};
+use serde_json::{Value, json};
+
+use crate::support::{Agentd, Run};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// A private Xvfb with cua's computer-server on it, and the recorder app to see what arrives.
+struct Machine {
+    x: XServer,
+    python: String,
+    port: u16,
+    server: Process,
+    app: RecorderApp,
+}
+
+fn start_server(python: &str, display: &str, port: u16) -> Process {
+    let mut command = Command::new(python);
+    command
+        .args(["-m", "computer_server", "--host", "127.0.0.1", "--port", &port.to_string(), "--log-level", "warning"])
+        .env("DISPLAY", display)
+        .env_remove("CONTAINER_NAME")
+        .env_remove("UNAVAILABLE_WITHOUT_CONTAINER_NAME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let process = Process::spawn("computer_server", &mut command).expect("start computer_server");
+    testing::wait_for_port(port).expect("computer_server listens");
+    process
+}
+
+impl Machine {
+    fn start(dir: &Path) -> Option<Self> {
+        let python = std::env::var("AGENTD_TEST_CUA_PYTHON").ok().filter(|v| !v.is_empty());
+        let Some(python) = python else {
+            eprintln!(
+                "skipped: AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)"
+            );
+            return None;
+        };
+        let x = XServer::xvfb(1024, 600).expect("Xvfb");
+        let port = testing::free_port().expect("port");
+        let server = start_server(&python, &x.display, port);
+        let app = RecorderApp::start(&x.display, &dir.join("rec.log")).expect("recorder");
+        Some(Self { x, python, port, server, app })
+    }
+
+    fn computer(&self) -> Value {
+        json!({"provider": "computer-server", "url": format!("http://127.0.0.1:{}", self.port)})
+    }
+
+    fn clicked_x(&self) -> Vec<i64> {
+        of_kind(&self.app.events(), "press").iter().filter(|e| e["y"] == 10).filter_map(|e| e["x"].as_i64()).collect()
+    }
+
+    fn wait_for_clicks(&self, n: usize) {
+        let start = Instant::now();
+        while self.clicked_x().len() < n && start.elapsed() < WAIT {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(self.clicked_x().len() >= n, "only {:?} clicked", self.clicked_x());
+    }
+}
+
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event"] == kind).collect()
+}
+
+fn write_task(dir: &Path, computer: Value, script: Value) -> std::path::PathBuf {
+    let task = json!({
+        "instructions": "exercise the recorder app",
+        "computer": computer,
+        "model": {"provider": "scripted", "script": script},
+        "limits": {"max_steps": 40, "timeout_secs": 120}
+    });
+    let path = dir.join("task.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&task).expect("task json")).expect("write task");
+    path
+}
+
+fn spawn_task(agentd: &Agentd, task: &Path) -> Child {
+    agentd
+        .command()
+        .args(["run", "--json"])
+        .arg(task)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agentd")
+}
+
+/// Waits for `child` at most `timeout`; kills it and panics if it is still running (a hang).
+fn finish(mut child: Child, timeout: Duration) -> Run {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(Some(_)) = child.try_wait() {
+            return Run::from(child.wait_with_output().expect("output"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("output");
+    panic!("agentd run still running after {timeout:?}:\n{}", String::from_utf8_lossy(&output.stderr));
+}
+
+const TYPED: &str = "Hello from agentd: 10 (ok?) #42";
+
+#[test]
+fn a_task_on_a_computer_server_lands_every_input() {
+    let _guard = crate::support::timing_sensitive();
+    let agentd = Agentd::new();
+    let Some(machine) = Machine::start(agentd.dir.path()) else { return };
+    let turns = vec![
+        json!({"say": "focus the entry", "actions": [{"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1}]}),
+        json!({"say": "type", "actions": [{"type": "type", "text": TYPED}]}),
+        json!({"say": "select all (Tk: ctrl+slash)", "actions": [{"type": "keypress", "keys": ["ctrl", "slash"]}]}),
+        json!({"say": "click the pad", "actions": [
+            {"type": "click", "x": 120, "y": 140},
+            {"type": "click", "x": 130, "y": 150, "button": "right"},
+            {"type": "click", "x": 140, "y": 160, "keys": ["shift"]},
+            {"type": "triple_click", "x": 150, "y": 170}
+        ]}),
+        json!({"say": "scroll", "actions": [{"type": "scroll", "x": 800, "y": 250, "scroll_y": 300}]}),
+        json!({"say": "drag", "actions": [{"type": "drag", "path": [{"x": 60, "y": 200}, {"x": 300, "y": 260}, {"x": 500, "y": 350}]}]}),
+        json!({"complete": {"success": true, "summary": "all input sent"}}),
+    ];
+    let task = write_task(agentd.dir.path(), machine.computer(), json!({ "turns": turns }));
+    let run = finish(spawn_task(&agentd, &task), Duration::from_secs(90));
+    assert_eq!(run.code, 0, "agentd run failed:\nstdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let record = run.json();
+    assert_eq!(record["state"], "succeeded", "{record:#}");
+    assert_eq!(record["steps"][0]["screenshot"]["width"], 1024, "{record:#}");
+    assert_eq!(record["steps"][0]["screenshot"]["height"], 600, "{record:#}");
+
+    let events = machine
+        .app
+        .wait_until(WAIT, |events| of_kind(events, "release").iter().any(|e| e["x"] == 500 && e["y"] == 350));
+    let presses: Vec<(i64, i64, i64, i64)> = of_kind(&events, "press")
+        .iter()
+        .map(|e| {
+            let n = |f: &str| e[f].as_i64().unwrap_or(-1);
+            (n("button"), n("x"), n("y"), n("state") & 0xff)
+        })
+        .collect();
+    let (ex, ey) = (layout::ENTRY.0 as i64, layout::ENTRY.1 as i64);
+    assert_eq!(
+        presses,
+        vec![
+            (1, ex, ey, 0),
+            (1, 120, 140, 0),
+            (3, 130, 150, 0),
+            (1, 140, 160, 1),
+            (1, 150, 170, 0),
+            (1, 150, 170, 0),
+            (1, 150, 170, 0),
+            (5, 800, 250, 0),
+            (5, 800, 250, 0),
+            (5, 800, 250, 0),
+            (1, 60, 200, 0),
+        ],
+        "every button press, where, with which modifiers: {events:#?}"
+    );
+    assert!(of_kind(&events, "triple").iter().any(|e| e["x"] == 150), "a triple click: {events:#?}");
+    assert_eq!(of_kind(&events, "text").last().and_then(|e| e["value"].as_str()), Some(TYPED), "the typed text");
+    let keys = of_kind(&events, "key");
+    assert!(
+        keys.iter().any(|e| e["keysym"] == "slash" && e["state"].as_i64().unwrap_or(0) & 4 != 0),
+        "ctrl+slash arrived with Control held"
+    );
+    let motions: Vec<(i64, i64)> = of_kind(&events, "motion")
+        .iter()
+        .map(|e| (e["x"].as_i64().unwrap_or(-1), e["y"].as_i64().unwrap_or(-1)))
+        .collect();
+    assert!(motions.contains(&(300, 260)), "the drag passed its middle point: {motions:?}");
+}
+
+/// A script of `clicks` clicks at x = 10, 20, … with a wait between, so the task outlives a server restart.
+fn slow_script(clicks: i32) -> Value {
+    let mut turns: Vec<Value> = (1..=clicks)
+        .map(|i| json!({"actions": [{"type": "click", "x": 10 * i, "y": 10}, {"type": "wait", "duration_ms": 300}]}))
+        .collect();
+    turns.push(json!({"complete": {"success": true, "summary": "clicked"}}));
+    json!({ "turns": turns })
+}
+
+#[test]
+fn a_computer_server_restarted_mid_task_lets_the_task_finish() {
+    let agentd = Agentd::new();
+    let Some(mut machine) = Machine::start(agentd.dir.path()) else { return };
+    let task = write_task(agentd.dir.path(), machine.computer(), slow_script(12));
+    let child = spawn_task(&agentd, &task);
+    machine.wait_for_clicks(2);
+    machine.server.kill();
+    std::thread::sleep(Duration::from_millis(800));
+    machine.server = start_server(&machine.python, &machine.x.display, machine.port);
+    let run = finish(child, Duration::from_secs(90));
+    assert_eq!(run.code, 0, "agentd run failed:\nstdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert_eq!(run.json()["state"], "succeeded");
+    // Every click arrived once: none lost across the restart, none replayed.
+    machine.wait_for_clicks(12);
+    let mut xs = machine.clicked_x();
+    xs.sort_unstable();
+    assert_eq!(xs, (1..=12).map(|i| 10 * i).collect::<Vec<i64>>());
+}
+
+#[test]
+fn a_computer_server_gone_for_good_fails_the_task_with_the_reason() {
+    let agentd = Agentd::new();
+    let Some(mut machine) = Machine::start(agentd.dir.path()) else { return };
+    let task = write_task(agentd.dir.path(), machine.computer(), slow_script(12));
+    let child = spawn_task(&agentd, &task);
+    machine.wait_for_clicks(2);
+    machine.server.kill();
+    // The provider waits out its reconnect grace (15 s) and then the loop ends the attempt.
+    let run = finish(child, Duration::from_secs(60));
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let record = run.json();
+    assert_eq!(record["state"], "failed", "{record:#}");
+    let summary = record["outcome"]["summary"].as_str().unwrap_or_default();
+    assert!(
+        summary.contains("computer-server") && summary.contains(&format!("127.0.0.1:{}", machine.port)),
+        "{summary}"
+    );
+}
+
+#[test]
+fn an_unreachable_computer_server_is_exit_3() {
+    let agentd = Agentd::new();
+    let port = testing::free_port().expect("port");
+    let task = write_task(
+        agentd.dir.path(),
+        json!({"provider": "computer-server", "url": format!("http://127.0.0.1:{port}")}),
+        json!({"turns": [{"complete": {"success": true}}]}),
+    );
+    let run = finish(spawn_task(&agentd, &task), Duration::from_secs(30));
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(run.stderr.contains("cannot connect to the computer-server"), "{}", run.stderr);
+}
+
+#[test]
+fn guest_command_checks_run_in_the_guest_and_fail_with_what_they_saw() {
+    let agentd = Agentd::new();
+    let Some(machine) = Machine::start(agentd.dir.path()) else { return };
+    let marker = agentd.dir.path().join("guest-marker");
+    std::fs::write(&marker, "made by the test\n").expect("marker");
+    let run_with = |verify: Value| {
+        let mut task: Value = serde_json::from_slice(
+            &std::fs::read(write_task(
+                agentd.dir.path(),
+                machine.computer(),
+                json!({"turns": [{"complete": {"success": true, "summary": "done"}}, {"complete": {"success": true}}]}),
+            ))
+            .expect("task"),
+        )
+        .expect("task json");
+        task["verify"] = verify;
+        task["limits"]["verify_retries"] = json!(0);
+        let path = agentd.dir.path().join("task-verify.json");
+        std::fs::write(&path, task.to_string()).expect("write task");
+        let run = finish(spawn_task(&agentd, &path), Duration::from_secs(60));
+        let doc: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|_| panic!("{}", run.stderr));
+        (run, doc)
+    };
+    let (run, doc) = run_with(json!([
+        {"kind": "guest_command", "command": format!("cat {}", marker.display()), "expect_stdout": "made by the test"}
+    ]));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(doc["outcome"]["verified"], true, "{}", doc["outcome"]);
+    assert_eq!(doc["outcome"]["checks"][0]["evidence"]["exit_code"], 0);
+
+    let (run, doc) = run_with(json!([
+        {"kind": "guest_command", "command": format!("test -e {}.absent", marker.display())}
+    ]));
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(doc["outcome"]["reason"], "verification_failed", "{}", doc["outcome"]);
+    let check = &doc["outcome"]["checks"][0];
+    assert_eq!(check["ok"], false);
+    assert_eq!(check["evidence"]["exit_code"], 1, "{check}");
+    assert!(check["message"].as_str().unwrap_or_default().contains("exited 1, expected 0"), "{check}");
+}
