@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::record::{Outcome, PendingToolCall, ReplayInfo, ScreenshotRef, StepRecord, TaskState, Usage};
+use crate::record::{Outcome, PendingToolCall, ReplayInfo, ScreenshotRef, StepRecord, TaskState, Usage, Waiting};
 use crate::task::TaskSpec;
 
 /// The whole task record; `version` is [`crate::record::RECORD_VERSION`].
@@ -41,9 +41,27 @@ pub struct TaskRecord {
     /// derived from the task file and the steps, never stored on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayInfo>,
+    /// What a task in `waiting_for_human` waits for (§20); derived, never stored on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
 }
 
 impl TaskRecord {
+    /// Fills every derived field (`pending_tool_calls`, `replay`, `waiting`) from the stored ones.
+    pub fn derive(&mut self) {
+        self.derive_pending_tool_calls();
+        self.derive_replay();
+        self.derive_waiting();
+    }
+
+    /// Fills `waiting` from the state and the last step, for a task in `waiting_for_human`.
+    pub fn derive_waiting(&mut self) {
+        self.waiting = match (self.state, self.steps.last()) {
+            (TaskState::WaitingForHuman, Some(step)) => Waiting::of_step(step),
+            _ => None,
+        };
+    }
+
     /// Fills `pending_tool_calls` from the last step, for a task in `awaiting_tool`.
     pub fn derive_pending_tool_calls(&mut self) {
         self.pending_tool_calls = match (self.state, self.steps.last()) {

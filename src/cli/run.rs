@@ -100,8 +100,9 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         waiting_reason: None,
         pending_tool_calls: Vec::new(),
         replay: None,
+        waiting: None,
     };
-    record.derive_replay();
+    record.derive();
     let document =
         serde_json::to_vec_pretty(&record).context("serializing the task record").map_err(CliError::failed)?;
     let record_path = config.data_dir.join("runs").join(format!("{task_id}.json"));

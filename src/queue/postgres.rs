@@ -480,8 +480,7 @@ impl Queue for PostgresQueue {
         let mut record = Self::record_from_row(&row)?;
         record.steps = Self::steps(&mut *tx, id).await?;
         tx.commit().await.map_err(db_error)?;
-        record.derive_pending_tool_calls();
-        record.derive_replay();
+        record.derive();
         Ok(record)
     }
 

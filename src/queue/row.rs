@@ -112,6 +112,7 @@ impl TaskRow {
             waiting_reason: self.waiting_reason,
             pending_tool_calls: Vec::new(),
             replay: None,
+            waiting: None,
         })
     }
 }

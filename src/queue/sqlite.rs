@@ -559,8 +559,7 @@ impl Queue for SqliteQueue {
             .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
         let mut record = Self::record_from_row(&row)?;
         record.steps = self.steps(&self.pool, id).await?;
-        record.derive_pending_tool_calls();
-        record.derive_replay();
+        record.derive();
         Ok(record)
     }
 

@@ -358,6 +358,59 @@ impl ReplayInfo {
     }
 }
 
+/// What a task in `waiting_for_human` waits for (§20 `waiting`); derived from the state, the waiting reason
+/// and the last step, never stored on its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Waiting {
+    /// The step's calls wait for a human's yes or no (a vendor safety check, a scripted `ask_human`, an
+    /// approval rule): `proposed` is what would run.
+    Approval { reason: String, step: u32, proposed: Proposed },
+    /// The model called `ask_human`: its question waits for an answer (`agentd answer`).
+    Question { step: u32, call_id: String, question: String },
+    /// A person took the desktop over (`agentd pause`); `agentd resume` hands it back.
+    Takeover {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u32>,
+    },
+}
+
+/// The calls a step proposes, with their computer actions in screen pixels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposed {
+    pub calls: Vec<ToolCall>,
+    pub actions: Vec<Action>,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub details: serde_json::Value,
+}
+
+impl Waiting {
+    /// What `step` (the last one, unfinished) waits for, if anything.
+    pub fn of_step(step: &StepRecord) -> Option<Self> {
+        if step.finished {
+            return None;
+        }
+        let approval = step.approval.as_ref().filter(|a| a.approved.is_none())?;
+        Some(Self::Approval {
+            reason: approval.reason.clone(),
+            step: step.index,
+            proposed: Proposed {
+                calls: step.calls.clone(),
+                actions: step.actions.clone(),
+                details: approval.details.clone(),
+            },
+        })
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Approval { .. } => "approval",
+            Self::Question { .. } => "question",
+            Self::Takeover { .. } => "takeover",
+        }
+    }
+}
+
 /// A step that asked for a human: why, and whether the answer was yes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepApproval {
