@@ -208,12 +208,30 @@ fn a_computer_server_restarted_mid_task_lets_the_task_finish() {
     machine.server = start_server(&machine.python, &machine.x.display, machine.port);
     let run = finish(child, Duration::from_secs(90));
     assert_eq!(run.code, 0, "agentd run failed:\nstdout: {}\nstderr: {}", run.stdout, run.stderr);
-    assert_eq!(run.json()["state"], "succeeded");
-    // Every click arrived once: none lost across the restart, none replayed.
-    machine.wait_for_clicks(12);
+    let record = run.json();
+    assert_eq!(record["state"], "succeeded");
+    // A click whose answer the kill cut off may or may not have landed: the model was told so (a result
+    // saying it is not known), and it was not sent again. Every other click arrived exactly once.
+    let uncertain: Vec<i64> = record["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|step| {
+            step["results"].as_array().into_iter().flatten().any(|r| {
+                r["ok"] == false && r["message"].as_str().unwrap_or_default().contains("took effect is not known")
+            })
+        })
+        .filter_map(|step| step["actions"][0]["x"].as_i64())
+        .collect();
+    assert!(uncertain.len() <= 1, "one action at most was cut off: {uncertain:?}");
+    let sure: Vec<i64> = (1..=12).map(|i| 10 * i).filter(|x| !uncertain.contains(x)).collect();
+    machine.wait_for_clicks(sure.len());
     let mut xs = machine.clicked_x();
     xs.sort_unstable();
-    assert_eq!(xs, (1..=12).map(|i| 10 * i).collect::<Vec<i64>>());
+    xs.dedup();
+    assert_eq!(machine.clicked_x().len(), xs.len(), "no click twice: {:?}", machine.clicked_x());
+    xs.retain(|x| !uncertain.contains(x));
+    assert_eq!(xs, sure, "every click the model was told landed did land");
 }
 
 #[test]

@@ -13,6 +13,12 @@ pub enum CuaError {
     /// A request was sent and its answer never came (the server died or restarted during it).
     #[error("the connection to the computer-server at {url} was lost during {command}: {reason}")]
     Lost { url: String, command: String, reason: String },
+    /// An input command was sent and its answer lost, and the server answered again within the reconnect
+    /// grace: whether the command ran before the connection dropped is not known.
+    #[error(
+        "the connection to the computer-server at {url} was lost during {command} ({reason}); the server is back, but whether {command} took effect is not known"
+    )]
+    Uncertain { url: String, command: String, reason: String },
     /// The server answered 503: it is not ready (e.g. its container name is not configured yet).
     #[error("the computer-server at {url} is unavailable: {detail}")]
     Unavailable { url: String, detail: String },
@@ -52,6 +58,7 @@ impl From<CuaError> for ProviderError {
     fn from(e: CuaError) -> Self {
         match e {
             CuaError::Invalid(message) => ProviderError::InvalidAction(message),
+            e @ CuaError::Uncertain { .. } => ProviderError::Uncertain(e.to_string()),
             CuaError::Unsupported { action, reason } => {
                 ProviderError::Unsupported { provider: "computer-server", action, reason }
             }

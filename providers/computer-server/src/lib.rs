@@ -23,7 +23,9 @@
 //! - **Faults**: a refused connection or a `503` is retried for [`CuaConfig::reconnect_grace`] and then
 //!   [`CuaError::Connect`] / [`CuaError::Unavailable`] (`ProviderError::Unavailable`, retryable): a server
 //!   that restarts lets the task go on. A request sent whose answer never came is [`CuaError::Lost`]
-//!   (retried when the command only observes, e.g. a screenshot; not for input, which may have happened).
+//!   (retried when the command only observes, e.g. a screenshot; never for input, which may have happened:
+//!   once the server answers `/status` again within the grace the action is [`CuaError::Uncertain`], a
+//!   tool error that tells the model so and lets the task go on).
 //!   Rejected credentials are [`CuaError::Auth`] (`Failed`).
 //! - **Guest commands**: [`CuaServerProvider::run_command`] runs a shell command on the machine (for
 //!   verifiers and desktop setup), outside the action vocabulary.
@@ -226,6 +228,15 @@ impl CuaServerProvider {
                         warned = true;
                     }
                     tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                // An input whose answer was lost may or may not have run: it is never sent again. Once the
+                // server answers again the model is told; a server that stays away ends the attempt.
+                Err(CuaError::Lost { url, command, reason }) if retry == Retry::Input => {
+                    let left = self.config.reconnect_grace.saturating_sub(start.elapsed());
+                    return match self.status_within(left).await {
+                        Ok(_) => Err(CuaError::Uncertain { url, command, reason }),
+                        Err(_) => Err(CuaError::Lost { url, command, reason }),
+                    };
                 }
                 other => return other,
             }

@@ -221,3 +221,84 @@ async fn missing_credentials_are_a_final_error() {
     assert!(matches!(err, ProviderError::Failed(_)), "{err:?}");
     assert!(err.to_string().contains("api_key_env"), "{err}");
 }
+
+/// A server that dies while answering an input command: it takes `/cmd`, sends its streaming headers (as
+/// computer-server does before it runs the command) and closes. With the server back, the provider says it
+/// does not know whether the action happened (a tool error; the action is not sent again); with it gone for
+/// good, the attempt ends as for any lost server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let commands = Arc::new(AtomicUsize::new(0));
+    let seen = commands.clone();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request).to_lowercase();
+                let length = text
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()))
+                    .unwrap_or(0);
+                let head_len = request.windows(4).position(|w| w == b"\r\n\r\n").map_or(0, |p| p + 4);
+                while request.len() < head_len + length {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&request).to_string();
+                if head.contains("get_screen_size") {
+                    let body = "data: {\"success\": true, \"size\": {\"width\": 640, \"height\": 480}}\n\n";
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(reply.as_bytes()).await;
+                } else if head.starts_with("GET /status") {
+                    let body = r#"{"status": "ok", "os_type": "linux"}"#;
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(reply.as_bytes()).await;
+                } else {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n")
+                        .await;
+                }
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    let mut config = CuaConfig::new(url.clone());
+    config.reconnect_grace = Duration::from_secs(5);
+    let provider = CuaServerProvider::connect(config).await.expect("connect");
+    let err = provider.perform(&Action::Move { x: 5, y: 5 }).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Uncertain(_)), "{err:?}");
+    assert!(err.is_tool_error() && !err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("move_cursor") && err.to_string().contains("not known"), "{err}");
+    assert_eq!(commands.load(Ordering::SeqCst), 1, "the command was sent once, not again");
+
+    server.abort();
+    let _ = server.await;
+    // Nothing listens now: the next input cannot even connect, and ends as unavailable once the grace
+    // (5 s) is over.
+    let err = provider.perform(&Action::Move { x: 6, y: 6 }).await.unwrap_err();
+    assert!(err.is_retryable() && err.to_string().contains(&url), "{err}");
+}

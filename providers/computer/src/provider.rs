@@ -16,7 +16,7 @@ pub struct ActionReport {
 }
 
 /// Why a provider could not do what it was asked. The loop decides by kind, never by message:
-/// [`ProviderError::is_tool_error`] errors go back to the model and the task goes on;
+/// [`ProviderError::is_tool_error`] errors (refused or uncertain actions) go back to the model and the task goes on;
 /// [`ProviderError::Unavailable`] ends the attempt in a way the daemon may retry; [`ProviderError::Failed`]
 /// ends it for good.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -33,12 +33,16 @@ pub enum ProviderError {
     /// Anything else that went wrong on the provider's side.
     #[error("computer failed: {0}")]
     Failed(String),
+    /// The action was sent, its answer was lost, and the computer is back: whether it took effect is not
+    /// known. The model is told (it sees the screen next) and the task goes on; the action is not repeated.
+    #[error("not known whether the action took effect: {0}")]
+    Uncertain(String),
 }
 
 impl ProviderError {
     /// Whether the model should be told and the task go on.
     pub fn is_tool_error(&self) -> bool {
-        matches!(self, Self::Unsupported { .. } | Self::InvalidAction(_))
+        matches!(self, Self::Unsupported { .. } | Self::InvalidAction(_) | Self::Uncertain(_))
     }
 
     /// Whether a later attempt (a reconnect, another worker) may succeed.
