@@ -286,7 +286,9 @@ pub fn computer_actions(input: &Value, display: Size) -> Result<Vec<Action>, Str
                 _ => vec![Action::Click { x: p.x, y: p.y, button, keys: modifiers() }],
             },
             // No coordinate: click where the pointer is.
-            None => (0..count).flat_map(|_| [Action::MouseDown { button }, Action::MouseUp { button }]).collect(),
+            None => (0..count)
+                .flat_map(|_| [Action::MouseDown { button, keys: Vec::new() }, Action::MouseUp { button }])
+                .collect(),
         }
     };
     Ok(match action {
@@ -300,7 +302,7 @@ pub fn computer_actions(input: &Value, display: Size) -> Result<Vec<Action>, Str
         "type" => vec![Action::Type { text: wire::str_of(input, "text").ok_or("`type` needs `text`")?.to_string() }],
         "mouse_move" => {
             let p = need(coordinate)?;
-            vec![Action::Move { x: p.x, y: p.y }]
+            vec![Action::Move { x: p.x, y: p.y, keys: modifiers() }]
         }
         "left_click" => click(MouseButton::Left, 1),
         "right_click" => click(MouseButton::Right, 1),
@@ -311,21 +313,21 @@ pub fn computer_actions(input: &Value, display: Size) -> Result<Vec<Action>, Str
             let start =
                 wire::point(input.get("start_coordinate")).ok_or("`left_click_drag` needs `start_coordinate`")?;
             let end = need(coordinate)?;
-            vec![Action::Drag { path: vec![start, end] }]
+            vec![Action::Drag { path: vec![start, end], button: MouseButton::Left, keys: modifiers() }]
         }
         "left_mouse_down" | "left_mouse_up" => {
             let button = MouseButton::Left;
-            let press =
-                if action == "left_mouse_down" { Action::MouseDown { button } } else { Action::MouseUp { button } };
+            let press = if action == "left_mouse_down" {
+                Action::MouseDown { button, keys: modifiers() }
+            } else {
+                Action::MouseUp { button }
+            };
             match coordinate {
-                Some(p) => vec![Action::Move { x: p.x, y: p.y }, press],
+                Some(p) => vec![Action::Move { x: p.x, y: p.y, keys: Vec::new() }, press],
                 None => vec![press],
             }
         }
         "scroll" => {
-            if !modifiers().is_empty() {
-                return Err("scrolling with a held key is not supported".into());
-            }
             let at = coordinate.unwrap_or(Point::new(display.width as i32 / 2, display.height as i32 / 2));
             let amount = wire::int(input.get("scroll_amount")).unwrap_or(3).clamp(0, 100) * SCROLL_CLICK_PX;
             let (scroll_x, scroll_y) = match wire::str_of(input, "scroll_direction").unwrap_or("down") {
@@ -335,7 +337,7 @@ pub fn computer_actions(input: &Value, display: Size) -> Result<Vec<Action>, Str
                 "right" => (amount, 0),
                 other => return Err(format!("unknown scroll_direction {other:?}")),
             };
-            vec![Action::Scroll { x: at.x, y: at.y, scroll_x, scroll_y }]
+            vec![Action::Scroll { x: at.x, y: at.y, scroll_x, scroll_y, keys: modifiers() }]
         }
         "hold_key" => vec![Action::HoldKey {
             keys: split_chord(wire::str_of(input, "text").ok_or("`hold_key` needs `text`")?),
@@ -712,23 +714,51 @@ mod tests {
             map(json!({"action": "left_click", "coordinate": [5, 3], "text": "shift"})).unwrap(),
             vec![Action::Click { x: 5, y: 3, button: MouseButton::Left, keys: vec!["shift".into()] }]
         );
+        // Held modifiers on the other pointer actions (§24).
+        assert_eq!(
+            map(json!({"action": "scroll", "coordinate": [10, 20], "scroll_direction": "up", "scroll_amount": 2, "text": "ctrl"}))
+                .unwrap(),
+            vec![Action::Scroll { x: 10, y: 20, scroll_x: 0, scroll_y: -2 * SCROLL_CLICK_PX, keys: vec!["ctrl".into()] }]
+        );
+        assert_eq!(
+            map(
+                json!({"action": "left_click_drag", "start_coordinate": [1, 2], "coordinate": [3, 4], "text": "shift"})
+            )
+            .unwrap(),
+            vec![Action::Drag {
+                path: vec![Point::new(1, 2), Point::new(3, 4)],
+                button: MouseButton::Left,
+                keys: vec!["shift".into()]
+            }]
+        );
+        assert_eq!(
+            map(json!({"action": "left_mouse_down", "text": "ctrl+alt"})).unwrap(),
+            vec![Action::MouseDown { button: MouseButton::Left, keys: vec!["ctrl".into(), "alt".into()] }]
+        );
         assert_eq!(
             map(json!({"action": "left_click", "coordinate": [5, 3], "key": "ctrl"})).unwrap()[0],
             Action::Click { x: 5, y: 3, button: MouseButton::Left, keys: vec!["ctrl".into()] }
         );
         assert_eq!(
             map(json!({"action": "right_click"})).unwrap(),
-            vec![Action::MouseDown { button: MouseButton::Right }, Action::MouseUp { button: MouseButton::Right }]
+            vec![
+                Action::MouseDown { button: MouseButton::Right, keys: Vec::new() },
+                Action::MouseUp { button: MouseButton::Right }
+            ]
         );
         assert_eq!(
             map(json!({"action": "scroll", "coordinate": [500, 400], "scroll_direction": "down", "scroll_amount": 3}))
                 .unwrap(),
-            vec![Action::Scroll { x: 500, y: 400, scroll_x: 0, scroll_y: 300 }]
+            vec![Action::Scroll { x: 500, y: 400, scroll_x: 0, scroll_y: 300, keys: Vec::new() }]
         );
         assert_eq!(
             map(json!({"action": "left_click_drag", "start_coordinate": [100, 200], "coordinate": [300, 400]}))
                 .unwrap(),
-            vec![Action::Drag { path: vec![Point::new(100, 200), Point::new(300, 400)] }]
+            vec![Action::Drag {
+                path: vec![Point::new(100, 200), Point::new(300, 400)],
+                button: Default::default(),
+                keys: Vec::new()
+            }]
         );
         assert_eq!(
             map(json!({"action": "hold_key", "text": "shift", "duration": 1.5})).unwrap(),
@@ -752,7 +782,7 @@ mod tests {
         );
         assert_eq!(
             map(json!({"action": "left_mouse_down"})).unwrap(),
-            vec![Action::MouseDown { button: MouseButton::Left }]
+            vec![Action::MouseDown { button: MouseButton::Left, keys: Vec::new() }]
         );
         assert!(map(json!({"action": "mouse_move"})).is_err());
         assert!(map(json!({"action": "teleport"})).is_err());

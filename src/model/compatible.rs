@@ -152,11 +152,15 @@ pub fn function_actions(name: &str, arguments: &Value) -> Result<Option<Vec<Acti
         }
         "move" => {
             let a: PointArgs = args(arguments)?;
-            vec![Action::Move { x: a.x, y: a.y }]
+            vec![Action::Move { x: a.x, y: a.y, keys: Vec::new() }]
         }
         "drag" => {
             let a: DragArgs = args(arguments)?;
-            vec![Action::Drag { path: vec![Point::new(a.x1, a.y1), Point::new(a.x2, a.y2)] }]
+            vec![Action::Drag {
+                path: vec![Point::new(a.x1, a.y1), Point::new(a.x2, a.y2)],
+                button: Default::default(),
+                keys: Vec::new(),
+            }]
         }
         "scroll" => {
             let a: ScrollArgs = args(arguments)?;
@@ -167,7 +171,7 @@ pub fn function_actions(name: &str, arguments: &Value) -> Result<Option<Vec<Acti
                 Direction::Left => (-d, 0),
                 Direction::Right => (d, 0),
             };
-            vec![Action::Scroll { x: a.x, y: a.y, scroll_x, scroll_y }]
+            vec![Action::Scroll { x: a.x, y: a.y, scroll_x, scroll_y, keys: Vec::new() }]
         }
         "type_text" => vec![Action::Type { text: args::<TypeArgs>(arguments)?.text }],
         "keypress" => vec![Action::Keypress { keys: args::<KeypressArgs>(arguments)?.keys }],
@@ -437,7 +441,9 @@ pub fn parse_ui_tars(text: &str, step: u32) -> Option<ToolCall> {
             }
         }
         "drag" | "select" => match (point(&["start_box", "start_point"]), point(&["end_box", "end_point"])) {
-            (Some(a), Some(b)) => computer(vec![Action::Drag { path: vec![a, b] }]),
+            (Some(a), Some(b)) => {
+                computer(vec![Action::Drag { path: vec![a, b], button: Default::default(), keys: Vec::new() }])
+            }
             _ => bad("drag needs start and end points"),
         },
         "hotkey" => {
@@ -466,7 +472,7 @@ pub fn parse_ui_tars(text: &str, step: u32) -> Option<ToolCall> {
                 "right" => (DEFAULT_SCROLL, 0),
                 _ => (0, DEFAULT_SCROLL),
             };
-            computer(vec![Action::Scroll { x: p.x, y: p.y, scroll_x, scroll_y }])
+            computer(vec![Action::Scroll { x: p.x, y: p.y, scroll_x, scroll_y, keys: Vec::new() }])
         }
         "wait" => computer(vec![Action::Wait { duration_ms: 5000 }]),
         "finished" => Some(ToolCall {
@@ -702,7 +708,13 @@ mod tests {
         );
         assert_eq!(
             call("Action: drag(start_box='(1,2)', end_box='(3,4)')"),
-            Some(CallKind::Computer { actions: vec![Action::Drag { path: vec![Point::new(1, 2), Point::new(3, 4)] }] })
+            Some(CallKind::Computer {
+                actions: vec![Action::Drag {
+                    path: vec![Point::new(1, 2), Point::new(3, 4)],
+                    button: Default::default(),
+                    keys: Vec::new()
+                }]
+            })
         );
         assert!(matches!(call("Action: finished(content='done')"), Some(CallKind::Function { .. })));
         assert_eq!(call("Thought: nothing to do"), None);

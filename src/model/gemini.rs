@@ -261,15 +261,19 @@ pub fn function_actions(name: &str, args: &Value) -> Result<Vec<Action>, String>
         }
         "hover_at" | "move" => {
             let p = at()?;
-            vec![Action::Move { x: p.x, y: p.y }]
+            vec![Action::Move { x: p.x, y: p.y, keys: Vec::new() }]
         }
         "mouse_down" | "mouse_up" => {
             let mut out = Vec::new();
             if let Ok(p) = at() {
-                out.push(Action::Move { x: p.x, y: p.y });
+                out.push(Action::Move { x: p.x, y: p.y, keys: Vec::new() });
             }
             let button = MouseButton::Left;
-            out.push(if name == "mouse_down" { Action::MouseDown { button } } else { Action::MouseUp { button } });
+            out.push(if name == "mouse_down" {
+                Action::MouseDown { button, keys: Vec::new() }
+            } else {
+                Action::MouseUp { button }
+            });
             out
         }
         "type_text_at" | "type" => {
@@ -300,7 +304,7 @@ pub fn function_actions(name: &str, args: &Value) -> Result<Vec<Action>, String>
         }
         "scroll_document" => {
             let (scroll_x, scroll_y) = direction(args, DOCUMENT_SCROLL)?;
-            vec![Action::Scroll { x: 500, y: 500, scroll_x, scroll_y }]
+            vec![Action::Scroll { x: 500, y: 500, scroll_x, scroll_y, keys: Vec::new() }]
         }
         "scroll_at" | "scroll" => {
             let p = at()?;
@@ -308,12 +312,12 @@ pub fn function_actions(name: &str, args: &Value) -> Result<Vec<Action>, String>
             let default = if name == "scroll" { 300 } else { DOCUMENT_SCROLL };
             let magnitude = wire::int(args.get(key)).unwrap_or(default).clamp(0, GRID as i32);
             let (scroll_x, scroll_y) = direction(args, magnitude)?;
-            vec![Action::Scroll { x: p.x, y: p.y, scroll_x, scroll_y }]
+            vec![Action::Scroll { x: p.x, y: p.y, scroll_x, scroll_y, keys: Vec::new() }]
         }
         "drag_and_drop" => {
             let from = at()?;
             let to = Point::new(grid(args, "destination_x")?, grid(args, "destination_y")?);
-            vec![Action::Drag { path: vec![from, to] }]
+            vec![Action::Drag { path: vec![from, to], button: Default::default(), keys: Vec::new() }]
         }
         "wait_5_seconds" => vec![Action::Wait { duration_ms: 5000 }],
         "wait" => vec![Action::Wait { duration_ms: wire::seconds_ms(args.get("seconds"), 1000) }],
@@ -577,11 +581,15 @@ mod tests {
         );
         assert_eq!(
             f("scroll_at", json!({"x": 10, "y": 20, "direction": "up", "magnitude": 400})).unwrap(),
-            vec![Action::Scroll { x: 10, y: 20, scroll_x: 0, scroll_y: -400 }]
+            vec![Action::Scroll { x: 10, y: 20, scroll_x: 0, scroll_y: -400, keys: Vec::new() }]
         );
         assert_eq!(
             f("drag_and_drop", json!({"x": 1, "y": 2, "destination_x": 3, "destination_y": 4})).unwrap(),
-            vec![Action::Drag { path: vec![Point::new(1, 2), Point::new(3, 4)] }]
+            vec![Action::Drag {
+                path: vec![Point::new(1, 2), Point::new(3, 4)],
+                button: Default::default(),
+                keys: Vec::new()
+            }]
         );
         assert_eq!(f("wait_5_seconds", json!({})).unwrap(), vec![Action::Wait { duration_ms: 5000 }]);
         assert_eq!(

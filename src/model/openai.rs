@@ -271,12 +271,16 @@ pub fn action(value: &Value) -> Result<Vec<Action>, String> {
             let path = value.get("path").and_then(Value::as_array).ok_or("`drag` needs `path`")?;
             let path: Option<Vec<Point>> =
                 path.iter().map(|p| Some(Point::new(wire::int(p.get("x"))?, wire::int(p.get("y"))?))).collect();
-            Action::Drag { path: path.ok_or("`drag` path points need x and y")? }
+            Action::Drag {
+                path: path.ok_or("`drag` path points need x and y")?,
+                button: MouseButton::Left,
+                keys: keys(),
+            }
         }
         "keypress" => Action::Keypress { keys: keys() },
         "move" => {
             let p = xy()?;
-            Action::Move { x: p.x, y: p.y }
+            Action::Move { x: p.x, y: p.y, keys: keys() }
         }
         "screenshot" => Action::Screenshot {},
         "scroll" => {
@@ -286,6 +290,7 @@ pub fn action(value: &Value) -> Result<Vec<Action>, String> {
                 y: p.y,
                 scroll_x: wire::int(value.get("scroll_x")).unwrap_or(0),
                 scroll_y: wire::int(value.get("scroll_y")).unwrap_or(0),
+                keys: keys(),
             }
         }
         "type" => Action::Type { text: wire::str_of(value, "text").ok_or("`type` needs `text`")?.to_string() },
@@ -541,6 +546,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn held_keys_of_drag_move_and_scroll() {
+        assert_eq!(
+            action(&json!({"type":"scroll","x":5,"y":6,"scroll_x":0,"scroll_y":200,"keys":["CTRL"]})).unwrap(),
+            vec![Action::Scroll { x: 5, y: 6, scroll_x: 0, scroll_y: 200, keys: vec!["CTRL".into()] }]
+        );
+        assert_eq!(
+            action(&json!({"type":"drag","path":[{"x":1,"y":2},{"x":3,"y":4}],"keys":["SHIFT"]})).unwrap(),
+            vec![Action::Drag {
+                path: vec![Point::new(1, 2), Point::new(3, 4)],
+                button: MouseButton::Left,
+                keys: vec!["SHIFT".into()]
+            }]
+        );
+        assert_eq!(
+            action(&json!({"type":"move","x":7,"y":8,"keys":["ALT"]})).unwrap(),
+            vec![Action::Move { x: 7, y: 8, keys: vec!["ALT".into()] }]
+        );
+    }
+
+    #[test]
     fn actions_of_both_shapes() {
         assert_eq!(
             action(&json!({"type":"click","button":"left","keys":null,"x":126,"y":111})).unwrap(),
@@ -556,11 +581,15 @@ mod tests {
         );
         assert_eq!(
             action(&json!({"type":"drag","path":[{"x":1,"y":2},{"x":3,"y":4}]})).unwrap(),
-            vec![Action::Drag { path: vec![Point::new(1, 2), Point::new(3, 4)] }]
+            vec![Action::Drag {
+                path: vec![Point::new(1, 2), Point::new(3, 4)],
+                button: Default::default(),
+                keys: Vec::new()
+            }]
         );
         assert_eq!(
             action(&json!({"type":"scroll","x":5,"y":6,"scroll_x":0,"scroll_y":-300})).unwrap(),
-            vec![Action::Scroll { x: 5, y: 6, scroll_x: 0, scroll_y: -300 }]
+            vec![Action::Scroll { x: 5, y: 6, scroll_x: 0, scroll_y: -300, keys: Vec::new() }]
         );
         assert_eq!(action(&json!({"type":"wait"})).unwrap(), vec![Action::Wait { duration_ms: WAIT_MS }]);
         assert!(action(&json!({"type":"click"})).is_err());

@@ -153,9 +153,16 @@ mod tests {
     #[test]
     fn scroll_and_drag_are_converted() {
         let map = CoordinateMap::scaled(Size::new(2048, 1536), Size::new(1024, 768));
-        let action = Action::Scroll { x: 100, y: 100, scroll_x: 0, scroll_y: 50 };
-        assert_eq!(map.action_to_screen(&action), Action::Scroll { x: 201, y: 201, scroll_x: 0, scroll_y: 100 });
-        let drag = Action::Drag { path: vec![Point::new(0, 0), Point::new(1023, 767)] };
+        let action = Action::Scroll { x: 100, y: 100, scroll_x: 0, scroll_y: 50, keys: Vec::new() };
+        assert_eq!(
+            map.action_to_screen(&action),
+            Action::Scroll { x: 201, y: 201, scroll_x: 0, scroll_y: 100, keys: Vec::new() }
+        );
+        let drag = Action::Drag {
+            path: vec![Point::new(0, 0), Point::new(1023, 767)],
+            button: Default::default(),
+            keys: Vec::new(),
+        };
         assert_eq!(map.action_to_screen(&drag).points(), vec![Point::new(1, 1), Point::new(2047, 1535)]);
     }
 

@@ -64,7 +64,7 @@ def on_release(e):
 def on_motion(e):
     # Bits 8.. of the state are the buttons held (Button1Mask = 256).
     if e.state & (256 | 512 | 1024):
-        record(event="motion", x=e.x_root, y=e.y_root, buttons=e.state >> 8)
+        record(event="motion", x=e.x_root, y=e.y_root, buttons=e.state >> 8, state=e.state & 0xff)
 
 
 # Bindings on the toplevel see the events of every widget inside it (Tk's bindtags), once each.

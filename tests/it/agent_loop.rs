@@ -258,7 +258,11 @@ async fn budget_is_checked_before_actions_and_model_calls() {
     let output = run(input).await;
     assert_eq!(outcome(&output), (false, EndReason::Budget));
     assert_eq!(model.calls.load(std::sync::atomic::Ordering::SeqCst), 2, "no third model call");
-    assert_eq!(screen.received(), vec![Action::Move { x: 1, y: 1 }], "turn 2's action crossed the budget");
+    assert_eq!(
+        screen.received(),
+        vec![Action::Move { x: 1, y: 1, keys: Vec::new() }],
+        "turn 2's action crossed the budget"
+    );
     assert!((output.usage.cost_usd - 1.2).abs() < 1e-9);
     assert_eq!(output.usage.input_tokens, 2000);
     harness.finish().await;
@@ -433,7 +437,11 @@ async fn a_resumed_task_continues_without_replaying_actions() {
     // Moves 1 and 2 from the first attempt, then only move 3: nothing replayed.
     assert_eq!(
         screen.received(),
-        vec![Action::Move { x: 1, y: 1 }, Action::Move { x: 2, y: 2 }, Action::Move { x: 3, y: 3 }]
+        vec![
+            Action::Move { x: 1, y: 1, keys: Vec::new() },
+            Action::Move { x: 2, y: 2, keys: Vec::new() },
+            Action::Move { x: 3, y: 3, keys: Vec::new() }
+        ]
     );
     let seen = model.seen();
     assert_eq!(seen[0].history_len, 2);
@@ -502,7 +510,7 @@ async fn a_completion_journaled_before_a_crash_ends_the_resumed_task() {
     assert_eq!(outcome(&output), (true, EndReason::Completed));
     assert_eq!(output.steps.len(), 2, "no new step");
     assert!(model.seen().is_empty(), "the model is not asked again");
-    assert_eq!(screen.received(), vec![Action::Move { x: 1, y: 1 }], "nothing replayed");
+    assert_eq!(screen.received(), vec![Action::Move { x: 1, y: 1, keys: Vec::new() }], "nothing replayed");
 
     // Behind a call that was interrupted, the completion is not final: the model looks again.
     let script_json = serde_json::json!({"turns": [
@@ -572,7 +580,7 @@ async fn a_lost_lease_stops_before_any_further_action() {
     input.journal = Arc::new(FencedJournal { inner: MemoryJournal::default() });
     let output = run(input).await;
     assert!(matches!(output.end, LoopEnd::LeaseLost(_)), "{:?}", output.end);
-    assert_eq!(screen.received(), vec![Action::Move { x: 0, y: 0 }]);
+    assert_eq!(screen.received(), vec![Action::Move { x: 0, y: 0, keys: Vec::new() }]);
     harness.finish().await;
 }
 
@@ -588,7 +596,11 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
     let (input, rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
     let first = run(input).await;
     assert_eq!(first.end, LoopEnd::WaitingForHuman { reason: "confirm the purchase".into() });
-    assert_eq!(screen.received(), vec![Action::Move { x: 1, y: 1 }], "the asking turn's click has not run");
+    assert_eq!(
+        screen.received(),
+        vec![Action::Move { x: 1, y: 1, keys: Vec::new() }],
+        "the asking turn's click has not run"
+    );
     let waiting = first.steps.last().expect("the waiting step is recorded");
     assert!(!waiting.finished);
     assert_eq!(
@@ -614,7 +626,10 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
     assert_eq!(outcome(&done), (true, EndReason::Completed));
     assert_eq!(
         screen.received(),
-        vec![Action::Move { x: 1, y: 1 }, Action::Click { x: 5, y: 5, button: Default::default(), keys: vec![] }]
+        vec![
+            Action::Move { x: 1, y: 1, keys: Vec::new() },
+            Action::Click { x: 5, y: 5, button: Default::default(), keys: vec![] }
+        ]
     );
     assert_eq!(done.steps.len(), 3);
     assert_eq!(done.steps[1].approval.as_ref().and_then(|a| a.approved), Some(true));

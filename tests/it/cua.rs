@@ -135,6 +135,16 @@ fn a_task_on_a_computer_server_lands_every_input() {
         ]}),
         json!({"say": "scroll", "actions": [{"type": "scroll", "x": 800, "y": 250, "scroll_y": 300}]}),
         json!({"say": "drag", "actions": [{"type": "drag", "path": [{"x": 60, "y": 200}, {"x": 300, "y": 260}, {"x": 500, "y": 350}]}]}),
+        json!({"say": "held modifiers (§24)", "actions": [
+            {"type": "scroll", "x": 800, "y": 250, "scroll_y": 100, "keys": ["ctrl"]},
+            {"type": "drag", "path": [{"x": 60, "y": 380}, {"x": 200, "y": 390}], "keys": ["shift"]},
+            {"type": "drag", "path": [{"x": 300, "y": 380}, {"x": 400, "y": 390}], "button": "right"},
+            {"type": "move", "x": 250, "y": 300},
+            {"type": "mouse_down", "keys": ["ctrl"]},
+            {"type": "move", "x": 270, "y": 310, "keys": ["shift"]},
+            {"type": "mouse_up"},
+            {"type": "click", "x": 280, "y": 320}
+        ]}),
         json!({"complete": {"success": true, "summary": "all input sent"}}),
     ];
     let task = write_task(agentd.dir.path(), machine.computer(), json!({ "turns": turns }));
@@ -147,7 +157,7 @@ fn a_task_on_a_computer_server_lands_every_input() {
 
     let events = machine
         .app
-        .wait_until(WAIT, |events| of_kind(events, "release").iter().any(|e| e["x"] == 500 && e["y"] == 350));
+        .wait_until(WAIT, |events| of_kind(events, "release").iter().any(|e| e["x"] == 280 && e["y"] == 320));
     let presses: Vec<(i64, i64, i64, i64)> = of_kind(&events, "press")
         .iter()
         .map(|e| {
@@ -170,6 +180,11 @@ fn a_task_on_a_computer_server_lands_every_input() {
             (5, 800, 250, 0),
             (5, 800, 250, 0),
             (1, 60, 200, 0),
+            (5, 800, 250, 4),
+            (1, 60, 380, 1),
+            (3, 300, 380, 0),
+            (1, 250, 300, 4),
+            (1, 280, 320, 0),
         ],
         "every button press, where, with which modifiers: {events:#?}"
     );
@@ -185,6 +200,7 @@ fn a_task_on_a_computer_server_lands_every_input() {
         .map(|e| (e["x"].as_i64().unwrap_or(-1), e["y"].as_i64().unwrap_or(-1)))
         .collect();
     assert!(motions.contains(&(300, 260)), "the drag passed its middle point: {motions:?}");
+    crate::desktops::assert_held_keys_landed(&events);
 }
 
 /// A script of `clicks` clicks at x = 10, 20, … with a wait between, so the task outlives a server restart.

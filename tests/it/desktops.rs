@@ -47,6 +47,16 @@ fn script() -> Value {
         ]}),
         json!({"say": "scroll", "actions": [{"type": "scroll", "x": 800, "y": 250, "scroll_y": 300}]}),
         json!({"say": "drag", "actions": [{"type": "drag", "path": [{"x": 60, "y": 200}, {"x": 300, "y": 260}, {"x": 500, "y": 350}]}]}),
+        json!({"say": "held modifiers (§24)", "actions": [
+            {"type": "scroll", "x": 800, "y": 250, "scroll_y": 100, "keys": ["ctrl"]},
+            {"type": "drag", "path": [{"x": 60, "y": 380}, {"x": 200, "y": 390}], "keys": ["shift"]},
+            {"type": "drag", "path": [{"x": 300, "y": 380}, {"x": 400, "y": 390}], "button": "right"},
+            {"type": "move", "x": 250, "y": 300},
+            {"type": "mouse_down", "keys": ["ctrl"]},
+            {"type": "move", "x": 270, "y": 310, "keys": ["shift"]},
+            {"type": "mouse_up"},
+            {"type": "click", "x": 280, "y": 320}
+        ]}),
         json!({"complete": {"success": true, "summary": "all input sent"}}),
     ];
     json!({ "turns": turns })
@@ -106,7 +116,7 @@ fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
 /// Checks the recorder's log against [`script`].
 fn assert_script_landed(app: &RecorderApp) {
     let events =
-        app.wait_until(WAIT, |events| of_kind(events, "release").iter().any(|e| e["x"] == 500 && e["y"] == 350));
+        app.wait_until(WAIT, |events| of_kind(events, "release").iter().any(|e| e["x"] == 280 && e["y"] == 320));
     let presses: Vec<(i64, i64, i64, i64)> = of_kind(&events, "press")
         .iter()
         .map(|e| {
@@ -130,6 +140,11 @@ fn assert_script_landed(app: &RecorderApp) {
             (5, 800, 250, 0),
             (5, 800, 250, 0),
             (1, 60, 200, 0),
+            (5, 800, 250, 4),
+            (1, 60, 380, 1),
+            (3, 300, 380, 0),
+            (1, 250, 300, 4),
+            (1, 280, 320, 0),
         ],
         "every button press, where, with which modifiers: {events:#?}"
     );
@@ -148,8 +163,43 @@ fn assert_script_landed(app: &RecorderApp) {
         .map(|e| (e["x"].as_i64().unwrap_or(-1), e["y"].as_i64().unwrap_or(-1)))
         .collect();
     assert!(motions.contains(&(300, 260)), "the drag passed its middle point: {motions:?}");
+    crate::desktops::assert_held_keys_landed(&events);
     let release = of_kind(&events, "release").iter().any(|e| e["button"] == 1 && e["x"] == 500 && e["y"] == 350);
     assert!(release, "the drag ended where asked");
+}
+
+/// Checks the releases and motions of the script's "held modifiers" turn (§24): each pointer action's keys
+/// were down for all of it and up after it; a mouse_down's keys stayed down until its mouse_up.
+pub(crate) fn assert_held_keys_landed(events: &[Value]) {
+    let releases: Vec<(i64, i64, i64, i64)> = of_kind(events, "release")
+        .iter()
+        .map(|e| {
+            let n = |f: &str| e[f].as_i64().unwrap_or(-1);
+            (n("button"), n("x"), n("y"), n("state") & 0xff)
+        })
+        .collect();
+    for (expected, what) in [
+        ((5, 800, 250, 4), "the ctrl+wheel notch with Control held"),
+        ((1, 200, 390, 1), "the shift-drag released with Shift still held"),
+        ((3, 400, 390, 0), "the right-button drag released where it ended"),
+        ((1, 270, 310, 4), "the mouse_up with its mouse_down's Control still held"),
+        ((1, 280, 320, 0), "the last click with nothing held any more"),
+    ] {
+        assert!(releases.contains(&expected), "{what}: {expected:?} not among {releases:?}");
+    }
+    let motion = |x: i64, y: i64| {
+        of_kind(events, "motion")
+            .into_iter()
+            .find(|e| e["x"] == x && e["y"] == y)
+            .map(|e| (e["buttons"].as_i64().unwrap_or(-1), e["state"].as_i64().unwrap_or(-1)))
+    };
+    assert_eq!(motion(200, 390).map(|m| m.1 & 1), Some(1), "the shift-drag moved with Shift held");
+    assert_eq!(motion(400, 390).map(|m| m.0 & 4), Some(4), "the right-button drag moved with button 3 down");
+    assert_eq!(
+        motion(270, 310).map(|m| (m.0 & 1, m.1 & 5)),
+        Some((1, 5)),
+        "the move between mouse_down and mouse_up: button 1, Control from the mouse_down, Shift of its own"
+    );
 }
 
 fn assert_succeeded(run: &Run) -> Value {

@@ -53,7 +53,7 @@ impl ComputerProvider for RecordingScreen {
         if let Some(done) = sleep_for(action).await {
             return Ok(done);
         }
-        if let Action::Move { x, y } | Action::Click { x, y, .. } = action
+        if let Action::Move { x, y, .. } | Action::Click { x, y, .. } = action
             && let Ok(mut p) = self.pointer.lock()
         {
             *p = Point::new(*x, *y);

@@ -129,7 +129,8 @@ pub struct CuaServerProvider {
     /// The screen size as last seen (a screenshot or `get_screen_size`).
     size: std::sync::Mutex<Option<Size>>,
     /// Input actions one at a time: a click with modifiers is several commands that must not interleave.
-    input: tokio::sync::Mutex<()>,
+    /// It holds the keys each `mouse_down` pressed with its button, for the matching `mouse_up` (§24).
+    input: tokio::sync::Mutex<std::collections::HashMap<&'static str, Vec<String>>>,
 }
 
 impl std::fmt::Debug for CuaServerProvider {
@@ -156,7 +157,7 @@ impl CuaServerProvider {
             .build()
             .map_err(|e| CuaError::Config(format!("cannot build the HTTP client: {e}")))?;
         let provider =
-            Self { config, url, client, size: std::sync::Mutex::new(None), input: tokio::sync::Mutex::new(()) };
+            Self { config, url, client, size: std::sync::Mutex::new(None), input: tokio::sync::Mutex::default() };
         provider.status_within(Duration::ZERO).await?;
         Ok(provider)
     }
@@ -398,7 +399,7 @@ impl CuaServerProvider {
     }
 
     async fn input(&self, action: &Action) -> Result<ActionReport, CuaError> {
-        let _one_at_a_time = self.input.lock().await;
+        let mut held_with = self.input.lock().await;
         match action {
             Action::Click { x, y, button, keys } => {
                 let button = button_name(*button, "click")?;
@@ -419,38 +420,82 @@ impl CuaServerProvider {
                     self.press("left", Some(at), false).await?;
                 }
             }
-            Action::MouseDown { button } => self.press(button_name(*button, "mouse_down")?, None, true).await?,
-            Action::MouseUp { button } => self.press(button_name(*button, "mouse_up")?, None, false).await?,
-            Action::Move { x, y } => self.move_to(Point::new(*x, *y)).await?,
-            Action::Drag { path } => {
-                let Some((&first, rest)) = path.split_first() else {
-                    return Err(CuaError::Invalid("drag needs a path of at least 2 points".into()));
-                };
-                self.move_to(first).await?;
-                self.press("left", Some(first), true).await?;
-                tokio::time::sleep(DRAG_DWELL).await;
+            Action::MouseDown { button, keys } => {
+                let button = button_name(*button, "mouse_down")?;
+                let modifiers = server_keys(keys)?;
+                let mut pressed = Vec::new();
                 let mut result = Ok(());
-                for point in rest {
-                    result = self.move_to(*point).await;
+                for key in &modifiers {
+                    result = self.cmd("key_down", json!({ "key": key })).await;
                     if result.is_err() {
                         break;
                     }
-                    tokio::time::sleep(DRAG_DWELL).await;
+                    pressed.push(key.clone());
                 }
-                let last = rest.last().copied().unwrap_or(first);
-                let released = self.press("left", Some(last), false).await;
-                result.and(released)?;
+                if result.is_ok() {
+                    result = self.press(button, None, true).await;
+                }
+                if result.is_ok() {
+                    // Held until the matching mouse_up.
+                    held_with.insert(button, pressed);
+                } else {
+                    for key in pressed.iter().rev() {
+                        let _ = self.cmd("key_up", json!({ "key": key })).await;
+                    }
+                }
+                result?;
             }
-            Action::Scroll { x, y, scroll_x, scroll_y } => {
-                self.move_to(Point::new(*x, *y)).await?;
-                // The server's `scroll` is pynput's: positive y scrolls up, positive x right, in notches.
-                let (nx, ny) = (notches(*scroll_x), notches(*scroll_y));
-                if ny != 0 {
-                    self.cmd("scroll", json!({ "x": 0, "y": -ny })).await?;
+            Action::MouseUp { button } => {
+                let button = button_name(*button, "mouse_up")?;
+                let mut result = self.press(button, None, false).await;
+                for key in held_with.remove(button).unwrap_or_default().iter().rev() {
+                    let released = self.cmd("key_up", json!({ "key": key })).await;
+                    if result.is_ok() {
+                        result = released;
+                    }
                 }
-                if nx != 0 {
-                    self.cmd("scroll", json!({ "x": nx, "y": 0 })).await?;
-                }
+                result?;
+            }
+            Action::Move { x, y, keys } => {
+                self.holding(&server_keys(keys)?, self.move_to(Point::new(*x, *y))).await?;
+            }
+            Action::Drag { path, button, keys } => {
+                let Some((&first, rest)) = path.split_first() else {
+                    return Err(CuaError::Invalid("drag needs a path of at least 2 points".into()));
+                };
+                let button = button_name(*button, "drag")?;
+                self.holding(&server_keys(keys)?, async {
+                    self.move_to(first).await?;
+                    self.press(button, Some(first), true).await?;
+                    tokio::time::sleep(DRAG_DWELL).await;
+                    let mut result = Ok(());
+                    for point in rest {
+                        result = self.move_to(*point).await;
+                        if result.is_err() {
+                            break;
+                        }
+                        tokio::time::sleep(DRAG_DWELL).await;
+                    }
+                    let last = rest.last().copied().unwrap_or(first);
+                    let released = self.press(button, Some(last), false).await;
+                    result.and(released)
+                })
+                .await?;
+            }
+            Action::Scroll { x, y, scroll_x, scroll_y, keys } => {
+                self.holding(&server_keys(keys)?, async {
+                    self.move_to(Point::new(*x, *y)).await?;
+                    // The server's `scroll` is pynput's: positive y scrolls up, positive x right, in notches.
+                    let (nx, ny) = (notches(*scroll_x), notches(*scroll_y));
+                    if ny != 0 {
+                        self.cmd("scroll", json!({ "x": 0, "y": -ny })).await?;
+                    }
+                    if nx != 0 {
+                        self.cmd("scroll", json!({ "x": nx, "y": 0 })).await?;
+                    }
+                    Ok(())
+                })
+                .await?;
             }
             Action::Type { text } => {
                 if !text.is_empty() {

@@ -203,7 +203,7 @@ async fn a_killed_server_is_waited_for_and_then_reported() {
     };
     assert!(matches!(err, CuaError::Connect { .. }), "{err:?}");
     assert!(start.elapsed() < Duration::from_secs(10));
-    let err = provider.perform(&Action::Move { x: 1, y: 1 }).await.unwrap_err();
+    let err = provider.perform(&Action::Move { x: 1, y: 1, keys: Vec::new() }).await.unwrap_err();
     assert!(err.is_retryable() && err.to_string().contains(&machine.url()), "{err}");
 }
 
@@ -289,7 +289,7 @@ async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
     let mut config = CuaConfig::new(url.clone());
     config.reconnect_grace = Duration::from_secs(5);
     let provider = CuaServerProvider::connect(config).await.expect("connect");
-    let err = provider.perform(&Action::Move { x: 5, y: 5 }).await.unwrap_err();
+    let err = provider.perform(&Action::Move { x: 5, y: 5, keys: Vec::new() }).await.unwrap_err();
     assert!(matches!(err, ProviderError::Uncertain(_)), "{err:?}");
     assert!(err.is_tool_error() && !err.is_retryable(), "{err:?}");
     assert!(err.to_string().contains("move_cursor") && err.to_string().contains("not known"), "{err}");
@@ -299,6 +299,6 @@ async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
     let _ = server.await;
     // Nothing listens now: the next input cannot even connect, and ends as unavailable once the grace
     // (5 s) is over.
-    let err = provider.perform(&Action::Move { x: 6, y: 6 }).await.unwrap_err();
+    let err = provider.perform(&Action::Move { x: 6, y: 6, keys: Vec::new() }).await.unwrap_err();
     assert!(err.is_retryable() && err.to_string().contains(&url), "{err}");
 }

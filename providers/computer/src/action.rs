@@ -108,9 +108,12 @@ pub enum Action {
         x: i32,
         y: i32,
     },
+    /// Presses `button` where the pointer is; `keys` stay held until the matching `mouse_up` (§24).
     MouseDown {
         #[serde(default, skip_serializing_if = "is_left")]
         button: MouseButton,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
     },
     MouseUp {
         #[serde(default, skip_serializing_if = "is_left")]
@@ -119,9 +122,18 @@ pub enum Action {
     Move {
         x: i32,
         y: i32,
+        /// Modifier keys held down for the whole action (§24).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
     },
+    /// Presses `button` (default left) at the path's first point, moves through the others, releases.
     Drag {
         path: Vec<Point>,
+        #[serde(default, skip_serializing_if = "is_left")]
+        button: MouseButton,
+        /// Modifier keys held down for the whole action (§24).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
     },
     /// Scroll amounts are pixels; positive `scroll_y` scrolls down, positive `scroll_x` scrolls right.
     Scroll {
@@ -131,6 +143,9 @@ pub enum Action {
         scroll_x: i32,
         #[serde(default)]
         scroll_y: i32,
+        /// Modifier keys held down for the whole action (§24).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
     },
     Type {
         text: String,
@@ -159,6 +174,11 @@ pub enum Action {
 
 fn is_left(button: &MouseButton) -> bool {
     *button == MouseButton::Left
+}
+
+/// `,ctrl+shift` for a summary, or nothing.
+fn with_keys(keys: &[String]) -> String {
+    if keys.is_empty() { String::new() } else { format!(",{}", keys.join("+")) }
 }
 
 /// Longest `hold_key` / `wait` an action may ask for; a model asking for more gets a tool error.
@@ -207,9 +227,9 @@ impl Action {
             Self::Click { x, y, .. }
             | Self::DoubleClick { x, y }
             | Self::TripleClick { x, y }
-            | Self::Move { x, y }
+            | Self::Move { x, y, .. }
             | Self::Scroll { x, y, .. } => vec![Point::new(*x, *y)],
-            Self::Drag { path } => path.clone(),
+            Self::Drag { path, .. } => path.clone(),
             Self::Zoom { x1, y1, x2, y2 } => vec![Point::new(*x1, *y1), Point::new(*x2, *y2)],
             _ => Vec::new(),
         }
@@ -226,9 +246,9 @@ impl Action {
             Self::Click { x, y, .. }
             | Self::DoubleClick { x, y }
             | Self::TripleClick { x, y }
-            | Self::Move { x, y }
+            | Self::Move { x, y, .. }
             | Self::Scroll { x, y, .. } => apply(x, y),
-            Self::Drag { path } => {
+            Self::Drag { path, .. } => {
                 for p in path.iter_mut() {
                     apply(&mut p.x, &mut p.y);
                 }
@@ -241,11 +261,25 @@ impl Action {
         }
     }
 
-    /// The keys this action names (modifiers of a click, a chord, a held key), unparsed.
+    /// The keys this action names (modifiers held during a pointer action, a chord, a held key), unparsed.
     pub fn key_names(&self) -> &[String] {
         match self {
-            Self::Click { keys, .. } | Self::Keypress { keys } | Self::HoldKey { keys, .. } => keys,
+            Self::Click { keys, .. }
+            | Self::MouseDown { keys, .. }
+            | Self::Move { keys, .. }
+            | Self::Drag { keys, .. }
+            | Self::Scroll { keys, .. }
+            | Self::Keypress { keys }
+            | Self::HoldKey { keys, .. } => keys,
             _ => &[],
+        }
+    }
+
+    /// The modifiers a pointer action holds down while it runs (§24); empty for keyboard actions.
+    pub fn held_keys(&self) -> &[String] {
+        match self {
+            Self::Keypress { .. } | Self::HoldKey { .. } => &[],
+            _ => self.key_names(),
         }
     }
 
@@ -278,10 +312,10 @@ impl Action {
                     self.kind()
                 )))
             }
-            Self::Drag { path } if path.len() < 2 => {
+            Self::Drag { path, .. } if path.len() < 2 => {
                 Err(ActionError::Invalid("drag needs a path of at least 2 points".into()))
             }
-            Self::Drag { path } if path.len() > MAX_DRAG_POINTS => Err(ActionError::Invalid(format!(
+            Self::Drag { path, .. } if path.len() > MAX_DRAG_POINTS => Err(ActionError::Invalid(format!(
                 "drag path has {} points; at most {MAX_DRAG_POINTS} are allowed",
                 path.len()
             ))),
@@ -299,26 +333,30 @@ impl Action {
     pub fn summary(&self) -> String {
         match self {
             Self::Click { x, y, button, keys } => {
-                let mut s = match button {
-                    MouseButton::Left => format!("click({x},{y}"),
-                    other => format!("click({x},{y},{}", other.as_str()),
+                let button = match button {
+                    MouseButton::Left => String::new(),
+                    other => format!(",{}", other.as_str()),
                 };
-                if !keys.is_empty() {
-                    s.push_str(&format!(",{}", keys.join("+")));
-                }
-                s.push(')');
-                s
+                format!("click({x},{y}{button}{})", with_keys(keys))
             }
             Self::DoubleClick { x, y } => format!("double_click({x},{y})"),
             Self::TripleClick { x, y } => format!("triple_click({x},{y})"),
-            Self::MouseDown { button } => format!("mouse_down({})", button.as_str()),
+            Self::MouseDown { button, keys } => format!("mouse_down({}{})", button.as_str(), with_keys(keys)),
             Self::MouseUp { button } => format!("mouse_up({})", button.as_str()),
-            Self::Move { x, y } => format!("move({x},{y})"),
-            Self::Drag { path } => match (path.first(), path.last()) {
-                (Some(a), Some(b)) => format!("drag({},{}→{},{})", a.x, a.y, b.x, b.y),
-                _ => "drag()".into(),
-            },
-            Self::Scroll { x, y, scroll_x, scroll_y } => format!("scroll({x},{y},{scroll_x},{scroll_y})"),
+            Self::Move { x, y, keys } => format!("move({x},{y}{})", with_keys(keys)),
+            Self::Drag { path, button, keys } => {
+                let button = match button {
+                    MouseButton::Left => String::new(),
+                    other => format!(",{}", other.as_str()),
+                };
+                match (path.first(), path.last()) {
+                    (Some(a), Some(b)) => format!("drag({},{}→{},{}{button}{})", a.x, a.y, b.x, b.y, with_keys(keys)),
+                    _ => "drag()".into(),
+                }
+            }
+            Self::Scroll { x, y, scroll_x, scroll_y, keys } => {
+                format!("scroll({x},{y},{scroll_x},{scroll_y}{})", with_keys(keys))
+            }
             Self::Type { text } => {
                 let shown: String = text.chars().take(24).collect();
                 if text.chars().count() > 24 { format!("type({shown:?}…)") } else { format!("type({shown:?})") }
@@ -380,16 +418,52 @@ mod tests {
     }
 
     #[test]
+    fn pointer_actions_carry_held_keys_and_drag_any_button() {
+        let drag: Action =
+            parse(r#"{"type":"drag","path":[{"x":1,"y":2},{"x":3,"y":4}],"button":"right","keys":["shift"]}"#).unwrap();
+        assert_eq!(
+            drag,
+            Action::Drag {
+                path: vec![Point::new(1, 2), Point::new(3, 4)],
+                button: MouseButton::Right,
+                keys: vec!["shift".into()]
+            }
+        );
+        assert_eq!(drag.summary(), "drag(1,2→3,4,right,shift)");
+        assert_eq!(drag.held_keys(), ["shift".to_string()]);
+        let scroll: Action = parse(r#"{"type":"scroll","x":5,"y":6,"scroll_y":100,"keys":["ctrl"]}"#).unwrap();
+        assert_eq!(scroll.summary(), "scroll(5,6,0,100,ctrl)");
+        let down: Action = parse(r#"{"type":"mouse_down","keys":["ctrl","alt"]}"#).unwrap();
+        assert_eq!(down, Action::MouseDown { button: MouseButton::Left, keys: vec!["ctrl".into(), "alt".into()] });
+        let moved: Action = parse(r#"{"type":"move","x":1,"y":1,"keys":["shift"]}"#).unwrap();
+        assert_eq!(moved.held_keys().len(), 1);
+        // Without keys (or with the default button) the JSON stays as it was.
+        let plain =
+            Action::Drag { path: vec![Point::new(1, 2), Point::new(3, 4)], button: MouseButton::Left, keys: vec![] };
+        assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"type":"drag","path":[{"x":1,"y":2},{"x":3,"y":4}]}"#);
+        // A keypress's keys are its chord, not held modifiers.
+        assert!(Action::Keypress { keys: vec!["a".into()] }.held_keys().is_empty());
+        // Unknown held keys are refused like any other key.
+        let bad = Action::Scroll { x: 1, y: 1, scroll_x: 0, scroll_y: 1, keys: vec!["hyperkey".into()] };
+        assert!(bad.validate(Size::new(10, 10)).unwrap_err().to_string().contains("hyperkey"));
+        assert!(parse(r#"{"type":"mouse_up","keys":["ctrl"]}"#).is_err(), "mouse_up releases what mouse_down held");
+    }
+
+    #[test]
     fn validation_names_the_problem() {
         let screen = Size::new(100, 50);
         let off = Action::Click { x: 100, y: 10, button: MouseButton::Left, keys: vec![] };
         let err = off.validate(screen).unwrap_err().to_string();
         assert!(err.contains("(100, 10)") && err.contains("off the screen"), "{err}");
-        let neg = Action::Move { x: -1, y: 0 };
+        let neg = Action::Move { x: -1, y: 0, keys: Vec::new() };
         assert!(matches!(neg.validate(screen), Err(ActionError::OffScreen { .. })));
         let key = Action::Keypress { keys: vec!["ctrl".into(), "nosuchkey".into()] };
         assert!(key.validate(screen).unwrap_err().to_string().contains("nosuchkey"));
-        assert!(Action::Drag { path: vec![Point::new(1, 1)] }.validate(screen).is_err());
+        assert!(
+            Action::Drag { path: vec![Point::new(1, 1)], button: Default::default(), keys: Vec::new() }
+                .validate(screen)
+                .is_err()
+        );
         assert!(Action::Zoom { x1: 5, y1: 5, x2: 5, y2: 9 }.validate(screen).is_err());
         assert!(Action::Wait { duration_ms: MAX_DURATION_MS + 1 }.validate(screen).is_err());
         assert!(Action::Keypress { keys: vec![] }.validate(screen).is_err());
@@ -402,7 +476,11 @@ mod tests {
 
     #[test]
     fn map_points_touches_every_coordinate() {
-        let mut drag = Action::Drag { path: vec![Point::new(1, 2), Point::new(3, 4)] };
+        let mut drag = Action::Drag {
+            path: vec![Point::new(1, 2), Point::new(3, 4)],
+            button: Default::default(),
+            keys: Vec::new(),
+        };
         drag.map_points(|p| Point::new(p.x * 10, p.y * 10));
         assert_eq!(drag.points(), vec![Point::new(10, 20), Point::new(30, 40)]);
         let mut zoom = Action::Zoom { x1: 1, y1: 2, x2: 3, y2: 4 };

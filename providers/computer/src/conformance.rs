@@ -73,15 +73,19 @@ pub fn sample_actions(size: Size) -> Vec<Action> {
         Action::Click { x: 1, y: 1, button: MouseButton::Left, keys: vec!["shift".into(), "ctrl".into()] },
         Action::DoubleClick { x: cx, y: cy },
         Action::TripleClick { x: cx, y: cy },
-        Action::Move { x: 0, y: 0 },
-        Action::Move { x: size.width as i32 - 1, y: size.height as i32 - 1 },
-        Action::MouseDown { button: MouseButton::Left },
-        Action::Move { x: cx, y: cy },
+        Action::Move { x: 0, y: 0, keys: Vec::new() },
+        Action::Move { x: size.width as i32 - 1, y: size.height as i32 - 1, keys: Vec::new() },
+        Action::MouseDown { button: MouseButton::Left, keys: Vec::new() },
+        Action::Move { x: cx, y: cy, keys: Vec::new() },
         Action::MouseUp { button: MouseButton::Left },
-        Action::Drag { path: vec![Point::new(cx - 10, cy - 10), Point::new(cx, cy), Point::new(cx + 10, cy + 5)] },
-        Action::Scroll { x: cx, y: cy, scroll_x: 0, scroll_y: 120 },
-        Action::Scroll { x: cx, y: cy, scroll_x: 0, scroll_y: -120 },
-        Action::Scroll { x: cx, y: cy, scroll_x: 60, scroll_y: 0 },
+        Action::Drag {
+            path: vec![Point::new(cx - 10, cy - 10), Point::new(cx, cy), Point::new(cx + 10, cy + 5)],
+            button: Default::default(),
+            keys: Vec::new(),
+        },
+        Action::Scroll { x: cx, y: cy, scroll_x: 0, scroll_y: 120, keys: Vec::new() },
+        Action::Scroll { x: cx, y: cy, scroll_x: 0, scroll_y: -120, keys: Vec::new() },
+        Action::Scroll { x: cx, y: cy, scroll_x: 60, scroll_y: 0, keys: Vec::new() },
         Action::Type { text: "Hello, wörld €".into() },
         Action::Keypress { keys: vec!["ctrl".into(), "a".into()] },
         Action::Keypress { keys: vec!["BackSpace".into()] },
@@ -156,7 +160,7 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
     if options.tracks_cursor {
         let target = Point::new((size.width / 3) as i32, (size.height / 4) as i32);
         let result = async {
-            timed(options, "move", provider.perform(&Action::Move { x: target.x, y: target.y }))
+            timed(options, "move", provider.perform(&Action::Move { x: target.x, y: target.y, keys: Vec::new() }))
                 .await?
                 .map_err(|e| e.to_string())?;
             let report = timed(options, "cursor_position", provider.perform(&Action::CursorPosition {}))
@@ -173,9 +177,13 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
 
     let off_screen = [
         Action::Click { x: size.width as i32, y: 0, button: MouseButton::Left, keys: vec![] },
-        Action::Move { x: -1, y: 5 },
-        Action::Scroll { x: 0, y: size.height as i32 + 10, scroll_x: 0, scroll_y: 10 },
-        Action::Drag { path: vec![Point::new(1, 1), Point::new(1, size.height as i32)] },
+        Action::Move { x: -1, y: 5, keys: Vec::new() },
+        Action::Scroll { x: 0, y: size.height as i32 + 10, scroll_x: 0, scroll_y: 10, keys: Vec::new() },
+        Action::Drag {
+            path: vec![Point::new(1, 1), Point::new(1, size.height as i32)],
+            button: Default::default(),
+            keys: Vec::new(),
+        },
     ];
     let mut rejects = Ok(());
     for action in off_screen {
@@ -201,12 +209,13 @@ pub async fn run(provider: &dyn ComputerProvider, options: &Options) -> Report {
     };
     report.record("unknown_key_rejected", bad_key_result);
 
+    let nudge = Action::Move { x: 2, y: 2, keys: Vec::new() };
     let concurrent = async {
         let captures = futures_join4(
             provider.screenshot(),
             provider.screenshot(),
             provider.screen_size(),
-            provider.perform(&Action::Move { x: 2, y: 2 }),
+            provider.perform(&nudge),
         );
         let (a, b, c, d) = timed(options, "concurrent calls", captures).await?;
         a.map_err(|e| e.to_string())?;

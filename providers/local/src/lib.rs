@@ -259,7 +259,7 @@ impl LocalProvider {
 fn type_time(action: &Action) -> Duration {
     match action {
         Action::Type { text } => Duration::from_millis(20 * text.chars().count() as u64),
-        Action::Drag { path } => (DRAG_DWELL + DRAG_STEP * 50) * path.len() as u32,
+        Action::Drag { path, .. } => (DRAG_DWELL + DRAG_STEP * 50) * path.len() as u32,
         _ => Duration::ZERO,
     }
 }
@@ -302,17 +302,39 @@ fn click(x: &mut X, button: u8, count: usize) -> Result<(), XErr> {
     Ok(())
 }
 
-/// Performs one input action on the connection (the worker thread's side of `perform`).
+/// Performs one input action on the connection (the worker thread's side of `perform`). A pointer action's
+/// `keys` are pressed first and released after it, even when it failed (§24); those of a `mouse_down` stay
+/// down until the matching `mouse_up`.
 fn perform_on(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
     check_action(action, x.size()).map_err(invalid)?;
+    let modifiers = parse_keys(action)?;
+    let held = match action {
+        Action::Keypress { .. } | Action::HoldKey { .. } => Vec::new(),
+        _ => x.press_chord(&modifiers)?,
+    };
+    let done = pointer_or_key(x, action);
+    match action {
+        Action::MouseDown { button, .. } if done.is_ok() => {
+            x.held_with.insert(button.x11_button(), held);
+        }
+        _ => x.release(&held)?,
+    }
+    let report = done?;
+    if let Action::MouseUp { button } = action
+        && let Some(held) = x.held_with.remove(&button.x11_button())
+    {
+        x.release(&held)?;
+    }
+    x.finish()?;
+    Ok(report)
+}
+
+fn pointer_or_key(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
     let mut report = ActionReport::default();
     match action {
         Action::Click { x: px, y: py, button, .. } => {
-            let modifiers = parse_keys(action)?;
-            let held = x.press_chord(&modifiers)?;
             x.motion(Point::new(*px, *py))?;
             click(x, button.x11_button(), 1)?;
-            x.release(&held)?;
         }
         Action::DoubleClick { x: px, y: py } => {
             x.motion(Point::new(*px, *py))?;
@@ -322,15 +344,15 @@ fn perform_on(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
             x.motion(Point::new(*px, *py))?;
             click(x, 1, 3)?;
         }
-        Action::MouseDown { button } => x.button(button.x11_button(), true)?,
+        Action::MouseDown { button, .. } => x.button(button.x11_button(), true)?,
         Action::MouseUp { button } => x.button(button.x11_button(), false)?,
-        Action::Move { x: px, y: py } => x.motion(Point::new(*px, *py))?,
-        Action::Drag { path } => {
+        Action::Move { x: px, y: py, .. } => x.motion(Point::new(*px, *py))?,
+        Action::Drag { path, button, .. } => {
             let Some((&first, rest)) = path.split_first() else {
                 return Err(XErr::Local(LocalError::Invalid("drag needs a path".into())));
             };
             x.motion(first)?;
-            x.button(1, true)?;
+            x.button(button.x11_button(), true)?;
             x.dwell(DRAG_DWELL)?;
             let mut at = first;
             for &next in rest {
@@ -341,9 +363,9 @@ fn perform_on(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
                 x.dwell(DRAG_DWELL)?;
                 at = next;
             }
-            x.button(1, false)?;
+            x.button(button.x11_button(), false)?;
         }
-        Action::Scroll { x: px, y: py, scroll_x, scroll_y } => {
+        Action::Scroll { x: px, y: py, scroll_x, scroll_y, .. } => {
             x.motion(Point::new(*px, *py))?;
             let vertical = notches(*scroll_y);
             let horizontal = notches(*scroll_x);
@@ -372,7 +394,6 @@ fn perform_on(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
             ))));
         }
     }
-    x.finish()?;
     Ok(report)
 }
 

@@ -10,7 +10,7 @@
 //! - after every action a round trip (`GetInputFocus`) flushes the requests and collects any X error they
 //!   caused, so a rejected request is an error of the action that sent it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use agentd_computer::{Frame, Key, Point, Size};
@@ -186,6 +186,8 @@ pub(crate) struct X {
     pending_error: Option<String>,
     buttons_down: BTreeSet<u8>,
     keys_down: Vec<u8>,
+    /// Keys a `mouse_down` pressed with its button, released by the matching `mouse_up` (§24).
+    pub held_with: BTreeMap<u8, Vec<u8>>,
 }
 
 impl X {
@@ -264,6 +266,7 @@ impl X {
             keymap_stale: false,
             pending_error: None,
             buttons_down: BTreeSet::new(),
+            held_with: BTreeMap::new(),
             keys_down: Vec::new(),
         };
         x.load_geometry()?;
@@ -726,6 +729,7 @@ impl X {
 
     /// Releases every button and key this connection pressed and has not released.
     pub fn release_all(&mut self) -> Result<(), XErr> {
+        self.held_with.clear();
         let keys = std::mem::take(&mut self.keys_down);
         for keycode in keys.into_iter().rev() {
             self.key(keycode, false)?;

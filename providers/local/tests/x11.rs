@@ -267,7 +267,7 @@ async fn a_monitor_is_its_own_coordinate_space() {
     let cursor = right.perform(&Action::CursorPosition {}).await.expect("cursor").cursor;
     assert_eq!(cursor, Some(Point::new(60, 150)));
     // Off the monitor is off the screen, even though the X screen is wider.
-    let err = right.perform(&Action::Move { x: 700, y: 10 }).await.expect_err("off the monitor");
+    let err = right.perform(&Action::Move { x: 700, y: 10, keys: Vec::new() }).await.expect_err("off the monitor");
     assert!(matches!(err, ProviderError::InvalidAction(_)), "{err:?}");
 
     let missing = LocalProvider::open(LocalConfig { monitor: Some(7), ..config(&server.display) })
@@ -301,7 +301,7 @@ async fn x_server_gone_is_unavailable_and_a_restart_is_picked_up() {
     };
     assert!(matches!(err, ProviderError::Unavailable(_)), "{err:?}");
     assert!(err.to_string().contains(&display), "{err}");
-    let err = provider.perform(&Action::Move { x: 1, y: 1 }).await.expect_err("no server");
+    let err = provider.perform(&Action::Move { x: 1, y: 1, keys: Vec::new() }).await.expect_err("no server");
     assert!(err.is_retryable(), "{err:?}");
     assert!(start.elapsed() < WAIT, "failing took {:?}", start.elapsed());
 

@@ -67,7 +67,7 @@ fn main() {
             &format!("{name} {size}: move + screenshot"),
             time(300, || {
                 x = (x + 7) % 600;
-                let _ = desktop.apply(&Action::Move { x: 300 + x, y: 300 });
+                let _ = desktop.apply(&Action::Move { x: 300 + x, y: 300, keys: Vec::new() });
                 drop(desktop.frame());
             }),
         );

@@ -262,9 +262,9 @@ fn apply(world: &mut World, action: &Action, size: Size) -> Result<ActionReport,
                 world.click(Point::new(*x, *y), Mods::default(), count);
             }
         }
-        Action::MouseDown { button } => {
+        Action::MouseDown { button, keys: held } => {
             if *button == MouseButton::Left {
-                world.press(Mods::default(), 1);
+                world.press(Mods::from_keys(&keys(held)?), 1);
             }
         }
         Action::MouseUp { button } => {
@@ -272,15 +272,21 @@ fn apply(world: &mut World, action: &Action, size: Size) -> Result<ActionReport,
                 world.release();
             }
         }
-        Action::Move { x, y } => world.move_pointer(Point::new(*x, *y)),
-        Action::Drag { path } => {
+        Action::Move { x, y, .. } => world.move_pointer(Point::new(*x, *y)),
+        Action::Drag { path, button, keys: held } => {
+            // The desktop's widgets answer the left button only; another button just moves the pointer.
+            let left = *button == MouseButton::Left;
             if let Some((first, rest)) = path.split_first() {
                 world.move_pointer(*first);
-                world.press(Mods::default(), 1);
+                if left {
+                    world.press(Mods::from_keys(&keys(held)?), 1);
+                }
                 for p in rest {
                     world.move_pointer(*p);
                 }
-                world.release();
+                if left {
+                    world.release();
+                }
             }
         }
         Action::Scroll { x, y, scroll_y, .. } => world.scroll(Point::new(*x, *y), *scroll_y),

@@ -230,11 +230,14 @@ mod tests {
         let log = dir.path().join(ACTIONS_FILE);
         std::fs::write(&log, "{\"type\":\"move\",\"x\":1,\"y\":2}\n{\"type\":\"cli").unwrap_or_default();
         let (mut store, loaded) = Store::open(dir.path(), Seal::default()).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(loaded.actions, vec![Action::Move { x: 1, y: 2 }]);
+        assert_eq!(loaded.actions, vec![Action::Move { x: 1, y: 2, keys: Vec::new() }]);
         assert!(loaded.saved.is_none());
-        store.append(&Action::Move { x: 3, y: 4 }).unwrap_or_else(|e| panic!("{e}"));
+        store.append(&Action::Move { x: 3, y: 4, keys: Vec::new() }).unwrap_or_else(|e| panic!("{e}"));
         let (_, again) = Store::open(dir.path(), Seal::default()).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(again.actions, vec![Action::Move { x: 1, y: 2 }, Action::Move { x: 3, y: 4 }]);
+        assert_eq!(
+            again.actions,
+            vec![Action::Move { x: 1, y: 2, keys: Vec::new() }, Action::Move { x: 3, y: 4, keys: Vec::new() }]
+        );
     }
 
     #[test]

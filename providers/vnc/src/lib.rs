@@ -133,6 +133,8 @@ struct Pointer {
     /// a server that may have forgotten its added keysyms).
     generation: u64,
     typed: std::collections::HashSet<u32>,
+    /// Keys a `mouse_down` pressed with its button (by mask bit), released by the matching `mouse_up` (§24).
+    held_with: std::collections::HashMap<u8, Vec<u32>>,
 }
 
 /// A remote screen over VNC.
@@ -328,48 +330,59 @@ impl VncProvider {
         if pointer.generation != generation {
             pointer.mask = 0;
             pointer.typed.clear();
+            pointer.held_with.clear();
             pointer.generation = generation;
         }
         let mut report = ActionReport::default();
         let at = |p: Point| (p.x.clamp(0, 65535) as u16, p.y.clamp(0, 65535) as u16);
         let mut out = Vec::new();
+        // A pointer action's modifiers go down first and up after it; a mouse_down's stay down until its
+        // mouse_up (§24).
+        let held = match action {
+            Action::Keypress { .. } | Action::HoldKey { .. } | Action::MouseUp { .. } => Vec::new(),
+            _ => keysyms(action)?,
+        };
+        for &k in &held {
+            out.extend_from_slice(&proto::key_event(true, k));
+        }
+        // The keys to release once the action is sent.
+        let mut held_after = held;
         match action {
             Action::Click { x, y, button, .. } => {
                 let bit = button_bit(*button)?;
-                let keys = keysyms(action)?;
-                for &k in &keys {
-                    out.extend_from_slice(&proto::key_event(true, k));
-                }
                 (pointer.x, pointer.y) = at(Point::new(*x, *y));
                 click(&mut out, &pointer, bit, 1);
-                for &k in keys.iter().rev() {
-                    out.extend_from_slice(&proto::key_event(false, k));
-                }
             }
             Action::DoubleClick { x, y } | Action::TripleClick { x, y } => {
                 let count = if matches!(action, Action::DoubleClick { .. }) { 2 } else { 3 };
                 (pointer.x, pointer.y) = at(Point::new(*x, *y));
                 click(&mut out, &pointer, 0, count);
             }
-            Action::MouseDown { button } => {
-                pointer.mask |= 1 << button_bit(*button)?;
+            Action::MouseDown { button, .. } => {
+                let bit = button_bit(*button)?;
+                pointer.mask |= 1 << bit;
                 out.extend_from_slice(&proto::pointer_event(pointer.mask, pointer.x, pointer.y));
+                pointer.held_with.insert(bit, std::mem::take(&mut held_after));
             }
             Action::MouseUp { button } => {
-                pointer.mask &= !(1 << button_bit(*button)?);
+                let bit = button_bit(*button)?;
+                pointer.mask &= !(1 << bit);
                 out.extend_from_slice(&proto::pointer_event(pointer.mask, pointer.x, pointer.y));
+                held_after = pointer.held_with.remove(&bit).unwrap_or_default();
             }
-            Action::Move { x, y } => {
+            Action::Move { x, y, .. } => {
                 (pointer.x, pointer.y) = at(Point::new(*x, *y));
                 out.extend_from_slice(&proto::pointer_event(pointer.mask, pointer.x, pointer.y));
             }
-            Action::Drag { path } => {
+            Action::Drag { path, button, .. } => {
                 let Some((&first, rest)) = path.split_first() else {
                     return Err(VncError::Invalid("drag needs a path".into()));
                 };
+                let bit = button_bit(*button)?;
                 (pointer.x, pointer.y) = at(first);
-                self.send(proto::pointer_event(pointer.mask, pointer.x, pointer.y).to_vec()).await?;
-                pointer.mask |= 1;
+                out.extend_from_slice(&proto::pointer_event(pointer.mask, pointer.x, pointer.y));
+                self.send(std::mem::take(&mut out)).await?;
+                pointer.mask |= 1 << bit;
                 self.send(proto::pointer_event(pointer.mask, pointer.x, pointer.y).to_vec()).await?;
                 tokio::time::sleep(DRAG_DWELL).await;
                 let mut from = first;
@@ -382,10 +395,10 @@ impl VncProvider {
                     tokio::time::sleep(DRAG_DWELL).await;
                     from = to;
                 }
-                pointer.mask &= !1;
+                pointer.mask &= !(1 << bit);
                 out.extend_from_slice(&proto::pointer_event(pointer.mask, pointer.x, pointer.y));
             }
-            Action::Scroll { x, y, scroll_x, scroll_y } => {
+            Action::Scroll { x, y, scroll_x, scroll_y, .. } => {
                 (pointer.x, pointer.y) = at(Point::new(*x, *y));
                 out.extend_from_slice(&proto::pointer_event(pointer.mask, pointer.x, pointer.y));
                 let vertical = notches(*scroll_y);
@@ -438,6 +451,9 @@ impl VncProvider {
             Action::HoldKey { .. } | Action::Wait { .. } | Action::Screenshot {} | Action::Zoom { .. } => {
                 return Err(VncError::Invalid(format!("{} is not sent as input", action.kind())));
             }
+        }
+        for &k in held_after.iter().rev() {
+            out.extend_from_slice(&proto::key_event(false, k));
         }
         if !out.is_empty() {
             self.send(out).await?;
@@ -573,10 +589,14 @@ impl ComputerProvider for VncProvider {
         }
         self.ready(self.config.reconnect_grace).await?;
         check_action(action, self.size())?;
-        if let Action::Click { button: MouseButton::Forward, .. } = action {
+        if let Action::Click { button: MouseButton::Forward, .. }
+        | Action::Drag { button: MouseButton::Forward, .. }
+        | Action::MouseDown { button: MouseButton::Forward, .. }
+        | Action::MouseUp { button: MouseButton::Forward } = action
+        {
             return Err(ProviderError::Unsupported {
                 provider: "vnc",
-                action: "click",
+                action: action.kind(),
                 reason: "RFB has no forward mouse button (button 9)".into(),
             });
         }

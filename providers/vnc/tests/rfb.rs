@@ -364,7 +364,7 @@ async fn a_killed_server_fails_calls_in_bounded_time_and_a_restarted_one_is_pick
     };
     assert!(matches!(err, ProviderError::Unavailable(_)), "{err:?}");
     assert!(err.to_string().contains("lost"), "{err}");
-    let err = provider.perform(&Action::Move { x: 1, y: 1 }).await.expect_err("no server");
+    let err = provider.perform(&Action::Move { x: 1, y: 1, keys: Vec::new() }).await.expect_err("no server");
     assert!(err.is_retryable(), "{err:?}");
     assert!(start.elapsed() < WAIT, "failing took {:?}", start.elapsed());
     assert!(provider.health().await.is_err());

@@ -19,7 +19,7 @@ async fn a_reopened_desktop_resumes_where_it_was() {
         type_text(&d, "alice");
         keys(&d, "Tab");
         type_text(&d, "hunt");
-        d.perform(&Action::Move { x: 10, y: 20 }).await.ok();
+        d.perform(&Action::Move { x: 10, y: 20, keys: Vec::new() }).await.ok();
         (state(&d), d.actions(), d.frame())
     };
     assert_eq!(std::fs::read_to_string(dir.path().join(ACTIONS_FILE)).unwrap_or_default().lines().count(), 5);
@@ -99,7 +99,7 @@ async fn a_snapshot_every_few_actions_and_the_log_tail_rebuild_the_desktop() {
         let d = open(dir.path());
         click(&d, "username");
         for i in 0..70 {
-            d.perform(&Action::Move { x: 10 + i, y: 20 }).await.ok();
+            d.perform(&Action::Move { x: 10 + i, y: 20, keys: Vec::new() }).await.ok();
         }
         type_text(&d, "a");
         (state(&d), d.frame())

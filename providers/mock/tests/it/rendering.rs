@@ -77,7 +77,7 @@ async fn every_builtin_renders_at_every_size() {
             let (w, h) = (size.width as i32, size.height as i32);
             for (x, y) in [(0, 0), (w - 1, 0), (0, h - 1), (w - 1, h - 1), (w / 2, h / 2)] {
                 let _ = d.apply(&Action::DoubleClick { x, y });
-                let _ = d.apply(&Action::Scroll { x, y, scroll_x: 0, scroll_y: 300 });
+                let _ = d.apply(&Action::Scroll { x, y, scroll_x: 0, scroll_y: 300, keys: Vec::new() });
                 let _ = d.apply(&Action::Type { text: "x\t".into() });
             }
             assert_eq!(d.frame().size(), size);
@@ -108,10 +108,10 @@ fn sizes_out_of_range_are_refused() {
 #[test]
 fn the_pointer_is_drawn_where_it_is() {
     let d = desktop("blank");
-    act(&d, Action::Move { x: 100, y: 100 });
+    act(&d, Action::Move { x: 100, y: 100, keys: Vec::new() });
     let frame = d.frame();
     assert_eq!(frame.pixel(Point::new(100, 100)), Some([0, 0, 0]), "the arrow's tip");
     assert_eq!(frame.pixel(Point::new(101, 103)), Some([255, 255, 255]), "the arrow's fill");
-    act(&d, Action::Move { x: 300, y: 100 });
+    act(&d, Action::Move { x: 300, y: 100, keys: Vec::new() });
     assert_ne!(d.frame().pixel(Point::new(100, 100)), Some([0, 0, 0]));
 }

@@ -70,17 +70,21 @@ fn random_action(rng: &mut Rng, size: Size) -> Action {
         4 => Action::TripleClick { x: p.x, y: p.y },
         5 => {
             if rng.below(2) == 0 {
-                Action::MouseDown { button: MouseButton::Left }
+                Action::MouseDown { button: MouseButton::Left, keys: Vec::new() }
             } else {
                 Action::MouseUp { button: MouseButton::Left }
             }
         }
-        6 => Action::Move { x: p.x, y: p.y },
+        6 => Action::Move { x: p.x, y: p.y, keys: Vec::new() },
         7 => {
             let n = 2 + rng.below(4) as usize;
-            Action::Drag { path: (0..n).map(|_| rng.point(size)).collect() }
+            Action::Drag {
+                path: (0..n).map(|_| rng.point(size)).collect(),
+                button: Default::default(),
+                keys: Vec::new(),
+            }
         }
-        8 => Action::Scroll { x: p.x, y: p.y, scroll_x: 0, scroll_y: rng.below(800) as i32 - 400 },
+        8 => Action::Scroll { x: p.x, y: p.y, scroll_x: 0, scroll_y: rng.below(800) as i32 - 400, keys: Vec::new() },
         9 => Action::Type { text: rng.pick(TEXTS).to_string() },
         _ => {
             let mut keys = Vec::new();

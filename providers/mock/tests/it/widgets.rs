@@ -144,13 +144,13 @@ fn checkboxes_toggle_by_click_and_space() {
 fn pressing_then_leaving_a_button_does_not_activate_it() {
     let d = desktop("login");
     let b = center(&d, "sign_in");
-    act(&d, Action::Move { x: b.x, y: b.y });
-    act(&d, Action::MouseDown { button: MouseButton::Left });
-    act(&d, Action::Move { x: 5, y: 5 });
+    act(&d, Action::Move { x: b.x, y: b.y, keys: Vec::new() });
+    act(&d, Action::MouseDown { button: MouseButton::Left, keys: Vec::new() });
+    act(&d, Action::Move { x: 5, y: 5, keys: Vec::new() });
     act(&d, Action::MouseUp { button: MouseButton::Left });
     assert!(state(&d).clicked.is_empty());
-    act(&d, Action::Move { x: b.x, y: b.y });
-    act(&d, Action::MouseDown { button: MouseButton::Left });
+    act(&d, Action::Move { x: b.x, y: b.y, keys: Vec::new() });
+    act(&d, Action::MouseDown { button: MouseButton::Left, keys: Vec::new() });
     act(&d, Action::MouseUp { button: MouseButton::Left });
     assert_eq!(state(&d).clicked, vec!["sign_in"]);
     // The failed sign-in moved the focus to the password; Tab twice reaches the button again.
@@ -226,12 +226,12 @@ fn lists_longer_than_their_box_scroll_and_clamp() {
     assert_eq!(state(&d).screen, "reports");
     let c = center(&d, "report");
     let before = d.frame();
-    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 40 });
+    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 40, keys: Vec::new() });
     assert_eq!(state(&d).scroll["report"], 40);
     assert!(d.frame().changed_pixels(&before) > 500);
-    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 10_000 });
+    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 10_000, keys: Vec::new() });
     assert_eq!(state(&d).scroll["report"], 12 * 26 - 6 * 26, "clamped at the end");
-    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: -10_000 });
+    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: -10_000, keys: Vec::new() });
     assert_eq!(state(&d).scroll["report"], 0);
     // Keyboard selection scrolls the chosen row into view.
     click_at(&d, Point::new(c.x - 50, c.y));
@@ -245,21 +245,28 @@ fn text_boxes_scroll_by_pixels_and_show_a_scrollbar() {
     let d = desktop("form");
     let c = center(&d, "terms_text");
     let before = d.frame();
-    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 100 });
+    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 100, keys: Vec::new() });
     assert_eq!(state(&d).scroll["terms_text"], 100);
     assert!(d.frame().changed_pixels(&before) > 1000);
-    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 100_000 });
+    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 100_000, keys: Vec::new() });
     let max = state(&d).scroll["terms_text"];
     assert!(max > 100 && max < 1000, "{max}");
-    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 5 });
+    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: 5, keys: Vec::new() });
     assert_eq!(state(&d).scroll["terms_text"], max);
-    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: -30 });
+    act(&d, Action::Scroll { x: c.x, y: c.y, scroll_x: 0, scroll_y: -30, keys: Vec::new() });
     assert_eq!(state(&d).scroll["terms_text"], max - 30);
     // Dragging the scrollbar thumb back to the top.
     let (p, size) = d.widget_bounds("terms_text").unwrap_or_else(|| panic!("terms_text not visible"));
     let bar_x = p.x + size.width as i32 - 7;
     let bottom = p.y + size.height as i32 - 8;
-    act(&d, Action::Drag { path: vec![Point::new(bar_x, bottom), Point::new(bar_x, p.y - 200)] });
+    act(
+        &d,
+        Action::Drag {
+            path: vec![Point::new(bar_x, bottom), Point::new(bar_x, p.y - 200)],
+            button: Default::default(),
+            keys: Vec::new(),
+        },
+    );
     assert_eq!(state(&d).scroll["terms_text"], 0);
 }
 
@@ -275,19 +282,26 @@ fn sliders_follow_a_drag_and_the_keyboard() {
     let d = desktop("form");
     assert_eq!(state(&d).sliders["seats"], 5);
     let (x, y) = thumb_x(&d, 5);
-    act(&d, Action::Drag { path: vec![Point::new(x, y), Point::new(x + 30, y + 20), Point::new(1270, y)] });
+    act(
+        &d,
+        Action::Drag {
+            path: vec![Point::new(x, y), Point::new(x + 30, y + 20), Point::new(1270, y)],
+            button: Default::default(),
+            keys: Vec::new(),
+        },
+    );
     assert_eq!(state(&d).sliders["seats"], 50, "dragging past the end clamps at max");
     assert_eq!(focused(&d).as_deref(), Some("seats"));
     // An explicit press, moves and release.
     let (x, y) = thumb_x(&d, 50);
     let (mid, _) = thumb_x(&d, 25);
-    act(&d, Action::Move { x, y });
-    act(&d, Action::MouseDown { button: MouseButton::Left });
-    act(&d, Action::Move { x: x - 10, y });
-    act(&d, Action::Move { x: mid, y: y + 40 });
+    act(&d, Action::Move { x, y, keys: Vec::new() });
+    act(&d, Action::MouseDown { button: MouseButton::Left, keys: Vec::new() });
+    act(&d, Action::Move { x: x - 10, y, keys: Vec::new() });
+    act(&d, Action::Move { x: mid, y: y + 40, keys: Vec::new() });
     act(&d, Action::MouseUp { button: MouseButton::Left });
     assert_eq!(state(&d).sliders["seats"], 25);
-    act(&d, Action::Move { x: 5, y: 5 });
+    act(&d, Action::Move { x: 5, y: 5, keys: Vec::new() });
     assert_eq!(state(&d).sliders["seats"], 25, "moving after the release does nothing");
     keys(&d, "Right");
     assert_eq!(state(&d).sliders["seats"], 26);
@@ -315,7 +329,7 @@ fn small_screens_scroll_the_window_to_reach_everything() {
     assert_eq!(state(&d).selections["plan"].as_deref(), Some("Pro"));
     // Scrolling over the window body scrolls the window.
     let d = sized("form", Some(Size::new(640, 480)));
-    act(&d, Action::Scroll { x: 20, y: 300, scroll_x: 0, scroll_y: 2000 });
+    act(&d, Action::Scroll { x: 20, y: 300, scroll_x: 0, scroll_y: 2000, keys: Vec::new() });
     let (p2, size2) = d.widget_bounds("plan").unwrap_or_else(|| panic!("plan not scrolled into view"));
     assert_eq!(size2, size);
     assert!(p2.y <= p.y, "scrolled to the end, at least as far as Tab did");
