@@ -227,7 +227,8 @@ async fn vnc_computer(_: &VncSpec) -> Result<Arc<dyn ComputerProvider>, BuildErr
 /// never from the task. Each task gets its own client (HTTP, no session to share).
 #[cfg(feature = "computer-server")]
 async fn cua_computer(spec: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
-    use agentd_cuaserver::{CuaConfig, CuaError, CuaServerProvider, normalize_url};
+    use crate::task::CuaTransport;
+    use agentd_cuaserver::{CuaConfig, CuaError, CuaServerProvider, Transport, normalize_url};
     let url = normalize_url(&spec.url).map_err(|e| BuildError::invalid("computer.url", e.to_string()))?;
     let api_key = match &spec.api_key_env {
         Some(name) => Some(std::env::var(name).map_err(|_| {
@@ -238,7 +239,12 @@ async fn cua_computer(spec: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvi
         })?),
         None => None,
     };
-    let config = CuaConfig { api_key, container_name: spec.container_name.clone(), ..CuaConfig::new(url) };
+    let transport = match spec.transport {
+        None | Some(CuaTransport::Auto) => Transport::Auto,
+        Some(CuaTransport::Http) => Transport::Http,
+        Some(CuaTransport::Websocket) => Transport::WebSocket,
+    };
+    let config = CuaConfig { api_key, container_name: spec.container_name.clone(), transport, ..CuaConfig::new(url) };
     match CuaServerProvider::connect(config).await {
         Ok(provider) => Ok(Arc::new(provider)),
         Err(e @ CuaError::Auth { .. }) => Err(BuildError::invalid("computer.api_key_env", e.to_string())),

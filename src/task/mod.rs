@@ -295,6 +295,19 @@ pub struct ComputerServerSpec {
     /// The container name the server checks credentials against (sent as `X-Container-Name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_name: Option<String>,
+    /// How commands travel: `auto` (default: `POST /cmd`, the `/ws` WebSocket for a server without it),
+    /// `http` or `websocket`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<CuaTransport>,
+}
+
+/// `computer.transport` of a computer-server task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CuaTransport {
+    Auto,
+    Http,
+    Websocket,
 }
 
 fn computer_server_url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {

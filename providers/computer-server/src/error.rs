@@ -33,6 +33,11 @@ pub enum CuaError {
     /// The server ran the command and reported a failure.
     #[error("the computer-server at {url} failed {command}: {error}")]
     Command { url: String, command: String, error: String },
+    /// The server has no `POST /cmd` (HTTP 404/405): an older server that speaks only `/ws`.
+    #[error(
+        "the computer-server at {url} has no POST /cmd (HTTP {status}); set computer.transport to \"websocket\" or \"auto\""
+    )]
+    NoCmdEndpoint { url: String, status: u16 },
     /// The server answered something this client cannot make sense of.
     #[error("the computer-server at {url} answered {command} with something unexpected: {reason}")]
     Protocol { url: String, command: String, reason: String },

@@ -32,6 +32,7 @@
 
 pub mod error;
 pub mod keys;
+mod ws;
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,31 @@ pub struct CuaConfig {
     pub request_timeout: Duration,
     /// How long a call keeps trying a server that cannot be reached before it fails.
     pub reconnect_grace: Duration,
+    /// How commands travel: `POST /cmd`, the `/ws` WebSocket, or `/cmd` falling back to `/ws` when the
+    /// server has no `/cmd` (older servers).
+    pub transport: Transport,
+}
+
+/// How commands reach the server (`computer.transport`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// `POST /cmd`; a server that answers it with 404 or 405 is spoken to over `/ws` from then on.
+    #[default]
+    Auto,
+    Http,
+    WebSocket,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "http" => Ok(Self::Http),
+            "websocket" => Ok(Self::WebSocket),
+            other => Err(format!("unknown transport {other:?} (auto, http, websocket)")),
+        }
+    }
 }
 
 impl std::fmt::Debug for CuaConfig {
@@ -77,6 +103,7 @@ impl std::fmt::Debug for CuaConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("reconnect_grace", &self.reconnect_grace)
+            .field("transport", &self.transport)
             .finish()
     }
 }
@@ -90,6 +117,7 @@ impl CuaConfig {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(120),
             reconnect_grace: Duration::from_secs(15),
+            transport: Transport::Auto,
         }
     }
 }
@@ -131,6 +159,9 @@ pub struct CuaServerProvider {
     /// Input actions one at a time: a click with modifiers is several commands that must not interleave.
     /// It holds the keys each `mouse_down` pressed with its button, for the matching `mouse_up` (§24).
     input: tokio::sync::Mutex<std::collections::HashMap<&'static str, Vec<String>>>,
+    /// The `/ws` transport, used when configured or once `/cmd` turned out missing.
+    ws: ws::WsTransport,
+    over_ws: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for CuaServerProvider {
@@ -156,8 +187,17 @@ impl CuaServerProvider {
             .timeout(config.request_timeout)
             .build()
             .map_err(|e| CuaError::Config(format!("cannot build the HTTP client: {e}")))?;
-        let provider =
-            Self { config, url, client, size: std::sync::Mutex::new(None), input: tokio::sync::Mutex::default() };
+        let ws = ws::WsTransport::new(&url, &config);
+        let over_ws = std::sync::atomic::AtomicBool::new(config.transport == Transport::WebSocket);
+        let provider = Self {
+            config,
+            url,
+            client,
+            size: std::sync::Mutex::new(None),
+            input: tokio::sync::Mutex::default(),
+            ws,
+            over_ws,
+        };
         provider.status_within(Duration::ZERO).await?;
         Ok(provider)
     }
@@ -279,6 +319,7 @@ impl CuaServerProvider {
         let url = self.url.clone();
         match status.as_u16() {
             401 | 403 => CuaError::Auth { url, detail },
+            404 | 405 if command != "status" => CuaError::NoCmdEndpoint { url, status: status.as_u16() },
             503 => CuaError::Unavailable { url, detail },
             400 if detail.starts_with("Unknown command") => {
                 CuaError::UnknownCommand { url, command: command.to_string(), detail }
@@ -287,7 +328,33 @@ impl CuaServerProvider {
         }
     }
 
+    /// Whether commands go over `/ws` (configured, or `/cmd` found missing).
+    pub fn uses_websocket(&self) -> bool {
+        self.over_ws.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     async fn call_once(&self, command: &str, params: &Value) -> Result<Value, CuaError> {
+        let reply = if self.uses_websocket() {
+            self.ws.call(command, params).await?
+        } else {
+            match self.call_http(command, params).await {
+                Err(CuaError::NoCmdEndpoint { .. }) if self.config.transport == Transport::Auto => {
+                    tracing::info!(url = %self.url, "computer-server has no /cmd; using its /ws WebSocket");
+                    self.over_ws.store(true, std::sync::atomic::Ordering::Relaxed);
+                    self.ws.call(command, params).await?
+                }
+                other => other?,
+            }
+        };
+        if reply["success"] != true {
+            let error = reply["error"].as_str().unwrap_or("no reason given").to_string();
+            return Err(CuaError::Command { url: self.url.clone(), command: command.to_string(), error });
+        }
+        Ok(reply)
+    }
+
+    /// `POST /cmd`: the reply object, its `success` not yet looked at.
+    async fn call_http(&self, command: &str, params: &Value) -> Result<Value, CuaError> {
         let body = json!({ "command": command, "params": params }).to_string();
         let response = self
             .authorized(self.client.post(format!("{}/cmd", self.url)))
@@ -301,16 +368,11 @@ impl CuaServerProvider {
         if !status.is_success() {
             return Err(self.http_error(command, status, &text));
         }
-        let reply = parse_reply(&text).map_err(|reason| CuaError::Protocol {
+        parse_reply(&text).map_err(|reason| CuaError::Protocol {
             url: self.url.clone(),
             command: command.to_string(),
             reason,
-        })?;
-        if reply["success"] != true {
-            let error = reply["error"].as_str().unwrap_or("no reason given").to_string();
-            return Err(CuaError::Command { url: self.url.clone(), command: command.to_string(), error });
-        }
-        Ok(reply)
+        })
     }
 
     fn cached_size(&self) -> Option<Size> {

@@ -302,3 +302,80 @@ async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
     let err = provider.perform(&Action::Move { x: 6, y: 6, keys: Vec::new() }).await.unwrap_err();
     assert!(err.is_retryable() && err.to_string().contains(&url), "{err}");
 }
+
+/// The `/ws` transport against the real server: the conformance kit over the WebSocket, input landing in
+/// the recording app, and a restart of the server in between (the WebSocket is made again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_websocket_transport_carries_every_command() {
+    let Some(mut machine) = Machine::start() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = RecorderApp::start(&machine.x.display, &dir.path().join("log")).expect("recorder");
+    let config = CuaConfig { transport: agentd_cuaserver::Transport::WebSocket, ..CuaConfig::new(machine.url()) };
+    let provider = CuaServerProvider::connect(config).await.expect("connect");
+    assert!(provider.uses_websocket());
+    let report = conformance::run(&provider, &Options { static_screen: true, ..Options::default() }).await;
+    report.assert_passed();
+    act(&provider, json!({"type": "click", "x": 100, "y": 150, "keys": ["ctrl"]})).await;
+    machine.server.kill();
+    let (python, display, port) = (machine.python.clone(), machine.x.display.clone(), machine.port);
+    machine.server =
+        tokio::task::spawn_blocking(move || start_server(&python, &display, port, None)).await.expect("restart");
+    act(&provider, json!({"type": "drag", "path": [{"x": 60, "y": 300}, {"x": 200, "y": 320}], "button": "right"}))
+        .await;
+    let events = app.wait_until(WAIT, |events| of_kind(events, "release").iter().any(|e| e["button"] == 3));
+    let presses: Vec<(i64, i64, i64, i64)> = of_kind(&events, "press")
+        .iter()
+        .map(|e| {
+            let n = |f: &str| e[f].as_i64().unwrap_or(-1);
+            (n("button"), n("x"), n("y"), n("state") & 0xff)
+        })
+        .collect();
+    assert!(presses.contains(&(1, 100, 150, 4)), "ctrl-click over the WebSocket: {presses:?}");
+    assert!(presses.contains(&(3, 60, 300, 0)), "right-button drag after the restart: {presses:?}");
+}
+
+/// A server without `POST /cmd` (404) is spoken to over `/ws` from then on (`auto`); with `http` it is an
+/// error that names the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_cmd_is_tried_over_the_websocket() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply = if request.starts_with(b"GET /status") {
+                    let body = r#"{"status": "ok"}"#;
+                    format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
+                } else {
+                    let body = r#"{"detail": "Not Found"}"#;
+                    format!(
+                        "HTTP/1.1 404 Not Found\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let _ = socket.write_all(reply.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    let provider = CuaServerProvider::connect(CuaConfig::new(url.clone())).await.expect("connect");
+    let err = provider.perform(&Action::Move { x: 1, y: 1, keys: Vec::new() }).await.unwrap_err();
+    assert!(provider.uses_websocket(), "switched to /ws after the 404");
+    assert!(err.to_string().contains("/ws") && err.to_string().contains("404"), "{err}");
+    let http = CuaConfig { transport: agentd_cuaserver::Transport::Http, ..CuaConfig::new(url) };
+    let provider = CuaServerProvider::connect(http).await.expect("connect");
+    let err = provider.perform(&Action::Move { x: 1, y: 1, keys: Vec::new() }).await.unwrap_err();
+    assert!(!provider.uses_websocket());
+    assert!(err.to_string().contains("computer.transport"), "{err}");
+    server.abort();
+}
