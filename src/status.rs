@@ -4,8 +4,13 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::record::{Outcome, PendingToolCall, ReplayInfo, ScreenshotRef, StepRecord, TaskState, Usage, Waiting};
-use crate::task::TaskSpec;
+use crate::record::{Outcome, PendingToolCall, ReplayInfo, ScreenshotRef, StepRecord, TaskState, Turn, Usage, Waiting};
+use crate::task::conversation::{Conversation, ConversationStep, ConversationTurn, TurnOutcome};
+use crate::task::{Instructions, TaskSpec};
+
+/// The instructions of an exported conversation (§19) when no next message is given.
+pub const CONTINUE_INSTRUCTIONS: &str = "Carry on from where the conversation left off: look at the screen and \
+finish what the last turn did not.";
 
 /// The whole task record; `version` is [`crate::record::RECORD_VERSION`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +49,10 @@ pub struct TaskRecord {
     /// What a task in `waiting_for_human` waits for (§20); derived, never stored on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
+    /// The turns of the conversation with the task (§19), the current one last; the task's `outcome`,
+    /// `started_at` and `finished_at` are the last turn's. A task that was never sent a message has one.
+    #[serde(default)]
+    pub turns: Vec<Turn>,
 }
 
 impl TaskRecord {
@@ -52,6 +61,31 @@ impl TaskRecord {
         self.derive_pending_tool_calls();
         self.derive_replay();
         self.derive_waiting();
+        self.derive_turns();
+    }
+
+    /// Fills the current (last) turn from the task's row and steps: the stored turns hold the earlier ones
+    /// whole and where the current one begins; a task never continued has no stored turn, and its one turn is
+    /// the task file's instructions. Without steps (a listing), the current turn's `last_step` is `None`.
+    pub fn derive_turns(&mut self) {
+        if self.turns.is_empty() {
+            self.turns.push(Turn {
+                index: 0,
+                instructions: self.task.instructions.as_str().to_string(),
+                started_at: None,
+                finished_at: None,
+                outcome: None,
+                first_step: 0,
+                last_step: None,
+            });
+        }
+        let (started_at, finished_at, outcome) = (self.started_at, self.finished_at, self.outcome.clone());
+        if let Some(current) = self.turns.last_mut() {
+            current.started_at = started_at;
+            current.finished_at = finished_at;
+            current.outcome = outcome;
+            current.last_step = Turn::last_step_of(current.first_step, &self.steps);
+        }
     }
 
     /// Fills `waiting` from the state and the last step, for a task in `waiting_for_human`.
@@ -73,5 +107,39 @@ impl TaskRecord {
     /// Fills `replay` from the task file and the steps (§18).
     pub fn derive_replay(&mut self) {
         self.replay = self.task.replay.as_ref().map(|spec| ReplayInfo::of_steps(spec.of.to_string(), &self.steps));
+    }
+}
+
+impl TaskRecord {
+    /// The task file that continues this task's conversation in a new task (§19, `agentd export ID
+    /// --conversation`): the task file as submitted, without its id (and without `replay`), its earlier
+    /// conversation and every turn of this one as `conversation` (text and actions, no screenshots), and
+    /// `next` (else [`CONTINUE_INSTRUCTIONS`]) as the instructions.
+    pub fn continuation(&self, next: Option<&str>) -> TaskSpec {
+        let mut turns: Vec<ConversationTurn> =
+            self.task.conversation.as_ref().map(|c| c.turns.clone()).unwrap_or_default();
+        for turn in &self.turns {
+            let steps = self
+                .steps
+                .iter()
+                .filter(|step| step.index >= turn.first_step && turn.last_step.is_some_and(|last| step.index <= last))
+                .map(|step| ConversationStep { text: step.model_text.clone(), actions: step.actions.clone() })
+                .collect();
+            turns.push(ConversationTurn {
+                instructions: Instructions::from(turn.instructions.as_str()),
+                steps,
+                outcome: turn.outcome.as_ref().map(|o| TurnOutcome {
+                    success: o.success,
+                    summary: o.summary.clone(),
+                    reason: o.reason,
+                }),
+            });
+        }
+        let mut spec = self.task.clone();
+        spec.id = None;
+        spec.replay = None;
+        spec.instructions = Instructions::from(next.unwrap_or(CONTINUE_INSTRUCTIONS));
+        spec.conversation = Some(Conversation { from: crate::task::TaskId::parse(&self.id).ok(), turns });
+        spec
     }
 }

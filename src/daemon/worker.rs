@@ -307,6 +307,7 @@ impl Workers {
                 resume: lease.steps.clone(),
                 elapsed_before: lease.elapsed,
                 approved: lease.approved,
+                turns: lease.turns.clone(),
             })
             .await;
         for step in &output.steps {
