@@ -350,7 +350,8 @@ impl Loop {
         let mut interrupted = false;
         for step in &resume {
             self.usage.add(&step.usage);
-            let notes = if step.index == first_step { std::mem::take(&mut self.resumed_turn_notes) } else { Vec::new() };
+            let notes =
+                if step.index == first_step { std::mem::take(&mut self.resumed_turn_notes) } else { Vec::new() };
             self.history.push(Exchange {
                 step: step.index,
                 screenshot: None,
@@ -544,7 +545,9 @@ impl Loop {
                 EndReason::Budget,
             ));
         }
-        if before_model_call && self.steps.len().saturating_sub(self.turn_base.0) as u32 >= self.input.task.limits.max_steps {
+        if before_model_call
+            && self.steps.len().saturating_sub(self.turn_base.0) as u32 >= self.input.task.limits.max_steps
+        {
             return Err(finished(
                 false,
                 &format!("step limit of {} reached", self.input.task.limits.max_steps),

@@ -24,7 +24,8 @@ struct MessageBody {
 
 /// The message's text, or why it cannot be one (naming `text`).
 fn checked(text: &str) -> Result<(), ApiError> {
-    let refuse = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", message).with_field("text");
+    let refuse =
+        |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", message).with_field("text");
     if text.trim().is_empty() {
         return Err(refuse("text: the message must not be empty".into()));
     }

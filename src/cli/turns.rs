@@ -12,8 +12,8 @@ use super::progress::Progress;
 use super::remote::{encode, record_of};
 use super::report::{Source, load_record};
 use super::sanitize::sanitize;
-use crate::record::events::EventKind;
 use crate::record::TaskState;
+use crate::record::events::EventKind;
 
 /// `send ID TEXT [--wait]`: queues the new turn; prints the task id (`--json`: its record). With `--wait`,
 /// follows the new turn's events (not the earlier turns') and exits with its outcome.

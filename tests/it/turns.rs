@@ -152,7 +152,10 @@ fn a_task_continued_twice_keeps_its_history_and_exports_it(backend: Backend) {
         assert_eq!(turn["outcome"]["success"], true);
     }
     let steps = record["steps"].as_array().expect("steps");
-    assert_eq!(steps.iter().map(|s| s["index"].clone()).collect::<Vec<_>>(), (0..5).map(|i| json!(i)).collect::<Vec<_>>());
+    assert_eq!(
+        steps.iter().map(|s| s["index"].clone()).collect::<Vec<_>>(),
+        (0..5).map(|i| json!(i)).collect::<Vec<_>>()
+    );
     let keys: Vec<String> = steps.iter().map(|s| s["screenshot"]["key"].as_str().expect("key").to_string()).collect();
     for (i, key) in keys.iter().enumerate() {
         assert!(key.starts_with("tasks/talk/") && key.ends_with(&format!("/{i:05}.png")), "{key}");
@@ -290,7 +293,12 @@ fn messages_that_do_not_fit_change_nothing(backend: Backend) {
         if let Some(field) = field {
             assert_eq!(reply["error"]["field"], field, "{reply}");
         }
-        assert!(reply["error"]["message"].as_str().is_some_and(|m| m.contains("text") || m.contains("JSON") || m.contains("expected")), "{reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("text") || m.contains("JSON") || m.contains("expected")),
+            "{reply}"
+        );
     }
     let empty = daemon.cli(&["send", "slow", ""]);
     assert_eq!(empty.code, 2, "{}", empty.stderr);
