@@ -309,3 +309,158 @@ fn messages_that_do_not_fit_change_nothing(backend: Backend) {
     let events = daemon.cli(&["events", "slow", "--json"]);
     assert!(!events.stdout.contains("turn_queued"), "{}", events.stdout);
 }
+
+/// Records, per model call, the notes shown with the current screenshot and those of each history exchange.
+struct Notes<M> {
+    inner: M,
+    calls: std::sync::Mutex<Vec<(Vec<String>, Vec<Vec<String>>)>>,
+}
+
+#[async_trait::async_trait]
+impl<M: agentd::model::Model> agentd::model::Model for Notes<M> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn coordinates(&self, screen: agentd_computer::Size) -> agentd::screen::CoordinateMap {
+        self.inner.coordinates(screen)
+    }
+    async fn next_turn(
+        &self,
+        request: agentd::model::ModelRequest<'_>,
+        deltas: agentd::model::DeltaSink<'_>,
+    ) -> Result<agentd::model::ModelTurn, agentd::model::ModelError> {
+        let history = request.history.iter().map(|e| e.notes.clone()).collect();
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push((request.notes.to_vec(), history));
+        }
+        self.inner.next_turn(request, deltas).await
+    }
+}
+
+/// The loop itself (§19): a later turn sees the earlier one's steps as history and its message with its first
+/// screenshot, counts `max_steps` from its own first step, and — resumed after its worker died — keeps that
+/// message with the step it was shown with.
+#[tokio::test]
+async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() {
+    use std::sync::Arc;
+
+    use agentd::agent::events::EventSink;
+    use agentd::agent::journal::MemoryJournal;
+    use agentd::agent::{LoopEnd, LoopInput, run};
+    use agentd::artifacts::{FsStore, Uploader};
+    use agentd::model::scripted::{Script, ScriptedModel};
+    use agentd::record::{EndReason, Outcome, StepRecord, Turn};
+    use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask, ScriptSource, ScriptedSpec};
+    use agentd_computer::Size;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
+    let tracker = tokio_util::task::TaskTracker::new();
+    let background = tokio_util::sync::CancellationToken::new();
+    let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
+    let script = json!({"turns": [
+        {"say": "turn 0 acts", "actions": [{"type": "click", "x": 10, "y": 20}]},
+        {"complete": {"success": true, "summary": "first done"}},
+        {"say": "turn 1 acts", "actions": [{"type": "click", "x": 30, "y": 40}]},
+        {"complete": {"success": true, "summary": "second done"}}
+    ]});
+    let model = Arc::new(Notes {
+        inner: ScriptedModel::new(Script::parse(&script.to_string(), "script").expect("script")),
+        calls: Default::default(),
+    });
+    let input = |resume: Vec<StepRecord>, turns: Vec<Turn>| {
+        let (events, _rx) = EventSink::channel("t1", 1);
+        LoopInput {
+            task_id: "t1".into(),
+            attempt: 1,
+            task: ResolvedTask {
+                instructions: "log in".into(),
+                computer: ComputerSpec::Mock(MockSpec::default()),
+                model: ModelSpec::Scripted(ScriptedSpec {
+                    script: ScriptSource::Path("unused".into()),
+                    params: Default::default(),
+                }),
+                limits: Limits { max_steps: 2, timeout_secs: 60, max_cost_usd: 1.0 },
+                keep_screenshots: 3,
+                tools: Vec::new(),
+                output_schema: None,
+                secrets: Default::default(),
+                guard: Default::default(),
+                verify: Vec::new(),
+                verify_retries: 2,
+            },
+            computer: crate::doubles::RecordingScreen::new(Size::new(640, 400)),
+            model: model.clone(),
+            tools: Arc::new(agentd::tools::Toolbox::empty()),
+            uploader: uploader.clone(),
+            journal: Arc::new(MemoryJournal::default()),
+            events,
+            cancel: Default::default(),
+            shutdown: Default::default(),
+            resume,
+            elapsed_before: Duration::ZERO,
+            approved: false,
+            settle: Default::default(),
+            verifier: Default::default(),
+            turns,
+        }
+    };
+    let first = run(input(Vec::new(), Vec::new())).await;
+    let first_outcome = match &first.end {
+        LoopEnd::Finished(outcome) => outcome.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(first.steps.len(), 2);
+    let turns = vec![
+        Turn {
+            index: 0,
+            instructions: "log in".into(),
+            started_at: None,
+            finished_at: None,
+            outcome: Some(first_outcome),
+            first_step: 0,
+            last_step: Some(1),
+        },
+        Turn {
+            index: 1,
+            instructions: "now open Reports".into(),
+            started_at: None,
+            finished_at: None,
+            outcome: None,
+            first_step: 2,
+            last_step: None,
+        },
+    ];
+    // Two more steps under `max_steps: 2`: the limit counts this turn's steps only.
+    let second = run(input(first.steps.clone(), turns.clone())).await;
+    assert_eq!(second.end, LoopEnd::Finished(Outcome::completed(true, "second done".into(), None)));
+    assert_eq!(second.steps.iter().map(|s| s.index).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    let calls = model.calls.lock().expect("calls").clone();
+    assert_eq!(calls.len(), 4);
+    let (notes, history) = &calls[2];
+    assert_eq!(history.len(), 2, "the earlier turn's steps are history");
+    assert!(history.iter().all(Vec::is_empty), "{history:?}");
+    let told = notes.join("\n");
+    assert!(told.contains("Your previous turn ended: succeeded (completed): first done"), "{told}");
+    assert!(told.contains(agentd::agent::runner::TURN_MESSAGE) && told.ends_with("now open Reports"), "{told}");
+    assert!(!told.contains("interrupted"), "a new turn is no resumed attempt: {told}");
+    assert!(calls[3].0.is_empty(), "the message is shown once: {:?}", calls[3].0);
+    assert_eq!(calls[3].1[2].join("\n"), told, "then it stays with its step in the history");
+
+    // The worker died after step 2: the next attempt keeps the message with step 2 and is not told again.
+    let resumed = run(input(second.steps[..3].to_vec(), turns)).await;
+    assert!(
+        matches!(resumed.end, LoopEnd::Finished(Outcome { reason: EndReason::Completed, .. })),
+        "{:?}",
+        resumed.end
+    );
+    let calls = model.calls.lock().expect("calls").clone();
+    let (notes, history) = calls.last().expect("a call");
+    assert_eq!(history.len(), 3);
+    assert_eq!(history[2].join("\n"), told, "{history:?}");
+    assert!(!notes.iter().any(|n| n.contains("now open Reports")), "{notes:?}");
+    assert_eq!(uploader.flush(Duration::from_secs(10)).await, 0);
+    background.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
