@@ -310,10 +310,13 @@ fn messages_that_do_not_fit_change_nothing(backend: Backend) {
     assert!(!events.stdout.contains("turn_queued"), "{}", events.stdout);
 }
 
+/// What one model call was shown: the notes with the current screenshot, and each history exchange's notes.
+type Shown = (Vec<String>, Vec<Vec<String>>);
+
 /// Records, per model call, the notes shown with the current screenshot and those of each history exchange.
 struct Notes<M> {
     inner: M,
-    calls: std::sync::Mutex<Vec<(Vec<String>, Vec<Vec<String>>)>>,
+    calls: std::sync::Mutex<Vec<Shown>>,
 }
 
 #[async_trait::async_trait]
