@@ -125,6 +125,7 @@ async fn run_one(keep: u32, chunk: u32) -> Run {
         approved: false,
         settle: Default::default(),
         verifier: Default::default(),
+        turns: Vec::new(),
     })
     .await;
     uploader.flush(Duration::from_secs(30)).await;

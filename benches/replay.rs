@@ -108,6 +108,7 @@ async fn main() {
         pending_tool_calls: Vec::new(),
         replay: None,
         waiting: None,
+        turns: Vec::new(),
     };
 
     // The replay, on a fresh desktop.

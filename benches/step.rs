@@ -180,6 +180,7 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
         approved: false,
         settle: Default::default(),
         verifier: Default::default(),
+        turns: Vec::new(),
     };
     let collector = tokio::spawn(async move {
         let mut starts = Vec::new();

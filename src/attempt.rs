@@ -47,6 +47,8 @@ pub struct RunContext<'a> {
     pub elapsed_before: Duration,
     /// A human approved the action the last attempt stopped before.
     pub approved: bool,
+    /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
+    pub turns: Vec<crate::record::Turn>,
 }
 
 /// How an attempt ended.
@@ -161,6 +163,7 @@ impl Attempt<'_> {
             approved: context.approved,
             settle,
             verifier,
+            turns: context.turns,
         })
         .await;
         let ending = match output.end {

@@ -29,7 +29,9 @@ use crate::model::{
 };
 use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
-use crate::record::{ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord};
+use crate::record::{
+    ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord, Turn,
+};
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
@@ -63,6 +65,10 @@ pub struct LoopInput {
     pub settle: SettlePolicy,
     /// The task's verifier checks (§16); empty when it has none.
     pub verifier: Arc<crate::verify::Verifier>,
+    /// The turns of the conversation (§19), the current one last; empty (or one) for a task never sent a
+    /// message. The model sees the earlier turns' steps as history, each later turn's message beside the
+    /// screenshot of its first step; limits count from the current turn's first step.
+    pub turns: Vec<Turn>,
 }
 
 /// How an attempt ended.
@@ -201,6 +207,10 @@ struct Loop {
     verify_failures: u32,
     verify_rounds: u32,
     final_checks: Option<Vec<crate::record::CheckResult>>,
+    /// Steps and cost of the conversation's earlier turns (§19): the current turn's limits count after them.
+    turn_base: (usize, f64),
+    /// The current turn's message, for the history of its first step when an earlier attempt made it.
+    resumed_turn_notes: Vec<String>,
 }
 
 /// Why the loop stopped early inside a step.
@@ -261,6 +271,8 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         verify_failures: 0,
         verify_rounds: 0,
         final_checks: None,
+        turn_base: (0, 0.0),
+        resumed_turn_notes: Vec::new(),
         input,
     };
     let interrupted = state.restore(resume);
@@ -281,7 +293,44 @@ impl Loop {
     /// human's approval is kept aside in `pending_approval`; its calls never ran.
     /// Returns the positions in `steps` of the steps an earlier attempt left unfinished (their actions were
     /// in flight), now marked with what is known.
-    fn restore(&mut self, mut resume: Vec<StepRecord>) -> Vec<usize> {
+    fn restore(&mut self, resume: Vec<StepRecord>) -> Vec<usize> {
+        // Steps of earlier turns (§19) are history only: what they left waiting or unfinished ended with
+        // their turn, and is neither settled, resumed nor journaled again.
+        let first_step = self.input.turns.last().map_or(0, |turn| turn.first_step);
+        let (earlier, mut resume): (Vec<StepRecord>, Vec<StepRecord>) =
+            resume.into_iter().partition(|step| step.index < first_step);
+        let earlier_cost: f64 = earlier.iter().map(|step| step.usage.cost_usd).sum();
+        self.turn_base = (earlier.len(), earlier_cost);
+        let boundaries = turn_messages(&self.input.turns);
+        for step in earlier {
+            self.usage.add(&step.usage);
+            let notes = boundaries.iter().filter(|(at, _)| *at == step.index).map(|(_, text)| text.clone()).collect();
+            self.history.push(Exchange {
+                step: step.index,
+                screenshot: None,
+                notes,
+                turn: turn_of(&step),
+                results: history_results(&step),
+            });
+            let mut step = step;
+            if !step.finished {
+                step.finished = true;
+                let answered = step.results.iter().filter(|r| r.is_action()).count();
+                for _ in answered..step.actions.len() {
+                    step.results.push(ActionResult::action(false, INTERRUPTED_ACTION));
+                }
+            }
+            self.steps.push(step);
+        }
+        // The current turn's message: beside its first step's screenshot (the next one, or in the history of
+        // a turn resumed after a crash).
+        let current: Vec<String> =
+            boundaries.iter().filter(|(at, _)| *at == first_step).map(|(_, text)| text.clone()).collect();
+        if resume.first().is_some_and(|step| step.index == first_step) {
+            self.resumed_turn_notes = current;
+        } else {
+            self.notes.extend(current);
+        }
         if resume.last().is_some_and(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none())) {
             self.pending_approval = resume.pop();
         }
@@ -301,41 +350,27 @@ impl Loop {
         let mut interrupted = false;
         for step in &resume {
             self.usage.add(&step.usage);
-            // A step journaled before its actions ran has no results: the actions may or may not have
-            // happened, and they are not run again.
-            let results = step
-                .calls
-                .iter()
-                .map(|call| match step.call_results.iter().find(|r| r.call_id == call.id) {
-                    Some(r) => {
-                        ToolResult { call_id: r.call_id.clone(), ok: r.ok, message: r.message.clone(), image: None }
-                    }
-                    None => ToolResult {
-                        call_id: call.id.clone(),
-                        ok: false,
-                        message: "interrupted: this call may or may not have been carried out".into(),
-                        image: None,
-                    },
-                })
-                .collect();
+            let notes =
+                if step.index == first_step { std::mem::take(&mut self.resumed_turn_notes) } else { Vec::new() };
             self.history.push(Exchange {
                 step: step.index,
                 screenshot: None,
-                notes: Vec::new(),
+                notes,
                 turn: turn_of(step),
-                results,
+                results: history_results(step),
             });
         }
         // Unfinished steps are kept in the record as they were journaled, marked finished with what is known:
         // each action without a result gets one saying its outcome is not known.
         let mut unfinished = Vec::new();
-        self.steps = resume
+        let base = self.steps.len();
+        let current: Vec<StepRecord> = resume
             .into_iter()
             .enumerate()
             .map(|(position, mut step)| {
                 if !step.finished {
                     interrupted = true;
-                    unfinished.push(position);
+                    unfinished.push(base + position);
                     step.finished = true;
                     let answered = step.results.iter().filter(|r| r.is_action()).count();
                     for _ in answered..step.actions.len() {
@@ -345,6 +380,7 @@ impl Loop {
                 step
             })
             .collect();
+        self.steps.extend(current);
         if let Some(pending) = self.pending_approval.as_ref().or(self.pending_tools.as_ref()) {
             self.usage.add(&pending.usage);
         }
@@ -460,6 +496,10 @@ impl Loop {
         notes: Vec<String>,
     ) -> Result<Option<Outcome>, Stop> {
         self.complete_step(&mut record, &mut executed, started).await?;
+        let mut notes = notes;
+        if record.index == self.input.turns.last().map_or(0, |turn| turn.first_step) {
+            notes.splice(0..0, std::mem::take(&mut self.resumed_turn_notes));
+        }
         self.history.push(Exchange {
             step: record.index,
             screenshot: None,
@@ -496,7 +536,8 @@ impl Loop {
             ));
         }
         // Spending nothing never trips the budget, so free models run under a zero budget.
-        let spent = self.usage.cost_usd;
+        // Limits are per turn (§19): the steps and cost of earlier turns do not count.
+        let spent = self.usage.cost_usd - self.turn_base.1;
         if spent > 0.0 && spent >= self.input.task.limits.max_cost_usd {
             return Err(finished(
                 false,
@@ -504,7 +545,9 @@ impl Loop {
                 EndReason::Budget,
             ));
         }
-        if before_model_call && self.steps.len() as u32 >= self.input.task.limits.max_steps {
+        if before_model_call
+            && self.steps.len().saturating_sub(self.turn_base.0) as u32 >= self.input.task.limits.max_steps
+        {
             return Err(finished(
                 false,
                 &format!("step limit of {} reached", self.input.task.limits.max_steps),
@@ -1353,6 +1396,48 @@ fn out_of_tries(tries: u32, problems: &str) -> String {
 }
 
 /// The model turn a journaled step recorded.
+/// The model's results of a journaled step's calls, for its history. A step journaled before its actions ran
+/// has no results: the actions may or may not have happened, and they are not run again.
+fn history_results(step: &StepRecord) -> Vec<ToolResult> {
+    step.calls
+        .iter()
+        .map(|call| match step.call_results.iter().find(|r| r.call_id == call.id) {
+            Some(r) => ToolResult { call_id: r.call_id.clone(), ok: r.ok, message: r.message.clone(), image: None },
+            None => ToolResult {
+                call_id: call.id.clone(),
+                ok: false,
+                message: "interrupted: this call may or may not have been carried out".into(),
+                image: None,
+            },
+        })
+        .collect()
+}
+
+/// What the model is told where a later turn of the conversation begins (§19), by the step it is shown with:
+/// how the turn before ended, then the user's next message.
+fn turn_messages(turns: &[Turn]) -> Vec<(u32, String)> {
+    turns
+        .windows(2)
+        .map(|pair| {
+            let (before, turn) = (&pair[0], &pair[1]);
+            let ended = match &before.outcome {
+                Some(outcome) => format!(
+                    "Your previous turn ended: {} ({}): {}",
+                    outcome.state().as_str(),
+                    outcome.reason.as_str(),
+                    outcome.summary
+                ),
+                None => "Your previous turn ended.".to_string(),
+            };
+            (turn.first_step, format!("{ended}\n\n{TURN_MESSAGE}{}", turn.instructions))
+        })
+        .collect()
+}
+
+/// How the user's next message (§19) begins for the model.
+pub const TURN_MESSAGE: &str = "The user's next message (a new turn of this task; look at the current screenshot, \
+act on it, and call task_completion when it is done): ";
+
 fn turn_of(step: &StepRecord) -> ModelTurn {
     ModelTurn {
         text: step.model_text.clone(),

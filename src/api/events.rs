@@ -1,7 +1,8 @@
 //! `GET /v1/tasks/{id}/events`: the task's events as Server-Sent Events, `id:` = seq, resumable with
 //! `Last-Event-ID` (or `?after=N`; either must be a whole number from 0 to 2^63-1, else 400). Stored events are
 //! sent first; then the stream waits for new ones (woken when this process stores events, polling the queue
-//! as a safety net for events written by other nodes) and ends after `task_finished`. `?follow=false` ends it
+//! as a safety net for events written by other nodes) and ends after the last `task_finished` (a later turn's
+//! events, §19, follow an earlier turn's). `?follow=false` ends it
 //! once the stored events are sent, and so does a stream of a task that has already finished (its
 //! `task_finished` was sent before, or is among the stored events).
 
@@ -71,8 +72,9 @@ pub async fn stream(
     // resuming after `task_finished` has seen its end (the queue records the state just after that event).
     let mut follow = query.follow.unwrap_or(true) && !task.state.is_terminal();
     if follow && after > 0 {
-        let seen = state.queue.events_after(&id, after - 1, 1).await?;
-        if seen.first().is_some_and(|e| e.seq == after && matches!(e.kind, EventKind::TaskFinished { .. })) {
+        // (A later turn's events may follow a `task_finished`, §19: then there is more to come.)
+        let seen = state.queue.events_after(&id, after - 1, 2).await?;
+        if seen.len() == 1 && seen[0].seq == after && matches!(seen[0].kind, EventKind::TaskFinished { .. }) {
             follow = false;
         }
     }
@@ -90,15 +92,21 @@ pub async fn stream(
         loop {
             if let Some(event) = c.pending.pop_front() {
                 c.after = event.seq;
-                if matches!(event.kind, EventKind::TaskFinished { .. }) {
-                    c.done = true;
-                }
+                c.done = matches!(event.kind, EventKind::TaskFinished { .. });
                 let data = serde_json::to_string(&event).unwrap_or_else(|_| "{}".into());
                 let sse = SseEvent::default().id(event.seq.to_string()).event(event.kind.type_name()).data(data);
                 return Some((Ok(sse), c));
             }
             if c.done {
-                return None;
+                // A message to the finished task (§19) continues its events after a `task_finished`: the
+                // stream ends at the last one.
+                match c.state.queue.events_after(&c.id, c.after, 500).await {
+                    Ok(events) if !events.is_empty() => {
+                        c.pending.extend(events);
+                        continue;
+                    }
+                    _ => return None,
+                }
             }
             let notified = c.state.workers.events_stored.notified();
             match c.state.queue.events_after(&c.id, c.after, 500).await {

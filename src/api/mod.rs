@@ -18,6 +18,7 @@ mod connections;
 pub mod console;
 mod events;
 mod handle;
+mod messages;
 mod retention;
 mod tasks;
 pub mod tls;
@@ -220,6 +221,7 @@ fn endpoints() -> Vec<Endpoint> {
         post_at("/v1/tasks/{id}/approve", tasks::approve),
         post_at("/v1/tasks/{id}/reject", tasks::reject),
         post_at("/v1/tasks/{id}/tool-results", tasks::tool_results),
+        post_at("/v1/tasks/{id}/messages", messages::send),
         get_at("/v1/tasks/{id}/events", events::stream),
         get_at("/v1/tasks/{id}/steps/{index}/screenshot", tasks::screenshot),
         get_at("/v1/openapi.json", openapi),

@@ -15,6 +15,7 @@ pub mod run;
 pub mod sanitize;
 pub mod telemetry;
 pub mod term;
+pub mod turns;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -258,6 +259,26 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
+    /// Send a finished task the user's next message: a new turn of it, run with its history (§19).
+    ///
+    /// The task (succeeded, failed or cancelled) is queued again; its model sees the earlier turns and a fresh
+    /// screenshot, then TEXT. Steps, events and screenshots keep their numbering. A task that has not finished
+    /// is refused (exit 2) and nothing changes.
+    #[command(after_help = "Examples:
+  agentd send ID \"now export April too\"          queue a new turn; prints the id
+  agentd send ID \"and May\" --wait                follow the new turn; exit with its outcome (0 succeeded, 1 not)
+  agentd status ID --json                          `turns`: each turn's instructions, steps and outcome")]
+    Send {
+        /// The task's id.
+        id: String,
+        /// The message: what the user asks next.
+        text: String,
+        /// Follow the new turn's progress and exit with its outcome.
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// Write a task's trajectory report: a self-contained HTML file, an animated GIF or WebP of its steps.
     #[command(after_help = "Examples:
   agentd export 01J… --html run.html          one file to open in a browser or attach to a ticket
@@ -274,6 +295,13 @@ Examples:
         /// An animated lossless WebP, one frame per step.
         #[arg(long, value_name = "FILE")]
         webp: Option<PathBuf>,
+        /// Print, instead of a report, a task file that continues the task's conversation in a new task (§19):
+        /// its turns as `conversation`, the next message as `instructions`.
+        #[arg(long, conflicts_with_all = ["html", "gif", "webp"])]
+        conversation: bool,
+        /// With --conversation: the new task's instructions (the user's next message).
+        #[arg(long, value_name = "TEXT", requires = "conversation")]
+        message: Option<String>,
         /// Read what `agentd run` wrote (data_dir/runs/ID.json, the configured artifact store), not the daemon.
         #[arg(long)]
         local: bool,
@@ -372,6 +400,7 @@ impl Command {
             Command::Approve { .. } => "approve",
             Command::Reject { .. } => "reject",
             Command::ToolResult { .. } => "tool-result",
+            Command::Send { .. } => "send",
             Command::Export { .. } => "export",
             Command::Show { .. } => "show",
             Command::Compile { .. } => "compile",
@@ -396,6 +425,7 @@ impl Command {
             | Command::Approve { daemon, .. }
             | Command::Reject { daemon, .. }
             | Command::ToolResult { daemon, .. }
+            | Command::Send { daemon, .. }
             | Command::Export { daemon, .. }
             | Command::Show { daemon, .. }
             | Command::Compile { daemon, .. }
@@ -572,7 +602,17 @@ async fn dispatch(cli: Cli) -> CliResult {
             let answer = remote::ToolResultArgs { call_id, output, error: *error, details: details.as_deref() };
             remote::tool_result(&client(daemon)?, id, &answer, json).await
         }
-        Command::Export { id, html, gif, webp, local, daemon } => {
+        Command::Send { id, text, wait, daemon } => turns::send(&client(daemon)?, id, text, *wait, json).await,
+        Command::Export { id, conversation: true, message, local, daemon, .. } => {
+            let config = source.load()?;
+            let message = message.as_deref();
+            if *local {
+                turns::export_conversation(report::Source::Local(&config), id, message).await
+            } else {
+                turns::export_conversation(report::Source::Daemon(&client(daemon)?), id, message).await
+            }
+        }
+        Command::Export { id, html, gif, webp, local, daemon, .. } => {
             let config = source.load()?;
             let files = report::ExportArgs { html: html.as_deref(), gif: gif.as_deref(), webp: webp.as_deref() };
             if *local {

@@ -142,6 +142,9 @@ impl Printer {
     pub fn line(&mut self, event: &Event) -> Option<String> {
         match &event.kind {
             EventKind::TaskQueued {} => Some(format!("task {} queued", sanitize(&event.task_id))),
+            EventKind::TurnQueued { turn } => {
+                Some(format!("task {}: turn {turn} queued (a new message)", sanitize(&event.task_id)))
+            }
             EventKind::TaskStarted { attempt, worker } => Some(format!(
                 "task {} started (attempt {attempt}, worker {})",
                 sanitize(&event.task_id),

@@ -74,7 +74,7 @@ fn exit_for(record: &TaskRecord) -> Exit {
     }
 }
 
-fn print_json(value: &impl serde::Serialize) {
+pub(super) fn print_json(value: &impl serde::Serialize) {
     let mut out = std::io::stdout().lock();
     let _ = serde_json::to_writer(&mut out, value);
     let _ = writeln!(out);
@@ -174,10 +174,26 @@ async fn submit_spec(client: &Client, spec: &TaskSpec, name: &str, wait: bool, j
         "agentd: task {} submitted; following its progress (Ctrl-C stops following, not the task)",
         sanitize(&id)
     );
+    follow_to_end(client, &id, None, json).await
+}
+
+/// Follows a task's events until it ends (from the `turn_queued` of `turn` on, for a later turn of a
+/// conversation, §19: the earlier turns' events are skipped), prints its id (`--json`: its record) and exits
+/// with its outcome.
+pub(super) async fn follow_to_end(client: &Client, id: &str, turn: Option<u32>, json: bool) -> CliResult {
+    let id = id.to_string();
     let progress = Progress::on_stderr();
     let mut final_state = None;
+    let mut ours = turn.is_none();
     let follow = client.follow_events(&id, 0, true, |event| {
-        if let crate::record::events::EventKind::TaskFinished { state, .. } = &event.kind {
+        use crate::record::events::EventKind;
+        if let (EventKind::TurnQueued { turn: queued }, Some(turn)) = (&event.kind, turn) {
+            ours = *queued == turn;
+        }
+        if !ours {
+            return;
+        }
+        if let EventKind::TaskFinished { state, .. } = &event.kind {
             final_state = Some(*state);
         }
         progress.event(event);

@@ -307,6 +307,7 @@ impl Workers {
                 resume: lease.steps.clone(),
                 elapsed_before: lease.elapsed,
                 approved: lease.approved,
+                turns: lease.turns.clone(),
             })
             .await;
         for step in &output.steps {
@@ -625,6 +626,9 @@ mod tests {
         }
         async fn answer_tools(&self, id: &str, answers: &[crate::queue::ToolAnswer]) -> Result<(), QueueError> {
             self.inner.answer_tools(id, answers).await
+        }
+        async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError> {
+            self.inner.add_turn(id, text).await
         }
         async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
             self.inner.rescue_expired().await

@@ -172,6 +172,7 @@ async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> 
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
             approved: false,
+            turns: Vec::new(),
         },
     };
     let output = attempt.run(built).await;

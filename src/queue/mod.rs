@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::record::Usage;
 use crate::record::events::Event;
-use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskState};
+use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskState, Turn};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;
 
@@ -107,6 +107,8 @@ pub struct Lease {
     pub elapsed: Duration,
     /// A human approved the step the task was waiting on.
     pub approved: bool,
+    /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
+    pub turns: Vec<Turn>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,6 +261,13 @@ pub trait Queue: Send + Sync {
     /// answer; a task not awaiting tools is [`QueueError::WrongState`].
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError>;
 
+    /// Queues a new turn of a finished task (§19): `text` is the user's next message. In one transaction under
+    /// the row's lock: the current turn is closed with the task's outcome, a turn beginning after the last
+    /// step is added, the task goes back to `queued` with a fresh attempt count and time budget, and a
+    /// `turn_queued` event follows its events. A task that is not finished is [`QueueError::WrongState`] and
+    /// nothing changes.
+    async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError>;
+
     /// Hands back tasks whose lease expired; a task out of attempts fails.
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError>;
 
@@ -352,6 +361,15 @@ pub(crate) mod ending {
             id: id.to_string(),
             state: state.as_str(),
             message: "only a task in awaiting_tool takes tool results (they may have been answered already)".into(),
+        }
+    }
+
+    pub fn not_finished(id: &str, state: TaskState) -> QueueError {
+        QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: "only a finished task (succeeded, failed or cancelled) takes a new message; wait for it to end"
+                .into(),
         }
     }
 

@@ -113,6 +113,7 @@ const MIGRATIONS: &[(i32, &str, &[&str])] = &[
             "CREATE TABLE agentd_purges (task_id text PRIMARY KEY, deleted_at timestamptz NOT NULL)",
         ],
     ),
+    (4, "conversations: the turns of a task sent a message", &["ALTER TABLE agentd_tasks ADD COLUMN turns text"]),
 ];
 
 /// Deletes the finished tasks among `$1` (steps and events go by `ON DELETE CASCADE`) and puts them on the
@@ -315,6 +316,7 @@ impl PostgresQueue {
             final_screenshot: get("final_screenshot")?,
             computer_state: get("computer_state")?,
             waiting_reason: get("waiting_reason")?,
+            turns: get("turns")?,
         }
         .decode()
     }
@@ -565,7 +567,7 @@ impl Queue for PostgresQueue {
                     started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL,
                     desktop_held = $4
                  WHERE t.id = $1
-                 RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved",
+                 RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved, t.turns",
             )
             .bind(&id)
             .bind(&worker.name)
@@ -585,6 +587,7 @@ impl Queue for PostgresQueue {
                 approved: row.try_get("approved").map_err(db_error)?,
                 steps: Self::steps(&mut *tx, &id).await?,
                 next_seq: Self::next_seq(&mut *tx, &id).await?,
+                turns: row.try_get("turns").map_err(db_error)?,
                 id,
             }
             .decode()?;
@@ -834,6 +837,47 @@ impl Queue for PostgresQueue {
         tx.commit().await.map_err(db_error)
     }
 
+    async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let row = sqlx::query("SELECT * FROM agentd_tasks WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let Some(row) = row else {
+            return Err(rollback(tx, QueueError::NotFound(id.to_string())).await);
+        };
+        let record = Self::record_from_row(&row)?;
+        let next_step: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0)::bigint FROM agentd_steps WHERE task_id = $1")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let next_step = u32::try_from(next_step).unwrap_or(u32::MAX);
+        let new = match transitions::add_turn(id, record.state, record.turns, next_step, text) {
+            Ok(new) => new,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        // A fresh attempt count, time budget and start: the turn runs as the task ran, after its steps.
+        sqlx::query(
+            "UPDATE agentd_tasks SET state = 'queued', turns = $2, started_at = NULL, finished_at = NULL,
+                outcome = NULL, attempt = 0, same_attempt = false, approved = false, elapsed_ms = 0,
+                not_before = '-infinity', cancel_requested = false, waiting_reason = NULL, worker = NULL,
+                lease_until = NULL
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(json(&new.turns)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        Self::own_event(&mut tx, id, new.event).await?;
+        Self::notify_work(&mut tx).await?;
+        tx.commit().await.map_err(db_error)?;
+        self.get(id).await
+    }
+
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         // SKIP LOCKED: rescuers on several nodes split the work instead of queueing behind each other, and a
@@ -1046,7 +1090,7 @@ mod tests {
             .fetch_all(&queues[0].pool)
             .await
             .expect("versions");
-        assert_eq!(versions, vec![1, 2, 3]);
+        assert_eq!(versions, vec![1, 2, 3, 4]);
         assert!(!queues[0].describe().contains("not-shown-anywhere"), "{}", queues[0].describe());
         assert!(queues[0].describe().starts_with("postgres://"), "{}", queues[0].describe());
         for queue in queues {

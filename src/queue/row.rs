@@ -89,12 +89,14 @@ pub(super) struct TaskRow {
     pub final_screenshot: Option<String>,
     pub computer_state: Option<String>,
     pub waiting_reason: Option<String>,
+    /// The stored turns (§19): `NULL` for a task that was never sent a message.
+    pub turns: Option<String>,
 }
 
 impl TaskRow {
     /// The task's record, without its steps.
     pub fn decode(self) -> Result<TaskRecord, QueueError> {
-        Ok(TaskRecord {
+        let mut record = TaskRecord {
             version: RECORD_VERSION,
             id: self.id,
             state: state(&self.state)?,
@@ -113,7 +115,10 @@ impl TaskRow {
             pending_tool_calls: Vec::new(),
             replay: None,
             waiting: None,
-        })
+            turns: parse_optional("turns", self.turns.as_deref())?.unwrap_or_default(),
+        };
+        record.derive_turns();
+        Ok(record)
     }
 }
 
@@ -128,6 +133,8 @@ pub(super) struct LeaseRow {
     pub approved: bool,
     pub steps: Vec<StepRecord>,
     pub next_seq: i64,
+    /// The stored turns (§19), `NULL` for a task never sent a message.
+    pub turns: Option<String>,
 }
 
 impl LeaseRow {
@@ -142,6 +149,7 @@ impl LeaseRow {
             next_seq: self.next_seq.max(1) as u64,
             elapsed: Duration::from_millis(self.elapsed_ms.max(0) as u64),
             approved: self.approved,
+            turns: parse_optional("turns", self.turns.as_deref())?.unwrap_or_default(),
         })
     }
 }
@@ -165,6 +173,7 @@ mod tests {
             final_screenshot: None,
             computer_state: Some(r#"{"screen": "end"}"#.into()),
             waiting_reason: None,
+            turns: None,
         }
     }
 

@@ -369,6 +369,10 @@ impl SqliteQueue {
             }
             tx.commit().await.map_err(db_error)?;
         }
+        // Conversations (§19): the turns of a task that was sent a message.
+        if !columns.iter().any(|c| c == "turns") {
+            sqlx::query("ALTER TABLE tasks ADD COLUMN turns TEXT").execute(pool).await.map_err(db_error)?;
+        }
         sqlx::query("CREATE INDEX IF NOT EXISTS tasks_desktop_held ON tasks(desktop_held) WHERE state = 'running'")
             .execute(pool)
             .await
@@ -394,6 +398,7 @@ impl SqliteQueue {
             final_screenshot: get("final_screenshot")?,
             computer_state: get("computer_state")?,
             waiting_reason: get("waiting_reason")?,
+            turns: get("turns")?,
         }
         .decode()
     }
@@ -643,7 +648,7 @@ impl Queue for SqliteQueue {
                 lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
                 waiting_reason = NULL, desktop_held = ?5
              WHERE id = ?1 AND state = 'queued'
-             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, approved",
+             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, approved, turns",
         )
         .bind(&id)
         .bind(&worker.name)
@@ -663,6 +668,7 @@ impl Queue for SqliteQueue {
             approved: approved != 0,
             steps: self.steps(&mut *tx, &id).await?,
             next_seq: Self::next_seq(&mut *tx, &id).await?,
+            turns: row.try_get("turns").map_err(|e| self.failed(e))?,
             id,
         }
         .decode()?;
@@ -889,6 +895,46 @@ impl Queue for SqliteQueue {
         }
         Self::apply(&mut tx, id, &answered.change).await?;
         self.wrote(tx.commit().await)
+    }
+
+    async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError> {
+        let write = self.writes.lock().await;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        let row = sqlx::query("SELECT * FROM tasks WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let Some(row) = row else {
+            return Err(rollback(tx, QueueError::NotFound(id.to_string())).await);
+        };
+        let record = Self::record_from_row(&row)?;
+        let next_step: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0) FROM steps WHERE task_id = ?1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let next_step = u32::try_from(next_step).unwrap_or(u32::MAX);
+        let new = match transitions::add_turn(id, record.state, record.turns, next_step, text) {
+            Ok(new) => new,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        // A fresh attempt count, time budget and start: the turn runs as the task ran, after its steps.
+        sqlx::query(
+            "UPDATE tasks SET state = 'queued', turns = ?2, started_ms = NULL, finished_ms = NULL, outcome = NULL,
+                attempt = 0, same_attempt = 0, approved = 0, elapsed_ms = 0, not_before_ms = 0,
+                cancel_requested = 0, waiting_reason = NULL, worker = NULL, lease_until_ms = NULL
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(json(&new.turns)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.failed(e))?;
+        Self::own_event(&mut tx, id, new.event).await?;
+        self.wrote(tx.commit().await)?;
+        drop(write);
+        self.get(id).await
     }
 
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::{Cancelled, Decision, QueueError, Release, ToolAnswer, ending};
 use crate::record::Usage;
 use crate::record::events::EventKind;
-use crate::record::{ActionResult, CallResult, Outcome, StepRecord, TaskState};
+use crate::record::{ActionResult, CallResult, Outcome, StepRecord, TaskState, Turn};
 
 /// Whether a task may be deleted (§21): only a finished one (succeeded, failed, cancelled). Decided under the
 /// row's lock, so a task that moved meanwhile is refused, never deleted.
@@ -108,6 +108,44 @@ pub fn decide(id: &str, state: TaskState, decision: &Decision) -> Result<Change,
         Decision::Approve => Change::Approve,
         Decision::Reject { reason } => Change::End { outcome: ending::rejected(reason), fence: false },
     })
+}
+
+/// What a message to a finished task writes (§19): every turn, the current one closed and the new one last,
+/// and the `turn_queued` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewTurn {
+    pub turns: Vec<Turn>,
+    pub event: EventKind,
+}
+
+/// A new turn of a finished task (succeeded, failed or cancelled; refused otherwise): `turns` are the task's
+/// turns as its row reads (the current one last, with the task's outcome), `next_step` the index after its
+/// last step. The current turn keeps its steps below `next_step`; the new one begins at `next_step`, so step
+/// indices keep counting across turns.
+pub fn add_turn(
+    id: &str,
+    state: TaskState,
+    mut turns: Vec<Turn>,
+    next_step: u32,
+    text: &str,
+) -> Result<NewTurn, QueueError> {
+    if !state.is_terminal() {
+        return Err(ending::not_finished(id, state));
+    }
+    if let Some(current) = turns.last_mut() {
+        current.last_step = next_step.checked_sub(1).filter(|&last| last >= current.first_step);
+    }
+    let index = turns.len() as u32;
+    turns.push(Turn {
+        index,
+        instructions: text.to_string(),
+        started_at: None,
+        finished_at: None,
+        outcome: None,
+        first_step: next_step,
+        last_step: None,
+    });
+    Ok(NewTurn { turns, event: EventKind::TurnQueued { turn: index } })
 }
 
 /// What answering a task's remote tool calls writes: its last step with the answers in, the `tool_finished`
@@ -485,5 +523,42 @@ mod tests {
     fn a_resubmission_must_carry_the_same_body() {
         assert!(resubmit("t", "abc", "abc").is_ok());
         assert!(matches!(resubmit("t", "abc", "abd"), Err(QueueError::Conflict(id)) if id == "t"));
+    }
+
+    #[test]
+    fn a_new_turn_closes_the_current_one_and_begins_after_the_last_step() {
+        let first = Turn {
+            index: 0,
+            instructions: "log in".into(),
+            started_at: None,
+            finished_at: None,
+            outcome: Some(Outcome::new(true, "done", EndReason::Completed)),
+            first_step: 0,
+            last_step: None,
+        };
+        for state in ALL {
+            let result = add_turn("t", state, vec![first.clone()], 3, "now export April");
+            match result {
+                Ok(new) => {
+                    assert!(state.is_terminal(), "{state:?}");
+                    assert_eq!(new.turns.len(), 2);
+                    assert_eq!((new.turns[0].first_step, new.turns[0].last_step), (0, Some(2)));
+                    assert_eq!(new.turns[0].outcome, first.outcome);
+                    let turn = &new.turns[1];
+                    assert_eq!((turn.index, turn.first_step, turn.last_step), (1, 3, None));
+                    assert_eq!(turn.instructions, "now export April");
+                    assert_eq!(new.event, EventKind::TurnQueued { turn: 1 });
+                }
+                Err(QueueError::WrongState { state: named, .. }) => {
+                    assert!(!state.is_terminal());
+                    assert_eq!(named, state.as_str());
+                }
+                Err(other) => panic!("{state:?}: {other:?}"),
+            }
+        }
+        // A turn that ran no step (cancelled while queued) keeps none; the next begins where it would have.
+        let empty = Turn { first_step: 3, index: 1, ..first.clone() };
+        let new = add_turn("t", TaskState::Cancelled, vec![first, empty], 3, "again").expect("finished");
+        assert_eq!((new.turns[1].last_step, new.turns[2].first_step, new.turns[2].index), (None, 3, 2));
     }
 }

@@ -30,6 +30,10 @@ pub enum DeltaKind {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     TaskQueued {},
+    /// A message to a finished task queued a new turn of it (§19): `turn` is the new turn's index.
+    TurnQueued {
+        turn: u32,
+    },
     TaskStarted {
         attempt: u32,
         worker: String,
@@ -187,6 +191,7 @@ impl EventKind {
     pub fn type_name(&self) -> &'static str {
         match self {
             Self::TaskQueued {} => "task_queued",
+            Self::TurnQueued { .. } => "turn_queued",
             Self::TaskStarted { .. } => "task_started",
             Self::StepStarted { .. } => "step_started",
             Self::ModelDelta { .. } => "model_delta",

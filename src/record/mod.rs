@@ -358,6 +358,31 @@ impl ReplayInfo {
     }
 }
 
+/// One turn of a conversation with a task (§19): the first is the task file's instructions, each later one a
+/// message sent to the finished task (`POST /v1/tasks/{id}/messages`). Step indices keep counting across
+/// turns: a turn's steps are `first_step..=last_step` (`last_step` is `None` while it has none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    pub index: u32,
+    pub instructions: String,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub started_at: Option<OffsetDateTime>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    #[serde(default)]
+    pub outcome: Option<Outcome>,
+    pub first_step: u32,
+    #[serde(default)]
+    pub last_step: Option<u32>,
+}
+
+impl Turn {
+    /// The last of `steps` that belongs to a turn beginning at `first_step` (steps are in index order).
+    pub fn last_step_of(first_step: u32, steps: &[StepRecord]) -> Option<u32> {
+        steps.iter().rev().map(|s| s.index).find(|&index| index >= first_step)
+    }
+}
+
 /// What a task in `waiting_for_human` waits for (§20 `waiting`); derived from the state, the waiting reason
 /// and the last step, never stored on its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

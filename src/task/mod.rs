@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub mod conversation;
 pub mod guard;
 pub mod replay;
 pub mod script;
@@ -72,6 +73,9 @@ pub struct TaskSpec {
     /// Checks run when the model completes with success and at the end (§16).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "verify::checks")]
     pub verify: Vec<verify::Check>,
+    /// The earlier turns of a conversation this task continues (§19; `conversation.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<conversation::Conversation>,
 }
 
 /// `tools`, with every name once.
@@ -868,8 +872,14 @@ impl TaskSpec {
             .keep_screenshots
             .or(defaults.context.keep_screenshots)
             .map_or(DEFAULT_KEEP_SCREENSHOTS, Positive::get);
+        // A continued conversation (§19): the model reads the earlier turns, then the instructions as the
+        // user's next message.
+        let instructions = match &self.conversation {
+            Some(conversation) => format!("{}{}", conversation.preamble(), self.instructions.as_str()),
+            None => self.instructions.as_str().to_string(),
+        };
         ResolvedTask {
-            instructions: self.instructions.as_str().to_string(),
+            instructions,
             tools: self.tools.clone(),
             output_schema: self.output_schema.clone(),
             secrets: self.secrets.clone(),

@@ -102,6 +102,7 @@ impl Harness {
             approved: false,
             settle: Default::default(),
             verifier: Default::default(),
+            turns: Vec::new(),
         };
         (input, rx)
     }

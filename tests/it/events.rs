@@ -113,6 +113,7 @@ async fn run_with(
         approved: false,
         settle: Default::default(),
         verifier: Default::default(),
+        turns: Vec::new(),
     })
     .await;
     drop(events);

@@ -38,4 +38,5 @@ mod support;
 mod systemd;
 mod telemetry;
 mod tools;
+mod turns;
 mod verify;

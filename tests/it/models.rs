@@ -97,6 +97,7 @@ pub async fn run_task(
             approved,
             settle: Default::default(),
             verifier: Default::default(),
+            turns: Vec::new(),
         })
         .await;
         match output.end {

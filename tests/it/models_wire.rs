@@ -488,6 +488,7 @@ mod declared_tools {
             approved: false,
             settle: Default::default(),
             verifier: Default::default(),
+            turns: Vec::new(),
         })
         .await;
         uploader.flush(Duration::from_secs(30)).await;

@@ -382,6 +382,27 @@ fn answers_fit_the_document(backend: Backend) {
     conforms(&doc, "DELETE", "/v1/tasks/{id}", &refused);
     conforms(&doc, "POST", "/v1/prune", &call(&daemon, "POST", "/v1/prune", Some(&json!({"older_than_days": 0}))));
 
+    // Conversations (§19): a message to a finished task (200, its record with the new turn), to one that is
+    // not finished (409), to no task (404), and an empty one (400).
+    let talk = scripted("doc-talk", json!([{"complete": {"success": true, "summary": "x"}}]));
+    assert_eq!(call(&daemon, "POST", "/v1/tasks", Some(&talk)).0, 201);
+    wait_state(&daemon, "doc-talk", "succeeded");
+    let message = json!({"text": "and then?"});
+    let sent = conforms(
+        &doc,
+        "POST",
+        "/v1/tasks/{id}/messages",
+        &call(&daemon, "POST", "/v1/tasks/doc-talk/messages", Some(&message)),
+    );
+    assert_eq!(sent["turns"][1]["first_step"], 1, "{sent}");
+    for (path, body) in [
+        ("/v1/tasks/doc-queued/messages", &message),
+        ("/v1/tasks/no-such-task/messages", &message),
+        ("/v1/tasks/doc-queued/messages", &json!({"text": ""})),
+    ] {
+        conforms(&doc, "POST", "/v1/tasks/{id}/messages", &call(&daemon, "POST", path, Some(body)));
+    }
+
     // Operations.
     conforms(&doc, "GET", "/healthz", &call(&daemon, "GET", "/healthz", None));
     conforms(&doc, "GET", "/livez", &call(&daemon, "GET", "/livez", None));

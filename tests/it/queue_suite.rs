@@ -69,6 +69,7 @@ queue_suite!(
     a_task_awaiting_tools_is_cancelled_at_once,
     only_finished_tasks_are_deleted_with_their_steps_and_events,
     retention_finds_and_deletes_only_old_finished_tasks,
+    a_message_to_a_finished_task_queues_a_new_turn,
 );
 
 fn spec(id: &str, labels: &[(&str, &str)]) -> TaskSpec {
@@ -784,4 +785,57 @@ async fn retention_finds_and_deletes_only_old_finished_tasks(queue: &dyn Queue) 
     assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
     assert!(queue.delete_finished(&[]).await.unwrap_or_else(|e| panic!("{e}")).is_empty());
     queue.finish("old-running", running.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// §19: a message to a finished task queues a new turn after its steps, with a fresh attempt count and time
+/// budget; the next claim hands the worker the turns and every step; the turns survive the next ending. A
+/// message to a task that is not finished, or to no task, changes nothing.
+async fn a_message_to_a_finished_task_queues_a_new_turn(queue: &dyn Queue) {
+    let who = worker("w", &[("turns", "1")]);
+    queue.submit(new_task("talk", &[("turns", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+    // Not finished yet: refused while queued and while running.
+    assert!(matches!(queue.add_turn("talk", "too early").await, Err(QueueError::WrongState { state: "queued", .. })));
+    let lease = claim_id(queue, &who, "talk").await;
+    assert!(lease.turns.is_empty(), "a task never sent a message has no stored turns");
+    assert!(matches!(queue.add_turn("talk", "too early").await, Err(QueueError::WrongState { state: "running", .. })));
+    for index in 0..2 {
+        queue
+            .record_step("talk", lease.token, &step(index), Duration::from_millis(700))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    queue.finish("talk", lease.token, &finish(false)).await.unwrap_or_else(|e| panic!("{e}"));
+    let finished = queue.get("talk").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(queue.add_turn("nobody", "hello").await, Err(QueueError::NotFound(_))));
+
+    let record = queue.add_turn("talk", "now open Reports").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((record.state, record.outcome.as_ref(), record.finished_at), (TaskState::Queued, None, None));
+    assert_eq!(record.turns.len(), 2);
+    assert_eq!((record.turns[0].first_step, record.turns[0].last_step), (0, Some(1)));
+    assert_eq!(record.turns[0].outcome, finished.outcome, "the first turn keeps its outcome");
+    assert_eq!(record.turns[0].instructions, "task talk");
+    assert_eq!(
+        (record.turns[1].index, record.turns[1].instructions.as_str(), record.turns[1].first_step),
+        (1, "now open Reports", 2)
+    );
+    let events = queue.events_after("talk", 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(events.last().map(|e| &e.kind), Some(&EventKind::TurnQueued { turn: 1 }));
+    // A second message while the turn is queued is refused, and changes nothing.
+    assert!(matches!(queue.add_turn("talk", "and May").await, Err(QueueError::WrongState { .. })));
+    assert_eq!(queue.get("talk").await.unwrap_or_else(|e| panic!("{e}")).turns, record.turns);
+
+    let next = claim_id(queue, &who, "talk").await;
+    assert_eq!(next.attempt, 1, "a new turn counts its attempts afresh");
+    assert_eq!(next.elapsed, Duration::ZERO, "and its time");
+    assert_eq!(next.steps.len(), 2, "with every step of the earlier turn");
+    assert_eq!(next.turns, record.turns);
+    assert_eq!(next.next_seq, events.last().map_or(0, |e| e.seq) + 1, "events keep counting");
+    queue.record_step("talk", next.token, &step(2), Duration::from_millis(100)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue.finish("talk", next.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+    let done = queue.get("talk").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.state, TaskState::Succeeded);
+    assert_eq!((done.turns[1].first_step, done.turns[1].last_step), (2, Some(2)));
+    assert_eq!(done.turns[1].outcome, done.outcome);
+    assert!(done.turns[1].started_at.is_some() && done.turns[1].finished_at.is_some(), "{:?}", done.turns[1]);
+    assert_eq!(done.turns[0], record.turns[0]);
 }

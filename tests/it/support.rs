@@ -243,7 +243,13 @@ impl Daemon {
         Self::start_on_with_env(backend, api, queue, extra, Vec::new())
     }
 
-    fn start_on_with_env(backend: Backend, api: &str, queue: &str, extra: &str, env: Vec<(String, String)>) -> Self {
+    pub fn start_on_with_env(
+        backend: Backend,
+        api: &str,
+        queue: &str,
+        extra: &str,
+        env: Vec<(String, String)>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agentd.sock");
         let queue = format!("{}{queue}", backend.queue_config());
