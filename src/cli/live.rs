@@ -173,6 +173,14 @@ impl LiveView {
     /// Erases the region and writes the text still pending: the view is over, the cursor at the start of
     /// an empty line.
     pub fn finish(&mut self) -> String {
+        let out = self.suspend();
+        self.done = true;
+        out
+    }
+
+    /// Erases the region and writes the text still pending, the cursor at the start of an empty line (for a
+    /// question asked on the terminal); the next redraw draws the region again below.
+    pub fn suspend(&mut self) -> String {
         let mut lines = Vec::new();
         self.flush_text(&mut lines);
         let mut out = self.erase();
@@ -180,7 +188,6 @@ impl LiveView {
             out.push_str(&line);
             out.push('\n');
         }
-        self.done = true;
         out
     }
 

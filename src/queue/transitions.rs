@@ -12,10 +12,11 @@
 
 use std::time::Duration;
 
-use super::{Cancelled, Decision, QueueError, Release, ToolAnswer, ending};
+use super::{Cancelled, Decision, HumanAnswer, QueueError, Release, ToolAnswer, ending};
 use crate::record::Usage;
 use crate::record::events::EventKind;
-use crate::record::{ActionResult, CallResult, Outcome, StepRecord, TaskState};
+use crate::record::{ASK_HUMAN, ActionResult, CallResult, EndReason, Outcome, StepRecord, TaskState};
+use crate::task::{NO_ANSWER, OnHumanTimeout};
 
 /// Whether a task may be deleted (§21): only a finished one (succeeded, failed, cancelled). Decided under the
 /// row's lock, so a task that moved meanwhile is refused, never deleted.
@@ -196,6 +197,61 @@ pub fn answer_tools(
             duration_ms,
         });
     }
+    Ok(Answered { step, events, change: Change::Resume })
+}
+
+/// A person's answer to the `ask_human` question a task waits on (§20), or the end of its wait: only in
+/// `waiting_for_human` with a pending question in the last step (a task waiting for an approval, or for
+/// anything else, is refused). The text becomes the call's result (`call_results`, a `results[]` entry, a
+/// `tool_finished` event) and the task is queued again in the same attempt. A timeout names the call it
+/// timed out, so a question answered meanwhile (and a later question) is never ended by it; `continue`
+/// answers [`NO_ANSWER`], `fail` ends the task (reason `timeout`).
+pub fn answer_question(
+    id: &str,
+    state: TaskState,
+    last: Option<StepRecord>,
+    answer: &HumanAnswer,
+    now_ms: i64,
+) -> Result<Answered, QueueError> {
+    let refuse = |message: &str| QueueError::WrongState {
+        id: id.to_string(),
+        state: state.as_str(),
+        message: format!("only a task waiting for the answer to its question takes one ({message})"),
+    };
+    if state != TaskState::WaitingForHuman {
+        return Err(refuse("it is not waiting for a human; it may have been answered already"));
+    }
+    let Some(mut step) = last else {
+        return Err(refuse("it waits for an approval: use approve or reject"));
+    };
+    let Some((call_id, question)) = step.pending_question() else {
+        return Err(refuse("it waits for an approval: use approve or reject"));
+    };
+    let (ok, text) = match answer {
+        HumanAnswer::Text(text) => (true, text.clone()),
+        HumanAnswer::TimedOut { call_id: timed_out, .. } if *timed_out != call_id => {
+            return Err(refuse("the question that timed out was answered"));
+        }
+        HumanAnswer::TimedOut { then: OnHumanTimeout::Continue, .. } => (true, NO_ANSWER.to_string()),
+        HumanAnswer::TimedOut { then: OnHumanTimeout::Fail, after_secs, .. } => {
+            let summary = format!("nobody answered the model's question within {after_secs} s: {question}");
+            step.answer_question(&call_id, false, &format!("{NO_ANSWER} (timed out after {after_secs} s)"));
+            let outcome = Outcome::new(false, summary, EndReason::Timeout);
+            return Ok(Answered { step, events: Vec::new(), change: Change::End { outcome, fence: false } });
+        }
+    };
+    let parked_ms = step.started_at.unix_timestamp_nanos() / 1_000_000 + i128::from(step.duration_ms);
+    let duration_ms = (i128::from(now_ms) - parked_ms).clamp(0, i128::from(i64::MAX)) as u64;
+    step.answer_question(&call_id, ok, &text);
+    let events = vec![EventKind::ToolFinished {
+        step: step.index,
+        call_id,
+        name: ASK_HUMAN.to_string(),
+        ok,
+        output: text,
+        details: None,
+        duration_ms,
+    }];
     Ok(Answered { step, events, change: Change::Resume })
 }
 
