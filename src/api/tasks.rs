@@ -158,6 +158,16 @@ pub async fn approve(
     State(state): State<Arc<ApiState>>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    // A question waits for an answer, not a yes: approving it would only park it again (reject still ends it).
+    if let Some(crate::record::Waiting::Question { .. }) = state.queue.get(&id).await?.waiting {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "wrong_state",
+            format!(
+                "task {id} is waiting_for_human: it waits for the answer to its question (agentd answer), not an approval"
+            ),
+        ));
+    }
     state.queue.decide(&id, &Decision::Approve).await?;
     state.workers.wake.notify_one();
     Ok(Json(json!({"id": id, "state": "queued", "approved": true})))

@@ -231,7 +231,8 @@ impl Workers {
                     for t in &ended {
                         tracing::info!(task_id = %t.task_id, then = ?t.then, "nobody answered the model's question in time");
                         if t.then == crate::task::OnHumanTimeout::Fail {
-                            self.metrics.task_finished(crate::record::TaskState::Failed, crate::record::EndReason::Timeout);
+                            self.metrics
+                                .task_finished(crate::record::TaskState::Failed, crate::record::EndReason::Timeout);
                         }
                     }
                     self.handle.wake.notify_waiters();

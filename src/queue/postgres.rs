@@ -31,8 +31,8 @@ use tokio_util::sync::CancellationToken;
 use super::row::{LeaseRow, TaskRow, json};
 use super::transitions::{self, Change, Handback};
 use super::{
-    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
-    Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
+    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal,
+    Release, Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -458,7 +458,6 @@ impl PostgresQueue {
         Self::notify_work(&mut tx).await?;
         tx.commit().await.map_err(db_error)
     }
-
 }
 
 #[async_trait]

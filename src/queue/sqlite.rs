@@ -22,8 +22,8 @@ use sqlx::{Row, SqlitePool};
 use super::row::{LeaseRow, TaskRow, corrupt, json};
 use super::transitions::{self, Change, Handback};
 use super::{
-    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
-    Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
+    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release,
+    Rescued, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -530,7 +530,6 @@ impl SqliteQueue {
         Self::apply(&mut tx, id, &answered.change).await?;
         self.wrote(tx.commit().await)
     }
-
 
     /// The state of a task, read inside the caller's write transaction.
     async fn state(tx: &mut sqlx::SqliteConnection, id: &str) -> Result<TaskState, QueueError> {
