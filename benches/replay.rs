@@ -107,6 +107,7 @@ async fn main() {
         waiting_reason: None,
         pending_tool_calls: Vec::new(),
         replay: None,
+        waiting: None,
     };
 
     // The replay, on a fresh desktop.

@@ -121,9 +121,10 @@ impl LiveView {
                 self.tokens.1 += usage.output_tokens;
                 self.phase = self.after_step();
             }
-            EventKind::WaitingForHuman { .. } => {
+            EventKind::WaitingForHuman { question, .. } => {
                 self.flush_text(&mut lines);
-                self.phase = format!("waiting for a human (agentd approve {})", sanitize(&event.task_id));
+                let command = if question.is_some() { "answer" } else { "approve" };
+                self.phase = format!("waiting for a human (agentd {command} {})", sanitize(&event.task_id));
             }
             EventKind::AwaitingTool { .. } => {
                 self.flush_text(&mut lines);

@@ -13,8 +13,9 @@ use crate::queue::{HumanAnswer, ListFilter, Queue, QueueError};
 use crate::record::{TaskState, Waiting};
 use crate::task::{LimitsSpec, OnHumanTimeout, human_timeout};
 
-/// How many waiting tasks one round looks at.
-const ROUND: u32 = 500;
+/// How many waiting tasks one round looks at (listed without their steps; only those with a timeout are
+/// read whole).
+const ROUND: u32 = 10_000;
 
 /// A question whose wait ended this round.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -468,6 +468,95 @@ mod tests {
         ToolAnswer { id: id.into(), ok: true, output: format!("out {id}"), details: None }
     }
 
+    /// Step 3 typed, then asked `q1` (the call `c`); nothing after it.
+    fn asking() -> StepRecord {
+        use crate::record::{CallKind, ToolCall};
+        let mut step = parked();
+        step.calls = vec![ToolCall {
+            id: "q1".into(),
+            kind: CallKind::Function { name: ASK_HUMAN.into(), arguments: serde_json::json!({"question": "which?"}) },
+        }];
+        step.awaiting_tools = vec!["q1".into()];
+        step
+    }
+
+    fn text(answer: &str) -> HumanAnswer {
+        HumanAnswer::Text(answer.into())
+    }
+
+    #[test]
+    fn a_question_is_answered_only_while_it_waits_and_only_once() {
+        for state in ALL.into_iter().filter(|s| *s != TaskState::WaitingForHuman) {
+            let result = answer_question("t", state, Some(asking()), &text("x"), 0);
+            assert!(
+                matches!(&result, Err(QueueError::WrongState { state: s, .. }) if *s == state.as_str()),
+                "{state:?}: {result:?}"
+            );
+        }
+        // Waiting for an approval (no pending question), or with no step: refused, naming approvals.
+        for last in [Some(parked()), None] {
+            let mut last = last;
+            if let Some(step) = last.as_mut() {
+                step.awaiting_tools.clear();
+            }
+            match answer_question("t", TaskState::WaitingForHuman, last, &text("x"), 0) {
+                Err(QueueError::WrongState { message, .. }) => assert!(message.contains("approval"), "{message}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Answered 2.5 s after the step started, which ran 0.5 s before it parked: 2 s.
+        let answered = answer_question("t", TaskState::WaitingForHuman, Some(asking()), &text("the second"), 1_002_500)
+            .expect("answered");
+        assert_eq!(answered.change, Change::Resume);
+        assert_eq!(answered.step.call_results.len(), 1);
+        assert_eq!(answered.step.call_results[0].message, "the second");
+        assert_eq!(answered.step.results[0].tool.as_deref(), Some(ASK_HUMAN));
+        assert!(matches!(
+            &answered.events[..],
+            [EventKind::ToolFinished { call_id, duration_ms: 2000, ok: true, .. }] if call_id == "q1"
+        ));
+        assert_eq!(answered.step.pending_question(), None, "nothing pending once answered");
+        // A second answer finds no question (and the queue would find the task queued anyway).
+        let again = answer_question("t", TaskState::WaitingForHuman, Some(answered.step), &text("y"), 0);
+        assert!(matches!(again, Err(QueueError::WrongState { .. })), "{again:?}");
+    }
+
+    #[test]
+    fn a_timeout_ends_only_the_question_it_names() {
+        let timed_out = |call: &str, then| HumanAnswer::TimedOut { call_id: call.into(), then, after_secs: 60 };
+        let other =
+            answer_question("t", TaskState::WaitingForHuman, Some(asking()), &timed_out("q0", OnHumanTimeout::Fail), 0);
+        assert!(matches!(other, Err(QueueError::WrongState { .. })), "another question's timeout: {other:?}");
+        let going_on = answer_question(
+            "t",
+            TaskState::WaitingForHuman,
+            Some(asking()),
+            &timed_out("q1", OnHumanTimeout::Continue),
+            0,
+        )
+        .expect("continue");
+        assert_eq!(going_on.change, Change::Resume);
+        assert_eq!(
+            (going_on.step.call_results[0].ok, going_on.step.call_results[0].message.as_str()),
+            (true, NO_ANSWER)
+        );
+        let failed =
+            answer_question("t", TaskState::WaitingForHuman, Some(asking()), &timed_out("q1", OnHumanTimeout::Fail), 0)
+                .expect("fail");
+        match failed.change {
+            Change::End { outcome, fence: false } => {
+                assert_eq!((outcome.success, outcome.reason), (false, EndReason::Timeout));
+                assert!(
+                    outcome.summary.contains("within 60 s") && outcome.summary.contains("which?"),
+                    "{}",
+                    outcome.summary
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(failed.events.is_empty());
+    }
+
     #[test]
     fn tool_answers_are_taken_only_whole_and_only_while_awaiting() {
         for state in ALL.into_iter().filter(|s| *s != TaskState::AwaitingTool) {
