@@ -166,6 +166,7 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
             guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0 },
             verify: Vec::new(),
             verify_retries: 2,
+            ask_human: false,
         },
         computer: desktop as Arc<dyn ComputerProvider>,
         model,

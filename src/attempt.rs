@@ -127,7 +127,8 @@ pub struct AttemptOutput {
     pub guard_fired: Vec<(StuckCheck, bool)>,
 }
 
-/// The computer and the model an attempt runs with.
+/// The computer and the model an attempt runs with (cheap to clone: a run on a terminal resumes on them).
+#[derive(Clone)]
 pub struct Built {
     pub computer: Arc<dyn ComputerProvider>,
     pub model: Arc<dyn Model>,

@@ -109,11 +109,11 @@ pub mod verify;
 
 // The agent and its runs.
 pub use library::{
-    AbortHandle, Agent, AgentBuilder, CallContext, FnTool, Run, RunFailed, RunReport, mock_desktop, parameters_of,
-    scripted_model, tool_fn,
+    AbortHandle, Agent, AgentBuilder, CallContext, FnTool, Human, Run, RunFailed, RunReport, mock_desktop,
+    parameters_of, scripted_model, tool_fn,
 };
 // What a run reports.
-pub use record::{EndReason, Event, EventKind, Outcome, ScreenshotRef, StepRecord, TaskState, Usage};
+pub use record::{EndReason, Event, EventKind, Outcome, Proposed, ScreenshotRef, StepRecord, TaskState, Usage};
 // Tools of your own (`#[agentd::async_trait]` on an `impl Tool`).
 pub use async_trait::async_trait;
 pub use tools::{Tool, ToolContext, ToolOutcome};

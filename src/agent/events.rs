@@ -92,7 +92,7 @@ mod tests {
     fn events_are_numbered_in_order_and_serialize_with_type() {
         let (sink, mut rx) = EventSink::channel("t1", 7);
         sink.emit(EventKind::StepStarted { step: 0 });
-        sink.emit(EventKind::WaitingForHuman { reason: "x".into() });
+        sink.emit(EventKind::WaitingForHuman { reason: "x".into(), question: None, call_id: None });
         let a = rx.try_recv().unwrap();
         let b = rx.try_recv().unwrap();
         assert_eq!((a.seq, b.seq), (7, 8));

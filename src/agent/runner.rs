@@ -433,9 +433,9 @@ impl Loop {
         };
         let still = record.pending_tool_calls();
         if !still.is_empty() {
-            self.input.events.emit(EventKind::AwaitingTool { step: record.index, calls: still.clone() });
+            let index = record.index;
             self.steps.push(record);
-            return Err(Stop::End(LoopEnd::AwaitingTool { calls: still }));
+            return Err(self.parked(index, still));
         }
         // The step's duration counts its running parts, not the wait.
         let started =
@@ -694,7 +694,11 @@ impl Loop {
 
         if let Some(request) = &turn.approval {
             // The calls wait for a human: the step is journaled as waiting; park the task.
-            self.input.events.emit(EventKind::WaitingForHuman { reason: request.reason.clone() });
+            self.input.events.emit(EventKind::WaitingForHuman {
+                reason: request.reason.clone(),
+                question: None,
+                call_id: None,
+            });
             self.steps.push(record);
             return Err(Stop::End(LoopEnd::WaitingForHuman { reason: request.reason.clone() }));
         }
@@ -774,9 +778,26 @@ impl Loop {
         if let Err(stop) = self.journal(&record).await {
             return stop;
         }
-        self.input.events.emit(EventKind::AwaitingTool { step: record.index, calls: executed.awaiting.clone() });
+        let index = record.index;
         self.steps.push(record);
-        Stop::End(LoopEnd::AwaitingTool { calls: executed.awaiting.clone() })
+        self.parked(index, executed.awaiting.clone())
+    }
+
+    /// The end of an attempt whose step `index` waits for `calls`: a person's answer to an `ask_human`
+    /// question (§20: `waiting_for_human`, the event says the question), or the API client's `remote` tool
+    /// results (§13: `awaiting_tool`).
+    fn parked(&self, index: u32, calls: Vec<PendingToolCall>) -> Stop {
+        if let Some(call) = calls.iter().find(|c| c.name == crate::record::ASK_HUMAN) {
+            let question = call.arguments.get("question").and_then(|q| q.as_str()).unwrap_or_default().to_string();
+            self.input.events.emit(EventKind::WaitingForHuman {
+                reason: question.clone(),
+                question: Some(question.clone()),
+                call_id: Some(call.id.clone()),
+            });
+            return Stop::End(LoopEnd::WaitingForHuman { reason: question });
+        }
+        self.input.events.emit(EventKind::AwaitingTool { step: index, calls: calls.clone() });
+        Stop::End(LoopEnd::AwaitingTool { calls })
     }
 
     /// Waits for the screen to settle after input actions, and records how long and whether it changed.
@@ -949,6 +970,15 @@ impl Loop {
                     out.tool_results.push(result);
                 }
                 CallKind::Function { name, arguments } => {
+                    // A valid `ask_human` call waits for a person, alone (§20).
+                    if self.input.tools.question(name, arguments).is_some() {
+                        out.awaiting = vec![PendingToolCall {
+                            id: call.id.clone(),
+                            name: name.clone(),
+                            arguments: arguments.clone(),
+                        }];
+                        break;
+                    }
                     // A valid remote call and the valid remote calls right after it go to the API client
                     // together.
                     let awaiting = remote_run(&turn.calls[position..], &self.input.tools);

@@ -222,6 +222,7 @@ fn endpoints() -> Vec<Endpoint> {
         post_at("/v1/tasks/{id}/reject", tasks::reject),
         post_at("/v1/tasks/{id}/tool-results", tasks::tool_results),
         post_at("/v1/tasks/{id}/messages", messages::send),
+        post_at("/v1/tasks/{id}/answer", tasks::answer),
         get_at("/v1/tasks/{id}/events", events::stream),
         get_at("/v1/tasks/{id}/steps/{index}/screenshot", tasks::screenshot),
         get_at("/v1/openapi.json", openapi),

@@ -1,5 +1,5 @@
-//! Task endpoints: submit, list, status, cancel, approve, reject, remote tool results, screenshots; and
-//! `/livez`, `/healthz`, `/metrics`.
+//! Task endpoints: submit, list, status, cancel, approve, reject, remote tool results, answers to the
+//! model's questions, screenshots; and `/livez`, `/healthz`, `/metrics`.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use serde_json::json;
 use super::{ApiError, ApiPath, ApiQuery, ApiState};
 use crate::artifacts::ArtifactError;
 use crate::backends;
-use crate::queue::{Cancelled, Decision, ListFilter, NewTask, Submitted, ToolAnswer};
+use crate::queue::{Cancelled, Decision, HumanAnswer, ListFilter, NewTask, Submitted, ToolAnswer};
 use crate::record::events::EventKind;
 use crate::record::{EndReason, ScreenshotRef, TaskState};
 use crate::status::TaskRecord;
@@ -158,6 +158,16 @@ pub async fn approve(
     State(state): State<Arc<ApiState>>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    // A question waits for an answer, not a yes: approving it would only park it again (reject still ends it).
+    if let Some(crate::record::Waiting::Question { .. }) = state.queue.get(&id).await?.waiting {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "wrong_state",
+            format!(
+                "task {id} is waiting_for_human: it waits for the answer to its question (agentd answer), not an approval"
+            ),
+        ));
+    }
     state.queue.decide(&id, &Decision::Approve).await?;
     state.workers.wake.notify_one();
     Ok(Json(json!({"id": id, "state": "queued", "approved": true})))
@@ -219,6 +229,34 @@ pub async fn tool_results(
     state.workers.events_stored.notify_waiters();
     let answered: Vec<&str> = answers.iter().map(|a| a.id.as_str()).collect();
     Ok(Json(json!({"id": id, "state": "queued", "answered": answered})))
+}
+
+/// `POST /v1/tasks/{id}/answer`: `{"text"}`, a person's answer to the model's `ask_human` question (§20).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerBody {
+    text: String,
+}
+
+/// The text becomes the `ask_human` call's result and the task is queued again. The queue decides under the
+/// row's lock, so of two answers at once one wins and the other gets 409, as does an answer to a task that
+/// waits for an approval or for nothing.
+pub async fn answer(
+    State(state): State<Arc<ApiState>>,
+    ApiPath(id): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let text = body_text(body)?;
+    let body: AnswerBody = crate::task::parse_json(&text, "request body")
+        .map_err(|e| ApiError { code: "invalid_answer", ..invalid_task(e) })?;
+    if body.text.trim().is_empty() {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_answer", "text: the answer must not be blank")
+            .with_field("text".to_string()));
+    }
+    state.queue.answer_question(&id, &HumanAnswer::Text(body.text)).await?;
+    state.workers.wake.notify_one();
+    state.workers.events_stored.notify_waiters();
+    Ok(Json(json!({"id": id, "state": "queued", "answered": true})))
 }
 
 #[derive(Deserialize)]

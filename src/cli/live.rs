@@ -121,9 +121,10 @@ impl LiveView {
                 self.tokens.1 += usage.output_tokens;
                 self.phase = self.after_step();
             }
-            EventKind::WaitingForHuman { .. } => {
+            EventKind::WaitingForHuman { question, .. } => {
                 self.flush_text(&mut lines);
-                self.phase = format!("waiting for a human (agentd approve {})", sanitize(&event.task_id));
+                let command = if question.is_some() { "answer" } else { "approve" };
+                self.phase = format!("waiting for a human (agentd {command} {})", sanitize(&event.task_id));
             }
             EventKind::AwaitingTool { .. } => {
                 self.flush_text(&mut lines);
@@ -173,6 +174,14 @@ impl LiveView {
     /// Erases the region and writes the text still pending: the view is over, the cursor at the start of
     /// an empty line.
     pub fn finish(&mut self) -> String {
+        let out = self.suspend();
+        self.done = true;
+        out
+    }
+
+    /// Erases the region and writes the text still pending, the cursor at the start of an empty line (for a
+    /// question asked on the terminal); the next redraw draws the region again below.
+    pub fn suspend(&mut self) -> String {
         let mut lines = Vec::new();
         self.flush_text(&mut lines);
         let mut out = self.erase();
@@ -180,7 +189,6 @@ impl LiveView {
             out.push_str(&line);
             out.push('\n');
         }
-        self.done = true;
         out
     }
 

@@ -1,6 +1,7 @@
 //! The command line (product contract §2): argument parsing and dispatch. Each command lives in its own
 //! module and returns an [`Exit`]; errors print their chain on stderr and map to the exit code table.
 
+pub mod ask;
 pub mod client;
 pub mod compile;
 pub mod console;
@@ -279,6 +280,19 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
+    /// Answer the question a task's model asked with `ask_human` (the task waits in waiting_for_human); it
+    /// resumes with the text as the tool's result.
+    #[command(after_help = "Examples:
+  agentd status ID                                 shows the question (waiting.question)
+  agentd answer ID \"the Alice in accounting, alice@example.com\"")]
+    Answer {
+        /// The task's id.
+        id: String,
+        /// The answer the model reads.
+        text: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// Write a task's trajectory report: a self-contained HTML file, an animated GIF or WebP of its steps.
     #[command(after_help = "Examples:
   agentd export 01J… --html run.html          one file to open in a browser or attach to a ticket
@@ -401,6 +415,7 @@ impl Command {
             Command::Reject { .. } => "reject",
             Command::ToolResult { .. } => "tool-result",
             Command::Send { .. } => "send",
+            Command::Answer { .. } => "answer",
             Command::Export { .. } => "export",
             Command::Show { .. } => "show",
             Command::Compile { .. } => "compile",
@@ -426,6 +441,7 @@ impl Command {
             | Command::Reject { daemon, .. }
             | Command::ToolResult { daemon, .. }
             | Command::Send { daemon, .. }
+            | Command::Answer { daemon, .. }
             | Command::Export { daemon, .. }
             | Command::Show { daemon, .. }
             | Command::Compile { daemon, .. }
@@ -602,6 +618,7 @@ async fn dispatch(cli: Cli) -> CliResult {
             let answer = remote::ToolResultArgs { call_id, output, error: *error, details: details.as_deref() };
             remote::tool_result(&client(daemon)?, id, &answer, json).await
         }
+        Command::Answer { id, text, daemon } => remote::answer(&client(daemon)?, id, text, json).await,
         Command::Send { id, text, wait, daemon } => turns::send(&client(daemon)?, id, text, *wait, json).await,
         Command::Export { id, conversation: true, message, local, daemon, .. } => {
             let config = source.load()?;

@@ -22,6 +22,8 @@ pub struct Progress {
 struct Inner {
     mode: Mutex<Mode>,
     ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// A question is being asked on the terminal: the status line is not redrawn under its prompt.
+    asking: std::sync::atomic::AtomicBool,
 }
 
 enum Mode {
@@ -63,7 +65,8 @@ impl Progress {
     }
 
     fn with(mode: Mode) -> Self {
-        Self { inner: Arc::new(Inner { mode: Mutex::new(mode), ticker: Mutex::new(None) }) }
+        let asking = std::sync::atomic::AtomicBool::new(false);
+        Self { inner: Arc::new(Inner { mode: Mutex::new(mode), ticker: Mutex::new(None), asking }) }
     }
 
     /// Shows one event.
@@ -86,6 +89,33 @@ impl Progress {
         write_stderr(&out);
     }
 
+    /// Asks on the terminal: `prompt` (already made safe to print) on stderr, the live view's region erased
+    /// and not redrawn until a line is read from stdin (`None` at its end). The line's end is cut off.
+    pub async fn ask(&self, prompt: String) -> Option<String> {
+        use std::sync::atomic::Ordering;
+        self.inner.asking.store(true, Ordering::SeqCst);
+        {
+            let mut mode = self.inner.mode.lock().unwrap_or_else(PoisonError::into_inner);
+            let erased = match &mut *mode {
+                Mode::Plain(_) => String::new(),
+                Mode::Live(view) => view.suspend(),
+            };
+            write_stderr(&format!("{erased}{prompt}"));
+        }
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            match std::io::stdin().read_line(&mut line) {
+                Ok(0) | Err(_) => None,
+                Ok(_) => Some(line.trim_end_matches(['\n', '\r']).to_string()),
+            }
+        })
+        .await
+        .ok()
+        .flatten();
+        self.inner.asking.store(false, Ordering::SeqCst);
+        line
+    }
+
     /// Says on the status line what the task is doing when no event tells (live view only).
     pub fn phase(&self, phase: &str) {
         self.inner.draw(|view| view.set_phase(phase, term::width(STDERR), Instant::now()));
@@ -105,6 +135,9 @@ impl Inner {
     /// Writes what `draw` returns for the live view (nothing in plain mode), under the lock, so a tick and an
     /// event never interleave their bytes.
     fn draw(&self, draw: impl FnOnce(&mut LiveView) -> String) {
+        if self.asking.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let mut mode = self.mode.lock().unwrap_or_else(PoisonError::into_inner);
         if let Mode::Live(view) = &mut *mode {
             write_stderr(&draw(view));
@@ -174,7 +207,10 @@ impl Printer {
                 }
                 Some(line)
             }
-            EventKind::WaitingForHuman { reason } => Some(format!("waiting for a human: {}", sanitize(reason))),
+            EventKind::WaitingForHuman { question: Some(question), .. } => {
+                Some(format!("the model asks a human: {}", sanitize(question)))
+            }
+            EventKind::WaitingForHuman { reason, .. } => Some(format!("waiting for a human: {}", sanitize(reason))),
             EventKind::TaskFinished { state, outcome, usage } => {
                 let mark = if *state == TaskState::Succeeded { "✓" } else { "✗" };
                 Some(format!(

@@ -306,6 +306,19 @@ pub async fn tool_result(client: &Client, id: &str, answer: &ToolResultArgs<'_>,
     Ok(Exit::Success)
 }
 
+/// `answer ID TEXT`: the text becomes the result of the task's pending `ask_human` call (§20).
+pub async fn answer(client: &Client, id: &str, text: &str, json: bool) -> CliResult {
+    let body = serde_json::json!({ "text": text });
+    let path = format!("/v1/tasks/{}/answer", encode(id));
+    let (_, reply) = client.call(Method::POST, &path, Some(body.to_string().into_bytes())).await?;
+    if json {
+        print_json(&reply);
+    } else {
+        eprintln!("agentd: task {}: answered; it resumes", sanitize(id));
+    }
+    Ok(Exit::Success)
+}
+
 /// How often `list --watch` asks again.
 const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 

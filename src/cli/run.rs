@@ -4,7 +4,8 @@
 //! resolve against the task file's directory), runs it with live progress on stderr from the run's event
 //! stream (the run waits for every screenshot to be stored, up to a minute), writes the task record to `data_dir/runs/{id}.json`, and prints the result on stdout: the §8
 //! document with `--json`, a short summary otherwise. Ctrl-C cancels the task at the next safe point; a
-//! second Ctrl-C exits at once.
+//! second Ctrl-C exits at once. On a terminal the model's questions and the approvals a step waits for are
+//! asked there (`ask`); elsewhere such a run ends there.
 
 use std::path::Path;
 
@@ -47,6 +48,11 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     // The library's agent, as any embedder builds it: input the task file states wrongly is refused before
     // the task starts (exit 2 naming the field).
     let mut builder = Agent::builder();
+    // On a terminal, a question or an approval is asked there and the run goes on (§20).
+    let human = super::ask::TerminalHuman::if_interactive().map(std::sync::Arc::new);
+    if let Some(human) = &human {
+        builder = builder.human(human.clone());
+    }
     if let Some(replay) = &spec.replay {
         builder = builder.replay_recording(local_record(config, replay.of.as_str()).map_err(build_error)?);
     }
@@ -71,6 +77,9 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     );
     let mut run = agent.run();
     let progress = Progress::on_stderr();
+    if let Some(human) = &human {
+        human.attach(progress.clone());
+    }
     let signals = watch_interrupts(run.abort_handle(), progress.clone());
     while let Some(event) = run.next().await {
         progress.event(&event);

@@ -11,6 +11,7 @@
 //! fails keeps the certificate in use and logs why. Without TLS, SIGHUP is logged and changes nothing.
 
 pub mod notify;
+pub mod questions;
 pub mod worker;
 
 use std::sync::Arc;

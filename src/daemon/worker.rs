@@ -1,5 +1,6 @@
 //! Workers: the claim loop, one runner per leased task, the heartbeat that keeps leases alive (and carries
-//! cancellations and lease losses back to the runners), and the rescuer of expired leases.
+//! cancellations and lease losses back to the runners), and the rescuer of expired leases (which
+//! also ends the waits of questions nobody answered in time).
 //!
 //! Concurrency is a semaphore of `worker.concurrency` permits; a runner holds one for the whole attempt. A
 //! task that waits for a human or for the API client's remote tool results is released back to the queue
@@ -209,7 +210,8 @@ impl Workers {
         }
     }
 
-    /// Hands tasks of dead workers back to the queue, every half lease.
+    /// Hands tasks of dead workers back to the queue, and ends the waits of questions nobody answered in
+    /// time (`questions`), every half lease.
     pub async fn rescue_loop(self: Arc<Self>, stop: CancellationToken) {
         let every = Duration::from_millis((self.config.queue.lease_secs * 500).max(500));
         loop {
@@ -223,6 +225,21 @@ impl Workers {
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
+            }
+            match super::questions::time_out(self.queue.as_ref(), &self.config.defaults.limits).await {
+                Ok(ended) if !ended.is_empty() => {
+                    for t in &ended {
+                        tracing::info!(task_id = %t.task_id, then = ?t.then, "nobody answered the model's question in time");
+                        if t.then == crate::task::OnHumanTimeout::Fail {
+                            self.metrics
+                                .task_finished(crate::record::TaskState::Failed, crate::record::EndReason::Timeout);
+                        }
+                    }
+                    self.handle.wake.notify_waiters();
+                    self.handle.events_stored.notify_waiters();
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "ending questions' waits failed"),
             }
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -410,6 +427,9 @@ impl Workers {
                 retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
             End::Wait(reason) => {
+                // As for remote tools: a client that sees the task waiting finds its step's screenshot and
+                // events, and an answer's own events are numbered after them.
+                self.wait_for_uploads(task_id).await;
                 wait_stored(stored, events).await;
                 let release = Release::WaitForHuman { reason };
                 retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
@@ -629,6 +649,9 @@ mod tests {
         }
         async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError> {
             self.inner.add_turn(id, text).await
+        }
+        async fn answer_question(&self, id: &str, answer: &crate::queue::HumanAnswer) -> Result<(), QueueError> {
+            self.inner.answer_question(id, answer).await
         }
         async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
             self.inner.rescue_expired().await

@@ -34,7 +34,7 @@ use crate::tools::{Tool, Toolbox, ToolboxError};
 #[doc(hidden)]
 pub use hosted::Hosting;
 pub use replay::check_replayable;
-pub use run::{AbortHandle, Run, RunFailed, RunReport};
+pub use run::{AbortHandle, Human, Run, RunFailed, RunReport};
 pub use typed::{CallContext, FnTool, parameters_of, tool_fn};
 
 /// An agent: a model, a computer, tools, instructions and limits. Each [`Agent::run`] is one task on them;
@@ -51,6 +51,7 @@ pub struct Agent {
     data_dir: PathBuf,
     spool_dir: Option<PathBuf>,
     worker: String,
+    human: Option<Arc<dyn Human>>,
 }
 
 enum Source<T> {
@@ -85,6 +86,7 @@ pub struct AgentBuilder {
     task_id: Option<TaskId>,
     worker: Option<String>,
     replay_record: Option<TaskRecord>,
+    human: Option<Arc<dyn Human>>,
 }
 
 impl Agent {
@@ -128,6 +130,7 @@ impl Agent {
             store: self.store.clone(),
             spool_dir,
             own_spool,
+            human: self.human.clone(),
         })
     }
 
@@ -325,6 +328,7 @@ impl AgentBuilder {
         let spool_dir = self.spool_dir.take();
         let task_id = self.task_id.clone();
         let worker = self.worker_name();
+        let human = self.human.take();
         let data_dir = match data_dir {
             Some(dir) => dir,
             None => std::env::temp_dir().join(format!("agentd-{}", uuid::Uuid::now_v7())),
@@ -346,7 +350,15 @@ impl AgentBuilder {
             data_dir,
             spool_dir,
             worker,
+            human,
         })
+    }
+
+    /// A person the run asks when the model calls `ask_human` or a step waits for approval (`agentd run` on
+    /// a terminal). Without one, such a run ends there (the question or the approval is in its outcome).
+    pub fn human(mut self, human: Arc<dyn Human>) -> Self {
+        self.human = Some(human);
+        self
     }
 
     fn worker_name(&self) -> String {

@@ -16,9 +16,10 @@ use tokio_util::task::TaskTracker;
 use crate::agent::events::EventSink;
 use crate::agent::journal::MemoryJournal;
 use crate::artifacts::{ArtifactStore, Uploader};
-use crate::attempt::{self, Attempt, Built, RunContext};
+use crate::attempt::{self, Attempt, Built, Ending, RunContext};
 use crate::config::Config;
-use crate::record::{EndReason, Event, Outcome, ScreenshotRef, StepRecord, Usage};
+use crate::record::events::EventKind;
+use crate::record::{EndReason, Event, Outcome, Proposed, ScreenshotRef, StepRecord, Usage, Waiting};
 use crate::task::{ResolvedTask, TaskId};
 
 /// How long a run waits for its screenshots to be stored before it resolves (they stay in the spool).
@@ -137,6 +138,19 @@ pub(super) struct Launch {
     pub spool_dir: PathBuf,
     /// Remove `spool_dir` once it is empty (a run's own spool).
     pub own_spool: bool,
+    /// Who answers the model's questions and approves its held steps, if anyone.
+    pub human: Option<Arc<dyn Human>>,
+}
+
+/// A person a run asks (§20): the model's `ask_human` questions, and approvals of steps held for one (a
+/// vendor's safety check). `agentd run` on a terminal asks on the terminal. `None` from either: no answer —
+/// the run ends there as it would with nobody to ask.
+#[async_trait::async_trait]
+pub trait Human: Send + Sync {
+    /// The answer to the model's question; the model reads it as the tool's result.
+    async fn answer(&self, question: &str) -> Option<String>;
+    /// Whether the held step's calls may run: yes runs them, no ends the run `rejected`.
+    async fn approve(&self, reason: &str, proposed: &Proposed) -> Option<bool>;
 }
 
 /// Starts a run on the current Tokio runtime.
@@ -152,30 +166,96 @@ pub(super) fn start(launch: Launch) -> Run {
 
 /// One attempt, then what `agentd run` does after it: wait for the screenshots, emit `task_finished`.
 async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> RunReport {
-    let Launch { task_id, worker, task, built, config, store, spool_dir, own_spool } = launch;
+    let Launch { task_id, worker, task, built, config, store, spool_dir, own_spool, human } = launch;
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
     let uploader =
         Uploader::start(store, spool_dir.clone(), 64, config.artifacts.spool_max_bytes, &tracker, background.clone());
     attempt::emit_started(&events, 1, &worker);
-    let attempt = Attempt {
-        task,
-        settle: config.settle,
-        context: RunContext {
-            task_id: task_id.as_str(),
-            attempt: 1,
-            uploader: uploader.clone(),
-            journal: Arc::new(MemoryJournal::default()),
-            events: events.clone(),
-            cancel,
-            shutdown: CancellationToken::new(),
-            resume: Vec::new(),
-            elapsed_before: Duration::ZERO,
-            approved: false,
-            turns: Vec::new(),
-        },
+    let started = std::time::Instant::now();
+    let (mut resume, mut approved) = (Vec::new(), false);
+    let output = loop {
+        let attempt = Attempt {
+            task: task.clone(),
+            settle: config.settle,
+            context: RunContext {
+                task_id: task_id.as_str(),
+                attempt: 1,
+                uploader: uploader.clone(),
+                journal: Arc::new(MemoryJournal::default()),
+                events: events.clone(),
+                cancel: cancel.clone(),
+                shutdown: CancellationToken::new(),
+                resume: std::mem::take(&mut resume),
+                elapsed_before: started.elapsed(),
+                approved,
+                turns: Vec::new(),
+            },
+        };
+        let mut output = attempt.run(built.clone()).await;
+        // A person to ask: the run goes on with the answer from the step it waited on (as a worker resumes
+        // an answered task), in the same attempt.
+        let (Some(human), Ending::WaitingForHuman(_)) = (&human, &output.ending) else { break output };
+        let Some(last) = output.steps.last_mut() else { break output };
+        match Waiting::of_step(last) {
+            Some(Waiting::Question { call_id, question, step }) => {
+                let asked = tokio::select! {
+                    text = human.answer(&question) => text,
+                    () = cancel.cancelled() => None,
+                };
+                let Some(text) = asked else { break output };
+                last.answer_question(&call_id, true, &text);
+                let name = crate::record::ASK_HUMAN.to_string();
+                let (ok, output_text) = (true, text);
+                events.emit(EventKind::ToolFinished {
+                    step,
+                    call_id,
+                    name,
+                    ok,
+                    output: output_text,
+                    details: None,
+                    duration_ms: 0,
+                });
+                approved = false;
+            }
+            Some(Waiting::Approval { reason, proposed, .. }) => match tokio::select! {
+                yes = human.approve(&reason, &proposed) => yes,
+                () = cancel.cancelled() => None,
+            } {
+                Some(true) => approved = true,
+                Some(false) => {
+                    if let Some(approval) = last.approval.as_mut() {
+                        approval.approved = Some(false);
+                    }
+                    output.ending = Ending::Finished(Outcome::new(
+                        false,
+                        format!("rejected on the terminal: {reason}"),
+                        EndReason::Rejected,
+                    ));
+                    break output;
+                }
+                None => break output,
+            },
+            _ => break output,
+        }
+        resume = std::mem::take(&mut output.steps);
     };
-    let output = attempt.run(built).await;
+    let mut output = output;
+    if let (Ending::WaitingForHuman(_), Some(last)) = (&output.ending, output.steps.last()) {
+        if cancel.is_cancelled() {
+            output.ending = Ending::Finished(Outcome::new(false, "cancelled", EndReason::Cancelled));
+        } else if let Some((_, question)) = last.pending_question() {
+            // Nobody to ask: the run ends as a waiting one always did here (reason `rejected`).
+            output.ending = Ending::Finished(Outcome::new(
+                false,
+                format!(
+                    "the model asks a human: {question} (run it on a terminal to answer, or submit it to the daemon \
+                     and use agentd answer)"
+                ),
+                EndReason::Rejected,
+            ));
+        }
+    }
     // No queue to hand the task back to and no human to wait for: every ending is final here.
     let outcome = output.ending.into_outcome();
     let pending_uploads = uploader.flush(FLUSH_TIMEOUT).await;

@@ -147,6 +147,15 @@ pub struct ToolAnswer {
     pub details: Option<serde_json::Value>,
 }
 
+/// What ends a task's wait for the answer to its `ask_human` question (§20).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HumanAnswer {
+    /// A person's answer: the call's result, and the task goes on.
+    Text(String),
+    /// Nobody answered the question of call `call_id` within `after_secs` (the daemon's sweep).
+    TimedOut { call_id: String, then: crate::task::OnHumanTimeout, after_secs: u64 },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cancelled {
     /// It was queued or waiting: it is cancelled now.
@@ -267,6 +276,12 @@ pub trait Queue: Send + Sync {
     /// `turn_queued` event follows its events. A task that is not finished is [`QueueError::WrongState`] and
     /// nothing changes.
     async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError>;
+    /// Ends the wait of a task in `waiting_for_human` for the answer to its `ask_human` question (§20): the
+    /// text goes into its last step as the call's result with a `tool_finished` event, and the task is
+    /// queued again in the same attempt, claimable at once; a timeout with `fail` ends the task instead.
+    /// Decided under the row's lock: a task not waiting for a question (running, finished, waiting for an
+    /// approval, answered already) is [`QueueError::WrongState`] and nothing changes.
+    async fn answer_question(&self, id: &str, answer: &HumanAnswer) -> Result<(), QueueError>;
 
     /// Hands back tasks whose lease expired; a task out of attempts fails.
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError>;

@@ -31,8 +31,8 @@ use tokio_util::sync::CancellationToken;
 use super::row::{LeaseRow, TaskRow, json};
 use super::transitions::{self, Change, Handback};
 use super::{
-    Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal, Release,
-    Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
+    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal,
+    Release, Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -423,6 +423,45 @@ impl PostgresQueue {
     }
 }
 
+impl PostgresQueue {
+    /// Answers what the last step of a task waits for (remote tool results, a question): `decide` reads the
+    /// state and that step under the row's lock and says what to write.
+    async fn answer_last_step(
+        &self,
+        id: &str,
+        decide: impl FnOnce(TaskState, Option<StepRecord>, i64) -> Result<transitions::Answered, QueueError>,
+    ) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let state = Self::lock_state(&mut tx, id).await?;
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let last = last.as_deref().map(row::step).transpose()?;
+        let now_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
+        let answered = match decide(state, last, now_ms) {
+            Ok(answered) => answered,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
+            .bind(id)
+            .bind(answered.step.index.min(i32::MAX as u32) as i32)
+            .bind(json(&answered.step)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        for kind in answered.events {
+            Self::own_event(&mut tx, id, kind).await?;
+        }
+        Self::apply(&mut tx, id, &answered.change).await?;
+        // Any node may resume it: every listening node looks for work.
+        Self::notify_work(&mut tx).await?;
+        tx.commit().await.map_err(db_error)
+    }
+}
+
 #[async_trait]
 impl Queue for PostgresQueue {
     fn describe(&self) -> String {
@@ -807,34 +846,11 @@ impl Queue for PostgresQueue {
     }
 
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let state = Self::lock_state(&mut tx, id).await?;
-        let last: Option<String> =
-            sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx DESC LIMIT 1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        let last = last.as_deref().map(row::step).transpose()?;
-        let now_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
-        let answered = match transitions::answer_tools(id, state, last, answers, now_ms) {
-            Ok(answered) => answered,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
-            .bind(id)
-            .bind(answered.step.index.min(i32::MAX as u32) as i32)
-            .bind(json(&answered.step)?)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        for kind in answered.events {
-            Self::own_event(&mut tx, id, kind).await?;
-        }
-        Self::apply(&mut tx, id, &answered.change).await?;
-        // Any node may resume it: every listening node looks for work.
-        Self::notify_work(&mut tx).await?;
-        tx.commit().await.map_err(db_error)
+        self.answer_last_step(id, |state, last, now| transitions::answer_tools(id, state, last, answers, now)).await
+    }
+
+    async fn answer_question(&self, id: &str, answer: &HumanAnswer) -> Result<(), QueueError> {
+        self.answer_last_step(id, |state, last, now| transitions::answer_question(id, state, last, answer, now)).await
     }
 
     async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError> {

@@ -22,8 +22,8 @@ use sqlx::{Row, SqlitePool};
 use super::row::{LeaseRow, TaskRow, corrupt, json};
 use super::transitions::{self, Change, Handback};
 use super::{
-    Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Rescued,
-    Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
+    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release,
+    Rescued, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -501,6 +501,41 @@ impl SqliteQueue {
         }
     }
 
+    /// Answers what the last step of a task waits for (remote tool results, a question): `decide` reads the
+    /// state and that step under the write lock and says what to write.
+    async fn answer_last_step(
+        &self,
+        id: &str,
+        decide: impl FnOnce(TaskState, Option<StepRecord>, i64) -> Result<transitions::Answered, QueueError>,
+    ) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        let state = Self::state(&mut tx, id).await?;
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let last = last.as_deref().map(row::step).transpose()?;
+        let answered = match decide(state, last, now_ms()) {
+            Ok(answered) => answered,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
+            .bind(id)
+            .bind(i64::from(answered.step.index))
+            .bind(json(&answered.step)?)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.failed(e))?;
+        for kind in answered.events {
+            Self::own_event(&mut tx, id, kind).await?;
+        }
+        Self::apply(&mut tx, id, &answered.change).await?;
+        self.wrote(tx.commit().await)
+    }
+
     /// The state of a task, read inside the caller's write transaction.
     async fn state(tx: &mut sqlx::SqliteConnection, id: &str) -> Result<TaskState, QueueError> {
         let state: String = sqlx::query_scalar("SELECT state FROM tasks WHERE id = ?1")
@@ -869,32 +904,11 @@ impl Queue for SqliteQueue {
     }
 
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {
-        let _write = self.writes.lock().await;
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
-        let state = Self::state(&mut tx, id).await?;
-        let last: Option<String> =
-            sqlx::query_scalar("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx DESC LIMIT 1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        let last = last.as_deref().map(row::step).transpose()?;
-        let answered = match transitions::answer_tools(id, state, last, answers, now_ms()) {
-            Ok(answered) => answered,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
-            .bind(id)
-            .bind(i64::from(answered.step.index))
-            .bind(json(&answered.step)?)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.failed(e))?;
-        for kind in answered.events {
-            Self::own_event(&mut tx, id, kind).await?;
-        }
-        Self::apply(&mut tx, id, &answered.change).await?;
-        self.wrote(tx.commit().await)
+        self.answer_last_step(id, |state, last, now| transitions::answer_tools(id, state, last, answers, now)).await
+    }
+
+    async fn answer_question(&self, id: &str, answer: &HumanAnswer) -> Result<(), QueueError> {
+        self.answer_last_step(id, |state, last, now| transitions::answer_question(id, state, last, answer, now)).await
     }
 
     async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError> {

@@ -12,10 +12,11 @@
 
 use std::time::Duration;
 
-use super::{Cancelled, Decision, QueueError, Release, ToolAnswer, ending};
+use super::{Cancelled, Decision, HumanAnswer, QueueError, Release, ToolAnswer, ending};
 use crate::record::Usage;
 use crate::record::events::EventKind;
-use crate::record::{ActionResult, CallResult, Outcome, StepRecord, TaskState, Turn};
+use crate::record::{ASK_HUMAN, ActionResult, CallResult, EndReason, Outcome, StepRecord, TaskState, Turn};
+use crate::task::{NO_ANSWER, OnHumanTimeout};
 
 /// Whether a task may be deleted (§21): only a finished one (succeeded, failed, cancelled). Decided under the
 /// row's lock, so a task that moved meanwhile is refused, never deleted.
@@ -237,6 +238,61 @@ pub fn answer_tools(
     Ok(Answered { step, events, change: Change::Resume })
 }
 
+/// A person's answer to the `ask_human` question a task waits on (§20), or the end of its wait: only in
+/// `waiting_for_human` with a pending question in the last step (a task waiting for an approval, or for
+/// anything else, is refused). The text becomes the call's result (`call_results`, a `results[]` entry, a
+/// `tool_finished` event) and the task is queued again in the same attempt. A timeout names the call it
+/// timed out, so a question answered meanwhile (and a later question) is never ended by it; `continue`
+/// answers [`NO_ANSWER`], `fail` ends the task (reason `timeout`).
+pub fn answer_question(
+    id: &str,
+    state: TaskState,
+    last: Option<StepRecord>,
+    answer: &HumanAnswer,
+    now_ms: i64,
+) -> Result<Answered, QueueError> {
+    let refuse = |message: &str| QueueError::WrongState {
+        id: id.to_string(),
+        state: state.as_str(),
+        message: format!("only a task waiting for the answer to its question takes one ({message})"),
+    };
+    if state != TaskState::WaitingForHuman {
+        return Err(refuse("it is not waiting for a human; it may have been answered already"));
+    }
+    let Some(mut step) = last else {
+        return Err(refuse("it waits for an approval: use approve or reject"));
+    };
+    let Some((call_id, question)) = step.pending_question() else {
+        return Err(refuse("it waits for an approval: use approve or reject"));
+    };
+    let (ok, text) = match answer {
+        HumanAnswer::Text(text) => (true, text.clone()),
+        HumanAnswer::TimedOut { call_id: timed_out, .. } if *timed_out != call_id => {
+            return Err(refuse("the question that timed out was answered"));
+        }
+        HumanAnswer::TimedOut { then: OnHumanTimeout::Continue, .. } => (true, NO_ANSWER.to_string()),
+        HumanAnswer::TimedOut { then: OnHumanTimeout::Fail, after_secs, .. } => {
+            let summary = format!("nobody answered the model's question within {after_secs} s: {question}");
+            step.answer_question(&call_id, false, &format!("{NO_ANSWER} (timed out after {after_secs} s)"));
+            let outcome = Outcome::new(false, summary, EndReason::Timeout);
+            return Ok(Answered { step, events: Vec::new(), change: Change::End { outcome, fence: false } });
+        }
+    };
+    let parked_ms = step.started_at.unix_timestamp_nanos() / 1_000_000 + i128::from(step.duration_ms);
+    let duration_ms = (i128::from(now_ms) - parked_ms).clamp(0, i128::from(i64::MAX)) as u64;
+    step.answer_question(&call_id, ok, &text);
+    let events = vec![EventKind::ToolFinished {
+        step: step.index,
+        call_id,
+        name: ASK_HUMAN.to_string(),
+        ok,
+        output: text,
+        details: None,
+        duration_ms,
+    }];
+    Ok(Answered { step, events, change: Change::Resume })
+}
+
 /// A running task whose lease expired: queued again while attempts are left; ended when its attempts are
 /// used up, or as cancelled when a cancel was requested while the worker lived (a new claim would forget it).
 pub fn rescue(facts: &Expired) -> Change {
@@ -448,6 +504,95 @@ mod tests {
 
     fn answer(id: &str) -> ToolAnswer {
         ToolAnswer { id: id.into(), ok: true, output: format!("out {id}"), details: None }
+    }
+
+    /// Step 3 typed, then asked `q1` (the call `c`); nothing after it.
+    fn asking() -> StepRecord {
+        use crate::record::{CallKind, ToolCall};
+        let mut step = parked();
+        step.calls = vec![ToolCall {
+            id: "q1".into(),
+            kind: CallKind::Function { name: ASK_HUMAN.into(), arguments: serde_json::json!({"question": "which?"}) },
+        }];
+        step.awaiting_tools = vec!["q1".into()];
+        step
+    }
+
+    fn text(answer: &str) -> HumanAnswer {
+        HumanAnswer::Text(answer.into())
+    }
+
+    #[test]
+    fn a_question_is_answered_only_while_it_waits_and_only_once() {
+        for state in ALL.into_iter().filter(|s| *s != TaskState::WaitingForHuman) {
+            let result = answer_question("t", state, Some(asking()), &text("x"), 0);
+            assert!(
+                matches!(&result, Err(QueueError::WrongState { state: s, .. }) if *s == state.as_str()),
+                "{state:?}: {result:?}"
+            );
+        }
+        // Waiting for an approval (no pending question), or with no step: refused, naming approvals.
+        for last in [Some(parked()), None] {
+            let mut last = last;
+            if let Some(step) = last.as_mut() {
+                step.awaiting_tools.clear();
+            }
+            match answer_question("t", TaskState::WaitingForHuman, last, &text("x"), 0) {
+                Err(QueueError::WrongState { message, .. }) => assert!(message.contains("approval"), "{message}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Answered 2.5 s after the step started, which ran 0.5 s before it parked: 2 s.
+        let answered = answer_question("t", TaskState::WaitingForHuman, Some(asking()), &text("the second"), 1_002_500)
+            .expect("answered");
+        assert_eq!(answered.change, Change::Resume);
+        assert_eq!(answered.step.call_results.len(), 1);
+        assert_eq!(answered.step.call_results[0].message, "the second");
+        assert_eq!(answered.step.results[0].tool.as_deref(), Some(ASK_HUMAN));
+        assert!(matches!(
+            &answered.events[..],
+            [EventKind::ToolFinished { call_id, duration_ms: 2000, ok: true, .. }] if call_id == "q1"
+        ));
+        assert_eq!(answered.step.pending_question(), None, "nothing pending once answered");
+        // A second answer finds no question (and the queue would find the task queued anyway).
+        let again = answer_question("t", TaskState::WaitingForHuman, Some(answered.step), &text("y"), 0);
+        assert!(matches!(again, Err(QueueError::WrongState { .. })), "{again:?}");
+    }
+
+    #[test]
+    fn a_timeout_ends_only_the_question_it_names() {
+        let timed_out = |call: &str, then| HumanAnswer::TimedOut { call_id: call.into(), then, after_secs: 60 };
+        let other =
+            answer_question("t", TaskState::WaitingForHuman, Some(asking()), &timed_out("q0", OnHumanTimeout::Fail), 0);
+        assert!(matches!(other, Err(QueueError::WrongState { .. })), "another question's timeout: {other:?}");
+        let going_on = answer_question(
+            "t",
+            TaskState::WaitingForHuman,
+            Some(asking()),
+            &timed_out("q1", OnHumanTimeout::Continue),
+            0,
+        )
+        .expect("continue");
+        assert_eq!(going_on.change, Change::Resume);
+        assert_eq!(
+            (going_on.step.call_results[0].ok, going_on.step.call_results[0].message.as_str()),
+            (true, NO_ANSWER)
+        );
+        let failed =
+            answer_question("t", TaskState::WaitingForHuman, Some(asking()), &timed_out("q1", OnHumanTimeout::Fail), 0)
+                .expect("fail");
+        match failed.change {
+            Change::End { outcome, fence: false } => {
+                assert_eq!((outcome.success, outcome.reason), (false, EndReason::Timeout));
+                assert!(
+                    outcome.summary.contains("within 60 s") && outcome.summary.contains("which?"),
+                    "{}",
+                    outcome.summary
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(failed.events.is_empty());
     }
 
     #[test]

@@ -73,6 +73,12 @@ pub enum EventKind {
     },
     WaitingForHuman {
         reason: String,
+        /// The model's question (`ask_human`, §20), when that is what the task waits for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        question: Option<String>,
+        /// The `ask_human` call the answer becomes the result of.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
     },
     TaskFinished {
         state: TaskState,

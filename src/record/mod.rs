@@ -323,6 +323,33 @@ impl StepRecord {
             })
             .collect()
     }
+
+    /// Writes a person's answer (or its absence) as the result of the step's `ask_human` call `call_id`:
+    /// the result the model reads and a `results[]` entry naming the tool.
+    pub fn answer_question(&mut self, call_id: &str, ok: bool, text: &str) {
+        self.call_results.push(CallResult {
+            call_id: call_id.to_string(),
+            ok,
+            message: text.to_string(),
+            details: None,
+        });
+        self.results.push(ActionResult {
+            ok,
+            message: text.to_string(),
+            tool: Some(ASK_HUMAN.to_string()),
+            call_id: Some(call_id.to_string()),
+            details: None,
+        });
+    }
+
+    /// The `ask_human` call (§20) this step waits for a person to answer, and its question: a pending call
+    /// (in `awaiting_tools`, unanswered) named `ask_human`.
+    pub fn pending_question(&self) -> Option<(String, String)> {
+        self.pending_tool_calls().into_iter().find(|call| call.name == ASK_HUMAN).map(|call| {
+            let question = call.arguments.get("question").and_then(|q| q.as_str()).unwrap_or_default().to_string();
+            (call.id, question)
+        })
+    }
 }
 
 /// The key of a replayed turn's `raw` (and so of its step's `raw`) that says which recorded step it
@@ -382,6 +409,8 @@ impl Turn {
         steps.iter().rev().map(|s| s.index).find(|&index| index >= first_step)
     }
 }
+/// The tool a model asks a person a question with (§20): `{"question": string}`.
+pub const ASK_HUMAN: &str = "ask_human";
 
 /// What a task in `waiting_for_human` waits for (§20 `waiting`); derived from the state, the waiting reason
 /// and the last step, never stored on its own.
@@ -414,6 +443,9 @@ impl Waiting {
     pub fn of_step(step: &StepRecord) -> Option<Self> {
         if step.finished {
             return None;
+        }
+        if let Some((call_id, question)) = step.pending_question() {
+            return Some(Self::Question { step: step.index, call_id, question });
         }
         let approval = step.approval.as_ref().filter(|a| a.approved.is_none())?;
         Some(Self::Approval {

@@ -35,6 +35,8 @@ pub const DEFAULT_KEEP_SCREENSHOTS: u32 = 3;
 pub const MAX_STEPS_LIMIT: u64 = 100_000;
 /// The longest `limits.timeout_secs` a task may ask for (30 days).
 pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
+/// The longest `limits.human_timeout_secs` (30 days).
+pub const MAX_HUMAN_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 
 /// A task as submitted. Every field but `instructions` is optional and falls back to config defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,6 +78,9 @@ pub struct TaskSpec {
     /// The earlier turns of a conversation this task continues (§19; `conversation.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<conversation::Conversation>,
+    /// Whether the model is given the `ask_human` tool (§20); on unless the task says `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_human: Option<bool>,
 }
 
 /// `tools`, with every name once.
@@ -620,6 +625,34 @@ pub struct LimitsSpec {
     /// Failed verification rounds the model may fix (§16).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "verify::retries")]
     pub verify_retries: Option<u32>,
+    /// How long a question of the model's (`ask_human`, §20) waits for an answer; unset: until answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub human_timeout_secs: Option<Limit<u64, MAX_HUMAN_TIMEOUT_SECS>>,
+    /// What an unanswered question comes to when `human_timeout_secs` is up (default `fail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_human_timeout: Option<OnHumanTimeout>,
+}
+
+/// §20 `limits.on_human_timeout`: what a question nobody answered in time comes to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnHumanTimeout {
+    /// The task ends failed, reason `timeout`.
+    #[default]
+    Fail,
+    /// The model gets the tool result [`NO_ANSWER`] and goes on.
+    Continue,
+}
+
+/// The `ask_human` result the model reads when nobody answered in time and the task goes on.
+pub const NO_ANSWER: &str = "no answer";
+
+/// When a question of the model's stops waiting (§20), from the task's `limits` over the config's
+/// `[defaults.limits]`: `None` when neither sets `human_timeout_secs`.
+pub fn human_timeout(task: &LimitsSpec, defaults: &LimitsSpec) -> Option<(std::time::Duration, OnHumanTimeout)> {
+    let secs = task.human_timeout_secs.or(defaults.human_timeout_secs)?.get();
+    let then = task.on_human_timeout.or(defaults.on_human_timeout).unwrap_or_default();
+    Some((std::time::Duration::from_secs(secs), then))
 }
 
 impl LimitsSpec {
@@ -809,6 +842,8 @@ pub struct ResolvedTask {
     pub verify: Vec<verify::Check>,
     /// `limits.verify_retries`: failed verification rounds the model may fix before the task fails (§16).
     pub verify_retries: u32,
+    /// The model is given the `ask_human` tool (§20).
+    pub ask_human: bool,
 }
 
 /// Concrete limits.
@@ -890,6 +925,7 @@ impl TaskSpec {
             guard: self.guard.over(guard),
             verify: self.verify.clone(),
             verify_retries,
+            ask_human: self.ask_human.unwrap_or(true),
         }
     }
 }

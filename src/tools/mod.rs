@@ -6,7 +6,8 @@
 //! tells the model what it may call ([`Toolbox::specs`], `task_completion` first) and runs a call
 //! ([`Toolbox::call`]): arguments are checked against the tool's schema before anything runs, a failure is
 //! a tool error the model reads, and a `remote` tool is not run here at all — the loop parks the task until
-//! the API client answers ([`Called::Remote`]).
+//! the API client answers ([`Called::Remote`]). `ask_human` (§20, on unless the task turns it off) is not
+//! run here either: the loop parks the task in `waiting_for_human` until a person answers its question.
 //!
 //! Every call ends in a [`ToolOutcome`]: `ok`, the `message` the model reads, and `details` kept for the
 //! record and the events only.
@@ -25,6 +26,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::{TASK_COMPLETION, ToolSpec};
+pub use crate::record::ASK_HUMAN;
 use crate::task::ResolvedTask;
 use crate::task::tools::{JsonSchema, TaskTool, ToolDecl, ToolKind};
 
@@ -137,6 +139,8 @@ impl ToolboxError {
 enum Runner {
     Local(Arc<dyn Tool>),
     Remote,
+    /// `ask_human`: a person answers (the loop parks the task for the question).
+    Human,
 }
 
 struct Entry {
@@ -203,11 +207,41 @@ impl Toolbox {
             };
             toolbox.push(spec, runner, &field)?;
         }
+        if task.ask_human {
+            toolbox = toolbox.with_ask_human()?;
+        }
         if let Some(schema) = &task.output_schema {
             let checker = Checker::new(schema).map_err(|m| ToolboxError::new("output_schema", m))?;
             toolbox.output = Some((schema.clone(), checker));
         }
         Ok(toolbox)
+    }
+
+    /// Declares `ask_human` (§20): the model may ask a person a question and wait for the answer.
+    pub fn with_ask_human(mut self) -> Result<Self, ToolboxError> {
+        let spec = ToolSpec {
+            name: ASK_HUMAN.to_string(),
+            description: "Ask a person a question and wait for the answer. Use it only when you cannot go on \
+                          without information or a choice only a person has (an ambiguous instruction, a missing \
+                          detail); the answer may take hours."
+                .to_string(),
+            parameters: json!({
+                "type": "object",
+                "properties": {"question": {"type": "string", "minLength": 1, "description": "The question, on its own."}},
+                "required": ["question"],
+                "additionalProperties": false
+            }),
+        };
+        self.push(spec, Runner::Human, "ask_human")?;
+        Ok(self)
+    }
+
+    /// The question of a valid `ask_human` call (`None` for any other call, or when `ask_human` is not
+    /// declared, or its arguments are wrong: then it is a tool error the model reads).
+    pub fn question<'a>(&self, name: &str, arguments: &'a serde_json::Value) -> Option<&'a str> {
+        let entry = self.entries.iter().find(|e| e.spec.name == name && matches!(e.runner, Runner::Human))?;
+        entry.checker.check(arguments).ok()?;
+        arguments.get("question").and_then(|q| q.as_str())
     }
 
     /// The task's secrets: substituted into tools' arguments, redacted out of their results.
@@ -291,6 +325,15 @@ impl Toolbox {
             Ok(entry) => entry,
             Err(outcome) => return Called::Done(outcome, None),
         };
+        if let Runner::Human = entry.runner {
+            // Valid: the loop parks for it before calling here; what arrives here is refused.
+            return match entry.checker.check(arguments) {
+                Ok(()) => Called::Done(ToolOutcome::error("internal error: ask_human was run in-process"), None),
+                Err(problems) => {
+                    Called::Done(ToolOutcome::error(format!("invalid arguments for {name}: {problems}")), None)
+                }
+            };
+        }
         if let Runner::Remote = entry.runner {
             // The API client runs it with the arguments as the model wrote them (placeholders included).
             return match entry.checker.check(arguments) {
@@ -311,7 +354,9 @@ impl Toolbox {
                 let redacting = move |text: &str| output(&secrets.redact(text));
                 tool.call(arguments, ToolContext { cancel: context.cancel, output: &redacting }).await
             }
-            (Runner::Remote, Ok(())) => ToolOutcome::error("internal error: a remote tool was run in-process"),
+            (Runner::Remote | Runner::Human, Ok(())) => {
+                ToolOutcome::error("internal error: a remote tool was run in-process")
+            }
         };
         Called::Done(self.redact(outcome), None)
     }

@@ -44,6 +44,7 @@ fn task(max_steps: u32, timeout_secs: u64, max_cost_usd: f64, keep: u32) -> Reso
         guard: Default::default(),
         verify: Vec::new(),
         verify_retries: 2,
+        ask_human: false,
     }
 }
 
@@ -609,7 +610,7 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
         Some(("confirm the purchase", None))
     );
     assert_eq!(harness.journal.steps().last(), Some(waiting));
-    assert!(drain(rx).iter().any(|e| matches!(&e.kind, agentd::record::events::EventKind::WaitingForHuman { reason } if reason == "confirm the purchase")));
+    assert!(drain(rx).iter().any(|e| matches!(&e.kind, agentd::record::events::EventKind::WaitingForHuman { reason, .. } if reason == "confirm the purchase")));
 
     // Leased again without an answer: back to waiting, nothing runs.
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));

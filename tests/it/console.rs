@@ -485,3 +485,40 @@ async fn a_remote_tool_is_answered_from_the_page() {
     assert_eq!(result["details"]["carrier"], "post");
     browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_question_is_answered_from_the_page() {
+    let Some(browser) = launch().await else { return };
+    let (daemon, _dir, addr) = console_daemon();
+    let task = serde_json::json!({
+        "id": "console-question",
+        "instructions": "sign in as the right alice",
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "scripted", "script": {"turns": [
+            {"say": "asking", "calls": [{"name": "ask_human", "arguments": {"question": "Which of the two Alice accounts?"}}]},
+            {"complete": {"success": true, "summary": "asked"}}
+        ]}}
+    });
+    let id = submit(&daemon, &task.to_string());
+    wait_state(&daemon, &id, "waiting_for_human");
+    let tab = browser.tab(1280, 800, false).await.expect("tab");
+    log_in(&tab, &addr).await;
+    open_hash(&tab, &format!("#/tasks/{id}")).await;
+    tab.wait_for("document.querySelector('#answer-text')", WAIT).await.expect("the answer form");
+    assert!(
+        tab.eval::<String>("document.querySelector('#waiting-question').textContent")
+            .await
+            .expect("question")
+            .contains("Which of the two Alice accounts?")
+    );
+    assert!(!tab.eval::<bool>("!!document.querySelector('#approve')").await.expect("eval"), "no approve button");
+    tab.type_into("#answer-text", "the one in accounting").await.expect("type the answer");
+    save(&tab, "question.png").await;
+    tab.click("#send-answer").await.expect("send");
+    tab.wait_for("document.querySelector('#task-state').dataset.state === 'succeeded'", WAIT)
+        .await
+        .expect("the answered task resumes and succeeds");
+    let done = daemon.task(&id);
+    assert_eq!(done["steps"][0]["call_results"][0]["message"], "the one in accounting", "{done}");
+    browser.close().await;
+}

@@ -17,6 +17,7 @@ mod fleet;
 mod guard;
 mod hostile;
 mod house;
+mod humans;
 mod library;
 mod metrics;
 mod models;

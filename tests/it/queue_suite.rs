@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use agentd::queue::{
-    Cancelled, Decision, Finish, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release, Submitted,
-    ToolAnswer, WorkerIdentity,
+    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release,
+    Submitted, ToolAnswer, WorkerIdentity,
 };
 use agentd::record::Usage;
 use agentd::record::events::{Event, EventKind};
@@ -67,6 +67,7 @@ queue_suite!(
     one_task_per_desktop,
     remote_tools_park_and_take_one_answer_per_call,
     a_task_awaiting_tools_is_cancelled_at_once,
+    a_question_takes_one_answer_and_two_at_once_leave_one_winner,
     only_finished_tasks_are_deleted_with_their_steps_and_events,
     retention_finds_and_deletes_only_old_finished_tasks,
     a_message_to_a_finished_task_queues_a_new_turn,
@@ -661,6 +662,76 @@ async fn a_task_awaiting_tools_is_cancelled_at_once(queue: &dyn Queue) {
     let late = queue.answer_tools(id, &[answer("c1", true), answer("c2", true)]).await;
     assert!(matches!(late, Err(QueueError::WrongState { state: "cancelled", .. })), "{late:?}");
     assert!(queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none());
+}
+
+/// Claims `id`, journals a step whose `ask_human` call waits, and parks the task for the question.
+async fn ask(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> Lease {
+    use agentd::record::{CallKind, ToolCall};
+    queue.submit(new_task(id, &[("r", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+    let lease = claim_id(queue, who, id).await;
+    let call = ToolCall {
+        id: "q1".into(),
+        kind: CallKind::Function { name: "ask_human".into(), arguments: serde_json::json!({"question": "which?"}) },
+    };
+    let asking = StepRecord { calls: vec![call], awaiting_tools: vec!["q1".into()], finished: false, ..step(0) };
+    queue.record_step(id, lease.token, &asking, Duration::from_millis(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    let text = HumanAnswer::Text("x".into());
+    let running = queue.answer_question(id, &text).await;
+    assert!(matches!(running, Err(QueueError::WrongState { state: "running", .. })), "{running:?}");
+    let release = Release::WaitForHuman { reason: "which?".into() };
+    queue.release(id, lease.token, &release).await.unwrap_or_else(|e| panic!("{e}"));
+    lease
+}
+
+async fn a_question_takes_one_answer_and_two_at_once_leave_one_winner(queue: &dyn Queue) {
+    use agentd::record::Waiting;
+    let who = worker("w", &[("r", "1")]);
+    let id = "question";
+    let lease = ask(queue, &who, id).await;
+    let waiting = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((waiting.state, waiting.worker.as_deref()), (TaskState::WaitingForHuman, None));
+    assert_eq!(waiting.waiting, Some(Waiting::Question { step: 0, call_id: "q1".into(), question: "which?".into() }));
+    assert!(waiting.pending_tool_calls.is_empty(), "a question is not a remote call");
+    assert!(queue.claim(&who, LEASE).await.unwrap_or_else(|e| panic!("{e}")).is_none(), "not claimable");
+    let unknown = queue.answer_question("nobody", &HumanAnswer::Text("x".into())).await;
+    assert!(matches!(unknown, Err(QueueError::NotFound(_))), "{unknown:?}");
+
+    // Two answers at once: exactly one is stored.
+    let (first, second) = (HumanAnswer::Text("first".into()), HumanAnswer::Text("second".into()));
+    let (a, b) = tokio::join!(queue.answer_question(id, &first), queue.answer_question(id, &second));
+    assert!(a.is_ok() != b.is_ok(), "one wins: {a:?} {b:?}");
+    let loser = if a.is_ok() { b } else { a };
+    assert!(matches!(loser, Err(QueueError::WrongState { state: "queued", .. })), "{loser:?}");
+    let answered = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((answered.state, answered.waiting.as_ref()), (TaskState::Queued, None));
+    let results = &answered.steps[0].call_results;
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(["first", "second"].contains(&results[0].message.as_str()));
+    let events = queue.events_after(id, 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+    let answers =
+        events.iter().filter(|e| matches!(&e.kind, EventKind::ToolFinished { name, .. } if name == "ask_human"));
+    assert_eq!(answers.count(), 1);
+    let resumed = claim_id(queue, &who, id).await;
+    assert_eq!(resumed.attempt, lease.attempt, "waiting for an answer does not use an attempt");
+    assert_eq!(resumed.steps.last().map(|s| s.call_results.len()), Some(1), "the lease carries the answer");
+    queue.finish(id, resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
+
+    // A timeout names its call: another call's is refused; `fail` ends the task `timeout`.
+    let id = "question-timeout";
+    ask(queue, &who, id).await;
+    let timed_out = |call: &str| HumanAnswer::TimedOut {
+        call_id: call.into(),
+        then: agentd::task::OnHumanTimeout::Fail,
+        after_secs: 5,
+    };
+    let other = queue.answer_question(id, &timed_out("q0")).await;
+    assert!(matches!(other, Err(QueueError::WrongState { .. })), "{other:?}");
+    queue.answer_question(id, &timed_out("q1")).await.unwrap_or_else(|e| panic!("{e}"));
+    let ended = queue.get(id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ended.state, TaskState::Failed);
+    assert_eq!(ended.outcome.as_ref().map(|o| o.reason), Some(EndReason::Timeout));
+    let again = queue.answer_question(id, &timed_out("q1")).await;
+    assert!(matches!(again, Err(QueueError::WrongState { state: "failed", .. })), "{again:?}");
 }
 
 /// A task with two steps and some events, claimed by `who` (running).

@@ -391,6 +391,7 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
                 guard: Default::default(),
                 verify: Vec::new(),
                 verify_retries: 2,
+                ask_human: false,
             },
             computer: crate::doubles::RecordingScreen::new(Size::new(640, 400)),
             model: model.clone(),

@@ -502,7 +502,20 @@
       if (!TERMINAL.has(doc.state)) {
         controls.append(h('button', { type: 'button', class: 'danger', id: 'cancel', text: 'Cancel task', onclick: (e) => act(e.target, 'POST', 'cancel', undefined, 'Cancel requested') }));
       }
-      if (doc.state === 'waiting_for_human') {
+      if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'question') {
+        const text = h('textarea', { id: 'answer-text', rows: '3' });
+        const form = h('form', { class: 'call waiting', id: 'answer' },
+          h('p', {}, h('strong', { text: 'The model asks: ' }), h('span', { id: 'waiting-question', text: doc.waiting.question || '' })),
+          h('label', { for: text.id, text: 'Answer (what the model reads)' }), text,
+          h('div', { class: 'controls' },
+            h('button', { type: 'submit', class: 'ok', id: 'send-answer', text: 'Send answer' }),
+            h('button', { type: 'button', class: 'danger', id: 'reject', text: 'Reject', onclick: (e) => act(e.target, 'POST', 'reject', {}, 'Rejected') })));
+        form.addEventListener('submit', (e) => {
+          e.preventDefault();
+          act(form.querySelector('button[type=submit]'), 'POST', 'answer', { text: text.value }, 'Answer sent: the task resumes');
+        });
+        controls.append(form);
+      } else if (doc.state === 'waiting_for_human') {
         const reason = h('input', { id: 'reject-reason', type: 'text', placeholder: 'why (optional)' });
         controls.append(h('div', { class: 'call waiting' },
           h('p', {}, h('strong', { text: 'The agent asks: ' }), h('span', { id: 'waiting-reason', text: doc.waiting_reason || '' })),

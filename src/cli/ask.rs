@@ -1,0 +1,64 @@
+//! `agentd run` on a terminal (stdin and stderr both ttys): the model's `ask_human` questions and the
+//! approvals a step waits for (§9, §20) are asked on the terminal, and the run goes on with the answer.
+//! Elsewhere nobody is asked and such a run ends there, as it always did.
+
+use std::io::IsTerminal;
+
+use super::progress::Progress;
+use super::sanitize::sanitize;
+use crate::library::Human;
+use crate::record::Proposed;
+
+/// Asks on the terminal, above the live progress (once [`TerminalHuman::attach`]ed; plain lines before).
+pub struct TerminalHuman {
+    progress: std::sync::OnceLock<Progress>,
+}
+
+impl TerminalHuman {
+    /// A terminal human when stdin and stderr are terminals; `None` otherwise.
+    pub fn if_interactive() -> Option<Self> {
+        (std::io::stdin().is_terminal() && std::io::stderr().is_terminal())
+            .then(|| Self { progress: std::sync::OnceLock::new() })
+    }
+
+    /// The progress view the questions are asked above.
+    pub fn attach(&self, progress: Progress) {
+        let _ = self.progress.set(progress);
+    }
+
+    async fn ask(&self, prompt: String) -> Option<String> {
+        match self.progress.get() {
+            Some(progress) => progress.ask(prompt).await,
+            None => Progress::plain().ask(prompt).await,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Human for TerminalHuman {
+    async fn answer(&self, question: &str) -> Option<String> {
+        let mut prompt = format!("agentd: the model asks: {}\nanswer> ", sanitize(question));
+        loop {
+            let line = self.ask(prompt).await?;
+            if !line.trim().is_empty() {
+                return Some(line);
+            }
+            prompt = "answer (not empty)> ".to_string();
+        }
+    }
+
+    async fn approve(&self, reason: &str, proposed: &Proposed) -> Option<bool> {
+        let actions: Vec<String> =
+            proposed.actions.iter().map(|a| serde_json::to_string(a).unwrap_or_default()).collect();
+        let what = if actions.is_empty() { String::new() } else { format!("\n  proposed: {}", actions.join(" ")) };
+        let mut prompt = format!("agentd: approval needed: {}{}\napprove? [y/n]> ", sanitize(reason), sanitize(&what));
+        loop {
+            let line = self.ask(prompt).await?;
+            match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => return Some(true),
+                "n" | "no" => return Some(false),
+                _ => prompt = "approve? answer y or n> ".to_string(),
+            }
+        }
+    }
+}
