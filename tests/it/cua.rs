@@ -137,16 +137,7 @@ fn a_task_on_a_computer_server_lands_every_input() {
         ]}),
         json!({"say": "scroll", "actions": [{"type": "scroll", "x": 800, "y": 250, "scroll_y": 300}]}),
         json!({"say": "drag", "actions": [{"type": "drag", "path": [{"x": 60, "y": 200}, {"x": 300, "y": 260}, {"x": 500, "y": 350}]}]}),
-        json!({"say": "held modifiers (§24)", "actions": [
-            {"type": "scroll", "x": 800, "y": 250, "scroll_y": 100, "keys": ["ctrl"]},
-            {"type": "drag", "path": [{"x": 60, "y": 380}, {"x": 200, "y": 390}], "keys": ["shift"]},
-            {"type": "drag", "path": [{"x": 300, "y": 380}, {"x": 400, "y": 390}], "button": "right"},
-            {"type": "move", "x": 250, "y": 300},
-            {"type": "mouse_down", "keys": ["ctrl"]},
-            {"type": "move", "x": 270, "y": 310, "keys": ["shift"]},
-            {"type": "mouse_up"},
-            {"type": "click", "x": 280, "y": 320}
-        ]}),
+        crate::desktops::held_keys_turn(),
         json!({"complete": {"success": true, "summary": "all input sent"}}),
     ];
     let task = write_task(agentd.dir.path(), machine.computer(), json!({ "turns": turns }));

@@ -47,16 +47,7 @@ fn script() -> Value {
         ]}),
         json!({"say": "scroll", "actions": [{"type": "scroll", "x": 800, "y": 250, "scroll_y": 300}]}),
         json!({"say": "drag", "actions": [{"type": "drag", "path": [{"x": 60, "y": 200}, {"x": 300, "y": 260}, {"x": 500, "y": 350}]}]}),
-        json!({"say": "held modifiers (§24)", "actions": [
-            {"type": "scroll", "x": 800, "y": 250, "scroll_y": 100, "keys": ["ctrl"]},
-            {"type": "drag", "path": [{"x": 60, "y": 380}, {"x": 200, "y": 390}], "keys": ["shift"]},
-            {"type": "drag", "path": [{"x": 300, "y": 380}, {"x": 400, "y": 390}], "button": "right"},
-            {"type": "move", "x": 250, "y": 300},
-            {"type": "mouse_down", "keys": ["ctrl"]},
-            {"type": "move", "x": 270, "y": 310, "keys": ["shift"]},
-            {"type": "mouse_up"},
-            {"type": "click", "x": 280, "y": 320}
-        ]}),
+        crate::desktops::held_keys_turn(),
         json!({"complete": {"success": true, "summary": "all input sent"}}),
     ];
     json!({ "turns": turns })
@@ -166,6 +157,22 @@ fn assert_script_landed(app: &RecorderApp) {
     crate::desktops::assert_held_keys_landed(&events);
     let release = of_kind(&events, "release").iter().any(|e| e["button"] == 1 && e["x"] == 500 && e["y"] == 350);
     assert!(release, "the drag ended where asked");
+}
+
+/// A turn of pointer actions with held modifiers (§24), for the recorder app: ctrl+wheel, a shift-drag, a
+/// right-button drag, a mouse_down whose Control stays held through a shift-move until its mouse_up, and a
+/// plain click after it all. [`assert_held_keys_landed`] checks what arrived.
+pub(crate) fn held_keys_turn() -> Value {
+    json!({"say": "held modifiers (§24)", "actions": [
+        {"type": "scroll", "x": 800, "y": 250, "scroll_y": 100, "keys": ["ctrl"]},
+        {"type": "drag", "path": [{"x": 60, "y": 380}, {"x": 200, "y": 390}], "keys": ["shift"]},
+        {"type": "drag", "path": [{"x": 300, "y": 380}, {"x": 400, "y": 390}], "button": "right"},
+        {"type": "move", "x": 250, "y": 300},
+        {"type": "mouse_down", "keys": ["ctrl"]},
+        {"type": "move", "x": 270, "y": 310, "keys": ["shift"]},
+        {"type": "mouse_up"},
+        {"type": "click", "x": 280, "y": 320}
+    ]})
 }
 
 /// Checks the releases and motions of the script's "held modifiers" turn (§24): each pointer action's keys
