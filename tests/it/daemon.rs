@@ -7,32 +7,8 @@ use std::time::Duration;
 
 use crate::support::{Agentd, Backend, Daemon, fixtures, http, repo};
 
-/// Each test twice, named for its queue: `daemon::sqlite::NAME` and `daemon::postgres::NAME`, the latter in a
-/// schema of its own on the server at `AGENTD_TEST_POSTGRES_URL` (it says it skips when that is not set).
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(crate::support::Backend::Sqlite);
-                }
-            )+
-        }
-
-        mod postgres {
-            $(
-                #[test]
-                fn $name() {
-                    if let Some(backend) = crate::support::Backend::postgres() {
-                        super::$name(backend);
-                    }
-                }
-            )+
-        }
-    };
-}
-
+// Each test twice, named for its queue: `daemon::sqlite::NAME` and `daemon::postgres::NAME`, the latter in a
+// schema of its own on the server at `AGENTD_TEST_POSTGRES_URL` (it says it skips when that is not set).
 on_both_backends!(
     submit_wait_status_list_and_events,
     ids_are_idempotent_and_conflicts_are_refused,

@@ -13,30 +13,6 @@ use serde_json::{Value, json};
 
 use crate::support::{Agentd, Backend, Daemon, PgSchema, http, postgres_url};
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(crate::support::Backend::Sqlite);
-                }
-            )+
-        }
-
-        mod postgres {
-            $(
-                #[test]
-                fn $name() {
-                    if let Some(backend) = crate::support::Backend::postgres() {
-                        super::$name(backend);
-                    }
-                }
-            )+
-        }
-    };
-}
-
 on_both_backends!(
     a_question_waits_without_a_worker_and_the_answer_resumes_it,
     a_question_is_answered_after_a_restart,

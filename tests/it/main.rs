@@ -1,6 +1,32 @@
 //! Integration tests: one binary, a module per area. Tests that run the real `agentd` binary use
 //! [`support::Agentd`], which gives each test its own data directory and config file.
 
+/// Runs each named `fn name(backend: Backend)` of a module as two tests, `sqlite::name` and `postgres::name`
+/// (the latter skips without `AGENTD_TEST_POSTGRES_URL`). Defined before the modules so that all can use it.
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(crate::support::Backend::Sqlite);
+                }
+            )+
+        }
+
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(backend) = crate::support::Backend::postgres() {
+                        super::$name(backend);
+                    }
+                }
+            )+
+        }
+    };
+}
+
 mod agent_loop;
 mod bad_input;
 mod cli;

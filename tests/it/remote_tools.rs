@@ -10,30 +10,6 @@ use serde_json::{Value, json};
 
 use crate::support::{Backend, Daemon, PgSchema, http, postgres_url};
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(crate::support::Backend::Sqlite);
-                }
-            )+
-        }
-
-        mod postgres {
-            $(
-                #[test]
-                fn $name() {
-                    if let Some(backend) = crate::support::Backend::postgres() {
-                        super::$name(backend);
-                    }
-                }
-            )+
-        }
-    };
-}
-
 on_both_backends!(
     a_remote_call_parks_the_task_and_answers_resume_it,
     a_task_awaiting_tools_survives_a_restart_and_is_cancelled_at_once,

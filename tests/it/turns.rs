@@ -14,30 +14,6 @@ use crate::support::{Backend, Daemon, http};
 
 const KEY: &str = "sk-test-0123456789";
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(crate::support::Backend::Sqlite);
-                }
-            )+
-        }
-
-        mod postgres {
-            $(
-                #[test]
-                fn $name() {
-                    if let Some(backend) = crate::support::Backend::postgres() {
-                        super::$name(backend);
-                    }
-                }
-            )+
-        }
-    };
-}
-
 on_both_backends!(a_task_continued_twice_keeps_its_history_and_exports_it, messages_that_do_not_fit_change_nothing);
 
 fn runtime() -> tokio::runtime::Runtime {
