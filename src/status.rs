@@ -44,6 +44,10 @@ pub struct TaskRecord {
     /// What a task in `waiting_for_human` waits for (§20); derived, never stored on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
+    /// The queue's marker that the task waits because a person took its desktop over (`agentd pause`, §20):
+    /// what `waiting` of kind `takeover` is derived from. Not part of the document (`waiting` shows it).
+    #[serde(skip)]
+    pub taken_over: bool,
 }
 
 impl TaskRecord {
@@ -57,6 +61,7 @@ impl TaskRecord {
     /// Fills `waiting` from the state and the last step, for a task in `waiting_for_human`.
     pub fn derive_waiting(&mut self) {
         self.waiting = match (self.state, self.steps.last()) {
+            (TaskState::WaitingForHuman, last) if self.taken_over => Some(Waiting::takeover(last)),
             (TaskState::WaitingForHuman, Some(step)) => Waiting::of_step(step),
             _ => None,
         };

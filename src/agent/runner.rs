@@ -29,7 +29,9 @@ use crate::model::{
 };
 use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
-use crate::record::{ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord};
+use crate::record::{
+    ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord, TAKEOVER_REASON,
+};
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
@@ -59,6 +61,11 @@ pub struct LoopInput {
     pub elapsed_before: Duration,
     /// A human approved the step the task was waiting on (the last of `resume`).
     pub approved: bool,
+    /// A person wants the desktop (§20 take-over): stop after the current step with [`LoopEnd::Paused`].
+    pub pause: CancellationToken,
+    /// A person had the desktop since the last attempt and handed it back: the next step's screenshot goes
+    /// to the model with their note (and the step's record keeps it).
+    pub handed_back: Option<crate::record::HandBack>,
     /// How to wait for the screen after actions.
     pub settle: SettlePolicy,
     /// The task's verifier checks (§16); empty when it has none.
@@ -81,6 +88,9 @@ pub enum LoopEnd {
     AwaitingTool { calls: Vec<PendingToolCall> },
     /// A failure a later attempt may not hit (the computer or model was unreachable).
     Retryable(Outcome),
+    /// A pause was asked for (§20 take-over): the loop stopped after a finished step; a person uses the
+    /// desktop until they hand it back.
+    Paused,
 }
 
 #[derive(Debug)]
@@ -529,6 +539,12 @@ impl Loop {
             if self.input.shutdown.is_cancelled() {
                 return LoopEnd::Interrupted;
             }
+            // After the cancel and the limits (a cancelled task ends rather than waits), before the model is
+            // called again: the step that ran when the pause came finished whole.
+            if self.input.pause.is_cancelled() {
+                self.input.events.emit(EventKind::WaitingForHuman { reason: TAKEOVER_REASON.to_string() });
+                return LoopEnd::Paused;
+            }
             if let Err(end) = self.check_limits(true) {
                 return end;
             }
@@ -622,10 +638,17 @@ impl Loop {
         if let Some(window) = self.input.model.context_window() {
             super::context::compact(&mut self.history, &mut self.summary, window, &self.input.task.instructions);
         }
+        // The first step after a take-over: the model hears a person had the desktop (the notes go with this
+        // screenshot), and the record keeps the note.
+        let handed_back = self.input.handed_back.take();
+        if let Some(handed_back) = &handed_back {
+            self.notes.push(handed_back.model_note());
+        }
         let called = self.call_model(index, &prepared.model).await;
         let mut record = StepRecord::begun(index, started_at, screenshot);
         record.screen_changed = screen_changed;
         record.guard = guard_note;
+        record.handed_back = handed_back;
         let turn = match called {
             Ok(turn) => turn,
             Err(CallEnd::Stop(stop)) => return Err(stop),
@@ -1206,7 +1229,7 @@ impl Loop {
                     }
                 }
                 LoopEnd::LeaseLost(text) | LoopEnd::WaitingForHuman { reason: text } => redact(text),
-                LoopEnd::Interrupted | LoopEnd::AwaitingTool { .. } => {}
+                LoopEnd::Interrupted | LoopEnd::Paused | LoopEnd::AwaitingTool { .. } => {}
             }
         }
         LoopOutput {

@@ -19,10 +19,11 @@ pub mod console;
 mod events;
 mod handle;
 mod retention;
+mod takeover;
 mod tasks;
 pub mod tls;
 
-pub use handle::WorkerHandle;
+pub use handle::{Running, WorkerHandle};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -220,6 +221,8 @@ fn endpoints() -> Vec<Endpoint> {
         post_at("/v1/tasks/{id}/approve", tasks::approve),
         post_at("/v1/tasks/{id}/reject", tasks::reject),
         post_at("/v1/tasks/{id}/tool-results", tasks::tool_results),
+        post_at("/v1/tasks/{id}/pause", takeover::pause),
+        post_at("/v1/tasks/{id}/resume", takeover::resume),
         get_at("/v1/tasks/{id}/events", events::stream),
         get_at("/v1/tasks/{id}/steps/{index}/screenshot", tasks::screenshot),
         get_at("/v1/openapi.json", openapi),

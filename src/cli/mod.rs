@@ -13,6 +13,7 @@ pub mod report;
 pub mod retention;
 pub mod run;
 pub mod sanitize;
+pub mod takeover;
 pub mod telemetry;
 pub mod term;
 
@@ -233,6 +234,37 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
+    /// Take a task's desktop over: it stops after its current step and waits, holding no worker (§20).
+    #[command(
+        after_help = "A queued task waits before it starts; a running one finishes the step it is in, then waits in
+waiting_for_human (`waiting.kind` is `takeover`) while a person uses the desktop. A waiting or finished task is
+refused (exit 2).
+
+Examples:
+  agentd pause ID
+  agentd resume ID --note \"I entered the 2FA code\""
+    )]
+    Pause {
+        /// The task's id.
+        id: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Hand a paused task's desktop back: it continues on a fresh screenshot, with the note for the model.
+    #[command(after_help = "Only a task paused with `agentd pause` can be resumed (exit 2 otherwise).
+
+Examples:
+  agentd resume ID
+  agentd resume ID --note \"logged in; the report page is open\"")]
+    Resume {
+        /// The task's id.
+        id: String,
+        /// What the person did, for the model (it sees it with the next screenshot).
+        #[arg(long)]
+        note: Option<String>,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// Answer a task's pending `remote` tool call (the task waits in awaiting_tool); it resumes.
     ///
     /// The API takes one result per pending call at once: a task waiting for several calls is answered
@@ -371,6 +403,8 @@ impl Command {
             Command::Events { .. } => "events",
             Command::Approve { .. } => "approve",
             Command::Reject { .. } => "reject",
+            Command::Pause { .. } => "pause",
+            Command::Resume { .. } => "resume",
             Command::ToolResult { .. } => "tool-result",
             Command::Export { .. } => "export",
             Command::Show { .. } => "show",
@@ -395,6 +429,8 @@ impl Command {
             | Command::Events { daemon, .. }
             | Command::Approve { daemon, .. }
             | Command::Reject { daemon, .. }
+            | Command::Pause { daemon, .. }
+            | Command::Resume { daemon, .. }
             | Command::ToolResult { daemon, .. }
             | Command::Export { daemon, .. }
             | Command::Show { daemon, .. }
@@ -568,6 +604,8 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Reject { id, reason, daemon } => {
             remote::decide(&client(daemon)?, id, false, reason.clone(), json).await
         }
+        Command::Pause { id, daemon } => takeover::pause(&client(daemon)?, id, json).await,
+        Command::Resume { id, note, daemon } => takeover::resume(&client(daemon)?, id, note.as_deref(), json).await,
         Command::ToolResult { id, call_id, output, error, details, daemon } => {
             let answer = remote::ToolResultArgs { call_id, output, error: *error, details: details.as_deref() };
             remote::tool_result(&client(daemon)?, id, &answer, json).await

@@ -101,6 +101,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         pending_tool_calls: Vec::new(),
         replay: None,
         waiting: None,
+        taken_over: false,
     };
     record.derive();
     let document =

@@ -172,6 +172,8 @@ async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> 
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
             approved: false,
+            pause: CancellationToken::new(),
+            handed_back: None,
         },
     };
     let output = attempt.run(built).await;

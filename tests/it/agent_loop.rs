@@ -100,6 +100,8 @@ impl Harness {
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
             approved: false,
+            pause: Default::default(),
+            handed_back: None,
             settle: Default::default(),
             verifier: Default::default(),
         };

@@ -36,6 +36,7 @@ mod s3;
 mod secrets;
 mod support;
 mod systemd;
+mod takeover;
 mod telemetry;
 mod tools;
 mod verify;

@@ -95,6 +95,8 @@ pub async fn run_task(
             resume: std::mem::take(&mut resume),
             elapsed_before: Duration::ZERO,
             approved,
+            pause: Default::default(),
+            handed_back: None,
             settle: Default::default(),
             verifier: Default::default(),
         })
