@@ -111,6 +111,7 @@ async fn run_one(keep: u32, chunk: u32) -> Run {
             guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0 },
             verify: Vec::new(),
             verify_retries: 2,
+            approval: Vec::new(),
         },
         computer: desktop,
         model,
@@ -123,6 +124,8 @@ async fn run_one(keep: u32, chunk: u32) -> Run {
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
         approved: false,
+        pause: Default::default(),
+        handed_back: None,
         settle: Default::default(),
         verifier: Default::default(),
     })

@@ -166,6 +166,7 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
             guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0 },
             verify: Vec::new(),
             verify_retries: 2,
+            approval: Vec::new(),
         },
         computer: desktop as Arc<dyn ComputerProvider>,
         model,
@@ -178,6 +179,8 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
         approved: false,
+        pause: Default::default(),
+        handed_back: None,
         settle: Default::default(),
         verifier: Default::default(),
     };

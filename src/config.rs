@@ -49,6 +49,9 @@ pub struct Config {
     pub otel: OtelConfig,
     /// `[retention]`: how long finished tasks are kept (§21).
     pub retention: RetentionConfig,
+    /// `[[approval]]`: approval rules for every task (§20), before each task's own.
+    #[serde(default)]
+    pub approval: Vec<crate::task::approval::ApprovalRule>,
 }
 
 /// `[retention]` (§21): finished tasks older than `finished_days` are deleted with their steps, events and
@@ -409,6 +412,7 @@ impl Default for Config {
             log: LogConfig::default(),
             otel: OtelConfig::default(),
             retention: RetentionConfig::default(),
+            approval: Vec::new(),
         }
     }
 }
@@ -656,6 +660,7 @@ const SECTIONS: &[&str] = &[
     "log",
     "otel",
     "retention",
+    "approval",
 ];
 const MODEL_KEYS: &[&str] = &[
     "base_url",
@@ -713,6 +718,7 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
             "log" => keyed(value, &key, &mut section_problems).map(|v| config.log = v),
             "otel" => keyed(value, &key, &mut section_problems).map(|v| config.otel = v),
             "retention" => keyed(value, &key, &mut section_problems).map(|v| config.retention = v),
+            "approval" => section(value, &key, &mut section_problems).map(|v| config.approval = v),
             "models" => models(value, &mut section_problems).map(|v| config.models = v),
             "tools" => tools(value, &mut section_problems).map(|v| config.tools = v),
             "verifiers" => verifiers(value, &mut section_problems).map(|v| config.verifiers = v),

@@ -215,10 +215,15 @@ Examples:
     #[command(after_help = "Examples:
   agentd list --state waiting_for_human            which tasks wait
   agentd status ID                                 what the task asks for
-  agentd approve ID")]
+  agentd approve ID
+  agentd approve ID --action '{\"type\": \"click\", \"x\": 640, \"y\": 370}'   run this instead")]
     Approve {
         /// The task's id.
         id: String,
+        /// Run this instead of the proposed computer actions: an action or an array of actions as JSON, in
+        /// screen pixels (`waiting.proposed.actions` shows the proposed ones).
+        #[arg(long, value_name = "JSON")]
+        action: Option<String>,
         #[command(flatten)]
         daemon: DaemonArgs,
     },
@@ -600,7 +605,10 @@ async fn dispatch(cli: Cli) -> CliResult {
             retention::prune(&client(daemon)?, *dry_run, *older_than, json).await
         }
         Command::Events { id, follow, daemon } => remote::events(&client(daemon)?, id, *follow, json).await,
-        Command::Approve { id, daemon } => remote::decide(&client(daemon)?, id, true, None, json).await,
+        Command::Approve { id, action: None, daemon } => remote::decide(&client(daemon)?, id, true, None, json).await,
+        Command::Approve { id, action: Some(action), daemon } => {
+            takeover::approve_edited(&client(daemon)?, id, action, json).await
+        }
         Command::Reject { id, reason, daemon } => {
             remote::decide(&client(daemon)?, id, false, reason.clone(), json).await
         }

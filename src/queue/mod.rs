@@ -176,7 +176,15 @@ pub enum Paused {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Approve,
-    Reject { reason: String },
+    /// Approve, with these actions (screen pixels) run instead of the waiting step's computer actions (§20).
+    ApproveEdited {
+        actions: Vec<agentd_computer::Action>,
+    },
+    /// A rejection. Of an approval rule's hold the model is told why and the task goes on; of a vendor's
+    /// safety check (or a script's question) the task ends `rejected`.
+    Reject {
+        reason: String,
+    },
 }
 
 /// Filter for [`Queue::list`].

@@ -865,11 +865,28 @@ impl Queue for PostgresQueue {
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let (state, takeover) = Self::lock_facts(&mut tx, id).await?;
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let last = last.as_deref().map(row::step).transpose()?;
         // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
-        let change = match transitions::decide(id, state, takeover, decision) {
-            Ok(change) => change,
+        let decided = match transitions::decide(id, state, takeover, last, decision) {
+            Ok(decided) => decided,
             Err(e) => return Err(rollback(tx, e).await),
         };
+        if let Some(step) = &decided.step {
+            sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
+                .bind(id)
+                .bind(step.index.min(i32::MAX as u32) as i32)
+                .bind(json(step)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        let change = decided.change;
         Self::apply(&mut tx, id, &change).await?;
         if change.wakes_workers() {
             Self::notify_work(&mut tx).await?;

@@ -919,12 +919,28 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let (state, takeover) = Self::facts(&mut tx, id).await?;
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let last = last.as_deref().map(row::step).transpose()?;
         // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
-        let change = match transitions::decide(id, state, takeover, decision) {
-            Ok(change) => change,
+        let decided = match transitions::decide(id, state, takeover, last, decision) {
+            Ok(decided) => decided,
             Err(e) => return Err(rollback(tx, e).await),
         };
-        Self::apply(&mut tx, id, &change).await?;
+        if let Some(step) = &decided.step {
+            sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
+                .bind(id)
+                .bind(i64::from(step.index))
+                .bind(json(step)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.failed(e))?;
+        }
+        Self::apply(&mut tx, id, &decided.change).await?;
         tx.commit().await.map_err(db_error)
     }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::{Cancelled, Decision, Paused, QueueError, Release, ToolAnswer, ending};
 use crate::record::Usage;
 use crate::record::events::EventKind;
-use crate::record::{ActionResult, CallResult, Outcome, StepRecord, TaskState};
+use crate::record::{ActionResult, CallKind, CallResult, Outcome, StepRecord, TaskState};
 
 /// Whether a task may be deleted (§21): only a finished one (succeeded, failed, cancelled). Decided under the
 /// row's lock, so a task that moved meanwhile is refused, never deleted.
@@ -149,23 +149,91 @@ pub fn cancelled(change: &Change) -> Cancelled {
     if *change == Change::RequestCancel { Cancelled::Requested } else { Cancelled::Now }
 }
 
-/// A human's answer, only to a task waiting for one (not one a person took over): approval queues it again,
-/// rejection fails it.
+/// What a human's decision writes: the waiting step changed (an edit, a rule's rejection), if it is, and the
+/// change of the task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub step: Option<StepRecord>,
+    pub change: Change,
+}
+
+/// What the model reads for each call of a step a human rejected (§20).
+pub fn rejected_message(reason: &str) -> String {
+    if reason.trim().is_empty() {
+        "rejected by a human: this call was not run".to_string()
+    } else {
+        format!("rejected by a human: {reason}; this call was not run")
+    }
+}
+
+/// A human's answer, only to a task waiting for one (not one a person took over), `last` being its last
+/// step: approval queues it again (with an edit, the edited actions go into the step); a rejection of an
+/// approval rule's hold finishes the step with every call refused and the reason, and queues the task (the
+/// model is told and goes on); any other rejection fails the task.
 pub fn decide(
     id: &str,
     state: TaskState,
     takeover: Option<Takeover>,
+    last: Option<StepRecord>,
     decision: &Decision,
-) -> Result<Change, QueueError> {
+) -> Result<Decided, QueueError> {
     if state != TaskState::WaitingForHuman {
         return Err(ending::not_waiting(id, state));
     }
     if takeover == Some(Takeover::Parked) {
         return Err(ending::taken_over(id));
     }
+    let waiting = last.filter(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none()));
+    let invalid = |message: &str| QueueError::Invalid { field: "actions".into(), message: message.into() };
     Ok(match decision {
-        Decision::Approve => Change::Approve,
-        Decision::Reject { reason } => Change::End { outcome: ending::rejected(reason), fence: false },
+        Decision::Approve => Decided { step: None, change: Change::Approve },
+        Decision::ApproveEdited { actions } => {
+            let Some(mut step) = waiting else {
+                return Err(invalid("the task waits for no step's approval, so there is nothing to edit"));
+            };
+            if !step.calls.iter().any(|c| matches!(c.kind, CallKind::Computer { .. })) {
+                return Err(invalid("the waiting step proposes no computer action to edit; approve or reject it"));
+            }
+            if actions.is_empty() {
+                return Err(invalid("give at least one action to run instead"));
+            }
+            if let Some(approval) = step.approval.as_mut() {
+                approval.edited = Some(actions.clone());
+            }
+            Decided { step: Some(step), change: Change::Approve }
+        }
+        Decision::Reject { reason } => match waiting {
+            Some(mut step) if step.approval.as_ref().is_some_and(|a| a.rule.is_some()) => {
+                let message = rejected_message(reason);
+                if let Some(approval) = step.approval.as_mut() {
+                    approval.approved = Some(false);
+                    approval.rejected = Some(reason.clone());
+                }
+                for _ in &step.actions {
+                    step.results.push(ActionResult::action(false, message.clone()));
+                }
+                for call in &step.calls {
+                    step.call_results.push(CallResult {
+                        call_id: call.id.clone(),
+                        ok: false,
+                        message: message.clone(),
+                        details: None,
+                    });
+                    if let CallKind::Function { name, .. } = &call.kind {
+                        step.results.push(ActionResult {
+                            ok: false,
+                            message: message.clone(),
+                            tool: Some(name.clone()),
+                            call_id: Some(call.id.clone()),
+                            details: None,
+                        });
+                    }
+                }
+                step.finished = true;
+                Decided { step: Some(step), change: Change::Resume }
+            }
+            _ => Decided { step: None, change: Change::End { outcome: ending::rejected(reason), fence: false } },
+        },
     })
 }
 
@@ -408,7 +476,7 @@ mod tests {
         let reject = Decision::Reject { reason: "too expensive".into() };
         for state in ALL {
             for decision in [Decision::Approve, reject.clone()] {
-                let result = decide("t", state, None, &decision);
+                let result = decide("t", state, None, None, &decision).map(|d| d.change);
                 if state == TaskState::WaitingForHuman {
                     continue;
                 }
@@ -421,7 +489,7 @@ mod tests {
 
     #[test]
     fn approval_requeues_and_rejection_fails_with_the_reason() {
-        let approve = decide("t", TaskState::WaitingForHuman, None, &Decision::Approve).expect("approve");
+        let approve = decide("t", TaskState::WaitingForHuman, None, None, &Decision::Approve).expect("approve").change;
         assert_eq!(approve, Change::Approve);
         assert_eq!(approve.state(), TaskState::Queued);
         assert!(approve.wakes_workers());
@@ -431,7 +499,7 @@ mod tests {
         let table = [("too expensive", "rejected: too expensive"), ("", "rejected by a human")];
         for (given, summary) in table {
             let decision = Decision::Reject { reason: given.into() };
-            let change = decide("t", TaskState::WaitingForHuman, None, &decision).expect("reject");
+            let change = decide("t", TaskState::WaitingForHuman, None, None, &decision).expect("reject").change;
             let Change::End { outcome, fence } = &change else { panic!("{change:?}") };
             assert_eq!((outcome.reason, outcome.summary.as_str(), *fence), (EndReason::Rejected, summary, false));
             assert_eq!(change.state(), TaskState::Failed);
@@ -622,7 +690,7 @@ mod tests {
                 }
             }
         }
-        let refused = decide("t", TaskState::WaitingForHuman, Some(Takeover::Parked), &Decision::Approve);
+        let refused = decide("t", TaskState::WaitingForHuman, Some(Takeover::Parked), None, &Decision::Approve);
         assert!(matches!(&refused, Err(QueueError::WrongState { message, .. }) if message.contains("resume")));
         for marker in ["requested", "parked", "resumed"] {
             assert_eq!(Takeover::parse(Some(marker)).map(|t| t.as_str()), Some(marker));

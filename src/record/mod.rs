@@ -411,6 +411,9 @@ pub struct Proposed {
     pub actions: Vec<Action>,
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub details: serde_json::Value,
+    /// The step's screenshot with the proposed actions drawn on it (an approval rule's hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotated: Option<ScreenshotRef>,
 }
 
 impl Waiting {
@@ -432,6 +435,7 @@ impl Waiting {
                 calls: step.calls.clone(),
                 actions: step.actions.clone(),
                 details: approval.details.clone(),
+                annotated: approval.annotated.clone(),
             },
         })
     }
@@ -453,6 +457,26 @@ pub struct StepApproval {
     pub details: serde_json::Value,
     /// `None` while waiting.
     pub approved: Option<bool>,
+    /// The approval rule that held the step (its position among the task's rules, the config's first):
+    /// a rejection then tells the model and the task goes on (§20). `None` for a vendor's safety check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<u32>,
+    /// The step's screenshot with the proposed actions drawn on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotated: Option<ScreenshotRef>,
+    /// The actions (screen pixels) a human approved instead of the proposed ones: these ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited: Option<Vec<Action>>,
+    /// Why a human rejected a rule's hold (the model was told; none of the step's calls ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
+}
+
+impl StepApproval {
+    /// A vendor's or a script's request for approval.
+    pub fn asked(reason: String, details: serde_json::Value) -> Self {
+        Self { reason, details, approved: None, rule: None, annotated: None, edited: None, rejected: None }
+    }
 }
 
 /// Tokens and money one model call (or a whole task) used.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub mod approval;
 pub mod guard;
 pub mod replay;
 pub mod script;
@@ -72,6 +73,9 @@ pub struct TaskSpec {
     /// Checks run when the model completes with success and at the end (§16).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "verify::checks")]
     pub verify: Vec<verify::Check>,
+    /// Approval rules (§20), beside the config's `[[approval]]`: a matching turn waits for a human.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval: Vec<approval::ApprovalRule>,
 }
 
 /// `tools`, with every name once.
@@ -792,6 +796,8 @@ pub struct ResolvedTask {
     pub verify: Vec<verify::Check>,
     /// `limits.verify_retries`: failed verification rounds the model may fix before the task fails (§16).
     pub verify_retries: u32,
+    /// The approval rules (§20): the task's own here; the attempt's builder puts the config's first.
+    pub approval: Vec<approval::ApprovalRule>,
 }
 
 /// Concrete limits.
@@ -867,6 +873,7 @@ impl TaskSpec {
             guard: self.guard.over(guard),
             verify: self.verify.clone(),
             verify_retries,
+            approval: self.approval.clone(),
         }
     }
 }

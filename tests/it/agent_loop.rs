@@ -44,6 +44,7 @@ fn task(max_steps: u32, timeout_secs: u64, max_cost_usd: f64, keep: u32) -> Reso
         guard: Default::default(),
         verify: Vec::new(),
         verify_retries: 2,
+        approval: Vec::new(),
     }
 }
 

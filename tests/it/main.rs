@@ -2,6 +2,7 @@
 //! [`support::Agentd`], which gives each test its own data directory and config file.
 
 mod agent_loop;
+mod approval;
 mod bad_input;
 mod cli;
 mod cli_progress;

@@ -59,6 +59,7 @@ pub fn task(model: ModelSpec, max_steps: u32, keep: u32) -> ResolvedTask {
         guard: Default::default(),
         verify: Vec::new(),
         verify_retries: 2,
+        approval: Vec::new(),
     }
 }
 
