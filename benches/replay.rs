@@ -107,6 +107,8 @@ async fn main() {
         waiting_reason: None,
         pending_tool_calls: Vec::new(),
         replay: None,
+        waiting: None,
+        taken_over: false,
     };
 
     // The replay, on a fresh desktop.

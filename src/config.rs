@@ -1384,6 +1384,15 @@ mod tests {
     }
 
     #[test]
+    fn approval_rules_are_read_and_a_bad_one_is_named() {
+        let config = parse("[[approval]]\nkeys = \"ctrl+alt+delete\"\n[[approval]]\ntool = \"mail\"\n", "t", &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.approval.len(), 2);
+        let err = parse("[[approval]]\naction = \"explode\"\n", "t", &[]).unwrap_err().to_string();
+        assert!(err.contains("approval") && err.contains("explode"), "{err}");
+    }
+
+    #[test]
     fn the_example_config_parses() {
         let text = include_str!("../config/agentd.example.toml");
         let config = parse(text, "agentd.example.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
@@ -1396,7 +1405,9 @@ mod tests {
         let documented = |key: &str| {
             text.lines().any(|line| {
                 let line = line.trim_start_matches('#').trim();
-                line.starts_with(&format!("{key} =")) || line.starts_with(&format!("[{key}"))
+                line.starts_with(&format!("{key} ="))
+                    || line.starts_with(&format!("[{key}"))
+                    || line.starts_with(&format!("[[{key}]]"))
             })
         };
         let mut config = Config::default();

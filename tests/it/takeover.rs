@@ -234,7 +234,8 @@ fn a_queued_task_waits_before_it_starts_and_wrong_requests_change_nothing(backen
     assert!(held["steps"].as_array().is_some_and(Vec::is_empty));
 
     // (path, body, status, error code, field)
-    let table: [(&str, Option<Value>, u16, &str, Option<&str>); 6] = [
+    type Case<'a> = (&'a str, Option<Value>, u16, &'a str, Option<&'a str>);
+    let table: [Case; 6] = [
         ("/v1/tasks/nobody/pause", None, 404, "not_found", None),
         ("/v1/tasks/nobody/resume", None, 404, "not_found", None),
         ("/v1/tasks/held/pause", None, 409, "wrong_state", None),
