@@ -708,6 +708,76 @@ mod tests {
         assert_eq!(super::release(&Release::TakeOver), Handback::TakeOver);
     }
 
+    /// A step held for approval: a computer call (one click) and a tool call; by a rule or a vendor.
+    fn held(rule: Option<u32>) -> StepRecord {
+        use crate::record::{ScreenshotRef, StepApproval, ToolCall};
+        use agentd_computer::Action;
+        let screenshot = ScreenshotRef { url: "u".into(), width: 1, height: 1, key: "k".into() };
+        let mut step = StepRecord::begun(2, time::OffsetDateTime::UNIX_EPOCH, screenshot);
+        let click = Action::Click { x: 1, y: 2, button: Default::default(), keys: Vec::new() };
+        step.calls = vec![
+            ToolCall { id: "c".into(), kind: CallKind::Computer { actions: vec![click.clone()] } },
+            ToolCall { id: "m".into(), kind: CallKind::Function { name: "mail".into(), arguments: json!({}) } },
+        ];
+        step.actions = vec![click];
+        step.approval = Some(StepApproval { rule, ..StepApproval::asked("r".into(), serde_json::Value::Null) });
+        step
+    }
+
+    use serde_json::json;
+
+    #[test]
+    fn a_rules_hold_rejected_goes_on_with_every_call_refused_and_a_vendors_ends_the_task() {
+        let reject = Decision::Reject { reason: "not today".into() };
+        let decided = decide("t", TaskState::WaitingForHuman, None, Some(held(Some(0))), &reject).expect("decided");
+        assert_eq!(decided.change, Change::Resume, "the task goes on");
+        let step = decided.step.expect("the step is written");
+        assert!(step.finished);
+        let approval = step.approval.as_ref().expect("approval");
+        assert_eq!((approval.approved, approval.rejected.as_deref()), (Some(false), Some("not today")));
+        let told: Vec<(&str, bool, &str)> =
+            step.call_results.iter().map(|r| (r.call_id.as_str(), r.ok, r.message.as_str())).collect();
+        let message = "rejected by a human: not today; this call was not run";
+        assert_eq!(told, [("c", false, message), ("m", false, message)]);
+        assert_eq!(step.results.len(), 2, "one per action and one per tool call");
+        assert_eq!(step.results[1].tool.as_deref(), Some("mail"));
+
+        let vendor = decide("t", TaskState::WaitingForHuman, None, Some(held(None)), &reject).expect("decided");
+        assert_eq!((vendor.step, vendor.change.state()), (None, TaskState::Failed));
+    }
+
+    #[test]
+    fn an_edit_goes_into_the_waiting_step_and_only_there() {
+        use agentd_computer::Action;
+        let typed = vec![Action::Type { text: "bob".into() }];
+        let edit = Decision::ApproveEdited { actions: typed.clone() };
+        let decided = decide("t", TaskState::WaitingForHuman, None, Some(held(Some(1))), &edit).expect("decided");
+        assert_eq!(decided.change, Change::Approve);
+        let step = decided.step.expect("step");
+        assert_eq!(step.approval.and_then(|a| a.edited), Some(typed));
+        // (the waiting step, the actions, a word of the refusal)
+        let mut no_computer = held(Some(0));
+        no_computer.calls.remove(0);
+        let mut finished = held(Some(0));
+        finished.finished = true;
+        let cases = [
+            (Some(held(Some(0))), Vec::new(), "at least one action"),
+            (Some(no_computer), vec![Action::Wait { duration_ms: 1 }], "no computer action"),
+            (Some(finished), vec![Action::Wait { duration_ms: 1 }], "nothing to edit"),
+            (None, vec![Action::Wait { duration_ms: 1 }], "nothing to edit"),
+        ];
+        for (last, actions, word) in cases {
+            let result = decide("t", TaskState::WaitingForHuman, None, last, &Decision::ApproveEdited { actions });
+            match result {
+                Err(QueueError::Invalid { field, message }) => {
+                    assert_eq!(field, "actions");
+                    assert!(message.contains(word), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn a_fenced_write_that_matched_nothing_lost_its_lease() {
         assert!(fenced("t", 1).is_ok());
