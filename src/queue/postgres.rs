@@ -571,15 +571,16 @@ impl Queue for PostgresQueue {
         // advisory lock on its key and the desktop checked again after it, in a statement that sees every
         // claim committed before: of two such claims, the second finds the first and leaves its task queued.
         let pick = format!(
-            "SELECT id, {} AS desktop_key, takeover, takeover_note FROM agentd_tasks t
+            "SELECT id, {qualified} AS desktop_key, takeover, takeover_note FROM agentd_tasks t
              WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
                AND NOT EXISTS (SELECT 1 FROM agentd_tasks r WHERE r.state = 'running' AND r.lease_until > now()
-                                 AND r.desktop_held = {})
+                                 AND r.desktop_held = {qualified})
+               AND NOT EXISTS (SELECT 1 FROM agentd_tasks p WHERE p.state = 'waiting_for_human'
+                                 AND p.takeover = 'parked' AND p.desktop_held = {qualified})
              ORDER BY created_at, id
              LIMIT 1
              FOR UPDATE SKIP LOCKED",
-            desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
-            desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
+            qualified = desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
         );
         for _ in 0..4 {
             let mut tx = self.pool.begin().await.map_err(db_error)?;
@@ -603,7 +604,8 @@ impl Queue for PostgresQueue {
                     .map_err(db_error)?;
                 let held: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM agentd_tasks
-                                    WHERE state = 'running' AND lease_until > now() AND desktop_held = $1)",
+                                    WHERE desktop_held = $1 AND (state = 'running' AND lease_until > now()
+                                          OR state = 'waiting_for_human' AND takeover = 'parked'))",
                 )
                 .bind(key)
                 .fetch_one(&mut *tx)

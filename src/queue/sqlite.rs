@@ -651,14 +651,17 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let now = now_ms();
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
-        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop).
+        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop), and
+        // so does one whose desktop a person took over (§20: a task parked for a take-over keeps it).
         // Built from constants only (no input reaches the text).
         let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT id, labels, desktop, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
                AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.state = 'running' AND r.lease_until_ms >= ?1
-                                 AND r.desktop_held = {})
+                                 AND r.desktop_held = {qualified})
+               AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'waiting_for_human' AND p.takeover = 'parked'
+                                 AND p.desktop_held = {qualified})
              ORDER BY created_ms, id LIMIT 200",
-            desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
+            qualified = desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
         )))
         .bind(now)
         .bind(&worker.desktops.default)

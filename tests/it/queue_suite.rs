@@ -70,6 +70,7 @@ queue_suite!(
     only_finished_tasks_are_deleted_with_their_steps_and_events,
     retention_finds_and_deletes_only_old_finished_tasks,
     a_person_takes_the_desktop_over_and_hands_it_back,
+    a_taken_over_desktop_is_kept_for_the_person,
 );
 
 fn spec(id: &str, labels: &[(&str, &str)]) -> TaskSpec {
@@ -848,4 +849,34 @@ async fn a_person_takes_the_desktop_over_and_hands_it_back(queue: &dyn Queue) {
     let events = queue.events_after("take", 0, 100).await.unwrap_or_else(ok);
     let parks = events.iter().filter(|e| matches!(e.kind, EventKind::WaitingForHuman { .. })).count();
     assert_eq!(parks, 2, "the queue's own parks (queued, rescued) are events: {events:?}");
+}
+
+/// While a person has a task's desktop (§20 take-over), no other task of that desktop starts; other
+/// desktops go on; the hand-back frees it.
+async fn a_taken_over_desktop_is_kept_for_the_person(queue: &dyn Queue) {
+    fn ok<T>(e: QueueError) -> T {
+        panic!("{e}")
+    }
+    let local = serde_json::json!({"provider": "local", "display": ":0"});
+    let who = desktop_worker("w", "host-a");
+    queue.submit(desktop_task("desk-first", local.clone())).await.unwrap_or_else(ok);
+    let (id, token) = claim_desk(queue, &who, LEASE).await.expect("claimed");
+    assert_eq!(id, "desk-first");
+    assert_eq!(queue.pause("desk-first").await.unwrap_or_else(ok), Paused::Requested);
+    queue.release("desk-first", token, &Release::TakeOver).await.unwrap_or_else(ok);
+    queue.submit(desktop_task("desk-second", local.clone())).await.unwrap_or_else(ok);
+    queue.submit(desktop_task("desk-mock", serde_json::json!({"provider": "mock"}))).await.unwrap_or_else(ok);
+    let (other, token) = claim_desk(queue, &who, LEASE).await.expect("a mock task has its own desktop");
+    assert_eq!(other, "desk-mock");
+    queue.finish(&other, token, &finish(true)).await.unwrap_or_else(ok);
+    assert_eq!(claim_desk(queue, &who, LEASE).await, None, "the person has :0 of host-a");
+    let elsewhere = desktop_worker("w2", "host-b");
+    let (second, token) = claim_desk(queue, &elsewhere, LEASE).await.expect(":0 of another machine is free");
+    assert_eq!(second, "desk-second");
+    queue.finish(&second, token, &finish(true)).await.unwrap_or_else(ok);
+    queue.submit(desktop_task("desk-third", local)).await.unwrap_or_else(ok);
+    assert_eq!(claim_desk(queue, &who, LEASE).await, None);
+    queue.resume("desk-first", None).await.unwrap_or_else(ok);
+    let (back, _) = claim_desk(queue, &who, LEASE).await.expect("handed back");
+    assert_eq!(back, "desk-first", "the handed-back task first: it is the older");
 }
