@@ -109,6 +109,7 @@ async fn main() {
         replay: None,
         waiting: None,
         turns: Vec::new(),
+        taken_over: false,
     };
 
     // The replay, on a fresh desktop.

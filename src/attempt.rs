@@ -19,8 +19,8 @@ use crate::artifacts::Uploader;
 use crate::backends::BuildError;
 use crate::config::SettlePolicy;
 use crate::model::Model;
-use crate::record::PendingToolCall;
 use crate::record::{EndReason, EventKind, Outcome, ScreenshotRef, StepRecord, StuckCheck, Usage};
+use crate::record::{HandBack, PendingToolCall};
 use crate::task::ResolvedTask;
 use crate::tools::Toolbox;
 
@@ -49,6 +49,10 @@ pub struct RunContext<'a> {
     pub approved: bool,
     /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
     pub turns: Vec<crate::record::Turn>,
+    /// A person wants the desktop (§20 take-over): stop after the current step, [`Ending::Paused`].
+    pub pause: CancellationToken,
+    /// A person had the desktop since the last attempt and handed it back: the next step tells the model.
+    pub handed_back: Option<HandBack>,
 }
 
 /// How an attempt ended.
@@ -67,6 +71,8 @@ pub enum Ending {
     LeaseLost(String),
     /// The last step waits for the API client to answer these `remote` tool calls.
     AwaitingTool(Vec<PendingToolCall>),
+    /// A pause was asked for (§20 take-over): stopped after a finished step, to wait for the person.
+    Paused,
 }
 
 impl Ending {
@@ -75,7 +81,7 @@ impl Ending {
     pub fn into_outcome(self) -> Outcome {
         match self {
             Self::Finished(outcome) | Self::Retryable { outcome, .. } => outcome,
-            Self::Interrupted => Outcome {
+            Self::Interrupted | Self::Paused => Outcome {
                 success: false,
                 summary: "interrupted".into(),
                 reason: EndReason::Cancelled,
@@ -162,6 +168,8 @@ impl Attempt<'_> {
             resume: context.resume,
             elapsed_before: context.elapsed_before,
             approved: context.approved,
+            pause: context.pause,
+            handed_back: context.handed_back,
             settle,
             verifier,
             turns: context.turns,
@@ -174,6 +182,7 @@ impl Attempt<'_> {
             LoopEnd::LeaseLost(why) => Ending::LeaseLost(why),
             LoopEnd::WaitingForHuman { reason } => Ending::WaitingForHuman(reason),
             LoopEnd::AwaitingTool { calls } => Ending::AwaitingTool(calls),
+            LoopEnd::Paused => Ending::Paused,
         };
         AttemptOutput {
             ending,

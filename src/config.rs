@@ -49,6 +49,9 @@ pub struct Config {
     pub otel: OtelConfig,
     /// `[retention]`: how long finished tasks are kept (§21).
     pub retention: RetentionConfig,
+    /// `[[approval]]`: approval rules for every task (§20), before each task's own.
+    #[serde(default)]
+    pub approval: Vec<crate::task::approval::ApprovalRule>,
 }
 
 /// `[retention]` (§21): finished tasks older than `finished_days` are deleted with their steps, events and
@@ -409,6 +412,7 @@ impl Default for Config {
             log: LogConfig::default(),
             otel: OtelConfig::default(),
             retention: RetentionConfig::default(),
+            approval: Vec::new(),
         }
     }
 }
@@ -656,6 +660,7 @@ const SECTIONS: &[&str] = &[
     "log",
     "otel",
     "retention",
+    "approval",
 ];
 const MODEL_KEYS: &[&str] = &[
     "base_url",
@@ -713,6 +718,7 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
             "log" => keyed(value, &key, &mut section_problems).map(|v| config.log = v),
             "otel" => keyed(value, &key, &mut section_problems).map(|v| config.otel = v),
             "retention" => keyed(value, &key, &mut section_problems).map(|v| config.retention = v),
+            "approval" => section(value, &key, &mut section_problems).map(|v| config.approval = v),
             "models" => models(value, &mut section_problems).map(|v| config.models = v),
             "tools" => tools(value, &mut section_problems).map(|v| config.tools = v),
             "verifiers" => verifiers(value, &mut section_problems).map(|v| config.verifiers = v),
@@ -1378,6 +1384,15 @@ mod tests {
     }
 
     #[test]
+    fn approval_rules_are_read_and_a_bad_one_is_named() {
+        let config = parse("[[approval]]\nkeys = \"ctrl+alt+delete\"\n[[approval]]\ntool = \"mail\"\n", "t", &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.approval.len(), 2);
+        let err = parse("[[approval]]\naction = \"explode\"\n", "t", &[]).unwrap_err().to_string();
+        assert!(err.contains("approval") && err.contains("explode"), "{err}");
+    }
+
+    #[test]
     fn the_example_config_parses() {
         let text = include_str!("../config/agentd.example.toml");
         let config = parse(text, "agentd.example.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
@@ -1390,7 +1405,9 @@ mod tests {
         let documented = |key: &str| {
             text.lines().any(|line| {
                 let line = line.trim_start_matches('#').trim();
-                line.starts_with(&format!("{key} =")) || line.starts_with(&format!("[{key}"))
+                line.starts_with(&format!("{key} ="))
+                    || line.starts_with(&format!("[{key}"))
+                    || line.starts_with(&format!("[[{key}]]"))
             })
         };
         let mut config = Config::default();

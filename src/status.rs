@@ -53,6 +53,10 @@ pub struct TaskRecord {
     /// `started_at` and `finished_at` are the last turn's. A task that was never sent a message has one.
     #[serde(default)]
     pub turns: Vec<Turn>,
+    /// The queue's marker that the task waits because a person took its desktop over (`agentd pause`, §20):
+    /// what `waiting` of kind `takeover` is derived from. Not part of the document (`waiting` shows it).
+    #[serde(skip)]
+    pub taken_over: bool,
 }
 
 impl TaskRecord {
@@ -91,6 +95,7 @@ impl TaskRecord {
     /// Fills `waiting` from the state and the last step, for a task in `waiting_for_human`.
     pub fn derive_waiting(&mut self) {
         self.waiting = match (self.state, self.steps.last()) {
+            (TaskState::WaitingForHuman, last) if self.taken_over => Some(Waiting::takeover(last)),
             (TaskState::WaitingForHuman, Some(step)) => Waiting::of_step(step),
             _ => None,
         };

@@ -30,7 +30,8 @@ use crate::model::{
 use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
 use crate::record::{
-    ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord, Turn,
+    ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord, TAKEOVER_REASON,
+    Turn,
 };
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
@@ -61,6 +62,11 @@ pub struct LoopInput {
     pub elapsed_before: Duration,
     /// A human approved the step the task was waiting on (the last of `resume`).
     pub approved: bool,
+    /// A person wants the desktop (§20 take-over): stop after the current step with [`LoopEnd::Paused`].
+    pub pause: CancellationToken,
+    /// A person had the desktop since the last attempt and handed it back: the next step's screenshot goes
+    /// to the model with their note (and the step's record keeps it).
+    pub handed_back: Option<crate::record::HandBack>,
     /// How to wait for the screen after actions.
     pub settle: SettlePolicy,
     /// The task's verifier checks (§16); empty when it has none.
@@ -87,6 +93,9 @@ pub enum LoopEnd {
     AwaitingTool { calls: Vec<PendingToolCall> },
     /// A failure a later attempt may not hit (the computer or model was unreachable).
     Retryable(Outcome),
+    /// A pause was asked for (§20 take-over): the loop stopped after a finished step; a person uses the
+    /// desktop until they hand it back.
+    Paused,
 }
 
 #[derive(Debug)]
@@ -419,8 +428,30 @@ impl Loop {
         }
         let started = Instant::now();
         let turn = turn_of(&record);
-        let executed = self.run_calls(record.index, &turn).await;
-        self.finish_resumed_step(record, turn, executed, started, vec![format!("A human approved: {reason}")]).await
+        let edited = record.approval.as_ref().and_then(|a| a.edited.clone());
+        let Some(edited) = edited else {
+            let executed = self.run_calls(record.index, &turn).await;
+            let notes = vec![format!("A human approved: {reason}")];
+            return self.finish_resumed_step(record, turn, executed, started, notes).await;
+        };
+        // Approved with an edit (§20): the human's actions (screen pixels) run instead of the model's — all
+        // in the turn's first computer call, the others empty — and the model is told what ran.
+        let mut run = turn.clone();
+        let mut first = true;
+        for call in &mut run.calls {
+            if let CallKind::Computer { actions } = &mut call.kind {
+                *actions = if std::mem::take(&mut first) {
+                    edited.iter().map(|a| self.coords.action_to_model(a)).collect()
+                } else {
+                    Vec::new()
+                };
+            }
+        }
+        let executed = self.run_calls(record.index, &run).await;
+        let ran = edited.iter().map(Action::summary).collect::<Vec<_>>().join("; ");
+        let notes =
+            vec![format!("A human approved ({reason}) with changes: instead of your actions, these ran: {ran}")];
+        self.finish_resumed_step(record, turn, executed, started, notes).await
     }
 
     /// Continues the turn of the step that parked for the API client's `remote` tool results, now that they
@@ -572,6 +603,16 @@ impl Loop {
             if self.input.shutdown.is_cancelled() {
                 return LoopEnd::Interrupted;
             }
+            // After the cancel and the limits (a cancelled task ends rather than waits), before the model is
+            // called again: the step that ran when the pause came finished whole.
+            if self.input.pause.is_cancelled() {
+                self.input.events.emit(EventKind::WaitingForHuman {
+                    reason: TAKEOVER_REASON.to_string(),
+                    question: None,
+                    call_id: None,
+                });
+                return LoopEnd::Paused;
+            }
             if let Err(end) = self.check_limits(true) {
                 return end;
             }
@@ -665,10 +706,17 @@ impl Loop {
         if let Some(window) = self.input.model.context_window() {
             super::context::compact(&mut self.history, &mut self.summary, window, &self.input.task.instructions);
         }
+        // The first step after a take-over: the model hears a person had the desktop (the notes go with this
+        // screenshot), and the record keeps the note.
+        let handed_back = self.input.handed_back.take();
+        if let Some(handed_back) = &handed_back {
+            self.notes.push(handed_back.model_note());
+        }
         let called = self.call_model(index, &prepared.model).await;
         let mut record = StepRecord::begun(index, started_at, screenshot);
         record.screen_changed = screen_changed;
         record.guard = guard_note;
+        record.handed_back = handed_back;
         let turn = match called {
             Ok(turn) => turn,
             Err(CallEnd::Stop(stop)) => return Err(stop),
@@ -685,22 +733,28 @@ impl Loop {
         record.raw = turn.raw.clone();
         // Screen-space actions are known before anything runs, so the journal shows what was about to happen.
         record.actions = self.screen_actions(&turn.calls);
-        record.approval = turn.approval.as_ref().map(|request| StepApproval {
-            reason: request.reason.clone(),
-            details: request.details.clone(),
-            approved: None,
-        });
+        record.approval =
+            turn.approval.as_ref().map(|request| StepApproval::asked(request.reason.clone(), request.details.clone()));
+        // An approval rule (§20) holds the whole turn before any of its calls runs.
+        if record.approval.is_none()
+            && let Some((rule, reason)) = crate::task::approval::first_match(&self.input.task.approval, &turn.calls)
+        {
+            let annotated = self.annotate(index, &frame, &record.actions).await;
+            let details = serde_json::json!({ "rule": rule });
+            record.approval =
+                Some(StepApproval { rule: Some(rule as u32), annotated, ..StepApproval::asked(reason, details) });
+        }
         self.journal(&record).await?;
 
-        if let Some(request) = &turn.approval {
+        if let Some(reason) = record.approval.as_ref().map(|a| a.reason.clone()) {
             // The calls wait for a human: the step is journaled as waiting; park the task.
             self.input.events.emit(EventKind::WaitingForHuman {
-                reason: request.reason.clone(),
+                reason: reason.clone(),
                 question: None,
                 call_id: None,
             });
             self.steps.push(record);
-            return Err(Stop::End(LoopEnd::WaitingForHuman { reason: request.reason.clone() }));
+            return Err(Stop::End(LoopEnd::WaitingForHuman { reason }));
         }
 
         let mut executed = self.run_calls(index, &turn).await;
@@ -729,6 +783,45 @@ impl Loop {
             return Err(Stop::End(end));
         }
         Ok(executed.completion)
+    }
+
+    /// The step's screenshot with `actions` (screen pixels) drawn on it — click points, drag paths, scroll
+    /// arrows, and the keyboard's actions as lines of text at the top — stored beside the screenshot for the
+    /// human who approves them. `None` (and a warning) when it cannot be drawn.
+    async fn annotate(&self, step: u32, frame: &Frame, actions: &[Action]) -> Option<ScreenshotRef> {
+        use crate::report::draw::{Canvas, marks};
+        let (marks, labels) = marks(actions);
+        let frame = frame.clone();
+        let size = frame.size();
+        let drawn = tokio::task::spawn_blocking(move || {
+            let mut pixels = frame.as_rgb().to_vec();
+            if let Some(mut canvas) = Canvas::new(size.width, size.height, &mut pixels) {
+                canvas.marks(&marks, 1.0);
+                let px = (size.height as f32 / 40.0).clamp(12.0, 28.0);
+                for (i, label) in labels.iter().enumerate() {
+                    let y = (px * 1.4 * (i as f32 + 1.0)).round() as i32;
+                    canvas.band(0, y - px as i32, size.width, (px * 1.4) as u32, [0, 0, 0], 0.6);
+                    canvas.text(
+                        8,
+                        y,
+                        px,
+                        &format!("{}. {}", label.n, label.text),
+                        size.width.saturating_sub(16),
+                        [0xff; 3],
+                    );
+                }
+            }
+            Frame::from_rgb(size, pixels).ok().and_then(|f| image::encode_png(&f).ok())
+        })
+        .await;
+        let Ok(Some(bytes)) = drawn else {
+            tracing::warn!("cannot draw the proposed actions on the screenshot");
+            return None;
+        };
+        let key = crate::artifacts::proposed_key(&self.input.task_id, self.input.attempt, step);
+        let url = self.input.uploader.store().url(&key);
+        self.input.uploader.submit(key.clone(), bytes.into(), None).await;
+        Some(ScreenshotRef { url, width: size.width, height: size.height, key })
     }
 
     /// The computer actions of `calls`, in screen pixels (what the record keeps).
@@ -1279,7 +1372,7 @@ impl Loop {
                     }
                 }
                 LoopEnd::LeaseLost(text) | LoopEnd::WaitingForHuman { reason: text } => redact(text),
-                LoopEnd::Interrupted | LoopEnd::AwaitingTool { .. } => {}
+                LoopEnd::Interrupted | LoopEnd::Paused | LoopEnd::AwaitingTool { .. } => {}
             }
         }
         LoopOutput {

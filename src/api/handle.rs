@@ -1,5 +1,5 @@
 //! [`WorkerHandle`]: what the API may do to this process's workers, and nothing more — wake the claim loop,
-//! tell SSE followers that events were stored, cancel a task running here, count running tasks, and read
+//! tell SSE followers that events were stored, cancel or pause a task running here, count running tasks, and read
 //! how long ago the claim loop last went round. The workers own the other end (`daemon::worker`); the API
 //! never sees their fields.
 
@@ -19,8 +19,16 @@ pub struct WorkerHandle {
     pub events_stored: Arc<Notify>,
     /// Milliseconds since the epoch when the claim loop last went round (the watchdog and `/healthz` read it).
     pub claim_loop_alive_ms: Arc<AtomicI64>,
-    /// The cancel token of each task running in this process.
-    running: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    /// The cancel and pause tokens of each task running in this process.
+    running: Arc<Mutex<HashMap<String, Running>>>,
+}
+
+/// What stops a task running here: its cancel token, and its pause token (a take-over, §20: park it after its
+/// current step).
+#[derive(Clone, Default)]
+pub struct Running {
+    pub cancel: CancellationToken,
+    pub pause: CancellationToken,
 }
 
 impl WorkerHandle {
@@ -31,9 +39,19 @@ impl WorkerHandle {
     /// Cancels a task this process is running now (the queue already records the request).
     pub fn cancel_local(&self, task_id: &str) {
         if let Ok(running) = self.running.lock()
-            && let Some(cancel) = running.get(task_id)
+            && let Some(task) = running.get(task_id)
         {
-            cancel.cancel();
+            task.cancel.cancel();
+        }
+    }
+
+    /// Asks a task this process is running now to park after its current step (the queue already records
+    /// the request).
+    pub fn pause_local(&self, task_id: &str) {
+        if let Ok(running) = self.running.lock()
+            && let Some(task) = running.get(task_id)
+        {
+            task.pause.cancel();
         }
     }
 
@@ -42,10 +60,10 @@ impl WorkerHandle {
         self.running.lock().map(|r| r.len()).unwrap_or(0)
     }
 
-    /// A task started running here; `cancel` stops it at its next safe point.
-    pub fn started(&self, task_id: &str, cancel: CancellationToken) {
+    /// A task started running here; its `cancel` stops it at its next safe point, its `pause` after its step.
+    pub fn started(&self, task_id: &str, tokens: Running) {
         if let Ok(mut running) = self.running.lock() {
-            running.insert(task_id.to_string(), cancel);
+            running.insert(task_id.to_string(), tokens);
         }
     }
 

@@ -20,10 +20,11 @@ mod events;
 mod handle;
 mod messages;
 mod retention;
+mod takeover;
 mod tasks;
 pub mod tls;
 
-pub use handle::WorkerHandle;
+pub use handle::{Running, WorkerHandle};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -223,6 +224,8 @@ fn endpoints() -> Vec<Endpoint> {
         post_at("/v1/tasks/{id}/tool-results", tasks::tool_results),
         post_at("/v1/tasks/{id}/messages", messages::send),
         post_at("/v1/tasks/{id}/answer", tasks::answer),
+        post_at("/v1/tasks/{id}/pause", takeover::pause),
+        post_at("/v1/tasks/{id}/resume", takeover::resume),
         get_at("/v1/tasks/{id}/events", events::stream),
         get_at("/v1/tasks/{id}/steps/{index}/screenshot", tasks::screenshot),
         get_at("/v1/openapi.json", openapi),

@@ -154,10 +154,30 @@ pub struct RejectBody {
     reason: String,
 }
 
+/// `POST /v1/tasks/{id}/approve`: empty, `{}`, or `{"actions": [ACTION, …]}` — the actions (screen pixels)
+/// to run instead of the waiting step's computer actions (§20).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveBody {
+    #[serde(default)]
+    actions: Option<Vec<agentd_computer::Action>>,
+}
+
+fn invalid_body(e: TaskFileError) -> ApiError {
+    ApiError { code: "invalid_body", ..invalid_task(e) }
+}
+
 pub async fn approve(
     State(state): State<Arc<ApiState>>,
     ApiPath(id): ApiPath<String>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let text = body_text(body)?;
+    let body: ApproveBody = if text.trim().is_empty() {
+        ApproveBody::default()
+    } else {
+        crate::task::parse_json(&text, "request body").map_err(invalid_body)?
+    };
     // A question waits for an answer, not a yes: approving it would only park it again (reject still ends it).
     if let Some(crate::record::Waiting::Question { .. }) = state.queue.get(&id).await?.waiting {
         return Err(ApiError::new(
@@ -168,9 +188,19 @@ pub async fn approve(
             ),
         ));
     }
-    state.queue.decide(&id, &Decision::Approve).await?;
+    let edited = body.actions.is_some();
+    let decision = match body.actions {
+        Some(actions) => Decision::ApproveEdited { actions },
+        None => Decision::Approve,
+    };
+    state.queue.decide(&id, &decision).await.map_err(|e| match e {
+        crate::queue::QueueError::Invalid { field, message } => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", format!("{field}: {message}")).with_field(field)
+        }
+        other => other.into(),
+    })?;
     state.workers.wake.notify_one();
-    Ok(Json(json!({"id": id, "state": "queued", "approved": true})))
+    Ok(Json(json!({"id": id, "state": "queued", "approved": true, "edited": edited})))
 }
 
 pub async fn reject(
@@ -185,8 +215,14 @@ pub async fn reject(
         crate::task::parse_json(&text, "request body").map_err(invalid_task)?
     };
     state.queue.decide(&id, &Decision::Reject { reason: body.reason }).await?;
-    state.metrics.task_finished(TaskState::Failed, EndReason::Rejected);
+    // An approval rule's hold goes on (the model is told why); anything else ends the task.
+    let now = state.queue.get(&id).await.map(|r| r.state).unwrap_or(TaskState::Failed);
     state.workers.events_stored.notify_waiters();
+    if now != TaskState::Failed {
+        state.workers.wake.notify_one();
+        return Ok(Json(json!({"id": id, "state": "queued", "reason": "rejected"})));
+    }
+    state.metrics.task_finished(TaskState::Failed, EndReason::Rejected);
     Ok(Json(json!({"id": id, "state": "failed", "reason": "rejected"})))
 }
 

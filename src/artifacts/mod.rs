@@ -19,6 +19,12 @@ pub fn artifact_key(task_id: &str, attempt: u32, step: u32, extension: &str) -> 
     format!("{}{step:05}.{extension}", attempt_prefix(task_id, attempt))
 }
 
+/// `tasks/{task_id}/{attempt}/{step:05}-proposed.png` — a step's screenshot with the actions an approval rule
+/// held drawn on it (§20).
+pub fn proposed_key(task_id: &str, attempt: u32, step: u32) -> String {
+    format!("{}{step:05}-proposed.png", attempt_prefix(task_id, attempt))
+}
+
 /// `tasks/{task_id}/{attempt}/verify-{round}-{check}.png` — the crop a `screen` verifier check (§16) saved in
 /// one round (`check` counts from 0 in the task's `verify`).
 pub fn verify_crop_key(task_id: &str, attempt: u32, round: u32, check: usize) -> String {

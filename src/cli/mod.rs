@@ -14,6 +14,7 @@ pub mod report;
 pub mod retention;
 pub mod run;
 pub mod sanitize;
+pub mod takeover;
 pub mod telemetry;
 pub mod term;
 pub mod turns;
@@ -216,10 +217,15 @@ Examples:
     #[command(after_help = "Examples:
   agentd list --state waiting_for_human            which tasks wait
   agentd status ID                                 what the task asks for
-  agentd approve ID")]
+  agentd approve ID
+  agentd approve ID --action '{\"type\": \"click\", \"x\": 640, \"y\": 370}'   run this instead")]
     Approve {
         /// The task's id.
         id: String,
+        /// Run this instead of the proposed computer actions: an action or an array of actions as JSON, in
+        /// screen pixels (`waiting.proposed.actions` shows the proposed ones).
+        #[arg(long, value_name = "JSON")]
+        action: Option<String>,
         #[command(flatten)]
         daemon: DaemonArgs,
     },
@@ -232,6 +238,37 @@ Examples:
         /// Why: recorded with the task and shown in its outcome.
         #[arg(long)]
         reason: Option<String>,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Take a task's desktop over: it stops after its current step and waits, holding no worker (§20).
+    #[command(
+        after_help = "A queued task waits before it starts; a running one finishes the step it is in, then waits in
+waiting_for_human (`waiting.kind` is `takeover`) while a person uses the desktop. A waiting or finished task is
+refused (exit 2).
+
+Examples:
+  agentd pause ID
+  agentd resume ID --note \"I entered the 2FA code\""
+    )]
+    Pause {
+        /// The task's id.
+        id: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Hand a paused task's desktop back: it continues on a fresh screenshot, with the note for the model.
+    #[command(after_help = "Only a task paused with `agentd pause` can be resumed (exit 2 otherwise).
+
+Examples:
+  agentd resume ID
+  agentd resume ID --note \"logged in; the report page is open\"")]
+    Resume {
+        /// The task's id.
+        id: String,
+        /// What the person did, for the model (it sees it with the next screenshot).
+        #[arg(long)]
+        note: Option<String>,
         #[command(flatten)]
         daemon: DaemonArgs,
     },
@@ -413,6 +450,8 @@ impl Command {
             Command::Events { .. } => "events",
             Command::Approve { .. } => "approve",
             Command::Reject { .. } => "reject",
+            Command::Pause { .. } => "pause",
+            Command::Resume { .. } => "resume",
             Command::ToolResult { .. } => "tool-result",
             Command::Send { .. } => "send",
             Command::Answer { .. } => "answer",
@@ -439,6 +478,8 @@ impl Command {
             | Command::Events { daemon, .. }
             | Command::Approve { daemon, .. }
             | Command::Reject { daemon, .. }
+            | Command::Pause { daemon, .. }
+            | Command::Resume { daemon, .. }
             | Command::ToolResult { daemon, .. }
             | Command::Send { daemon, .. }
             | Command::Answer { daemon, .. }
@@ -610,10 +651,15 @@ async fn dispatch(cli: Cli) -> CliResult {
             retention::prune(&client(daemon)?, *dry_run, *older_than, json).await
         }
         Command::Events { id, follow, daemon } => remote::events(&client(daemon)?, id, *follow, json).await,
-        Command::Approve { id, daemon } => remote::decide(&client(daemon)?, id, true, None, json).await,
+        Command::Approve { id, action: None, daemon } => remote::decide(&client(daemon)?, id, true, None, json).await,
+        Command::Approve { id, action: Some(action), daemon } => {
+            takeover::approve_edited(&client(daemon)?, id, action, json).await
+        }
         Command::Reject { id, reason, daemon } => {
             remote::decide(&client(daemon)?, id, false, reason.clone(), json).await
         }
+        Command::Pause { id, daemon } => takeover::pause(&client(daemon)?, id, json).await,
+        Command::Resume { id, note, daemon } => takeover::resume(&client(daemon)?, id, note.as_deref(), json).await,
         Command::ToolResult { id, call_id, output, error, details, daemon } => {
             let answer = remote::ToolResultArgs { call_id, output, error: *error, details: details.as_deref() };
             remote::tool_result(&client(daemon)?, id, &answer, json).await

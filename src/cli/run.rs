@@ -111,6 +111,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         replay: None,
         waiting: None,
         turns: Vec::new(),
+        taken_over: false,
     };
     record.derive();
     let document =

@@ -224,6 +224,7 @@ fn signal_handler(workers: &Arc<Workers>) -> SignalHandler {
     Arc::new(move |signal| match signal {
         QueueSignal::Work => workers.handle.wake.notify_one(),
         QueueSignal::Cancel(task_id) => workers.cancel_local(&task_id),
+        QueueSignal::Pause(task_id) => workers.handle.pause_local(&task_id),
     })
 }
 

@@ -183,9 +183,12 @@ impl Workers {
         };
         for (id, token, lost) in leases {
             match self.queue.heartbeat(&id, token, self.lease_for()).await {
-                Ok(LeaseStatus::Held { cancel_requested }) => {
+                Ok(LeaseStatus::Held { cancel_requested, pause_requested }) => {
                     if cancel_requested {
                         self.handle.cancel_local(&id);
+                    }
+                    if pause_requested {
+                        self.handle.pause_local(&id);
                     }
                 }
                 Ok(LeaseStatus::Lost) if !self.still_running(&id, token) => {
@@ -254,14 +257,14 @@ impl Workers {
         let token = lease.token;
         // ERROR level: any log filter that lets a line through keeps the task it belongs to (`cli::telemetry`).
         let span = tracing::error_span!("task", task_id = %task_id, attempt = i64::from(lease.attempt));
-        let cancel = CancellationToken::new();
+        let tokens = crate::api::Running::default();
         let lost = CancellationToken::new();
         if let Ok(mut active) = self.active.lock() {
             active.insert(task_id.clone(), ActiveLease { token, lost: lost.clone(), ending: false });
         }
-        self.handle.started(&task_id, cancel.clone());
+        self.handle.started(&task_id, tokens.clone());
         self.metrics.tasks_started.fetch_add(1, Ordering::Relaxed);
-        tracing::Instrument::instrument(self.clone().attempt(lease, cancel, lost, shutdown), span).await;
+        tracing::Instrument::instrument(self.clone().attempt(lease, tokens, lost, shutdown), span).await;
         if let Ok(mut active) = self.active.lock() {
             active.remove(&task_id);
         }
@@ -273,10 +276,11 @@ impl Workers {
     async fn attempt(
         self: Arc<Self>,
         lease: Lease,
-        cancel: CancellationToken,
+        tokens: crate::api::Running,
         lost: CancellationToken,
         shutdown: CancellationToken,
     ) {
+        let crate::api::Running { cancel, pause } = tokens;
         let task_id = lease.task_id.clone();
         let token = lease.token;
         let (events, receiver) = EventSink::channel(&task_id, lease.next_seq);
@@ -325,6 +329,8 @@ impl Workers {
                 elapsed_before: lease.elapsed,
                 approved: lease.approved,
                 turns: lease.turns.clone(),
+                pause,
+                handed_back: lease.handed_back.clone(),
             })
             .await;
         for step in &output.steps {
@@ -347,6 +353,7 @@ impl Workers {
                 Ending::Interrupted => End::Requeue,
                 Ending::LeaseLost(_) => End::Lost,
                 Ending::WaitingForHuman(reason) => End::Wait(reason),
+                Ending::Paused => End::TakeOver,
                 Ending::AwaitingTool(calls) => {
                     tracing::info!(
                         calls = %calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", "),
@@ -434,6 +441,14 @@ impl Workers {
                 let release = Release::WaitForHuman { reason };
                 retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
+            End::TakeOver => {
+                // The step's screenshot and events are stored before the task parks for the person.
+                self.wait_for_uploads(task_id).await;
+                wait_stored(stored, events).await;
+                tracing::info!("parked for a take-over: a person uses the desktop");
+                retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &Release::TakeOver))
+                    .await
+            }
             End::AwaitTools => {
                 // The step's `screenshot_saved` and `awaiting_tool` are stored before the task parks: a client
                 // that sees it waiting finds them, and the queue numbers its own events of the answer after them.
@@ -503,6 +518,8 @@ enum End {
     Wait(String),
     /// Parked until the API client answers the last step's remote tool calls.
     AwaitTools,
+    /// Parked for a take-over (§20) until a person hands the desktop back.
+    TakeOver,
     Lost,
 }
 
@@ -643,6 +660,12 @@ mod tests {
         }
         async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
             self.inner.decide(id, decision).await
+        }
+        async fn pause(&self, id: &str) -> Result<crate::queue::Paused, QueueError> {
+            self.inner.pause(id).await
+        }
+        async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError> {
+            self.inner.resume(id, note).await
         }
         async fn answer_tools(&self, id: &str, answers: &[crate::queue::ToolAnswer]) -> Result<(), QueueError> {
             self.inner.answer_tools(id, answers).await

@@ -397,6 +397,8 @@ impl AgentBuilder {
             .map_err(|(i, message)| BuildError::invalid(format!("tools[{i}].name"), message))?;
         let replay = spec.replay.clone();
         let mut task = spec.resolve(&config.defaults, &config.guard);
+        // The config's approval rules first, then the task's own (§20): a rule's number counts them so.
+        task.approval = config.approval.iter().cloned().chain(std::mem::take(&mut task.approval)).collect();
         if let Some(limits) = self.limits {
             check_limits(&limits)?;
             task.limits = limits;

@@ -190,6 +190,8 @@ async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> 
                 elapsed_before: started.elapsed(),
                 approved,
                 turns: Vec::new(),
+                pause: CancellationToken::new(),
+                handed_back: None,
             },
         };
         let mut output = attempt.run(built.clone()).await;

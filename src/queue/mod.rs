@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::record::Usage;
 use crate::record::events::Event;
-use crate::record::{Outcome, ScreenshotRef, StepRecord, TaskState, Turn};
+use crate::record::{HandBack, Outcome, ScreenshotRef, StepRecord, TaskState, Turn};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;
 
@@ -109,11 +109,18 @@ pub struct Lease {
     pub approved: bool,
     /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
     pub turns: Vec<Turn>,
+    /// A person had taken the desktop over (`pause`) and handed it back (`resume`) since the last attempt
+    /// ran: the next step tells the model so, with the note.
+    pub handed_back: Option<HandBack>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
-    Held { cancel_requested: bool },
+    /// `pause_requested`: a person wants the desktop (§20): park the task after its current step.
+    Held {
+        cancel_requested: bool,
+        pause_requested: bool,
+    },
     Lost,
 }
 
@@ -133,6 +140,9 @@ pub enum Release {
     Requeue { count_attempt: bool, delay: Duration, reason: String },
     /// Park in `waiting_for_human` until approved or rejected.
     WaitForHuman { reason: String },
+    /// Park in `waiting_for_human` for a take-over (§20: a pause was asked for), until `resume`; the next
+    /// claim continues the same attempt.
+    TakeOver,
     /// Park in `awaiting_tool` until the API client answers the last step's `remote` tool calls (§13), in the
     /// same attempt. The pending calls are the journaled step's (`StepRecord::pending_tool_calls`).
     AwaitTools,
@@ -164,11 +174,28 @@ pub enum Cancelled {
     Requested,
 }
 
+/// What a pause (§20 take-over) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Paused {
+    /// It was queued: it waits for the person now, before it starts.
+    Now,
+    /// It is running: its worker parks it after its current step.
+    Requested,
+}
+
 /// A human's answer to a task waiting for one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Approve,
-    Reject { reason: String },
+    /// Approve, with these actions (screen pixels) run instead of the waiting step's computer actions (§20).
+    ApproveEdited {
+        actions: Vec<agentd_computer::Action>,
+    },
+    /// A rejection. Of an approval rule's hold the model is told why and the task goes on; of a vendor's
+    /// safety check (or a script's question) the task ends `rejected`.
+    Reject {
+        reason: String,
+    },
 }
 
 /// Filter for [`Queue::list`].
@@ -193,6 +220,9 @@ pub enum QueueSignal {
     Work,
     /// A cancel was requested for this task; the process running it stops it at the next safe point.
     Cancel(String),
+    /// A pause (take-over, §20) was requested for this task; the process running it parks it after its
+    /// current step.
+    Pause(String),
 }
 
 /// Receives [`QueueSignal`]s.
@@ -260,8 +290,17 @@ pub trait Queue: Send + Sync {
     /// Cancels a queued, waiting or running task.
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError>;
 
-    /// Answers a task in `waiting_for_human`.
+    /// Answers a task in `waiting_for_human` (not one a person took over: that one is resumed).
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError>;
+
+    /// A person takes the task's desktop over (§20): a queued task waits in `waiting_for_human` at once, a
+    /// running one is asked to park after its current step (the heartbeat and `QueueSignal::Pause` carry the
+    /// request). A waiting or finished task is [`QueueError::WrongState`].
+    async fn pause(&self, id: &str) -> Result<Paused, QueueError>;
+
+    /// Hands a taken-over task back (§20): queued again, claimable at once, in the same attempt; the next
+    /// claim's [`Lease::handed_back`] carries `note`. Only a task parked by [`Queue::pause`] is resumed.
+    async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError>;
 
     /// Answers every pending `remote` tool call of a task in `awaiting_tool` at once: the answers go into its
     /// last step (`call_results`, and `results[]` entries with `tool`, `call_id`, `details`), a
@@ -384,6 +423,15 @@ pub(crate) mod ending {
             id: id.to_string(),
             state: state.as_str(),
             message: "only a finished task (succeeded, failed or cancelled) takes a new message; wait for it to end"
+                .into(),
+        }
+    }
+
+    pub fn taken_over(id: &str) -> QueueError {
+        QueueError::WrongState {
+            id: id.to_string(),
+            state: TaskState::WaitingForHuman.as_str(),
+            message: "a person took its desktop over (agentd pause): hand it back with resume, not approve/reject"
                 .into(),
         }
     }

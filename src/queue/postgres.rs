@@ -29,10 +29,10 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::row::{LeaseRow, TaskRow, json};
-use super::transitions::{self, Change, Handback};
+use super::transitions::{self, Change, Handback, TAKEOVER_REASON, Takeover};
 use super::{
-    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, QueueSignal,
-    Release, Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
+    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Paused, Queue, QueueError,
+    QueueSignal, Release, Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -42,6 +42,8 @@ use crate::status::TaskRecord;
 const WORK_CHANNEL: &str = "agentd_work";
 /// Channel notified with a task id when a cancel is requested for a running task.
 const CANCEL_CHANNEL: &str = "agentd_cancel";
+/// Channel notified with a task id when a pause (take-over, §20) is requested for a running task.
+const PAUSE_CHANNEL: &str = "agentd_pause";
 /// Advisory lock key held while migrating ("agentd" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6167_656e_7464;
 
@@ -114,6 +116,14 @@ const MIGRATIONS: &[(i32, &str, &[&str])] = &[
         ],
     ),
     (4, "conversations: the turns of a task sent a message", &["ALTER TABLE agentd_tasks ADD COLUMN turns text"]),
+    (
+        5,
+        "take-over: the marker and the note resume hands the next claim",
+        &[
+            "ALTER TABLE agentd_tasks ADD COLUMN takeover text",
+            "ALTER TABLE agentd_tasks ADD COLUMN takeover_note text",
+        ],
+    ),
 ];
 
 /// Deletes the finished tasks among `$1` (steps and events go by `ON DELETE CASCADE`) and puts them on the
@@ -317,6 +327,7 @@ impl PostgresQueue {
             computer_state: get("computer_state")?,
             waiting_reason: get("waiting_reason")?,
             turns: get("turns")?,
+            takeover: get("takeover")?,
         }
         .decode()
     }
@@ -359,6 +370,21 @@ impl PostgresQueue {
         Ok(())
     }
 
+    /// Locks a task's row and returns its state and take-over marker.
+    async fn lock_facts(
+        tx: &mut Transaction<'_, Postgres>,
+        id: &str,
+    ) -> Result<(TaskState, Option<Takeover>), QueueError> {
+        let (state, takeover): (String, Option<String>) =
+            sqlx::query_as("SELECT state, takeover FROM agentd_tasks WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(db_error)?
+                .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        Ok((row::state(&state)?, Takeover::parse(takeover.as_deref())))
+    }
+
     /// Locks a task's row and returns its state.
     async fn lock_state(tx: &mut Transaction<'_, Postgres>, id: &str) -> Result<TaskState, QueueError> {
         let state: String = sqlx::query_scalar("SELECT state FROM agentd_tasks WHERE id = $1 FOR UPDATE")
@@ -376,7 +402,7 @@ impl PostgresQueue {
         let update = match change {
             Change::End { outcome, fence } => sqlx::query(
                 "UPDATE agentd_tasks SET state = $2, finished_at = now(), outcome = $3, waiting_reason = NULL,
-                    lease_until = NULL, lease_token = lease_token + CASE WHEN $4 THEN 1 ELSE 0 END
+                    takeover = NULL, takeover_note = NULL, lease_until = NULL, lease_token = lease_token + CASE WHEN $4 THEN 1 ELSE 0 END
                  WHERE id = $1",
             )
             .bind(id)
@@ -386,6 +412,27 @@ impl PostgresQueue {
             Change::RequestCancel => {
                 sqlx::query("UPDATE agentd_tasks SET cancel_requested = true WHERE id = $1").bind(id)
             }
+            Change::RequestPause => sqlx::query("UPDATE agentd_tasks SET takeover = $2 WHERE id = $1")
+                .bind(id)
+                .bind(Takeover::Requested.as_str()),
+            Change::Park { fence } => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'waiting_for_human', takeover = $2, waiting_reason = $3,
+                    approved = false, lease_until = NULL, worker = NULL,
+                    lease_token = lease_token + CASE WHEN $4 THEN 1 ELSE 0 END
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(Takeover::Parked.as_str())
+            .bind(TAKEOVER_REASON)
+            .bind(*fence),
+            Change::HandBack { note } => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'queued', takeover = $2, takeover_note = $3, waiting_reason = NULL,
+                    not_before = '-infinity'
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(Takeover::Resumed.as_str())
+            .bind(note.clone()),
             Change::Approve => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'queued', approved = true, same_attempt = true,
                     waiting_reason = NULL, not_before = '-infinity'
@@ -411,6 +458,15 @@ impl PostgresQueue {
             // The node running it hears this at once; the heartbeat carries it too, as a safety net.
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(CANCEL_CHANNEL)
+                .bind(id)
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+        }
+        if *change == Change::RequestPause {
+            // The node running it parks it after its current step; the heartbeat carries it too.
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(PAUSE_CHANNEL)
                 .bind(id)
                 .execute(&mut **tx)
                 .await
@@ -556,19 +612,20 @@ impl Queue for PostgresQueue {
         // advisory lock on its key and the desktop checked again after it, in a statement that sees every
         // claim committed before: of two such claims, the second finds the first and leaves its task queued.
         let pick = format!(
-            "SELECT id, {} AS desktop_key FROM agentd_tasks t
+            "SELECT id, {qualified} AS desktop_key, takeover, takeover_note FROM agentd_tasks t
              WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
                AND NOT EXISTS (SELECT 1 FROM agentd_tasks r WHERE r.state = 'running' AND r.lease_until > now()
-                                 AND r.desktop_held = {})
+                                 AND r.desktop_held = {qualified})
+               AND NOT EXISTS (SELECT 1 FROM agentd_tasks p WHERE p.state = 'waiting_for_human'
+                                 AND p.takeover = 'parked' AND p.desktop_held = {qualified})
              ORDER BY created_at, id
              LIMIT 1
              FOR UPDATE SKIP LOCKED",
-            desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
-            desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
+            qualified = desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
         );
         for _ in 0..4 {
             let mut tx = self.pool.begin().await.map_err(db_error)?;
-            let picked: Option<(String, Option<String>)> = // Built from constants only (no input reaches the text).
+            let picked: Option<(String, Option<String>, Option<String>, Option<String>)> = // Built from constants only (no input reaches the text).
                 sqlx::query_as(sqlx::AssertSqlSafe(pick.as_str()))
                 .bind(Json(&worker.labels))
                 .bind(&worker.desktops.default)
@@ -577,7 +634,7 @@ impl Queue for PostgresQueue {
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(db_error)?;
-            let Some((id, desktop_key)) = picked else {
+            let Some((id, desktop_key, takeover, takeover_note)) = picked else {
                 return Ok(None);
             };
             if let Some(key) = &desktop_key {
@@ -588,7 +645,8 @@ impl Queue for PostgresQueue {
                     .map_err(db_error)?;
                 let held: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM agentd_tasks
-                                    WHERE state = 'running' AND lease_until > now() AND desktop_held = $1)",
+                                    WHERE desktop_held = $1 AND (state = 'running' AND lease_until > now()
+                                          OR state = 'waiting_for_human' AND takeover = 'parked'))",
                 )
                 .bind(key)
                 .fetch_one(&mut *tx)
@@ -604,7 +662,7 @@ impl Queue for PostgresQueue {
                     attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
                     worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
                     started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL,
-                    desktop_held = $4
+                    desktop_held = $4, takeover = NULL, takeover_note = NULL
                  WHERE t.id = $1
                  RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved, t.turns",
             )
@@ -627,6 +685,8 @@ impl Queue for PostgresQueue {
                 steps: Self::steps(&mut *tx, &id).await?,
                 next_seq: Self::next_seq(&mut *tx, &id).await?,
                 turns: row.try_get("turns").map_err(db_error)?,
+                takeover,
+                takeover_note,
                 id,
             }
             .decode()?;
@@ -638,10 +698,10 @@ impl Queue for PostgresQueue {
     }
 
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
-        let cancel: Option<bool> = sqlx::query_scalar(
+        let held: Option<(bool, Option<String>)> = sqlx::query_as(
             "UPDATE agentd_tasks SET lease_until = now() + make_interval(secs => $3)
              WHERE id = $1 AND lease_token = $2 AND state = 'running'
-             RETURNING cancel_requested",
+             RETURNING cancel_requested, takeover",
         )
         .bind(task_id)
         .bind(token)
@@ -649,8 +709,11 @@ impl Queue for PostgresQueue {
         .fetch_optional(&self.pool)
         .await
         .map_err(db_error)?;
-        Ok(match cancel {
-            Some(cancel_requested) => LeaseStatus::Held { cancel_requested },
+        Ok(match held {
+            Some((cancel_requested, takeover)) => LeaseStatus::Held {
+                cancel_requested,
+                pause_requested: Takeover::parse(takeover.as_deref()) == Some(Takeover::Requested),
+            },
             None => LeaseStatus::Lost,
         })
     }
@@ -792,6 +855,19 @@ impl Queue for PostgresQueue {
             .await
             .map_err(db_error)?
             .rows_affected(),
+            Handback::TakeOver => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'waiting_for_human', lease_until = NULL, worker = NULL,
+                    waiting_reason = $3, approved = false, same_attempt = true, takeover = $4
+                 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+            )
+            .bind(task_id)
+            .bind(token)
+            .bind(TAKEOVER_REASON)
+            .bind(Takeover::Parked.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected(),
             Handback::AwaitTools => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'awaiting_tool', lease_until = NULL, worker = NULL,
                     waiting_reason = NULL, approved = false
@@ -832,16 +908,58 @@ impl Queue for PostgresQueue {
 
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let state = Self::lock_state(&mut tx, id).await?;
+        let (state, takeover) = Self::lock_facts(&mut tx, id).await?;
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let last = last.as_deref().map(row::step).transpose()?;
         // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
-        let change = match transitions::decide(id, state, decision) {
-            Ok(change) => change,
+        let decided = match transitions::decide(id, state, takeover, last, decision) {
+            Ok(decided) => decided,
             Err(e) => return Err(rollback(tx, e).await),
         };
+        if let Some(step) = &decided.step {
+            sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
+                .bind(id)
+                .bind(step.index.min(i32::MAX as u32) as i32)
+                .bind(json(step)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        let change = decided.change;
         Self::apply(&mut tx, id, &change).await?;
         if change.wakes_workers() {
             Self::notify_work(&mut tx).await?;
         }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn pause(&self, id: &str) -> Result<Paused, QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let state = Self::lock_state(&mut tx, id).await?;
+        let change = match transitions::pause(id, state) {
+            Ok(change) => change,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        Self::apply(&mut tx, id, &change).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(transitions::paused(&change))
+    }
+
+    async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let (state, takeover) = Self::lock_facts(&mut tx, id).await?;
+        let change = match transitions::resume(id, state, takeover, note) {
+            Ok(change) => change,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        Self::apply(&mut tx, id, &change).await?;
+        // Any node may continue it.
+        Self::notify_work(&mut tx).await?;
         tx.commit().await.map_err(db_error)
     }
 
@@ -898,8 +1016,8 @@ impl Queue for PostgresQueue {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         // SKIP LOCKED: rescuers on several nodes split the work instead of queueing behind each other, and a
         // row a worker is writing to right now (its lease being renewed) is left for the next round.
-        let expired: Vec<(String, i32, i32, bool)> = sqlx::query_as(
-            "SELECT id, attempt, max_attempts, cancel_requested FROM agentd_tasks
+        let expired: Vec<(String, i32, i32, bool, Option<String>)> = sqlx::query_as(
+            "SELECT id, attempt, max_attempts, cancel_requested, takeover FROM agentd_tasks
              WHERE state = 'running' AND lease_until < now()
              ORDER BY lease_until
              LIMIT 500
@@ -910,9 +1028,10 @@ impl Queue for PostgresQueue {
         .map_err(db_error)?;
         let mut rescued = Vec::new();
         let mut wake = false;
-        for (id, attempt, max_attempts, cancel_requested) in expired {
-            let change =
-                transitions::rescue(&row::expired(i64::from(attempt), i64::from(max_attempts), cancel_requested));
+        for (id, attempt, max_attempts, cancel_requested, takeover) in expired {
+            let facts =
+                row::expired(i64::from(attempt), i64::from(max_attempts), cancel_requested, takeover.as_deref());
+            let change = transitions::rescue(&facts);
             Self::apply(&mut tx, &id, &change).await?;
             wake |= change.wakes_workers();
             rescued.push(Rescued { task_id: id, new_state: change.state() });
@@ -992,7 +1111,7 @@ impl Queue for PostgresQueue {
         loop {
             let connected = async {
                 let mut listener = PgListener::connect_with(&self.pool).await?;
-                listener.listen_all([WORK_CHANNEL, CANCEL_CHANNEL]).await?;
+                listener.listen_all([WORK_CHANNEL, CANCEL_CHANNEL, PAUSE_CHANNEL]).await?;
                 Ok::<_, sqlx::Error>(listener)
             };
             let outcome = tokio::select! {
@@ -1012,6 +1131,7 @@ impl Queue for PostgresQueue {
                         match received {
                             Ok(Some(notification)) => match notification.channel() {
                                 CANCEL_CHANNEL => on_signal(QueueSignal::Cancel(notification.payload().to_string())),
+                                PAUSE_CHANNEL => on_signal(QueueSignal::Pause(notification.payload().to_string())),
                                 _ => on_signal(QueueSignal::Work),
                             },
                             // The connection dropped; the next call reconnects (notifications meanwhile are lost).
@@ -1106,7 +1226,7 @@ mod tests {
             .fetch_all(&queues[0].pool)
             .await
             .expect("versions");
-        assert_eq!(versions, vec![1, 2, 3, 4]);
+        assert_eq!(versions, vec![1, 2, 3, 4, 5]);
         assert!(!queues[0].describe().contains("not-shown-anywhere"), "{}", queues[0].describe());
         assert!(queues[0].describe().starts_with("postgres://"), "{}", queues[0].describe());
         for queue in queues {

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::transitions::Expired;
+use super::transitions::{Expired, Takeover};
 use super::{Lease, ListFilter, QueueError};
 use crate::record::events::{Event, EventKind};
-use crate::record::{RECORD_VERSION, StepRecord, TaskState};
+use crate::record::{HandBack, RECORD_VERSION, StepRecord, TaskState};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;
 
@@ -63,10 +63,16 @@ pub(super) fn counts(rows: Vec<(String, i64)>) -> Result<BTreeMap<TaskState, u64
     rows.into_iter().map(|(text, n)| Ok((state(&text)?, n.max(0) as u64))).collect()
 }
 
-/// The rescuer's facts of an expired lease, from its row's `attempt`, `max_attempts`, `cancel_requested`.
-pub(super) fn expired(attempt: i64, max_attempts: i64, cancel_requested: bool) -> Expired {
+/// The rescuer's facts of an expired lease, from its row's `attempt`, `max_attempts`, `cancel_requested`
+/// and `takeover`.
+pub(super) fn expired(attempt: i64, max_attempts: i64, cancel_requested: bool, takeover: Option<&str>) -> Expired {
     let count = |n: i64| n.clamp(0, i64::from(u32::MAX)) as u32;
-    Expired { cancel_requested, attempt: count(attempt), max_attempts: count(max_attempts) }
+    Expired {
+        cancel_requested,
+        pause_requested: Takeover::parse(takeover) == Some(Takeover::Requested),
+        attempt: count(attempt),
+        max_attempts: count(max_attempts),
+    }
 }
 
 /// How many tasks [`super::Queue::list`] returns: 100 unless asked, at most 10 000.
@@ -91,6 +97,8 @@ pub(super) struct TaskRow {
     pub waiting_reason: Option<String>,
     /// The stored turns (§19): `NULL` for a task that was never sent a message.
     pub turns: Option<String>,
+    /// The take-over marker (`takeover` column).
+    pub takeover: Option<String>,
 }
 
 impl TaskRow {
@@ -116,6 +124,7 @@ impl TaskRow {
             replay: None,
             waiting: None,
             turns: parse_optional("turns", self.turns.as_deref())?.unwrap_or_default(),
+            taken_over: Takeover::parse(self.takeover.as_deref()) == Some(Takeover::Parked),
         };
         record.derive_turns();
         Ok(record)
@@ -135,6 +144,9 @@ pub(super) struct LeaseRow {
     pub next_seq: i64,
     /// The stored turns (§19), `NULL` for a task never sent a message.
     pub turns: Option<String>,
+    /// The take-over marker and note as they were before the claim cleared them.
+    pub takeover: Option<String>,
+    pub takeover_note: Option<String>,
 }
 
 impl LeaseRow {
@@ -150,6 +162,8 @@ impl LeaseRow {
             elapsed: Duration::from_millis(self.elapsed_ms.max(0) as u64),
             approved: self.approved,
             turns: parse_optional("turns", self.turns.as_deref())?.unwrap_or_default(),
+            handed_back: (Takeover::parse(self.takeover.as_deref()) == Some(Takeover::Resumed))
+                .then_some(HandBack { note: self.takeover_note }),
         })
     }
 }
@@ -174,6 +188,7 @@ mod tests {
             computer_state: Some(r#"{"screen": "end"}"#.into()),
             waiting_reason: None,
             turns: None,
+            takeover: None,
         }
     }
 
@@ -206,8 +221,12 @@ mod tests {
         let counts = counts(vec![("queued".into(), 2), ("failed".into(), 1)]).expect("counts");
         assert_eq!(counts, BTreeMap::from([(TaskState::Queued, 2), (TaskState::Failed, 1)]));
         assert!(matches!(counts_err(), Err(QueueError::Corrupt(m)) if m.starts_with("state")));
-        let facts = expired(-1, i64::MAX, true);
-        assert_eq!(facts, Expired { cancel_requested: true, attempt: 0, max_attempts: u32::MAX });
+        let facts = expired(-1, i64::MAX, true, Some("requested"));
+        assert_eq!(
+            facts,
+            Expired { cancel_requested: true, pause_requested: true, attempt: 0, max_attempts: u32::MAX }
+        );
+        assert!(!expired(1, 2, false, Some("parked")).pause_requested);
     }
 
     fn counts_err() -> Result<BTreeMap<TaskState, u64>, QueueError> {

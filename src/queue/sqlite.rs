@@ -20,10 +20,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqlitePool};
 
 use super::row::{LeaseRow, TaskRow, corrupt, json};
-use super::transitions::{self, Change, Handback};
+use super::transitions::{self, Change, Handback, TAKEOVER_REASON, Takeover};
 use super::{
-    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release,
-    Rescued, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
+    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Paused, Queue, QueueError,
+    Release, Rescued, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState};
@@ -55,7 +55,9 @@ const SCHEMA: &[&str] = &[
         final_screenshot TEXT,
         computer_state TEXT,
         desktop TEXT,
-        desktop_held TEXT
+        desktop_held TEXT,
+        takeover TEXT,
+        takeover_note TEXT
     )",
     "CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks(state, created_ms)",
     "CREATE TABLE IF NOT EXISTS steps (
@@ -373,6 +375,17 @@ impl SqliteQueue {
         if !columns.iter().any(|c| c == "turns") {
             sqlx::query("ALTER TABLE tasks ADD COLUMN turns TEXT").execute(pool).await.map_err(db_error)?;
         }
+
+        // Take-over (§20): the marker (`transitions::Takeover`) and the note `resume` hands the next claim.
+        if !columns.iter().any(|c| c == "takeover") {
+            let mut tx = pool.begin().await.map_err(db_error)?;
+            for statement in
+                ["ALTER TABLE tasks ADD COLUMN takeover TEXT", "ALTER TABLE tasks ADD COLUMN takeover_note TEXT"]
+            {
+                sqlx::query(statement).execute(&mut *tx).await.map_err(db_error)?;
+            }
+            tx.commit().await.map_err(db_error)?;
+        }
         sqlx::query("CREATE INDEX IF NOT EXISTS tasks_desktop_held ON tasks(desktop_held) WHERE state = 'running'")
             .execute(pool)
             .await
@@ -399,6 +412,7 @@ impl SqliteQueue {
             computer_state: get("computer_state")?,
             waiting_reason: get("waiting_reason")?,
             turns: get("turns")?,
+            takeover: get("takeover")?,
         }
         .decode()
     }
@@ -439,7 +453,7 @@ impl SqliteQueue {
         let update = match change {
             Change::End { outcome, fence } => sqlx::query(
                 "UPDATE tasks SET state = ?2, finished_ms = ?3, outcome = ?4, waiting_reason = NULL,
-                    lease_until_ms = NULL, lease_token = lease_token + CASE WHEN ?5 THEN 1 ELSE 0 END
+                    takeover = NULL, takeover_note = NULL, lease_until_ms = NULL, lease_token = lease_token + CASE WHEN ?5 THEN 1 ELSE 0 END
                  WHERE id = ?1",
             )
             .bind(id)
@@ -448,6 +462,26 @@ impl SqliteQueue {
             .bind(json(outcome)?)
             .bind(*fence),
             Change::RequestCancel => sqlx::query("UPDATE tasks SET cancel_requested = 1 WHERE id = ?1").bind(id),
+            Change::RequestPause => sqlx::query("UPDATE tasks SET takeover = ?2 WHERE id = ?1")
+                .bind(id)
+                .bind(Takeover::Requested.as_str()),
+            Change::Park { fence } => sqlx::query(
+                "UPDATE tasks SET state = 'waiting_for_human', takeover = ?2, waiting_reason = ?3, approved = 0,
+                    lease_until_ms = NULL, worker = NULL, lease_token = lease_token + CASE WHEN ?4 THEN 1 ELSE 0 END
+                 WHERE id = ?1",
+            )
+            .bind(id)
+            .bind(Takeover::Parked.as_str())
+            .bind(TAKEOVER_REASON)
+            .bind(*fence),
+            Change::HandBack { note } => sqlx::query(
+                "UPDATE tasks SET state = 'queued', takeover = ?2, takeover_note = ?3, waiting_reason = NULL,
+                    not_before_ms = 0
+                 WHERE id = ?1",
+            )
+            .bind(id)
+            .bind(Takeover::Resumed.as_str())
+            .bind(note.clone()),
             Change::Approve => sqlx::query(
                 "UPDATE tasks SET state = 'queued', approved = 1, same_attempt = 1, waiting_reason = NULL,
                     not_before_ms = 0
@@ -534,6 +568,18 @@ impl SqliteQueue {
         }
         Self::apply(&mut tx, id, &answered.change).await?;
         self.wrote(tx.commit().await)
+    }
+
+    /// The state of a task and its take-over marker, read inside the caller's write transaction.
+    async fn facts(tx: &mut sqlx::SqliteConnection, id: &str) -> Result<(TaskState, Option<Takeover>), QueueError> {
+        let (state, takeover): (String, Option<String>) =
+            sqlx::query_as("SELECT state, takeover FROM tasks WHERE id = ?1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        Ok((row::state(&state)?, Takeover::parse(takeover.as_deref())))
     }
 
     /// The state of a task, read inside the caller's write transaction.
@@ -646,14 +692,17 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let now = now_ms();
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
-        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop).
+        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop), and
+        // so does one whose desktop a person took over (§20: a task parked for a take-over keeps it).
         // Built from constants only (no input reaches the text).
         let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT id, labels, desktop FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
+            "SELECT id, labels, desktop, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
                AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.state = 'running' AND r.lease_until_ms >= ?1
-                                 AND r.desktop_held = {})
+                                 AND r.desktop_held = {qualified})
+               AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'waiting_for_human' AND p.takeover = 'parked'
+                                 AND p.desktop_held = {qualified})
              ORDER BY created_ms, id LIMIT 200",
-            desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
+            qualified = desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
         )))
         .bind(now)
         .bind(&worker.desktops.default)
@@ -670,18 +719,22 @@ impl Queue for SqliteQueue {
             if labels_match(&labels, &worker.labels) {
                 let id = row.try_get::<String, _>("id").map_err(|e| self.failed(e))?;
                 let desktop: Option<String> = row.try_get("desktop").map_err(|e| self.failed(e))?;
-                chosen = Some((id, worker.desktops.qualify(desktop.as_deref())));
+                let takeover: (Option<String>, Option<String>) = (
+                    row.try_get("takeover").map_err(|e| self.failed(e))?,
+                    row.try_get("takeover_note").map_err(|e| self.failed(e))?,
+                );
+                chosen = Some((id, worker.desktops.qualify(desktop.as_deref()), takeover));
                 break;
             }
         }
-        let Some((id, desktop_held)) = chosen else {
+        let Some((id, desktop_held, (takeover, takeover_note))) = chosen else {
             return Ok(None);
         };
         let row = sqlx::query(
             "UPDATE tasks SET state = 'running', attempt = attempt + 1 - same_attempt, same_attempt = 0,
                 worker = ?2, lease_token = lease_token + 1,
                 lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
-                waiting_reason = NULL, desktop_held = ?5
+                waiting_reason = NULL, desktop_held = ?5, takeover = NULL, takeover_note = NULL
              WHERE id = ?1 AND state = 'queued'
              RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, approved, turns",
         )
@@ -704,6 +757,8 @@ impl Queue for SqliteQueue {
             steps: self.steps(&mut *tx, &id).await?,
             next_seq: Self::next_seq(&mut *tx, &id).await?,
             turns: row.try_get("turns").map_err(|e| self.failed(e))?,
+            takeover,
+            takeover_note,
             id,
         }
         .decode()?;
@@ -715,7 +770,7 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let row = sqlx::query(
             "UPDATE tasks SET lease_until_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
-             RETURNING cancel_requested",
+             RETURNING cancel_requested, takeover",
         )
         .bind(task_id)
         .bind(token)
@@ -727,7 +782,9 @@ impl Queue for SqliteQueue {
         Ok(match row {
             Some(row) => {
                 let cancel: i64 = row.try_get("cancel_requested").map_err(db_error)?;
-                LeaseStatus::Held { cancel_requested: cancel != 0 }
+                let takeover: Option<String> = row.try_get("takeover").map_err(db_error)?;
+                let pause_requested = Takeover::parse(takeover.as_deref()) == Some(Takeover::Requested);
+                LeaseStatus::Held { cancel_requested: cancel != 0, pause_requested }
             }
             None => LeaseStatus::Lost,
         })
@@ -859,6 +916,19 @@ impl Queue for SqliteQueue {
                 .execute(&self.durable)
                 .await
             }
+            Handback::TakeOver => {
+                sqlx::query(
+                    "UPDATE tasks SET state = 'waiting_for_human', lease_until_ms = NULL, worker = NULL,
+                    waiting_reason = ?3, approved = 0, same_attempt = 1, takeover = ?4
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+                )
+                .bind(task_id)
+                .bind(token)
+                .bind(TAKEOVER_REASON)
+                .bind(Takeover::Parked.as_str())
+                .execute(&self.durable)
+                .await
+            }
             Handback::AwaitTools => {
                 sqlx::query(
                     "UPDATE tasks SET state = 'awaiting_tool', lease_until_ms = NULL, worker = NULL,
@@ -893,9 +963,50 @@ impl Queue for SqliteQueue {
     async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
         let _write = self.writes.lock().await;
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let state = Self::state(&mut tx, id).await?;
+        let (state, takeover) = Self::facts(&mut tx, id).await?;
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        let last = last.as_deref().map(row::step).transpose()?;
         // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
-        let change = match transitions::decide(id, state, decision) {
+        let decided = match transitions::decide(id, state, takeover, last, decision) {
+            Ok(decided) => decided,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        if let Some(step) = &decided.step {
+            sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
+                .bind(id)
+                .bind(i64::from(step.index))
+                .bind(json(step)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.failed(e))?;
+        }
+        Self::apply(&mut tx, id, &decided.change).await?;
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn pause(&self, id: &str) -> Result<Paused, QueueError> {
+        let _write = self.writes.lock().await;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let state = Self::state(&mut tx, id).await?;
+        let change = match transitions::pause(id, state) {
+            Ok(change) => change,
+            Err(e) => return Err(rollback(tx, e).await),
+        };
+        Self::apply(&mut tx, id, &change).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(transitions::paused(&change))
+    }
+
+    async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError> {
+        let _write = self.writes.lock().await;
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+        let (state, takeover) = Self::facts(&mut tx, id).await?;
+        let change = match transitions::resume(id, state, takeover, note) {
             Ok(change) => change,
             Err(e) => return Err(rollback(tx, e).await),
         };
@@ -955,8 +1066,8 @@ impl Queue for SqliteQueue {
         let _write = self.writes.lock().await;
         let now = now_ms();
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let expired: Vec<(String, i64, i64, bool)> = sqlx::query_as(
-            "SELECT id, attempt, max_attempts, cancel_requested FROM tasks
+        let expired: Vec<(String, i64, i64, bool, Option<String>)> = sqlx::query_as(
+            "SELECT id, attempt, max_attempts, cancel_requested, takeover FROM tasks
              WHERE state = 'running' AND lease_until_ms < ?1",
         )
         .bind(now)
@@ -964,8 +1075,9 @@ impl Queue for SqliteQueue {
         .await
         .map_err(db_error)?;
         let mut rescued = Vec::new();
-        for (id, attempt, max_attempts, cancel_requested) in expired {
-            let change = transitions::rescue(&row::expired(attempt, max_attempts, cancel_requested));
+        for (id, attempt, max_attempts, cancel_requested, takeover) in expired {
+            let change =
+                transitions::rescue(&row::expired(attempt, max_attempts, cancel_requested, takeover.as_deref()));
             Self::apply(&mut tx, &id, &change).await?;
             rescued.push(Rescued { task_id: id, new_state: change.state() });
         }

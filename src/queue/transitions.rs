@@ -12,10 +12,10 @@
 
 use std::time::Duration;
 
-use super::{Cancelled, Decision, HumanAnswer, QueueError, Release, ToolAnswer, ending};
+use super::{Cancelled, Decision, HumanAnswer, Paused, QueueError, Release, ToolAnswer, ending};
 use crate::record::Usage;
 use crate::record::events::EventKind;
-use crate::record::{ASK_HUMAN, ActionResult, CallResult, EndReason, Outcome, StepRecord, TaskState, Turn};
+use crate::record::{ASK_HUMAN, ActionResult, CallKind, CallResult, EndReason, Outcome, StepRecord, TaskState, Turn};
 use crate::task::{NO_ANSWER, OnHumanTimeout};
 
 /// Whether a task may be deleted (§21): only a finished one (succeeded, failed, cancelled). Decided under the
@@ -32,11 +32,46 @@ pub fn delete(id: &str, state: TaskState) -> Result<(), QueueError> {
     }
 }
 
+/// A task's take-over marker (§20), stored beside its state (`takeover`; none is NULL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// Running: a person asked for the desktop; the worker parks the task after its current step.
+    Requested,
+    /// In `waiting_for_human` because a person has the desktop (what `waiting.kind = takeover` shows).
+    Parked,
+    /// Queued after `resume`: the next claim hands the note to the loop and clears the marker.
+    Resumed,
+}
+
+impl Takeover {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Parked => "parked",
+            Self::Resumed => "resumed",
+        }
+    }
+
+    /// The stored column; an unknown value counts as none.
+    pub fn parse(text: Option<&str>) -> Option<Self> {
+        match text? {
+            "requested" => Some(Self::Requested),
+            "parked" => Some(Self::Parked),
+            "resumed" => Some(Self::Resumed),
+            _ => None,
+        }
+    }
+}
+
+pub use crate::record::TAKEOVER_REASON;
+
 /// What the rescuer needs to know of a running task's row whose lease expired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expired {
     /// A cancel was asked for while the task ran.
     pub cancel_requested: bool,
+    /// A pause (take-over) was asked for while the task ran.
+    pub pause_requested: bool,
     /// Attempts started so far (the running one included).
     pub attempt: u32,
     pub max_attempts: u32,
@@ -55,6 +90,14 @@ pub enum Change {
     /// The API client answered the pending remote tool calls: back to `queued`, claimable at once, in the
     /// same attempt (not marked approved: the answers are in the step).
     Resume,
+    /// The task runs: its worker is asked to park it after its current step (the heartbeat and the fleet's
+    /// signal carry the request).
+    RequestPause,
+    /// A person takes the desktop over: parked in `waiting_for_human` with the take-over marker, holding no
+    /// worker and no lease. With `fence` (a lost worker's task) the lease token is bumped.
+    Park { fence: bool },
+    /// A person handed the desktop back: `queued`, claimable at once, marked resumed with the note.
+    HandBack { note: Option<String> },
     /// The lease expired with attempts left: back to `queued`, without a worker, the token bumped so the lost
     /// worker is fenced out before anyone claims the task again. The next claim counts a new attempt.
     Requeue,
@@ -65,8 +108,9 @@ impl Change {
     pub fn state(&self) -> TaskState {
         match self {
             Self::End { outcome, .. } => outcome.state(),
-            Self::RequestCancel => TaskState::Running,
-            Self::Approve | Self::Resume | Self::Requeue => TaskState::Queued,
+            Self::RequestCancel | Self::RequestPause => TaskState::Running,
+            Self::Park { .. } => TaskState::WaitingForHuman,
+            Self::Approve | Self::Resume | Self::Requeue | Self::HandBack { .. } => TaskState::Queued,
         }
     }
 
@@ -74,13 +118,21 @@ impl Change {
     pub fn event(&self) -> Option<EventKind> {
         match self {
             Self::End { outcome, .. } => Some(ending::event(outcome, Usage::default())),
-            Self::RequestCancel | Self::Approve | Self::Resume | Self::Requeue => None,
+            Self::Park { .. } => {
+                Some(EventKind::WaitingForHuman { reason: TAKEOVER_REASON.into(), question: None, call_id: None })
+            }
+            Self::RequestCancel
+            | Self::RequestPause
+            | Self::Approve
+            | Self::Resume
+            | Self::Requeue
+            | Self::HandBack { .. } => None,
         }
     }
 
     /// The task became claimable: waiting workers should look.
     pub fn wakes_workers(&self) -> bool {
-        matches!(self, Self::Approve | Self::Resume | Self::Requeue)
+        matches!(self, Self::Approve | Self::Resume | Self::Requeue | Self::HandBack { .. })
     }
 }
 
@@ -100,14 +152,91 @@ pub fn cancelled(change: &Change) -> Cancelled {
     if *change == Change::RequestCancel { Cancelled::Requested } else { Cancelled::Now }
 }
 
-/// A human's answer, only to a task waiting for one: approval queues it again, rejection fails it.
-pub fn decide(id: &str, state: TaskState, decision: &Decision) -> Result<Change, QueueError> {
+/// What a human's decision writes: the waiting step changed (an edit, a rule's rejection), if it is, and the
+/// change of the task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub step: Option<StepRecord>,
+    pub change: Change,
+}
+
+/// What the model reads for each call of a step a human rejected (§20).
+pub fn rejected_message(reason: &str) -> String {
+    if reason.trim().is_empty() {
+        "rejected by a human: this call was not run".to_string()
+    } else {
+        format!("rejected by a human: {reason}; this call was not run")
+    }
+}
+
+/// A human's answer, only to a task waiting for one (not one a person took over), `last` being its last
+/// step: approval queues it again (with an edit, the edited actions go into the step); a rejection of an
+/// approval rule's hold finishes the step with every call refused and the reason, and queues the task (the
+/// model is told and goes on); any other rejection fails the task.
+pub fn decide(
+    id: &str,
+    state: TaskState,
+    takeover: Option<Takeover>,
+    last: Option<StepRecord>,
+    decision: &Decision,
+) -> Result<Decided, QueueError> {
     if state != TaskState::WaitingForHuman {
         return Err(ending::not_waiting(id, state));
     }
+    if takeover == Some(Takeover::Parked) {
+        return Err(ending::taken_over(id));
+    }
+    let waiting = last.filter(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none()));
+    let invalid = |message: &str| QueueError::Invalid { field: "actions".into(), message: message.into() };
     Ok(match decision {
-        Decision::Approve => Change::Approve,
-        Decision::Reject { reason } => Change::End { outcome: ending::rejected(reason), fence: false },
+        Decision::Approve => Decided { step: None, change: Change::Approve },
+        Decision::ApproveEdited { actions } => {
+            let Some(mut step) = waiting else {
+                return Err(invalid("the task waits for no step's approval, so there is nothing to edit"));
+            };
+            if !step.calls.iter().any(|c| matches!(c.kind, CallKind::Computer { .. })) {
+                return Err(invalid("the waiting step proposes no computer action to edit; approve or reject it"));
+            }
+            if actions.is_empty() {
+                return Err(invalid("give at least one action to run instead"));
+            }
+            if let Some(approval) = step.approval.as_mut() {
+                approval.edited = Some(actions.clone());
+            }
+            Decided { step: Some(step), change: Change::Approve }
+        }
+        Decision::Reject { reason } => match waiting {
+            Some(mut step) if step.approval.as_ref().is_some_and(|a| a.rule.is_some()) => {
+                let message = rejected_message(reason);
+                if let Some(approval) = step.approval.as_mut() {
+                    approval.approved = Some(false);
+                    approval.rejected = Some(reason.clone());
+                }
+                for _ in &step.actions {
+                    step.results.push(ActionResult::action(false, message.clone()));
+                }
+                for call in &step.calls {
+                    step.call_results.push(CallResult {
+                        call_id: call.id.clone(),
+                        ok: false,
+                        message: message.clone(),
+                        details: None,
+                    });
+                    if let CallKind::Function { name, .. } = &call.kind {
+                        step.results.push(ActionResult {
+                            ok: false,
+                            message: message.clone(),
+                            tool: Some(name.clone()),
+                            call_id: Some(call.id.clone()),
+                            details: None,
+                        });
+                    }
+                }
+                step.finished = true;
+                Decided { step: Some(step), change: Change::Resume }
+            }
+            _ => Decided { step: None, change: Change::End { outcome: ending::rejected(reason), fence: false } },
+        },
     })
 }
 
@@ -147,6 +276,43 @@ pub fn add_turn(
         last_step: None,
     });
     Ok(NewTurn { turns, event: EventKind::TurnQueued { turn: index } })
+}
+
+/// A person takes the desktop over (§20): a queued task is parked before it starts, a running one is asked
+/// to park after its current step (asking again changes nothing); a waiting or finished task is refused.
+pub fn pause(id: &str, state: TaskState) -> Result<Change, QueueError> {
+    match state {
+        TaskState::Queued => Ok(Change::Park { fence: false }),
+        TaskState::Running => Ok(Change::RequestPause),
+        TaskState::WaitingForHuman | TaskState::AwaitingTool => Err(QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: "it is already waiting and holds no desktop; only a queued or running task can be paused".into(),
+        }),
+        finished => Err(ending::already_finished(id, finished)),
+    }
+}
+
+/// What [`Queue::pause`](super::Queue::pause) answers for a change [`pause`] decided.
+pub fn paused(change: &Change) -> Paused {
+    if *change == Change::RequestPause { Paused::Requested } else { Paused::Now }
+}
+
+/// A person hands the desktop back: only a task parked for a take-over resumes, with the note.
+pub fn resume(
+    id: &str,
+    state: TaskState,
+    takeover: Option<Takeover>,
+    note: Option<&str>,
+) -> Result<Change, QueueError> {
+    if state != TaskState::WaitingForHuman || takeover != Some(Takeover::Parked) {
+        return Err(QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: "only a task a person took over (agentd pause) can be resumed".into(),
+        });
+    }
+    Ok(Change::HandBack { note: note.map(str::to_string) })
 }
 
 /// What answering a task's remote tool calls writes: its last step with the answers in, the `tool_finished`
@@ -295,11 +461,14 @@ pub fn answer_question(
 
 /// A running task whose lease expired: queued again while attempts are left; ended when its attempts are
 /// used up, or as cancelled when a cancel was requested while the worker lived (a new claim would forget it).
+/// A pause asked for while the worker lived is honoured: the task waits for the person, not a new claim.
 pub fn rescue(facts: &Expired) -> Change {
     if facts.cancel_requested {
         Change::End { outcome: ending::cancelled(), fence: true }
     } else if facts.attempt >= facts.max_attempts {
         Change::End { outcome: ending::worker_lost(i64::from(facts.attempt)), fence: true }
+    } else if facts.pause_requested {
+        Change::Park { fence: true }
     } else {
         Change::Requeue
     }
@@ -315,6 +484,9 @@ pub enum Handback<'a> {
     WaitForHuman { reason: &'a str },
     /// Parked in `awaiting_tool`, holding no worker and no lease; the answers queue it in the same attempt.
     AwaitTools,
+    /// Parked in `waiting_for_human` for a take-over (marker [`Takeover::Parked`], reason
+    /// [`TAKEOVER_REASON`]), holding no worker and no lease; `resume` queues it in the same attempt.
+    TakeOver,
 }
 
 pub fn release(release: &Release) -> Handback<'_> {
@@ -324,6 +496,7 @@ pub fn release(release: &Release) -> Handback<'_> {
         }
         Release::WaitForHuman { reason } => Handback::WaitForHuman { reason },
         Release::AwaitTools => Handback::AwaitTools,
+        Release::TakeOver => Handback::TakeOver,
     }
 }
 
@@ -399,7 +572,7 @@ mod tests {
         let reject = Decision::Reject { reason: "too expensive".into() };
         for state in ALL {
             for decision in [Decision::Approve, reject.clone()] {
-                let result = decide("t", state, &decision);
+                let result = decide("t", state, None, None, &decision).map(|d| d.change);
                 if state == TaskState::WaitingForHuman {
                     continue;
                 }
@@ -412,7 +585,7 @@ mod tests {
 
     #[test]
     fn approval_requeues_and_rejection_fails_with_the_reason() {
-        let approve = decide("t", TaskState::WaitingForHuman, &Decision::Approve).expect("approve");
+        let approve = decide("t", TaskState::WaitingForHuman, None, None, &Decision::Approve).expect("approve").change;
         assert_eq!(approve, Change::Approve);
         assert_eq!(approve.state(), TaskState::Queued);
         assert!(approve.wakes_workers());
@@ -422,7 +595,7 @@ mod tests {
         let table = [("too expensive", "rejected: too expensive"), ("", "rejected by a human")];
         for (given, summary) in table {
             let decision = Decision::Reject { reason: given.into() };
-            let change = decide("t", TaskState::WaitingForHuman, &decision).expect("reject");
+            let change = decide("t", TaskState::WaitingForHuman, None, None, &decision).expect("reject").change;
             let Change::End { outcome, fence } = &change else { panic!("{change:?}") };
             assert_eq!((outcome.reason, outcome.summary.as_str(), *fence), (EndReason::Rejected, summary, false));
             assert_eq!(change.state(), TaskState::Failed);
@@ -444,7 +617,7 @@ mod tests {
             (true, 2, 2, TaskState::Cancelled, Some(EndReason::Cancelled)),
         ];
         for (cancel_requested, attempt, max_attempts, state, end) in table {
-            let facts = Expired { cancel_requested, attempt, max_attempts };
+            let facts = Expired { cancel_requested, pause_requested: false, attempt, max_attempts };
             let change = rescue(&facts);
             assert_eq!((change.state(), reason(&change)), (state, end), "{facts:?}");
             match &change {
@@ -458,7 +631,7 @@ mod tests {
                 }
             }
         }
-        let lost = rescue(&Expired { cancel_requested: false, attempt: 3, max_attempts: 3 });
+        let lost = rescue(&Expired { cancel_requested: false, pause_requested: false, attempt: 3, max_attempts: 3 });
         let Change::End { outcome, .. } = lost else { panic!("{lost:?}") };
         assert!(outcome.summary.contains("lost 3 time(s)"), "{}", outcome.summary);
     }
@@ -656,6 +829,138 @@ mod tests {
         // Answered, the task awaits nothing: another answer finds nothing pending.
         let again = answer_tools("t", TaskState::AwaitingTool, Some(answered.step.clone()), &answers, 0);
         assert!(matches!(again, Err(QueueError::Corrupt(_))), "{again:?}");
+    }
+
+    #[test]
+    fn pause_parks_queued_tasks_asks_running_ones_and_refuses_the_rest() {
+        // (state, what follows: the change and the answer; or None for a refusal)
+        let table = [
+            (TaskState::Queued, Some((Change::Park { fence: false }, Paused::Now))),
+            (TaskState::Running, Some((Change::RequestPause, Paused::Requested))),
+            (TaskState::WaitingForHuman, None),
+            (TaskState::AwaitingTool, None),
+            (TaskState::Succeeded, None),
+            (TaskState::Failed, None),
+            (TaskState::Cancelled, None),
+        ];
+        assert_eq!(table.each_ref().map(|(s, _)| *s), ALL, "every state is covered");
+        for (state, expected) in table {
+            let result = pause("t", state);
+            match expected {
+                Some((change, answer)) => {
+                    let got = result.unwrap_or_else(|e| panic!("{state:?}: {e}"));
+                    assert_eq!((&got, paused(&got)), (&change, answer), "{state:?}");
+                    assert!(!got.wakes_workers(), "{state:?}");
+                }
+                None => assert_eq!(wrong_state(&result), Some(state.as_str()), "{state:?}: {result:?}"),
+            }
+        }
+        let park = Change::Park { fence: false };
+        assert_eq!(park.state(), TaskState::WaitingForHuman);
+        assert!(matches!(park.event(), Some(EventKind::WaitingForHuman { reason, .. }) if reason == TAKEOVER_REASON));
+    }
+
+    #[test]
+    fn only_a_taken_over_task_resumes_and_it_takes_no_decision() {
+        for state in ALL {
+            for takeover in [None, Some(Takeover::Requested), Some(Takeover::Parked), Some(Takeover::Resumed)] {
+                let result = resume("t", state, takeover, Some("done"));
+                if state == TaskState::WaitingForHuman && takeover == Some(Takeover::Parked) {
+                    let change = result.expect("resumes");
+                    assert_eq!(change, Change::HandBack { note: Some("done".into()) });
+                    assert!(change.wakes_workers() && change.event().is_none());
+                    assert_eq!(change.state(), TaskState::Queued);
+                } else {
+                    assert_eq!(wrong_state(&result), Some(state.as_str()), "{state:?} {takeover:?}");
+                }
+            }
+        }
+        let refused = decide("t", TaskState::WaitingForHuman, Some(Takeover::Parked), None, &Decision::Approve);
+        assert!(matches!(&refused, Err(QueueError::WrongState { message, .. }) if message.contains("resume")));
+        for marker in ["requested", "parked", "resumed"] {
+            assert_eq!(Takeover::parse(Some(marker)).map(|t| t.as_str()), Some(marker));
+        }
+        assert_eq!(Takeover::parse(Some("other")), None);
+    }
+
+    #[test]
+    fn a_pause_asked_of_a_lost_worker_parks_the_task_unless_cancelled_or_out_of_attempts() {
+        let facts =
+            |cancel_requested, attempt| Expired { cancel_requested, pause_requested: true, attempt, max_attempts: 2 };
+        assert_eq!(rescue(&facts(false, 1)), Change::Park { fence: true });
+        assert_eq!(rescue(&facts(true, 1)).state(), TaskState::Cancelled);
+        assert_eq!(rescue(&facts(false, 2)).state(), TaskState::Failed);
+        assert_eq!(super::release(&Release::TakeOver), Handback::TakeOver);
+    }
+
+    /// A step held for approval: a computer call (one click) and a tool call; by a rule or a vendor.
+    fn held(rule: Option<u32>) -> StepRecord {
+        use crate::record::{ScreenshotRef, StepApproval, ToolCall};
+        use agentd_computer::Action;
+        let screenshot = ScreenshotRef { url: "u".into(), width: 1, height: 1, key: "k".into() };
+        let mut step = StepRecord::begun(2, time::OffsetDateTime::UNIX_EPOCH, screenshot);
+        let click = Action::Click { x: 1, y: 2, button: Default::default(), keys: Vec::new() };
+        step.calls = vec![
+            ToolCall { id: "c".into(), kind: CallKind::Computer { actions: vec![click.clone()] } },
+            ToolCall { id: "m".into(), kind: CallKind::Function { name: "mail".into(), arguments: json!({}) } },
+        ];
+        step.actions = vec![click];
+        step.approval = Some(StepApproval { rule, ..StepApproval::asked("r".into(), serde_json::Value::Null) });
+        step
+    }
+
+    use serde_json::json;
+
+    #[test]
+    fn a_rules_hold_rejected_goes_on_with_every_call_refused_and_a_vendors_ends_the_task() {
+        let reject = Decision::Reject { reason: "not today".into() };
+        let decided = decide("t", TaskState::WaitingForHuman, None, Some(held(Some(0))), &reject).expect("decided");
+        assert_eq!(decided.change, Change::Resume, "the task goes on");
+        let step = decided.step.expect("the step is written");
+        assert!(step.finished);
+        let approval = step.approval.as_ref().expect("approval");
+        assert_eq!((approval.approved, approval.rejected.as_deref()), (Some(false), Some("not today")));
+        let told: Vec<(&str, bool, &str)> =
+            step.call_results.iter().map(|r| (r.call_id.as_str(), r.ok, r.message.as_str())).collect();
+        let message = "rejected by a human: not today; this call was not run";
+        assert_eq!(told, [("c", false, message), ("m", false, message)]);
+        assert_eq!(step.results.len(), 2, "one per action and one per tool call");
+        assert_eq!(step.results[1].tool.as_deref(), Some("mail"));
+
+        let vendor = decide("t", TaskState::WaitingForHuman, None, Some(held(None)), &reject).expect("decided");
+        assert_eq!((vendor.step, vendor.change.state()), (None, TaskState::Failed));
+    }
+
+    #[test]
+    fn an_edit_goes_into_the_waiting_step_and_only_there() {
+        use agentd_computer::Action;
+        let typed = vec![Action::Type { text: "bob".into() }];
+        let edit = Decision::ApproveEdited { actions: typed.clone() };
+        let decided = decide("t", TaskState::WaitingForHuman, None, Some(held(Some(1))), &edit).expect("decided");
+        assert_eq!(decided.change, Change::Approve);
+        let step = decided.step.expect("step");
+        assert_eq!(step.approval.and_then(|a| a.edited), Some(typed));
+        // (the waiting step, the actions, a word of the refusal)
+        let mut no_computer = held(Some(0));
+        no_computer.calls.remove(0);
+        let mut finished = held(Some(0));
+        finished.finished = true;
+        let cases = [
+            (Some(held(Some(0))), Vec::new(), "at least one action"),
+            (Some(no_computer), vec![Action::Wait { duration_ms: 1 }], "no computer action"),
+            (Some(finished), vec![Action::Wait { duration_ms: 1 }], "nothing to edit"),
+            (None, vec![Action::Wait { duration_ms: 1 }], "nothing to edit"),
+        ];
+        for (last, actions, word) in cases {
+            let result = decide("t", TaskState::WaitingForHuman, None, last, &Decision::ApproveEdited { actions });
+            match result {
+                Err(QueueError::Invalid { field, message }) => {
+                    assert_eq!(field, "actions");
+                    assert!(message.contains(word), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -244,6 +244,34 @@ pub struct StepRecord {
     /// The stuck-loop guard's warning the model was given with this step's screenshot (§17).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<GuardNote>,
+    /// A person had taken the desktop over before this step and handed it back (§20 `agentd resume`): the
+    /// model was told so with this step's screenshot, with the person's note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_back: Option<HandBack>,
+}
+
+/// The `waiting_reason` of a task a person took over (§20 `agentd pause`).
+pub const TAKEOVER_REASON: &str = "a person took the desktop over (agentd resume hands it back)";
+
+/// How a person handed the desktop back after a take-over (§20): the note they gave the model, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandBack {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl HandBack {
+    /// What the model is told with the first screenshot after the take-over.
+    pub fn model_note(&self) -> String {
+        let said = match self.note.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
+            Some(note) => format!(" Their note: {note}"),
+            None => String::new(),
+        };
+        format!(
+            "A person used the desktop while this task was paused, and has handed it back.{said} The screen may \
+             have changed: look at the current screenshot before you continue."
+        )
+    }
 }
 
 /// What the stuck-loop guard saw (§17): which check, how many steps or turns in a row, and what the model
@@ -301,6 +329,7 @@ impl StepRecord {
             awaiting_tools: Vec::new(),
             interrupted: false,
             guard: None,
+            handed_back: None,
         }
     }
 
@@ -436,9 +465,17 @@ pub struct Proposed {
     pub actions: Vec<Action>,
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub details: serde_json::Value,
+    /// The step's screenshot with the proposed actions drawn on it (an approval rule's hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotated: Option<ScreenshotRef>,
 }
 
 impl Waiting {
+    /// What a task taken over by a person waits for (`step`: its last step, if it made any).
+    pub fn takeover(last: Option<&StepRecord>) -> Self {
+        Self::Takeover { step: last.map(|s| s.index) }
+    }
+
     /// What `step` (the last one, unfinished) waits for, if anything.
     pub fn of_step(step: &StepRecord) -> Option<Self> {
         if step.finished {
@@ -455,6 +492,7 @@ impl Waiting {
                 calls: step.calls.clone(),
                 actions: step.actions.clone(),
                 details: approval.details.clone(),
+                annotated: approval.annotated.clone(),
             },
         })
     }
@@ -476,6 +514,26 @@ pub struct StepApproval {
     pub details: serde_json::Value,
     /// `None` while waiting.
     pub approved: Option<bool>,
+    /// The approval rule that held the step (its position among the task's rules, the config's first):
+    /// a rejection then tells the model and the task goes on (§20). `None` for a vendor's safety check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<u32>,
+    /// The step's screenshot with the proposed actions drawn on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotated: Option<ScreenshotRef>,
+    /// The actions (screen pixels) a human approved instead of the proposed ones: these ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited: Option<Vec<Action>>,
+    /// Why a human rejected a rule's hold (the model was told; none of the step's calls ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
+}
+
+impl StepApproval {
+    /// A vendor's or a script's request for approval.
+    pub fn asked(reason: String, details: serde_json::Value) -> Self {
+        Self { reason, details, approved: None, rule: None, annotated: None, edited: None, rejected: None }
+    }
 }
 
 /// Tokens and money one model call (or a whole task) used.

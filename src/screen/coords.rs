@@ -77,6 +77,21 @@ impl CoordinateMap {
         }
         out
     }
+
+    /// Converts every coordinate of an action from screen space to model space (a human's edit of proposed
+    /// actions, given in screen pixels, goes back through the loop as the model's).
+    pub fn action_to_model(&self, action: &Action) -> Action {
+        let mut out = action.clone();
+        if self.is_identity() {
+            return out;
+        }
+        out.map_points(|p| self.to_model(p));
+        if let Action::Scroll { scroll_x, scroll_y, .. } = &mut out {
+            *scroll_x = scale_distance(*scroll_x, self.screen.width, self.model.width);
+            *scroll_y = scale_distance(*scroll_y, self.screen.height, self.model.height);
+        }
+        out
+    }
 }
 
 /// Maps one axis from a space of `from` cells to one of `to` cells by pixel centres:

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub mod approval;
 pub mod conversation;
 pub mod guard;
 pub mod replay;
@@ -81,6 +82,9 @@ pub struct TaskSpec {
     /// Whether the model is given the `ask_human` tool (§20); on unless the task says `false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_human: Option<bool>,
+    /// Approval rules (§20), beside the config's `[[approval]]`: a matching turn waits for a human.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval: Vec<approval::ApprovalRule>,
 }
 
 /// `tools`, with every name once.
@@ -844,6 +848,8 @@ pub struct ResolvedTask {
     pub verify_retries: u32,
     /// The model is given the `ask_human` tool (§20).
     pub ask_human: bool,
+    /// The approval rules (§20): the task's own here; the attempt's builder puts the config's first.
+    pub approval: Vec<approval::ApprovalRule>,
 }
 
 /// Concrete limits.
@@ -926,6 +932,7 @@ impl TaskSpec {
             verify: self.verify.clone(),
             verify_retries,
             ask_human: self.ask_human.unwrap_or(true),
+            approval: self.approval.clone(),
         }
     }
 }

@@ -45,6 +45,7 @@ fn task(max_steps: u32, timeout_secs: u64, max_cost_usd: f64, keep: u32) -> Reso
         verify: Vec::new(),
         verify_retries: 2,
         ask_human: false,
+        approval: Vec::new(),
     }
 }
 
@@ -101,6 +102,8 @@ impl Harness {
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
             approved: false,
+            pause: Default::default(),
+            handed_back: None,
             settle: Default::default(),
             verifier: Default::default(),
             turns: Vec::new(),

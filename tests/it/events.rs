@@ -111,6 +111,8 @@ async fn run_with(
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
         approved: false,
+        pause: Default::default(),
+        handed_back: None,
         settle: Default::default(),
         verifier: Default::default(),
         turns: Vec::new(),

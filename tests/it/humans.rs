@@ -468,6 +468,8 @@ mod wire {
             settle: Default::default(),
             verifier: Default::default(),
             turns: Vec::new(),
+            pause: Default::default(),
+            handed_back: None,
         })
         .await;
         uploader.flush(Duration::from_secs(30)).await;

@@ -28,6 +28,7 @@ macro_rules! on_both_backends {
 }
 
 mod agent_loop;
+mod approval;
 mod bad_input;
 mod cli;
 mod cli_progress;
@@ -63,6 +64,7 @@ mod s3;
 mod secrets;
 mod support;
 mod systemd;
+mod takeover;
 mod telemetry;
 mod tools;
 mod turns;

@@ -60,6 +60,7 @@ pub fn task(model: ModelSpec, max_steps: u32, keep: u32) -> ResolvedTask {
         verify: Vec::new(),
         verify_retries: 2,
         ask_human: false,
+        approval: Vec::new(),
     }
 }
 
@@ -96,6 +97,8 @@ pub async fn run_task(
             resume: std::mem::take(&mut resume),
             elapsed_before: Duration::ZERO,
             approved,
+            pause: Default::default(),
+            handed_back: None,
             settle: Default::default(),
             verifier: Default::default(),
             turns: Vec::new(),

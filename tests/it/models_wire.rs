@@ -486,6 +486,8 @@ mod declared_tools {
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
             approved: false,
+            pause: Default::default(),
+            handed_back: None,
             settle: Default::default(),
             verifier: Default::default(),
             turns: Vec::new(),

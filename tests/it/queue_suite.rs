@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use agentd::queue::{
-    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Queue, QueueError, Release,
-    Submitted, ToolAnswer, WorkerIdentity,
+    Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Paused, Queue, QueueError,
+    Release, Submitted, ToolAnswer, WorkerIdentity,
 };
 use agentd::record::Usage;
 use agentd::record::events::{Event, EventKind};
-use agentd::record::{EndReason, Outcome, ScreenshotRef, StepRecord, TaskState};
+use agentd::record::{EndReason, HandBack, Outcome, ScreenshotRef, StepRecord, TaskState, Waiting};
 use agentd::task::{TaskId, TaskSpec};
 use time::OffsetDateTime;
 
@@ -71,6 +71,8 @@ queue_suite!(
     only_finished_tasks_are_deleted_with_their_steps_and_events,
     retention_finds_and_deletes_only_old_finished_tasks,
     a_message_to_a_finished_task_queues_a_new_turn,
+    a_person_takes_the_desktop_over_and_hands_it_back,
+    a_taken_over_desktop_is_kept_for_the_person,
 );
 
 fn spec(id: &str, labels: &[(&str, &str)]) -> TaskSpec {
@@ -233,13 +235,13 @@ async fn fencing_rejects_a_stale_worker(queue: &dyn Queue) {
     ));
     assert!(matches!(
         queue.heartbeat("fence-1", fresh.token, LEASE).await,
-        Ok(LeaseStatus::Held { cancel_requested: false })
+        Ok(LeaseStatus::Held { cancel_requested: false, pause_requested: false })
     ));
     queue.record_step("fence-1", fresh.token, &step(0), Duration::from_secs(3)).await.unwrap_or_else(|e| panic!("{e}"));
     // Out of attempts: the rescuer fails the task instead of queueing it a third time.
     tokio::time::sleep(Duration::from_millis(5)).await;
     let expired = queue.heartbeat("fence-1", fresh.token, Duration::ZERO).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(expired, LeaseStatus::Held { cancel_requested: false });
+    assert_eq!(expired, LeaseStatus::Held { cancel_requested: false, pause_requested: false });
     tokio::time::sleep(Duration::from_millis(20)).await;
     let rescued = queue.rescue_expired().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(rescued.iter().any(|r| r.task_id == "fence-1" && r.new_state == TaskState::Failed), "{rescued:?}");
@@ -262,7 +264,7 @@ async fn cancellation_reaches_queued_and_running_tasks(queue: &dyn Queue) {
     assert_eq!(queue.cancel("cancel-r").await.unwrap_or_else(|e| panic!("{e}")), Cancelled::Requested);
     assert_eq!(
         queue.heartbeat("cancel-r", lease.token, LEASE).await.unwrap_or_else(|e| panic!("{e}")),
-        LeaseStatus::Held { cancel_requested: true }
+        LeaseStatus::Held { cancel_requested: true, pause_requested: false }
     );
     let cancelled = Finish {
         outcome: Outcome {
@@ -909,4 +911,97 @@ async fn a_message_to_a_finished_task_queues_a_new_turn(queue: &dyn Queue) {
     assert_eq!(done.turns[1].outcome, done.outcome);
     assert!(done.turns[1].started_at.is_some() && done.turns[1].finished_at.is_some(), "{:?}", done.turns[1]);
     assert_eq!(done.turns[0], record.turns[0]);
+}
+
+/// Take-over (§20): a queued task parks at once, a running one when its worker hands it back (the heartbeat
+/// carries the request), a lost worker's at the rescue; `resume` queues it with the note the next claim
+/// carries, once; a taken-over task takes no decision and a second pause or resume is refused.
+async fn a_person_takes_the_desktop_over_and_hands_it_back(queue: &dyn Queue) {
+    let who = worker("w", &[("t", "1")]);
+    fn ok<T>(e: QueueError) -> T {
+        panic!("{e}")
+    }
+    let wrong = |result: Result<(), QueueError>| matches!(result, Err(QueueError::WrongState { .. }));
+
+    queue.submit(new_task("take", &[("t", "1")])).await.unwrap_or_else(ok);
+    assert_eq!(queue.pause("take").await.unwrap_or_else(ok), Paused::Now);
+    let parked = queue.get("take").await.unwrap_or_else(ok);
+    assert_eq!(
+        (parked.state, parked.waiting.clone()),
+        (TaskState::WaitingForHuman, Some(Waiting::Takeover { step: None }))
+    );
+    assert!(queue.claim(&who, LEASE).await.unwrap_or_else(ok).is_none(), "a taken-over task holds no worker");
+    assert!(wrong(queue.decide("take", &Decision::Approve).await), "no decision while a person has the desktop");
+    assert!(matches!(queue.pause("take").await, Err(QueueError::WrongState { .. })));
+    queue.resume("take", Some("logged in")).await.unwrap_or_else(ok);
+    assert!(wrong(queue.resume("take", None).await), "handed back once");
+    let lease = claim_id(queue, &who, "take").await;
+    assert_eq!(lease.handed_back, Some(HandBack { note: Some("logged in".into()) }));
+    assert_eq!(lease.attempt, 1);
+
+    // Running: the heartbeat carries the request; the worker parks the task after its step.
+    let held = queue.heartbeat("take", lease.token, LEASE).await.unwrap_or_else(ok);
+    assert_eq!(held, LeaseStatus::Held { cancel_requested: false, pause_requested: false });
+    assert_eq!(queue.pause("take").await.unwrap_or_else(ok), Paused::Requested);
+    assert_eq!(queue.pause("take").await.unwrap_or_else(ok), Paused::Requested, "asking again changes nothing");
+    let held = queue.heartbeat("take", lease.token, LEASE).await.unwrap_or_else(ok);
+    assert_eq!(held, LeaseStatus::Held { cancel_requested: false, pause_requested: true });
+    queue.record_step("take", lease.token, &step(0), Duration::from_millis(5)).await.unwrap_or_else(ok);
+    queue.release("take", lease.token, &Release::TakeOver).await.unwrap_or_else(ok);
+    let parked = queue.get("take").await.unwrap_or_else(ok);
+    assert_eq!(parked.waiting, Some(Waiting::Takeover { step: Some(0) }));
+    assert_eq!(parked.worker, None);
+    queue.resume("take", None).await.unwrap_or_else(ok);
+    let lease = claim_id(queue, &who, "take").await;
+    assert_eq!(lease.handed_back, Some(HandBack { note: None }));
+    assert_eq!((lease.attempt, lease.steps.len()), (1, 1), "the same attempt, with its steps");
+    let held = queue.heartbeat("take", lease.token, LEASE).await.unwrap_or_else(ok);
+    assert_eq!(held, LeaseStatus::Held { cancel_requested: false, pause_requested: false }, "the request is spent");
+
+    // The worker dies with a pause asked for: the rescuer parks the task for the person.
+    assert_eq!(queue.pause("take").await.unwrap_or_else(ok), Paused::Requested);
+    let _ = queue.heartbeat("take", lease.token, Duration::ZERO).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let rescued = queue.rescue_expired().await.unwrap_or_else(ok);
+    assert!(rescued.iter().any(|r| r.task_id == "take" && r.new_state == TaskState::WaitingForHuman), "{rescued:?}");
+    assert!(matches!(queue.finish("take", lease.token, &finish(true)).await, Err(QueueError::LeaseLost(_))));
+    assert_eq!(queue.get("take").await.unwrap_or_else(ok).waiting, Some(Waiting::Takeover { step: Some(0) }));
+    // A taken-over task is cancelled at once; a finished one is not paused.
+    assert_eq!(queue.cancel("take").await.unwrap_or_else(ok), Cancelled::Now);
+    assert!(matches!(queue.pause("take").await, Err(QueueError::WrongState { .. })));
+    assert!(matches!(queue.pause("nobody").await, Err(QueueError::NotFound(_))));
+    assert!(matches!(queue.resume("nobody", None).await, Err(QueueError::NotFound(_))));
+    let events = queue.events_after("take", 0, 100).await.unwrap_or_else(ok);
+    let parks = events.iter().filter(|e| matches!(e.kind, EventKind::WaitingForHuman { .. })).count();
+    assert_eq!(parks, 2, "the queue's own parks (queued, rescued) are events: {events:?}");
+}
+
+/// While a person has a task's desktop (§20 take-over), no other task of that desktop starts; other
+/// desktops go on; the hand-back frees it.
+async fn a_taken_over_desktop_is_kept_for_the_person(queue: &dyn Queue) {
+    fn ok<T>(e: QueueError) -> T {
+        panic!("{e}")
+    }
+    let local = serde_json::json!({"provider": "local", "display": ":0"});
+    let who = desktop_worker("w", "host-a");
+    queue.submit(desktop_task("desk-first", local.clone())).await.unwrap_or_else(ok);
+    let (id, token) = claim_desk(queue, &who, LEASE).await.expect("claimed");
+    assert_eq!(id, "desk-first");
+    assert_eq!(queue.pause("desk-first").await.unwrap_or_else(ok), Paused::Requested);
+    queue.release("desk-first", token, &Release::TakeOver).await.unwrap_or_else(ok);
+    queue.submit(desktop_task("desk-second", local.clone())).await.unwrap_or_else(ok);
+    queue.submit(desktop_task("desk-mock", serde_json::json!({"provider": "mock"}))).await.unwrap_or_else(ok);
+    let (other, token) = claim_desk(queue, &who, LEASE).await.expect("a mock task has its own desktop");
+    assert_eq!(other, "desk-mock");
+    queue.finish(&other, token, &finish(true)).await.unwrap_or_else(ok);
+    assert_eq!(claim_desk(queue, &who, LEASE).await, None, "the person has :0 of host-a");
+    let elsewhere = desktop_worker("w2", "host-b");
+    let (second, token) = claim_desk(queue, &elsewhere, LEASE).await.expect(":0 of another machine is free");
+    assert_eq!(second, "desk-second");
+    queue.finish(&second, token, &finish(true)).await.unwrap_or_else(ok);
+    queue.submit(desktop_task("desk-third", local)).await.unwrap_or_else(ok);
+    assert_eq!(claim_desk(queue, &who, LEASE).await, None);
+    queue.resume("desk-first", None).await.unwrap_or_else(ok);
+    let (back, _) = claim_desk(queue, &who, LEASE).await.expect("handed back");
+    assert_eq!(back, "desk-first", "the handed-back task first: it is the older");
 }

@@ -239,6 +239,12 @@ impl Daemon {
         Self::start_on_with_env(Backend::Sqlite, "", "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100", extra, env)
     }
 
+    /// Like [`Daemon::start_on`], with the environment variables `env` set for the daemon.
+    pub fn start_on_env(backend: Backend, extra: &str, env: &[(&str, &str)]) -> Self {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Self::start_on_with_env(backend, "", "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100", extra, env)
+    }
+
     fn start_on_with(backend: Backend, api: &str, queue: &str, extra: &str) -> Self {
         Self::start_on_with_env(backend, api, queue, extra, Vec::new())
     }

@@ -368,6 +368,7 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
                 verify: Vec::new(),
                 verify_retries: 2,
                 ask_human: false,
+                approval: Vec::new(),
             },
             computer: crate::doubles::RecordingScreen::new(Size::new(640, 400)),
             model: model.clone(),
@@ -383,6 +384,8 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
             settle: Default::default(),
             verifier: Default::default(),
             turns,
+            pause: Default::default(),
+            handed_back: None,
         }
     };
     let first = run(input(Vec::new(), Vec::new())).await;

@@ -1,0 +1,247 @@
+//! Take-over (§20) through the real daemon: `agentd pause` parks a running task after its current step in
+//! `waiting_for_human` (`waiting.kind = takeover`, no worker, no lease); a person changes the mock desktop
+//! meanwhile (actions appended to its saved log, as if typed on it); `agentd resume --note` continues it, and
+//! the model's next request (checked by the Anthropic fake) carries the changed screenshot and the note. A
+//! queued task waits before it starts; wrong requests are refused and change nothing. On PostgreSQL also
+//! through another fleet node than the one running the task.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agentd_testkit::fake::{self, FakeServer, Recorded, Vendor};
+use serde_json::{Value, json};
+
+use crate::support::{Backend, Daemon, http, postgres_url};
+
+const KEY: &str = "sk-test-0123456789";
+const NOTE: &str = "I typed bob into the username field";
+
+on_both_backends!(
+    a_paused_task_continues_on_the_changed_desktop_with_the_note,
+    a_queued_task_waits_before_it_starts_and_wrong_requests_change_nothing,
+);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime")
+}
+
+/// An Anthropic model that waits a moment every turn until it is told the note, and then completes.
+fn patient_fake(rt: &tokio::runtime::Runtime) -> FakeServer {
+    let usage = json!({"input_tokens": 100, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 5});
+    rt.block_on(FakeServer::start(
+        Vendor::Anthropic { key: KEY.into() },
+        Box::new(move |r| {
+            let turn =
+                r.body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+            let content = if r.body.to_string().contains(NOTE) {
+                vec![json!({"type": "tool_use", "id": format!("toolu_{turn}"), "name": "task_completion",
+                            "input": {"success": true, "summary": "the person signed in as bob"}})]
+            } else {
+                vec![json!({"type": "tool_use", "id": format!("toolu_{turn}"), "name": "computer",
+                            "input": {"action": "wait", "duration": 0.2}})]
+            };
+            fake::anthropic_reply(content, usage.clone(), true)
+        }),
+    ))
+    .expect("fake")
+}
+
+fn models_config(url: &str) -> String {
+    format!("[models.anthropic]\nbase_url = {url:?}\n")
+}
+
+fn task(id: &str, labels: Value) -> Value {
+    json!({
+        "id": id,
+        "instructions": "wait until the person has signed in",
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
+        "labels": labels,
+        // Waiting on an unchanged screen is what this model does: no stuck-loop guard.
+        "guard": {"no_change_steps": 0, "repeat_actions": 0, "idle_turns": 0},
+        "limits": {"max_steps": 200, "timeout_secs": 300}
+    })
+}
+
+fn post(daemon: &Daemon, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let text = body.map(|b| b.to_string());
+    let (status, reply) = http(&daemon.socket, "POST", path, text.as_deref().map(str::as_bytes), &[]).expect("request");
+    (status, serde_json::from_str(&reply).unwrap_or(Value::Null))
+}
+
+fn wait_for(daemon: &Daemon, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let task = daemon.task(id);
+        if done(&task) {
+            return task;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {task}\n{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last screenshot in a model request (base64 PNG), wherever the adapter put it.
+fn last_image(body: &Value) -> Option<String> {
+    fn walk(value: &Value, found: &mut Option<String>) {
+        match value {
+            Value::Object(map) => {
+                if map.get("type").and_then(Value::as_str) == Some("image")
+                    && let Some(data) = map.get("source").and_then(|s| s["data"].as_str())
+                {
+                    *found = Some(data.to_string());
+                }
+                map.values().for_each(|v| walk(v, found));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, found)),
+            _ => {}
+        }
+    }
+    let mut found = None;
+    walk(body, &mut found);
+    found
+}
+
+/// What a person does on the paused desktop: actions appended to the mock desktop's saved log, which the
+/// desktop replays when the task's next attempt opens it (`providers/mock` persistence).
+fn person_types_bob(mock_dir: &Path) {
+    let log = mock_dir.join(agentd_mock::ACTIONS_FILE);
+    let mut text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    for action in [json!({"type": "click", "x": 640, "y": 370}), json!({"type": "type", "text": "bob"})] {
+        text.push_str(&action.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&log, text).expect("append to the desktop's log");
+}
+
+/// Pauses (through `control`) a task running on `runner`, changes its desktop, resumes it with the note and
+/// checks what the model saw.
+fn pause_change_resume(runner: &Daemon, control: &Daemon, server: &FakeServer, id: &str) {
+    wait_for(runner, id, "running with a step", |t| {
+        t["state"] == "running" && t["steps"].as_array().is_some_and(|s| s.len() >= 2)
+    });
+    let paused = control.cli(&["pause", id, "--json"]);
+    assert_eq!(paused.code, 0, "{}", paused.stderr);
+    assert_eq!(paused.json()["pause"], "requested", "{}", paused.stdout);
+    let parked = wait_for(runner, id, "parked for the person", |t| t["state"] == "waiting_for_human");
+    let last = parked["steps"].as_array().expect("steps").last().expect("a step").clone();
+    assert_eq!(parked["waiting"], json!({"kind": "takeover", "step": last["index"]}), "{parked}");
+    assert_eq!(last["finished"], true, "the step in progress finished before the task parked: {last}");
+    assert_eq!(parked["worker"], Value::Null, "no worker holds a taken-over task");
+    let requests_before = server.requests().len();
+
+    // While the person has the desktop: the task takes no decision, a second pause is refused.
+    assert_eq!(control.cli(&["approve", id]).code, 2);
+    assert_eq!(control.cli(&["pause", id]).code, 2);
+    let (status, reply) = post(control, &format!("/v1/tasks/{id}/reject"), Some(&json!({"reason": "no"})));
+    assert_eq!((status, reply["error"]["code"].as_str()), (409, Some("wrong_state")), "{reply}");
+    assert_eq!(runner.task(id)["state"], "waiting_for_human");
+
+    person_types_bob(&runner.agentd.data_dir().join("mock").join(id));
+    // The model was not called while the person had the desktop.
+    assert_eq!(server.requests().len(), requests_before);
+    let resumed = control.cli(&["resume", id, "--note", NOTE, "--json"]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert_eq!(resumed.json()["state"], "queued");
+    assert_eq!(control.cli(&["resume", id]).code, 2, "a task handed back is not taken over any more");
+
+    let done = runner.wait_terminal(id, Duration::from_secs(60));
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", runner.log());
+    assert!(server.problems().is_empty(), "{:#?}", server.problems());
+    let requests: Vec<Recorded> = server.requests();
+    let told = requests.iter().position(|r| r.body.to_string().contains(NOTE)).expect("the note reached the model");
+    assert_eq!(told, requests_before, "the first call after the hand-back carries the note");
+    let image = |i: usize| last_image(&requests[i].body).unwrap_or_else(|| panic!("request {i} has no screenshot"));
+    // Waiting changes nothing on screen; the person's typing does, and the next screenshot shows it.
+    assert_eq!(image(told - 1), image(told - 2), "the screen was steady before the pause");
+    assert_ne!(image(told), image(told - 1), "the model's next screenshot shows what the person did");
+    assert_eq!(done["computer_state"]["fields"]["username"], "bob", "{}", done["computer_state"]);
+    let steps = done["steps"].as_array().expect("steps");
+    let after = &steps[last["index"].as_u64().expect("index") as usize + 1];
+    assert_eq!(after["handed_back"], json!({"note": NOTE}), "{after}");
+    assert!(steps.iter().filter(|s| !s["handed_back"].is_null()).count() == 1, "one step carries the note");
+    assert_eq!(done["waiting"], Value::Null);
+}
+
+fn a_paused_task_continues_on_the_changed_desktop_with_the_note(backend: Backend) {
+    let rt = runtime();
+    let server = patient_fake(&rt);
+    let daemon = Daemon::start_on_env(backend, &models_config(&server.url), &[("ANTHROPIC_API_KEY", KEY)]);
+    let (status, body) = post(&daemon, "/v1/tasks", Some(&task("taken", json!({}))));
+    assert_eq!(status, 201, "{body}");
+    pause_change_resume(&daemon, &daemon, &server, "taken");
+}
+
+#[test]
+fn a_pause_through_another_fleet_node_parks_the_task_where_it_runs() {
+    let Some(url) = postgres_url() else { return };
+    let schema = crate::support::PgSchema::create(&url);
+    let queue_url = schema.url();
+    let rt = runtime();
+    let server = patient_fake(&rt);
+    let runner = Daemon::start_on_env(
+        Backend::Postgres(schema),
+        &format!("[worker]\nlabels = {{ node = \"a\" }}\n{}", models_config(&server.url)),
+        &[("ANTHROPIC_API_KEY", KEY)],
+    );
+    let control = Daemon::start_with(
+        "",
+        &format!("backend = \"postgres\"\nurl = {queue_url:?}\nlease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100"),
+        "[worker]\nlabels = { node = \"b\" }\n",
+    );
+    let (status, body) = post(&control, "/v1/tasks", Some(&task("fleet-taken", json!({"node": "a"}))));
+    assert_eq!(status, 201, "{body}");
+    pause_change_resume(&runner, &control, &server, "fleet-taken");
+}
+
+fn a_queued_task_waits_before_it_starts_and_wrong_requests_change_nothing(backend: Backend) {
+    let daemon = Daemon::start_on(backend, "", "");
+    // No worker has this label: the task stays queued.
+    let queued = json!({
+        "id": "held", "instructions": "x", "labels": {"gpu": "yes"},
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "scripted", "script": {"turns": [{"complete": {"success": true}}]}}
+    });
+    assert_eq!(post(&daemon, "/v1/tasks", Some(&queued)).0, 201);
+    let (status, reply) = post(&daemon, "/v1/tasks/held/pause", None);
+    assert_eq!((status, &reply["state"]), (200, &json!("waiting_for_human")), "{reply}");
+    let held = daemon.task("held");
+    assert_eq!(held["waiting"], json!({"kind": "takeover"}), "{held}");
+    assert!(held["steps"].as_array().is_some_and(Vec::is_empty));
+
+    // (path, body, status, error code, field)
+    type Case<'a> = (&'a str, Option<Value>, u16, &'a str, Option<&'a str>);
+    let table: [Case; 6] = [
+        ("/v1/tasks/nobody/pause", None, 404, "not_found", None),
+        ("/v1/tasks/nobody/resume", None, 404, "not_found", None),
+        ("/v1/tasks/held/pause", None, 409, "wrong_state", None),
+        ("/v1/tasks/held/resume", Some(json!({"notes": "typo"})), 400, "invalid_body", Some("notes")),
+        ("/v1/tasks/held/resume", Some(json!({"note": 7})), 400, "invalid_body", Some("note")),
+        ("/v1/tasks/held/approve", None, 409, "wrong_state", None),
+    ];
+    for (path, body, status, code, field) in table {
+        let (got, reply) = post(&daemon, path, body.as_ref());
+        assert_eq!((got, reply["error"]["code"].as_str()), (status, Some(code)), "{path} {body:?}: {reply}");
+        assert_eq!(reply["error"]["field"].as_str(), field, "{path} {body:?}: {reply}");
+        assert_eq!(daemon.task("held")["waiting"], json!({"kind": "takeover"}), "{path}: nothing changed");
+    }
+    let cli = daemon.cli(&["resume", "nobody"]);
+    assert_eq!(cli.code, 2, "{}", cli.stderr);
+
+    // Handed back, it is queued again (and, unclaimable, stays so); it is no longer taken over.
+    let (status, reply) = post(&daemon, "/v1/tasks/held/resume", Some(&json!({})));
+    assert_eq!((status, &reply["state"]), (200, &json!("queued")), "{reply}");
+    let back = daemon.task("held");
+    assert_eq!((&back["state"], &back["waiting"]), (&json!("queued"), &Value::Null), "{back}");
+    let (status, reply) = post(&daemon, "/v1/tasks/held/resume", None);
+    assert_eq!((status, reply["error"]["code"].as_str()), (409, Some("wrong_state")), "{reply}");
+
+    // A finished task cannot be paused; a paused one can be cancelled.
+    assert_eq!(post(&daemon, "/v1/tasks/held/pause", None).0, 200);
+    assert_eq!(daemon.cli(&["cancel", "held"]).code, 0);
+    assert_eq!(daemon.task("held")["state"], "cancelled");
+    let (status, reply) = post(&daemon, "/v1/tasks/held/pause", None);
+    assert_eq!((status, reply["error"]["code"].as_str()), (409, Some("wrong_state")), "{reply}");
+    let cli = daemon.cli(&["pause", "held"]);
+    assert_eq!(cli.code, 2, "{}", cli.stderr);
+}
