@@ -522,3 +522,44 @@ async fn the_models_question_is_answered_from_the_page() {
     assert_eq!(done["steps"][0]["call_results"][0]["message"], "the one in accounting", "{done}");
     browser.close().await;
 }
+
+/// Take-over from the page (§20): "Take the desktop over" parks a running task after its step; the page
+/// then offers the hand-back with a note, which resumes the task with the note in its next step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_takes_the_desktop_over_and_hands_it_back_from_the_page() {
+    let Some(browser) = launch().await else { return };
+    let (daemon, _dir, addr) = console_daemon();
+    let mut turns: Vec<serde_json::Value> =
+        (0..6).map(|_| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 700}]})).collect();
+    turns.push(serde_json::json!({"complete": {"success": true, "summary": "went on"}}));
+    let task = serde_json::json!({
+        "id": "console-takeover",
+        "instructions": "wait a little, twice",
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "scripted", "script": {"turns": turns}}
+    });
+    let id = submit(&daemon, &task.to_string());
+    wait_state(&daemon, &id, "running");
+    let tab = browser.tab(1280, 800, false).await.expect("tab");
+    log_in(&tab, &addr).await;
+    open_hash(&tab, &format!("#/tasks/{id}")).await;
+    tab.wait_for("document.querySelector('#pause')", WAIT).await.expect("the take-over button");
+    tab.click("#pause").await.expect("pause");
+    tab.wait_for("document.querySelector('#resume-note')", WAIT).await.expect("the hand-back form once parked");
+    let parked = daemon.task(&id);
+    assert_eq!(parked["state"], "waiting_for_human", "{parked}");
+    assert_eq!(parked["waiting"]["kind"], "takeover", "{parked}");
+    assert!(!tab.eval::<bool>("!!document.querySelector('#approve')").await.expect("eval"), "no approve button");
+    tab.type_into("#resume-note", "closed the cookie banner").await.expect("type the note");
+    save(&tab, "takeover.png").await;
+    tab.click("#resume").await.expect("hand back");
+    tab.wait_for("document.querySelector('#task-state').dataset.state === 'succeeded'", WAIT)
+        .await
+        .expect("the handed-back task resumes and succeeds");
+    let done = daemon.task(&id);
+    let notes: Vec<&serde_json::Value> =
+        done["steps"].as_array().into_iter().flatten().filter_map(|s| s.get("handed_back")).collect();
+    assert_eq!(notes.len(), 1, "one step after the hand-back carries the note: {done}");
+    assert_eq!(notes[0]["note"], "closed the cookie banner", "{done}");
+    browser.close().await;
+}

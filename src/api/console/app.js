@@ -494,7 +494,7 @@
       const doc = t.doc;
       if (!doc) return;
       // Rebuilt only when what they offer changes: a focused button or a half-typed answer survives refreshes.
-      const key = JSON.stringify([doc.state, doc.waiting_reason, (doc.pending_tool_calls || []).map((c) => c.id)]);
+      const key = JSON.stringify([doc.state, doc.waiting_reason, doc.waiting && doc.waiting.kind, (doc.pending_tool_calls || []).map((c) => c.id)]);
       if (controls.dataset.key === key) return;
       controls.dataset.key = key;
       const hadFocus = controls.contains(document.activeElement);
@@ -502,7 +502,22 @@
       if (!TERMINAL.has(doc.state)) {
         controls.append(h('button', { type: 'button', class: 'danger', id: 'cancel', text: 'Cancel task', onclick: (e) => act(e.target, 'POST', 'cancel', undefined, 'Cancel requested') }));
       }
-      if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'question') {
+      if (doc.state === 'queued' || doc.state === 'running') {
+        controls.append(h('button', { type: 'button', id: 'pause', text: 'Take the desktop over', onclick: (e) => act(e.target, 'POST', 'pause', undefined, 'Pause requested: the task parks after its current step') }));
+      }
+      if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'takeover') {
+        const note = h('textarea', { id: 'resume-note', rows: '2', placeholder: 'what you did (optional; the model reads it)' });
+        const form = h('form', { class: 'call waiting', id: 'takeover' },
+          h('p', {}, h('strong', { text: 'A person has the desktop. ' }), h('span', { text: 'Hand it back when you are done: the task goes on from a fresh screenshot.' })),
+          h('label', { for: note.id, text: 'Note for the model' }), note,
+          h('div', { class: 'controls' }, h('button', { type: 'submit', class: 'ok', id: 'resume', text: 'Hand the desktop back' })));
+        form.addEventListener('submit', (e) => {
+          e.preventDefault();
+          const body = note.value.trim() ? { note: note.value } : {};
+          act(form.querySelector('button[type=submit]'), 'POST', 'resume', body, 'Handed back: the task resumes');
+        });
+        controls.append(form);
+      } else if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'question') {
         const text = h('textarea', { id: 'answer-text', rows: '3' });
         const form = h('form', { class: 'call waiting', id: 'answer' },
           h('p', {}, h('strong', { text: 'The model asks: ' }), h('span', { id: 'waiting-question', text: doc.waiting.question || '' })),
