@@ -104,6 +104,7 @@ async fn run_one(keep: u32, chunk: u32) -> Run {
             model: spec,
             limits: Limits { max_steps: STEPS as u32 + 1, timeout_secs: 3600, max_cost_usd: 1000.0 },
             keep_screenshots: keep,
+            history: Default::default(),
             tools: Vec::new(),
             output_schema: None,
             secrets: Default::default(),

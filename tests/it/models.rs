@@ -53,6 +53,7 @@ pub fn task(model: ModelSpec, max_steps: u32, keep: u32) -> ResolvedTask {
         model,
         limits: Limits { max_steps, timeout_secs: 3600, max_cost_usd: 100.0 },
         keep_screenshots: keep,
+        history: Default::default(),
         tools: Vec::new(),
         output_schema: None,
         secrets: Default::default(),
