@@ -58,10 +58,10 @@ pub const COMPACT_AT: f64 = 0.75;
 
 /// The longest summary the model is shown: older lines of a mechanical summary give way to newer ones, a
 /// model-written summary is cut.
-pub const SUMMARY_MAX_CHARS: usize = 4_000;
+pub const SUMMARY_MAX_CHARS: usize = 2_400;
 
 /// What the model is asked, after the exchanges to compact, for a model-written summary.
-pub const SUMMARY_REQUEST: &str = "Context compaction: do not act and do not call any tool in this reply. The steps above are about to leave your context. Write a concise summary of them (and of the earlier summary, if there is one) for yourself: what was done, what was found (names, values, states of the screen), and what remains to be done. At most 200 words, plain text only.";
+pub const SUMMARY_REQUEST: &str = "Context compaction: do not act and do not call any tool in this reply. The steps above are about to leave your context. Write a concise summary of them (and of the earlier summary, if there is one) for yourself: what was done, what was found (names, values, states of the screen), and what remains to be done. At most 150 words, plain text only.";
 
 /// The first line of a mechanical summary whose oldest lines gave way.
 const OMITTED: &str = "(older steps omitted)";
@@ -98,7 +98,8 @@ impl Budget {
     }
 
     /// How many of the oldest exchanges must leave `history` for the next request to keep the budget, or
-    /// `None` when it keeps it as it is. At least one exchange (two for the token limit) always stays.
+    /// `None` when it keeps it as it is: beyond `keep_steps`, down to half of it; over the token limit, down
+    /// to 90 % of it. At least one exchange (two for the token limit) always stays.
     pub fn plan(&self, history: &[Exchange], summary: Option<&str>, instructions: &str) -> Option<Plan> {
         let len = history.len();
         let tokens_before = estimate_tokens(history, summary, instructions);
@@ -120,7 +121,9 @@ impl Budget {
             let floor = 2.min(len);
             if take < len - floor && after(take) > limit {
                 reason = Some(why);
-                while take < len - floor && after(take) > limit {
+                // Down to 90 % of the limit: the prompt stays near the budget, and changes only every few steps.
+                let target = limit - limit / 10;
+                while take < len - floor && after(take) > target {
                     take = (take + ((len - take) / 2).max(1)).min(len - floor);
                 }
             }

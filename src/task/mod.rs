@@ -18,8 +18,8 @@ pub mod tools;
 pub mod verify;
 
 use crate::input::line_column;
-pub use crate::record::Compaction;
 pub use crate::input::{TaskFileError, format_location, locate_field, parse_json};
+pub use crate::record::Compaction;
 use guard::{Guard, GuardSpec};
 use replay::ReplaySpec;
 use script::Script;

@@ -15,7 +15,11 @@ impl Loop {
     /// The budget of this task with this model.
     fn budget(&self) -> Budget {
         let history = &self.input.task.history;
-        Budget { keep_steps: history.keep_steps, max_tokens: history.max_tokens, window: self.input.model.context_window() }
+        Budget {
+            keep_steps: history.keep_steps,
+            max_tokens: history.max_tokens,
+            window: self.input.model.context_window(),
+        }
     }
 
     /// Keeps the history within its budget before step `step`'s model call (`screenshot` is that step's).
