@@ -105,6 +105,7 @@ async fn main() {
         final_screenshot: recorded.final_screenshot.clone(),
         computer_state: recorded.computer_state.clone(),
         waiting_reason: None,
+        waiting: None,
         pending_tool_calls: Vec::new(),
         replay: None,
     };
