@@ -1111,3 +1111,66 @@ async fn the_task_files_history_budget_is_noted_in_the_record() {
     assert_eq!(summaries, noted.len() as u64);
     assert_eq!(record["usage"]["input_tokens"], 9 * 900 + 7777 * summaries);
 }
+
+/// A resumed attempt (the worker died) starts from the summary its record holds: no new summary call, and
+/// the steps compacted before stay out of the requests.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_resumed_attempt_starts_from_the_recorded_summary() {
+    const SUMMARY: &str = "SUMMARY-BEFORE-THE-CRASH: moved over the form.";
+    let desktop = login_desktop(Size::new(1280, 800));
+    let server = mover(Vendor::Compatible { key: Some(KEY.into()) }, 12, Some(SUMMARY)).await;
+    let shared =
+        shared_for("openai-compatible", &server.url, "model = \"ui-tars-1.5-7b\"\napi_key_env = \"LOCAL_KEY\"");
+    let model_spec = spec(json!({"provider": "openai-compatible"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let attempt = |max_steps: u32, resume: Vec<agentd::record::StepRecord>| {
+        let mut task = task(model_spec.clone(), max_steps, 3);
+        task.history = HistoryBudget { keep_steps: Some(4), max_tokens: None, compaction: Compaction::Model };
+        let (model, desktop) = (model.clone(), desktop.clone());
+        async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let tracker = TaskTracker::new();
+            let background = CancellationToken::new();
+            let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
+            let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
+            let (events, _rx) = EventSink::channel("t1", 1);
+            let output = run(LoopInput {
+                task_id: "t1".into(),
+                attempt: 1,
+                task,
+                computer: desktop,
+                model,
+                tools: Arc::new(agentd::tools::Toolbox::empty()),
+                uploader: uploader.clone(),
+                journal: Arc::new(MemoryJournal::default()),
+                events,
+                cancel: CancellationToken::new(),
+                shutdown: CancellationToken::new(),
+                resume,
+                elapsed_before: Duration::ZERO,
+                approved: false,
+                settle: Default::default(),
+                verifier: Default::default(),
+            })
+            .await;
+            uploader.flush(Duration::from_secs(30)).await;
+            background.cancel();
+            tracker.close();
+            tracker.wait().await;
+            output
+        }
+    };
+    // The first attempt stops after 7 steps (as a lost worker would leave it): one compaction, at step 5.
+    let first = attempt(7, Vec::new()).await;
+    assert_eq!(first.steps.len(), 7, "{:?}", first.end);
+    assert_eq!(compactions(&first).iter().map(|c| c.0).collect::<Vec<_>>(), [5]);
+    let before = server.requests().len();
+    let second = attempt(40, first.steps.clone()).await;
+    assert!(succeeded(&second), "{:?}", second.end);
+    let requests = server.requests();
+    let resumed = &requests[before];
+    assert!(!is_summary_call(resumed), "the resumed attempt summarised again");
+    assert!(body_text(resumed).contains(SUMMARY), "{}", body_text(resumed));
+    assert!(!body_text(resumed).contains("turn 0, to look around"), "a compacted step is back in the request");
+    assert!(body_text(resumed).contains("turn 6, to look around"));
+}
