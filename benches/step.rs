@@ -159,6 +159,7 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
             }),
             limits: Limits { max_steps: steps, timeout_secs: 3600, max_cost_usd: 1.0 },
             keep_screenshots: 3,
+            history: Default::default(),
             tools: Vec::new(),
             output_schema: None,
             secrets: Default::default(),

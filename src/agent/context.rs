@@ -1,17 +1,23 @@
-//! The context policy: which screenshots of the history the model still sees.
+//! The history budget: what of the history the model still sees.
 //!
-//! Screenshots beyond the most recent `keep` are dropped from the model's context (their bytes are freed;
-//! adapters show a short placeholder in their place); every one of them stays in the task record. Dropping
-//! happens in chunks of `chunk` images, as Anthropic's reference loop does, so a prompt-cache prefix stays
-//! valid for several turns instead of shifting every turn. With `chunk = 1` exactly `keep` images remain.
+//! Images ([`ContextPolicy`]): screenshots beyond the most recent `keep` are dropped from the model's context
+//! (their bytes are freed; adapters show a short placeholder in their place); every one of them stays in the
+//! task record. Dropping happens in chunks of `chunk` images, as Anthropic's reference loop does, so a
+//! prompt-cache prefix stays valid for several turns instead of shifting every turn. With `chunk = 1` exactly
+//! `keep` images remain.
 //!
-//! Compaction ([`compact`]): when the estimated prompt nears the model's context window (75 %), the oldest
-//! half of the exchanges leave the history and a plain-text summary of them (what the model said, the
-//! actions, the results) takes their place after the instructions. Whole exchanges go, so every tool call the
-//! model still sees keeps its answer. The summary is mechanical (no extra model call), so it costs nothing
-//! and cannot fail.
+//! Steps and tokens ([`Budget`]): when the history holds more than `keep_steps` exchanges, or the estimated
+//! prompt ([`estimate_tokens`]) passes `max_tokens` or [`COMPACT_AT`] of the model's context window, the
+//! oldest exchanges leave the history ([`Budget::plan`] says how many: half of the kept steps at a time, so
+//! the prompt changes in chunks, not every turn) and a plain-text summary of them takes their place after the
+//! instructions. Whole exchanges go, so every tool call the model still sees keeps its answer. The summary is
+//! [`mechanical`] (one line per step: what the model said, the actions, the results — no model call, so it
+//! costs nothing and cannot fail) or written by the model in one extra call (the loop makes it, with
+//! [`SUMMARY_REQUEST`]); either way it is bounded by [`SUMMARY_MAX_CHARS`], so a long task's prompt stays
+//! flat.
 
 use crate::model::{CallKind, Exchange};
+use crate::record::CompactionReason;
 
 /// What adapters put where a dropped screenshot was.
 
@@ -50,6 +56,82 @@ impl ContextPolicy {
 /// Compaction starts when the estimate passes this share of the context window.
 pub const COMPACT_AT: f64 = 0.75;
 
+/// The longest summary the model is shown: older lines of a mechanical summary give way to newer ones, a
+/// model-written summary is cut.
+pub const SUMMARY_MAX_CHARS: usize = 2_400;
+
+/// What the model is asked, after the exchanges to compact, for a model-written summary.
+pub const SUMMARY_REQUEST: &str = "Context compaction: do not act and do not call any tool in this reply. The steps above are about to leave your context. Write a concise summary of them (and of the earlier summary, if there is one) for yourself: what was done, what was found (names, values, states of the screen), and what remains to be done. At most 150 words, plain text only.";
+
+/// The first line of a mechanical summary whose oldest lines gave way.
+const OMITTED: &str = "(older steps omitted)";
+
+/// The history budget beside the images: steps kept verbatim, estimated tokens, the model's window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// At most this many exchanges stay; beyond it the oldest leave, down to half of it.
+    pub keep_steps: Option<u32>,
+    /// The estimated prompt stays under this.
+    pub max_tokens: Option<u64>,
+    /// The model's context window: the estimate stays under [`COMPACT_AT`] of it.
+    pub window: Option<u64>,
+}
+
+/// What a compaction is to do: how many of the oldest exchanges leave, and which budget asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub take: usize,
+    pub reason: CompactionReason,
+    /// The estimated prompt before.
+    pub tokens_before: u64,
+}
+
+impl Budget {
+    /// The token limit and which budget sets it (the lower of `max_tokens` and the window's share).
+    fn token_limit(&self) -> Option<(u64, CompactionReason)> {
+        let window = self.window.map(|w| ((w as f64 * COMPACT_AT) as u64, CompactionReason::Window));
+        let tokens = self.max_tokens.map(|t| (t, CompactionReason::Tokens));
+        match (tokens, window) {
+            (Some(t), Some(w)) => Some(if w.0 < t.0 { w } else { t }),
+            (t, w) => t.or(w),
+        }
+    }
+
+    /// How many of the oldest exchanges must leave `history` for the next request to keep the budget, or
+    /// `None` when it keeps it as it is: beyond `keep_steps`, down to half of it; over the token limit, down
+    /// to 90 % of it. At least one exchange (two for the token limit) always stays.
+    pub fn plan(&self, history: &[Exchange], summary: Option<&str>, instructions: &str) -> Option<Plan> {
+        let len = history.len();
+        let tokens_before = estimate_tokens(history, summary, instructions);
+        let mut take = 0;
+        let mut reason = None;
+        if let Some(keep) = self.keep_steps.map(|k| k.max(1) as usize)
+            && len > keep
+        {
+            take = len - (keep / 2).max(1);
+            reason = Some(CompactionReason::Steps);
+        }
+        if let Some((limit, why)) = self.token_limit() {
+            let summary_chars = summary.map_or(0, str::len);
+            // The summary grows by about a line a compacted step, and never past its bound.
+            let after = |take: usize| {
+                let grown = (summary_chars + take * 160).min(SUMMARY_MAX_CHARS.max(summary_chars));
+                estimate_tokens(&history[take..], None, instructions) + (grown as u64).div_ceil(4)
+            };
+            let floor = 2.min(len);
+            if take < len - floor && after(take) > limit {
+                reason = Some(why);
+                // Down to 90 % of the limit: the prompt stays near the budget, and changes only every few steps.
+                let target = limit - limit / 10;
+                while take < len - floor && after(take) > target {
+                    take = (take + ((len - take) / 2).max(1)).min(len - floor);
+                }
+            }
+        }
+        reason.filter(|_| take > 0).map(|reason| Plan { take, reason, tokens_before })
+    }
+}
+
 /// A rough prompt-size estimate: 4 characters a token for text, `w·h/750` per image, and a fixed allowance
 /// for the system prompt, tool definitions and the current screenshot.
 pub fn estimate_tokens(history: &[Exchange], summary: Option<&str>, instructions: &str) -> u64 {
@@ -72,24 +154,35 @@ pub fn estimate_tokens(history: &[Exchange], summary: Option<&str>, instructions
     total
 }
 
-/// Summarises and removes the oldest half of `history` while the estimate is over [`COMPACT_AT`] of
-/// `window` (keeping at least the 2 newest exchanges). Returns how many exchanges were compacted.
-pub fn compact(history: &mut Vec<Exchange>, summary: &mut Option<String>, window: u64, instructions: &str) -> usize {
-    let limit = (window as f64 * COMPACT_AT) as u64;
-    let mut compacted = 0;
-    while history.len() > 2 && estimate_tokens(history, summary.as_deref(), instructions) > limit {
-        let take = (history.len() / 2).max(1).min(history.len() - 2);
-        let lines: Vec<String> = history.drain(..take).map(|e| summarize(&e)).collect();
-        let text = summary.get_or_insert_with(String::new);
-        for line in lines {
-            if !text.is_empty() {
-                text.push('\n');
-            }
-            text.push_str(&line);
-        }
-        compacted += take;
+/// The summary after `old` leaves the history: the earlier one with a line per exchange of `old` appended,
+/// its oldest lines giving way beyond [`SUMMARY_MAX_CHARS`].
+pub fn mechanical(summary: Option<&str>, old: &[Exchange]) -> String {
+    let mut lines: Vec<String> =
+        summary.into_iter().flat_map(str::lines).filter(|l| *l != OMITTED).map(str::to_string).collect();
+    let mut omitted = summary.is_some_and(|s| s.starts_with(OMITTED));
+    lines.extend(old.iter().map(summarize));
+    let mut chars: usize = lines.iter().map(|l| l.len() + 1).sum();
+    while lines.len() > 1 && chars > SUMMARY_MAX_CHARS - OMITTED.len() - 1 {
+        chars -= lines.remove(0).len() + 1;
+        omitted = true;
     }
-    compacted
+    if omitted {
+        lines.insert(0, OMITTED.to_string());
+    }
+    lines.join("\n")
+}
+
+/// A model-written summary, bounded like a mechanical one.
+pub fn bounded(text: &str) -> String {
+    let text = text.trim();
+    if text.len() <= SUMMARY_MAX_CHARS {
+        return text.to_string();
+    }
+    let mut end = SUMMARY_MAX_CHARS - 3;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 fn clip(text: &str, max: usize) -> String {
@@ -150,8 +243,20 @@ mod tests {
         assert_eq!(ContextPolicy::new(3, 1).apply(&mut h), 0);
     }
 
+    /// Runs the plan with the mechanical summary, as the loop does.
+    fn compact(h: &mut Vec<Exchange>, summary: &mut Option<String>, budget: Budget) -> Option<Plan> {
+        let plan = budget.plan(h, summary.as_deref(), "task")?;
+        let old: Vec<Exchange> = h.drain(..plan.take).collect();
+        *summary = Some(mechanical(summary.as_deref(), &old));
+        Some(plan)
+    }
+
+    fn window(w: u64) -> Budget {
+        Budget { window: Some(w), ..Budget::default() }
+    }
+
     #[test]
-    fn compaction_summarises_the_oldest_half_near_the_window() {
+    fn compaction_summarises_the_oldest_near_the_window() {
         let mut h = history(40);
         for e in &mut h {
             e.turn.text = "x".repeat(4_000);
@@ -159,15 +264,77 @@ mod tests {
         let mut summary = None;
         let before = estimate_tokens(&h, None, "task");
         assert!(before > 40_000);
-        let n = compact(&mut h, &mut summary, 40_000, "task");
-        assert!(n >= 20 && h.len() >= 2, "{n} {}", h.len());
+        let plan = compact(&mut h, &mut summary, window(40_000)).unwrap();
+        assert_eq!(plan.reason, CompactionReason::Window);
+        assert!(plan.take >= 20 && h.len() >= 2, "{plan:?} {}", h.len());
         assert!(estimate_tokens(&h, summary.as_deref(), "task") <= 30_000);
         let summary = summary.unwrap();
-        assert!(summary.starts_with("Step 1; you said"), "{summary}");
-        assert_eq!(h[0].step as usize, n);
+        // 4,000-character steps: the summary keeps the newest lines within its bound.
+        assert!(summary.starts_with(OMITTED), "{summary}");
+        assert!(summary.lines().last().unwrap().starts_with(&format!("Step {}; you said", plan.take)), "{summary}");
+        assert_eq!(h[0].step as usize, plan.take);
         // Far from the window nothing happens.
         let mut h = history(3);
-        assert_eq!(compact(&mut h, &mut None, 1_000_000, "task"), 0);
+        assert_eq!(compact(&mut h, &mut None, window(1_000_000)), None);
+    }
+
+    #[test]
+    fn the_step_budget_compacts_down_to_half_of_it() {
+        let budget = Budget { keep_steps: Some(8), ..Budget::default() };
+        let mut h = history(8);
+        assert_eq!(budget.plan(&h, None, "task"), None, "8 steps keep a budget of 8");
+        h = history(9);
+        let mut summary = None;
+        let plan = compact(&mut h, &mut summary, budget).unwrap();
+        assert_eq!((plan.take, plan.reason), (5, CompactionReason::Steps));
+        assert_eq!(h.iter().map(|e| e.step).collect::<Vec<_>>(), vec![5, 6, 7, 8]);
+        assert_eq!(summary.as_deref().map(|s| s.lines().count()), Some(5));
+        // The next 4 steps fit again: the prompt's prefix stays the same for them.
+        h.extend(history(13).into_iter().skip(9));
+        assert_eq!(budget.plan(&h, summary.as_deref(), "task"), None);
+    }
+
+    #[test]
+    fn the_token_budget_keeps_the_estimate_under_it() {
+        let mut h = history(30);
+        for e in &mut h {
+            e.turn.text = "y".repeat(2_000); // 500 tokens a step
+        }
+        let budget = Budget { max_tokens: Some(10_000), window: Some(1_000_000), ..Budget::default() };
+        let mut summary = None;
+        let plan = compact(&mut h, &mut summary, budget).unwrap();
+        assert_eq!(plan.reason, CompactionReason::Tokens);
+        assert!(plan.tokens_before > 10_000);
+        assert!(estimate_tokens(&h, summary.as_deref(), "task") <= 10_000, "{}", h.len());
+        assert!(h.len() >= 2);
+        // The lower limit decides: a small window beats a large token budget.
+        let budget = Budget { max_tokens: Some(1_000_000), window: Some(12_000), ..Budget::default() };
+        let mut h = history(30);
+        for e in &mut h {
+            e.turn.text = "y".repeat(2_000);
+        }
+        assert_eq!(budget.plan(&h, None, "task").map(|p| p.reason), Some(CompactionReason::Window));
+    }
+
+    #[test]
+    fn a_mechanical_summary_stays_bounded() {
+        let mut summary: Option<String> = None;
+        for chunk in 0..50u32 {
+            let mut old = history(10);
+            for e in &mut old {
+                e.step += chunk * 10;
+                e.turn.text = format!("working on item {}", e.step);
+            }
+            summary = Some(mechanical(summary.as_deref(), &old));
+        }
+        let summary = summary.unwrap();
+        assert!(summary.len() <= SUMMARY_MAX_CHARS, "{}", summary.len());
+        assert!(summary.starts_with(OMITTED), "{summary}");
+        assert_eq!(summary.matches(OMITTED).count(), 1);
+        assert!(summary.ends_with("you said \"working on item 499\""), "{summary}");
+        // A model's summary is cut at the same bound.
+        assert!(bounded(&"é".repeat(SUMMARY_MAX_CHARS)).len() <= SUMMARY_MAX_CHARS);
+        assert_eq!(bounded("  short  "), "short");
     }
 
     #[test]

@@ -38,6 +38,7 @@ use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
 use crate::tools::{Called, CompletionError, Effect, MAX_INVALID_OUTPUTS, ToolContext, ToolOutcome, Toolbox};
 
+mod history;
 mod verifying;
 
 /// Everything one attempt of a task needs.
@@ -393,6 +394,7 @@ impl Loop {
         if let Some(pending) = self.pending_approval.as_ref().or(self.pending_tools.as_ref()) {
             self.usage.add(&pending.usage);
         }
+        self.restore_summary();
         // The guard counts as it did in the earlier attempts: each step with the change the next one saw.
         for pair in self.steps.windows(2) {
             self.guard.observe(&pair[0], pair[1].screen_changed);
@@ -701,11 +703,8 @@ impl Loop {
         self.previous_frame = Some(frame.clone());
         let guard_note = self.watch_for_loops(index, self.last_noticeably_changed)?;
 
-        self.policy.apply(&mut self.history);
-        // --- context compaction (model adapters' issue): summarise old turns near the context window ---
-        if let Some(window) = self.input.model.context_window() {
-            super::context::compact(&mut self.history, &mut self.summary, window, &self.input.task.instructions);
-        }
+        // The history budget (`runner::history`): old screenshots out, old steps compacted into the summary.
+        let history_note = self.keep_budget(index, &prepared.model).await;
         // The first step after a take-over: the model hears a person had the desktop (the notes go with this
         // screenshot), and the record keeps the note.
         let handed_back = self.input.handed_back.take();
@@ -717,6 +716,11 @@ impl Loop {
         record.screen_changed = screen_changed;
         record.guard = guard_note;
         record.handed_back = handed_back;
+        // A model-written summary's call is this step's usage too.
+        if let Some(usage) = history_note.as_ref().and_then(|h| h.compacted.as_ref()).and_then(|c| c.usage) {
+            record.usage = usage;
+        }
+        record.history = history_note;
         let turn = match called {
             Ok(turn) => turn,
             Err(CallEnd::Stop(stop)) => return Err(stop),
@@ -728,7 +732,7 @@ impl Loop {
         let notes = std::mem::take(&mut self.notes);
         record.model_text = turn.text.clone();
         record.thinking = turn.thinking.clone();
-        record.usage = turn.usage;
+        record.usage.add(&turn.usage);
         record.calls = turn.calls.clone();
         record.raw = turn.raw.clone();
         // Screen-space actions are known before anything runs, so the journal shows what was about to happen.

@@ -248,6 +248,10 @@ pub struct StepRecord {
     /// model was told so with this step's screenshot, with the person's note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handed_back: Option<HandBack>,
+    /// What the history budget did before this step's model call: screenshots it dropped from the model's
+    /// context, steps it compacted into the summary. Absent when it did nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryNote>,
 }
 
 /// The `waiting_reason` of a task a person took over (§20 `agentd pause`).
@@ -272,6 +276,77 @@ impl HandBack {
              have changed: look at the current screenshot before you continue."
         )
     }
+}
+
+/// What the history budget did before a step's model call (the task's `context`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistoryNote {
+    /// Screenshots of earlier steps that left the model's context (each stays in the record).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub screenshots_dropped: u32,
+    /// Earlier steps that left the model's context for a summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted: Option<CompactionNote>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One compaction: which steps left the history, why, who wrote the summary that took their place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionNote {
+    /// How many steps left the model's history in this compaction.
+    pub steps: u32,
+    /// Every step before this index is now in the summary only.
+    pub through: u32,
+    pub reason: CompactionReason,
+    /// Who wrote the summary: `model` only when the model's summary call gave text.
+    pub by: Compaction,
+    /// The estimated prompt tokens before and after.
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    /// The summary the model sees from this step on (also what a resumed attempt starts from).
+    pub summary: String,
+    /// The model's summary call, when there was one (also counted in the step's `usage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Why a `model` compaction fell back to the mechanical summary (the call failed or gave no text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+}
+
+/// Who writes the summary of compacted steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compaction {
+    /// One line per step from the record (what the model said, its actions and their results): no model
+    /// call, so it costs nothing and cannot fail.
+    #[default]
+    Mechanical,
+    /// The model itself, in one extra call to the same adapter (counted in usage and cost).
+    Model,
+}
+
+impl Compaction {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Mechanical => "mechanical",
+            Self::Model => "model",
+        }
+    }
+}
+
+/// Which budget a compaction kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionReason {
+    /// More steps than `context.keep_steps`.
+    Steps,
+    /// The estimated prompt over `context.max_tokens`.
+    Tokens,
+    /// The estimated prompt near the model's context window.
+    Window,
 }
 
 /// What the stuck-loop guard saw (§17): which check, how many steps or turns in a row, and what the model
@@ -330,6 +405,7 @@ impl StepRecord {
             interrupted: false,
             guard: None,
             handed_back: None,
+            history: None,
         }
     }
 

@@ -21,6 +21,7 @@ pub mod verify;
 
 use crate::input::line_column;
 pub use crate::input::{TaskFileError, format_location, locate_field, parse_json};
+pub use crate::record::Compaction;
 use guard::{Guard, GuardSpec};
 use replay::ReplaySpec;
 use script::Script;
@@ -665,13 +666,63 @@ impl LimitsSpec {
     }
 }
 
-/// §3 `context`: what the model sees of the history.
+/// §3 `context`: what the model sees of the history — its budget by images, by steps and by estimated
+/// tokens, and who writes the summary of the steps that leave it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContextSpec {
     /// How many of the most recent screenshots stay in the model's context (at least 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_screenshots: Option<Positive<u32>>,
+    /// At most this many earlier steps stay verbatim in the model's context; older ones are compacted into
+    /// the summary (half of them at a time, so a prompt cache stays valid between compactions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_steps: Option<Bounded<u32, 2, 10_000>>,
+    /// The estimated prompt (text at 4 characters a token, images by area) stays under this many tokens:
+    /// older steps are compacted when it would not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<Bounded<u64, 8_000, 10_000_000>>,
+    /// Who writes the summary of compacted steps: `mechanical` (default) or `model` (one extra call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
+}
+
+/// The history budget of a resolved task, beside `keep_screenshots` (the model's context window, from its
+/// config, is the last bound).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HistoryBudget {
+    /// `context.keep_steps`.
+    pub keep_steps: Option<u32>,
+    /// `context.max_tokens`.
+    pub max_tokens: Option<u64>,
+    pub compaction: Compaction,
+}
+
+/// An integer from `MIN` to `MAX`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Bounded<T, const MIN: u64, const MAX: u64>(T);
+
+impl<T: Copy, const MIN: u64, const MAX: u64> Bounded<T, MIN, MAX> {
+    pub fn get(self) -> T {
+        self.0
+    }
+}
+
+impl<'de, T, const MIN: u64, const MAX: u64> Deserialize<'de> for Bounded<T, MIN, MAX>
+where
+    T: Deserialize<'de> + Copy + Into<u64> + fmt::Display,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = T::deserialize(d)?;
+        if v.into() < MIN {
+            return Err(serde::de::Error::custom(format!("must be at least {MIN}, got {v}")));
+        }
+        if v.into() > MAX {
+            return Err(serde::de::Error::custom(format!("must be at most {MAX}, got {v}")));
+        }
+        Ok(Self(v))
+    }
 }
 
 impl ContextSpec {
@@ -841,6 +892,8 @@ pub struct ResolvedTask {
     pub model: ModelSpec,
     pub limits: Limits,
     pub keep_screenshots: u32,
+    /// The rest of the history budget (`context.keep_steps`, `max_tokens`, `compaction`).
+    pub history: HistoryBudget,
     pub guard: Guard,
     /// The task's verifier checks (§16).
     pub verify: Vec<verify::Check>,
@@ -919,6 +972,12 @@ impl TaskSpec {
             Some(conversation) => format!("{}{}", conversation.preamble(), self.instructions.as_str()),
             None => self.instructions.as_str().to_string(),
         };
+        let (context, fallback) = (&self.context, &defaults.context);
+        let history = HistoryBudget {
+            keep_steps: context.keep_steps.or(fallback.keep_steps).map(Bounded::get),
+            max_tokens: context.max_tokens.or(fallback.max_tokens).map(Bounded::get),
+            compaction: context.compaction.or(fallback.compaction).unwrap_or_default(),
+        };
         ResolvedTask {
             instructions,
             tools: self.tools.clone(),
@@ -928,6 +987,7 @@ impl TaskSpec {
             model,
             limits,
             keep_screenshots,
+            history,
             guard: self.guard.over(guard),
             verify: self.verify.clone(),
             verify_retries,
@@ -970,7 +1030,35 @@ mod tests {
         let resolved = task.resolve(&TaskDefaults::default(), &GuardSpec::default());
         assert_eq!(resolved.limits.max_steps, DEFAULT_MAX_STEPS);
         assert_eq!(resolved.keep_screenshots, DEFAULT_KEEP_SCREENSHOTS);
+        assert_eq!(resolved.history, HistoryBudget::default());
         assert_eq!(resolved.computer.provider(), "mock");
+    }
+
+    #[test]
+    fn the_history_budget_takes_the_task_then_the_config_defaults() {
+        let task = TaskSpec::parse(
+            r#"{"instructions":"x","context":{"keep_screenshots":2,"keep_steps":12,"compaction":"model"}}"#,
+            "t.json",
+        )
+        .unwrap();
+        let defaults: TaskDefaults =
+            serde_json::from_value(serde_json::json!({"context": {"max_tokens": 60000, "keep_steps": 40}})).unwrap();
+        let resolved = task.resolve(&defaults, &GuardSpec::default());
+        assert_eq!(resolved.keep_screenshots, 2);
+        assert_eq!(
+            resolved.history,
+            HistoryBudget { keep_steps: Some(12), max_tokens: Some(60_000), compaction: Compaction::Model }
+        );
+        let back = serde_json::to_string(&task).unwrap();
+        assert_eq!(TaskSpec::parse(&back, "x").unwrap(), task);
+
+        let e = err(r#"{"instructions":"x","context":{"max_tokens":100}}"#);
+        assert_eq!(e.field(), Some("context.max_tokens"), "{e}");
+        assert!(e.to_string().contains("at least 8000"), "{e}");
+        let e = err(r#"{"instructions":"x","context":{"keep_steps":1}}"#);
+        assert_eq!(e.field(), Some("context.keep_steps"), "{e}");
+        let e = err(r#"{"instructions":"x","context":{"compaction":"magic"}}"#);
+        assert_eq!(e.field(), Some("context.compaction"), "{e}");
     }
 
     #[test]

@@ -958,6 +958,32 @@ fn strip_images(value: &mut Value, tokens: &mut u64) {
     }
 }
 
+/// Input tokens of any vendor's request body as the fakes count them: 4 characters a token for the JSON
+/// text, `w·h/750` for every PNG (Anthropic's base64 sources, and the data URLs of OpenAI and compatible
+/// servers). No cache: what OpenAI-style APIs bill as input.
+pub fn request_tokens(body: &Value) -> u64 {
+    let mut images = 0;
+    let mut plain = body.clone();
+    strip_images(&mut plain, &mut images);
+    strip_data_urls(&mut plain, &mut images);
+    images + (plain.to_string().len() as u64).div_ceil(4)
+}
+
+fn strip_data_urls(value: &mut Value, tokens: &mut u64) {
+    const PREFIX: &str = "data:image/png;base64,";
+    match value {
+        Value::String(text) if text.starts_with(PREFIX) => {
+            if let Ok((w, h)) = png_size(&text[PREFIX.len()..]) {
+                *tokens += (u64::from(w) * u64::from(h) / 750).max(1);
+            }
+            text.clear();
+        }
+        Value::Object(map) => map.values_mut().for_each(|v| strip_data_urls(v, tokens)),
+        Value::Array(items) => items.iter_mut().for_each(|v| strip_data_urls(v, tokens)),
+        _ => {}
+    }
+}
+
 /// A model of Anthropic's prompt cache: entries are prefixes ending at a `cache_control` breakpoint; a
 /// request reads the longest cached prefix ending at a breakpoint or up to 20 blocks before one, writes
 /// the rest up to its last breakpoint, and pays full price after it.

@@ -38,6 +38,7 @@ fn task(max_steps: u32, timeout_secs: u64, max_cost_usd: f64, keep: u32) -> Reso
         }),
         limits: Limits { max_steps, timeout_secs, max_cost_usd },
         keep_screenshots: keep,
+        history: Default::default(),
         tools: Vec::new(),
         output_schema: None,
         secrets: Default::default(),

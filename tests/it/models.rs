@@ -15,7 +15,7 @@ use agentd::artifacts::{FsStore, Uploader};
 use agentd::backends;
 use agentd::model::{Delta, Model, ModelError, ModelImage, ModelRequest, ModelTurn, Shared};
 use agentd::record::events::{Event, EventKind};
-use agentd::task::{ComputerSpec, Limits, MockSpec, ModelSpec, ResolvedTask};
+use agentd::task::{Compaction, ComputerSpec, HistoryBudget, Limits, MockSpec, ModelSpec, ResolvedTask};
 use agentd_computer::{Action, Frame, MouseButton, Point, Size};
 use agentd_mock::{MockDesktop, Scene};
 use agentd_testkit::fake::{self, FakeServer, Recorded, Reply, Vendor};
@@ -53,6 +53,7 @@ pub fn task(model: ModelSpec, max_steps: u32, keep: u32) -> ResolvedTask {
         model,
         limits: Limits { max_steps, timeout_secs: 3600, max_cost_usd: 100.0 },
         keep_screenshots: keep,
+        history: Default::default(),
         tools: Vec::new(),
         output_schema: None,
         secrets: Default::default(),
@@ -848,4 +849,336 @@ async fn a_small_context_window_compacts_old_steps_into_a_summary() {
     assert!(messages(last) < 20, "{} messages in the last request", messages(last));
     // Every move still reached the desktop once.
     assert_eq!(desktop.actions().len(), 24);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The history budget with every adapter
+
+/// The text of a whole request body (to look for the summary and the task in it, whatever the wire shape).
+fn body_text(r: &Recorded) -> String {
+    r.body.to_string()
+}
+
+/// Whether a request is the loop's summary call (model-written compaction).
+fn is_summary_call(r: &Recorded) -> bool {
+    body_text(r).contains("Context compaction:")
+}
+
+/// A fake of `vendor` that moves the pointer `moves` times (one move a turn), then completes; a summary call
+/// gets `summary` as text (`None`: no text, a move instead). Step calls use 900 input tokens, summary calls
+/// 7777.
+async fn mover(vendor: Vendor, moves: usize, summary: Option<&'static str>) -> FakeServer {
+    let kind = match &vendor {
+        Vendor::Anthropic { .. } => 0,
+        Vendor::OpenAi { .. } => 1,
+        _ => 2,
+    };
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    FakeServer::start(
+        vendor,
+        Box::new(move |r| {
+            let summarising = is_summary_call(r);
+            let stream = r.body["stream"] == json!(true);
+            let input = if summarising { 7777 } else { 900 };
+            let n = if summarising { 0 } else { turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst) };
+            let text = match (summarising, summary) {
+                (true, Some(text)) => Some(text.to_string()),
+                (true, None) => None,
+                (false, _) => Some(format!("Moving the pointer, turn {n}, to look around.")),
+            };
+            let done = !summarising && n >= moves;
+            let (x, y) = (10 + n as i64 * 7, 20 + n as i64 * 3);
+            match kind {
+                0 => {
+                    let mut content: Vec<Value> =
+                        text.iter().map(|t| json!({"type": "text", "text": t})).collect();
+                    if done {
+                        content = vec![json!({"type": "tool_use", "id": "toolu_done", "name": "task_completion",
+                            "input": {"success": true, "summary": "looked around"}})];
+                    } else if !(summarising && summary.is_some()) {
+                        content.push(json!({"type": "tool_use", "id": format!("toolu_{n}"), "name": "computer",
+                            "input": {"action": "mouse_move", "coordinate": [x, y]}}));
+                    }
+                    let usage = json!({"input_tokens": input, "output_tokens": 20, "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 0});
+                    fake::anthropic_reply(content, usage, stream)
+                }
+                1 => {
+                    let mut output: Vec<Value> = text
+                        .iter()
+                        .map(|t| json!({"type": "message", "id": format!("msg_{n}"), "role": "assistant",
+                            "status": "completed", "content": [{"type": "output_text", "text": t, "annotations": []}]}))
+                        .collect();
+                    if done {
+                        output = vec![json!({"type": "function_call", "id": "fc_done", "call_id": "call_done",
+                            "name": "task_completion", "status": "completed",
+                            "arguments": "{\"success\": true, \"summary\": \"looked around\"}"})];
+                    } else if !(summarising && summary.is_some()) {
+                        output.push(json!({"type": "computer_call", "id": format!("cu_{n}"), "call_id": format!("call_{n}"),
+                            "status": "completed", "pending_safety_checks": null,
+                            "actions": [{"type": "move", "x": x, "y": y}]}));
+                    }
+                    let usage = json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": 0},
+                        "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": input + 20});
+                    fake::openai_reply(output, usage, stream)
+                }
+                _ => {
+                    let usage = json!({"prompt_tokens": input, "completion_tokens": 20});
+                    let text = text.unwrap_or_default();
+                    if done {
+                        fake::compatible_reply(
+                            "",
+                            &[("c_done", "task_completion", json!({"success": true, "summary": "looked around"}))],
+                            usage,
+                        )
+                    } else if summarising && summary.is_some() {
+                        fake::compatible_reply(&text, &[], usage)
+                    } else {
+                        fake::compatible_reply(&text, &[(&format!("c{n}"), "move", json!({"x": x, "y": y}))], usage)
+                    }
+                }
+            }
+        }),
+    )
+    .await
+    .unwrap()
+}
+
+/// The compactions the record notes: (step, steps compacted, reason, by).
+fn compactions(output: &LoopOutput) -> Vec<(u32, u32, String, String)> {
+    output
+        .steps
+        .iter()
+        .filter_map(|s| {
+            let c = s.history.as_ref()?.compacted.as_ref()?;
+            Some((s.index, c.steps, format!("{:?}", c.reason), c.by.as_str().to_string()))
+        })
+        .collect()
+}
+
+/// OpenAI and an OpenAI-compatible server compact near a configured `context_window` as Anthropic does:
+/// old steps leave the requests for the summary after the task, the requests stop growing, and the record
+/// says which steps compacted, why and how.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn openai_and_compatible_compact_near_a_configured_window() {
+    for (provider, vendor, spec_json, extra) in [
+        (
+            "openai",
+            Vendor::OpenAi { key: KEY.into() },
+            json!({"provider": "openai", "model": "gpt-5.5"}),
+            "context_window = 9000",
+        ),
+        (
+            "openai-compatible",
+            Vendor::Compatible { key: Some(KEY.into()) },
+            json!({"provider": "openai-compatible"}),
+            "context_window = 9000\nmodel = \"ui-tars-1.5-7b\"\napi_key_env = \"LOCAL_KEY\"",
+        ),
+    ] {
+        let desktop = login_desktop(Size::new(1280, 800));
+        let server = mover(vendor, 24, None).await;
+        let shared = shared_for(provider, &server.url, extra);
+        let model_spec = spec(spec_json);
+        let model = backends::model(&model_spec, &shared, None).unwrap();
+        assert_eq!(model.context_window(), Some(9000), "{provider}");
+        let (output, _) = run_task(task(model_spec, 40, 3), model, desktop.clone()).await;
+        assert!(succeeded(&output), "{provider}: {:?}", output.end);
+        assert!(server.problems().is_empty(), "{provider}: {:#?}", server.problems());
+        let requests = server.requests();
+        assert_eq!(requests.len(), 25, "{provider}: no extra call for a mechanical summary");
+        let last = body_text(requests.last().unwrap());
+        assert!(last.contains("Earlier steps, summarised"), "{provider}: {last}");
+        assert!(last.contains("you said \\\"Moving the pointer, turn"), "{provider}");
+        assert!(!body_text(&requests[2]).contains("summarised"), "{provider}: nothing compacted early on");
+        // Bounded: the last request is far smaller than it would be with all 24 turns in it.
+        assert!(!last.contains("turn 0, to look around.\""), "{provider}: the first turn is still verbatim");
+        let noted = compactions(&output);
+        assert!(!noted.is_empty(), "{provider}: the record notes no compaction");
+        assert!(noted.iter().all(|(_, n, reason, by)| *n > 0 && reason == "Window" && by == "mechanical"), "{noted:?}");
+        let first = output.steps.iter().find_map(|s| s.history.as_ref()?.compacted.as_ref()).unwrap();
+        assert!(first.tokens_after < first.tokens_before && first.summary.starts_with("Step 1;"), "{first:?}");
+        assert_eq!(desktop.actions().len(), 24, "{provider}: every move reached the desktop once");
+    }
+}
+
+/// `compaction: model`: the summary is one extra call to the same adapter (answered by the fake), its text
+/// is what later requests carry, and its usage counts in the step's and the task's.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_model_written_summary_is_one_extra_call_counted_in_usage() {
+    const SUMMARY: &str = "SUMMARY-BY-MODEL: moved the pointer over the sign-in form; nothing found yet.";
+    for (provider, vendor, spec_json) in [
+        ("openai", Vendor::OpenAi { key: KEY.into() }, json!({"provider": "openai", "model": "gpt-5.5"})),
+        (
+            "anthropic",
+            Vendor::Anthropic { key: KEY.into() },
+            json!({"provider": "anthropic", "model": "claude-sonnet-4-5"}),
+        ),
+    ] {
+        let desktop = login_desktop(Size::new(1280, 800));
+        let server = mover(vendor, 12, Some(SUMMARY)).await;
+        let shared = shared_for(provider, &server.url, "stream = false");
+        let model_spec = spec(spec_json);
+        let model = backends::model(&model_spec, &shared, None).unwrap();
+        let mut task = task(model_spec, 40, 3);
+        task.history = HistoryBudget { keep_steps: Some(4), max_tokens: None, compaction: Compaction::Model };
+        let (output, _) = run_task(task, model, desktop.clone()).await;
+        assert!(succeeded(&output), "{provider}: {:?}", output.end);
+        assert!(server.problems().is_empty(), "{provider}: {:#?}", server.problems());
+        let requests = server.requests();
+        let summaries: Vec<&Recorded> = requests.iter().filter(|r| is_summary_call(r)).collect();
+        let noted = compactions(&output);
+        // 13 step calls; beyond 4 kept steps, down to 2: a compaction every 3 steps from step 5 on.
+        assert_eq!(requests.len() - summaries.len(), 13, "{provider}");
+        assert_eq!(summaries.len(), noted.len(), "{provider}: {noted:?}");
+        assert!(noted.len() >= 3, "{provider}: {noted:?}");
+        assert!(noted.iter().all(|(_, _, reason, by)| reason == "Steps" && by == "model"), "{provider}: {noted:?}");
+        // The summary call shows the task and the steps that leave; what it wrote is in the next requests.
+        assert!(body_text(summaries[0]).contains("Log in as alice"), "{provider}");
+        assert!(body_text(summaries[0]).contains("turn 0, to look around"), "{provider}");
+        let after: Vec<&Recorded> = requests.iter().skip_while(|r| !is_summary_call(r)).skip(1).collect();
+        assert!(body_text(after[0]).contains(SUMMARY), "{provider}: the summary is not in the next request");
+        // A later summary call sees the earlier summary (the model rewrites it).
+        assert!(body_text(summaries[1]).contains(SUMMARY), "{provider}");
+        // Usage: the compacting step carries its summary call's usage beside its own turn's.
+        let step = output.steps.iter().find(|s| s.history.as_ref().is_some_and(|h| h.compacted.is_some())).unwrap();
+        let note = step.history.as_ref().and_then(|h| h.compacted.as_ref()).unwrap();
+        assert_eq!(note.usage.map(|u| u.input_tokens), Some(7777), "{provider}");
+        assert_eq!(step.usage.input_tokens, 7777 + 900, "{provider}");
+        assert!(note.summary.contains(SUMMARY) && note.fallback.is_none(), "{provider}: {note:?}");
+        let total: u64 = output.steps.iter().map(|s| s.usage.input_tokens).sum();
+        assert_eq!(total, 13 * 900 + 7777 * summaries.len() as u64, "{provider}");
+        assert!(output.steps.iter().map(|s| s.usage.cost_usd).sum::<f64>() > 0.0);
+        assert_eq!(desktop.actions().len(), 12, "{provider}: the summary calls ran no action");
+    }
+}
+
+/// A summary call without text falls back to the mechanical summary, and the record says why.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_summary_call_without_text_falls_back_to_the_mechanical_summary() {
+    let desktop = login_desktop(Size::new(1280, 800));
+    let server = mover(Vendor::Compatible { key: Some(KEY.into()) }, 6, None).await;
+    let shared =
+        shared_for("openai-compatible", &server.url, "model = \"ui-tars-1.5-7b\"\napi_key_env = \"LOCAL_KEY\"");
+    let model_spec = spec(json!({"provider": "openai-compatible"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let mut task = task(model_spec, 40, 3);
+    task.history = HistoryBudget { keep_steps: Some(4), max_tokens: None, compaction: Compaction::Model };
+    let (output, _) = run_task(task, model, desktop.clone()).await;
+    assert!(succeeded(&output), "{:?}", output.end);
+    let note = output.steps.iter().find_map(|s| s.history.as_ref()?.compacted.clone()).expect("a compaction");
+    assert_eq!(note.by, Compaction::Mechanical);
+    assert!(note.fallback.as_deref().is_some_and(|f| f.contains("no text")), "{note:?}");
+    assert!(note.summary.starts_with("Step 1;"), "{}", note.summary);
+    // The summary call's tokens still count.
+    assert_eq!(note.usage.map(|u| u.input_tokens), Some(7777));
+    assert_eq!(desktop.actions().len(), 6, "the move the summary call asked for did not run");
+}
+
+/// Through the binary: the task file's `context` budget, the record's note in the status document, and the
+/// model's summary call in the task's usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_files_history_budget_is_noted_in_the_record() {
+    const SUMMARY: &str = "SUMMARY-FROM-THE-FILE: looked at the form.";
+    let server = mover(Vendor::Compatible { key: Some(KEY.into()) }, 8, Some(SUMMARY)).await;
+    let agentd = crate::support::Agentd::with_config(&format!(
+        "[models.openai-compatible]\nbase_url = \"{}/v1\"\nmodel = \"ui-tars-1.5-7b\"\napi_key_env = \"LOCAL_KEY\"\n",
+        server.url
+    ));
+    let task = agentd.dir.path().join("task.json");
+    std::fs::write(
+        &task,
+        json!({"instructions": "look", "computer": {"provider": "mock", "scene": "login"},
+            "model": {"provider": "openai-compatible"}, "limits": {"max_steps": 20},
+            "context": {"keep_screenshots": 2, "keep_steps": 4, "compaction": "model"}})
+        .to_string(),
+    )
+    .unwrap();
+    let run = tokio::task::spawn_blocking(move || {
+        let output =
+            agentd.command().env("LOCAL_KEY", KEY).args(["run", task.to_str().unwrap(), "--json"]).output().unwrap();
+        crate::support::Run::from(output)
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record = run.json();
+    let steps = record["steps"].as_array().cloned().unwrap_or_default();
+    assert_eq!(steps.len(), 9);
+    let noted: Vec<&Value> = steps.iter().filter(|s| !s["history"]["compacted"].is_null()).collect();
+    assert!(!noted.is_empty(), "{steps:#?}");
+    let first = &noted[0]["history"]["compacted"];
+    assert_eq!((first["reason"].as_str(), first["by"].as_str()), (Some("steps"), Some("model")), "{first}");
+    assert_eq!(first["summary"], SUMMARY);
+    assert_eq!(first["usage"]["input_tokens"], 7777);
+    // Screenshots beyond the 2 kept were dropped, and that is noted too.
+    assert!(steps.iter().any(|s| s["history"]["screenshots_dropped"].as_u64() > Some(0)), "{steps:#?}");
+    let summaries = server.requests().iter().filter(|r| is_summary_call(r)).count() as u64;
+    assert_eq!(summaries, noted.len() as u64);
+    assert_eq!(record["usage"]["input_tokens"], 9 * 900 + 7777 * summaries);
+}
+
+/// A resumed attempt (the worker died) starts from the summary its record holds: no new summary call, and
+/// the steps compacted before stay out of the requests.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_resumed_attempt_starts_from_the_recorded_summary() {
+    const SUMMARY: &str = "SUMMARY-BEFORE-THE-CRASH: moved over the form.";
+    let desktop = login_desktop(Size::new(1280, 800));
+    let server = mover(Vendor::Compatible { key: Some(KEY.into()) }, 12, Some(SUMMARY)).await;
+    let shared =
+        shared_for("openai-compatible", &server.url, "model = \"ui-tars-1.5-7b\"\napi_key_env = \"LOCAL_KEY\"");
+    let model_spec = spec(json!({"provider": "openai-compatible"}));
+    let model = backends::model(&model_spec, &shared, None).unwrap();
+    let attempt = |max_steps: u32, resume: Vec<agentd::record::StepRecord>| {
+        let mut task = task(model_spec.clone(), max_steps, 3);
+        task.history = HistoryBudget { keep_steps: Some(4), max_tokens: None, compaction: Compaction::Model };
+        let (model, desktop) = (model.clone(), desktop.clone());
+        async move {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let tracker = TaskTracker::new();
+            let background = CancellationToken::new();
+            let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
+            let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
+            let (events, _rx) = EventSink::channel("t1", 1);
+            let output = run(LoopInput {
+                task_id: "t1".into(),
+                attempt: 1,
+                task,
+                computer: desktop,
+                model,
+                tools: Arc::new(agentd::tools::Toolbox::empty()),
+                uploader: uploader.clone(),
+                journal: Arc::new(MemoryJournal::default()),
+                events,
+                cancel: CancellationToken::new(),
+                shutdown: CancellationToken::new(),
+                resume,
+                elapsed_before: Duration::ZERO,
+                approved: false,
+                settle: Default::default(),
+                verifier: Default::default(),
+                turns: Vec::new(),
+                pause: Default::default(),
+                handed_back: None,
+            })
+            .await;
+            uploader.flush(Duration::from_secs(30)).await;
+            background.cancel();
+            tracker.close();
+            tracker.wait().await;
+            output
+        }
+    };
+    // The first attempt stops after 7 steps (as a lost worker would leave it): one compaction, at step 5.
+    let first = attempt(7, Vec::new()).await;
+    assert_eq!(first.steps.len(), 7, "{:?}", first.end);
+    assert_eq!(compactions(&first).iter().map(|c| c.0).collect::<Vec<_>>(), [5]);
+    let before = server.requests().len();
+    let second = attempt(40, first.steps.clone()).await;
+    assert!(succeeded(&second), "{:?}", second.end);
+    let requests = server.requests();
+    let resumed = &requests[before];
+    assert!(!is_summary_call(resumed), "the resumed attempt summarised again");
+    assert!(body_text(resumed).contains(SUMMARY), "{}", body_text(resumed));
+    assert!(!body_text(resumed).contains("turn 0, to look around"), "a compacted step is back in the request");
+    assert!(body_text(resumed).contains("turn 6, to look around"));
 }

@@ -369,6 +369,7 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
                 verify_retries: 2,
                 ask_human: false,
                 approval: Vec::new(),
+                history: Default::default(),
             },
             computer: crate::doubles::RecordingScreen::new(Size::new(640, 400)),
             model: model.clone(),

@@ -1,0 +1,115 @@
+//! The loop's side of the history budget (`agent::context`): before each model call, old screenshots leave
+//! the context and, when a budget asks, the oldest exchanges leave the history for a summary — mechanical, or
+//! written by the model in one extra call to the same adapter (its usage is the step's too). What happened
+//! goes into the step's record as a [`HistoryNote`]; a resumed attempt starts from the last summary recorded.
+
+use super::Loop;
+use crate::agent::context::{self, Budget, SUMMARY_REQUEST};
+use crate::model::{Delta, Exchange, ModelImage, ModelRequest, Usage};
+use crate::record::{Compaction, CompactionNote, HistoryNote};
+
+/// A summary written by the model, or why there is none.
+type Written = Result<(String, Usage), (String, Usage)>;
+
+impl Loop {
+    /// The budget of this task with this model.
+    fn budget(&self) -> Budget {
+        let history = &self.input.task.history;
+        Budget {
+            keep_steps: history.keep_steps,
+            max_tokens: history.max_tokens,
+            window: self.input.model.context_window(),
+        }
+    }
+
+    /// Keeps the history within its budget before step `step`'s model call (`screenshot` is that step's).
+    /// Returns what was done, for the step's record; the usage of a summary call is in `self.usage` already.
+    pub(super) async fn keep_budget(&mut self, step: u32, screenshot: &ModelImage) -> Option<HistoryNote> {
+        let screenshots_dropped = self.policy.apply(&mut self.history) as u32;
+        let instructions = &self.input.task.instructions;
+        let compacted = match self.budget().plan(&self.history, self.summary.as_deref(), instructions) {
+            None => None,
+            Some(plan) => {
+                let old: Vec<Exchange> = self.history.drain(..plan.take).collect();
+                let through = self.history.first().map_or(step, |e| e.step);
+                let wanted = self.input.task.history.compaction;
+                let (summary, by, usage, fallback) = match wanted {
+                    Compaction::Mechanical => {
+                        (context::mechanical(self.summary.as_deref(), &old), Compaction::Mechanical, None, None)
+                    }
+                    Compaction::Model => match self.written_summary(step, &old, screenshot).await {
+                        Ok((text, usage)) => (context::bounded(&text), Compaction::Model, Some(usage), None),
+                        Err((why, usage)) => (
+                            context::mechanical(self.summary.as_deref(), &old),
+                            Compaction::Mechanical,
+                            Some(usage).filter(|u| *u != Usage::default()),
+                            Some(why),
+                        ),
+                    },
+                };
+                if let Some(usage) = &usage {
+                    self.usage.add(usage);
+                }
+                self.summary = Some(summary.clone());
+                let tokens_after = context::estimate_tokens(&self.history, Some(&summary), instructions);
+                tracing::info!(step, steps = old.len(), by = by.as_str(), reason = ?plan.reason, "history compacted");
+                Some(CompactionNote {
+                    steps: old.len() as u32,
+                    through,
+                    reason: plan.reason,
+                    by,
+                    tokens_before: plan.tokens_before,
+                    tokens_after,
+                    summary,
+                    usage,
+                    fallback,
+                })
+            }
+        };
+        (screenshots_dropped > 0 || compacted.is_some()).then_some(HistoryNote { screenshots_dropped, compacted })
+    }
+
+    /// Asks the model for a summary of `old` (after the earlier summary), with the current screenshot and no
+    /// deltas streamed. A failed call, a cancel or the time limit, or a reply without text is an `Err` with
+    /// what the call used.
+    async fn written_summary(&self, step: u32, old: &[Exchange], screenshot: &ModelImage) -> Written {
+        let notes = [SUMMARY_REQUEST.to_string()];
+        let request = ModelRequest {
+            instructions: &self.input.task.instructions,
+            history: old,
+            screenshot,
+            notes: &notes,
+            tools: &self.specs,
+            screen: self.screen,
+            step,
+            summary: self.summary.as_deref(),
+        };
+        let ignore = |_: Delta<'_>| {};
+        let result = tokio::select! {
+            result = self.input.model.next_turn(request, &ignore) => result,
+            () = self.input.cancel.cancelled() => return Err(("cancelled".into(), Usage::default())),
+            () = tokio::time::sleep_until(self.deadline.into()) => {
+                return Err(("the time limit was reached".into(), Usage::default()));
+            }
+        };
+        match result {
+            Ok(turn) if !turn.text.trim().is_empty() => Ok((turn.text, turn.usage)),
+            Ok(turn) => Err(("the model's summary call gave no text".into(), turn.usage)),
+            Err(e) => Err((format!("the model's summary call failed: {e}"), Usage::default())),
+        }
+    }
+
+    /// A resumed attempt's history as the last recorded compaction left it: the summary, and only the
+    /// exchanges from its `through` step on.
+    pub(super) fn restore_summary(&mut self) {
+        let pending = self.pending_approval.iter().chain(&self.pending_tools);
+        let last = pending
+            .chain(self.steps.iter().rev())
+            .find_map(|s| s.history.as_ref().and_then(|h| h.compacted.as_ref()))
+            .map(|c| (c.summary.clone(), c.through));
+        if let Some((summary, through)) = last {
+            self.summary = Some(summary);
+            self.history.retain(|e| e.step >= through);
+        }
+    }
+}
