@@ -94,6 +94,8 @@ pub fn template(computer: &ComputerSpec) -> Option<String> {
         }),
         ComputerSpec::Vnc(vnc) => Some(vnc_key(&vnc.address)),
         ComputerSpec::ComputerServer(cua) => Some(cua_key(&cua.url)),
+        // The worker's own session: on X11 the display `local` without `display` drives too.
+        ComputerSpec::Portable(_) => Some(format!("{HOST}/x11:{DISPLAY}")),
     }
 }
 
