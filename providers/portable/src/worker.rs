@@ -194,7 +194,15 @@ impl Desk {
                 let axis = if vertical { Axis::Vertical } else { Axis::Horizontal };
                 self.with_enigo("scroll", |e| e.scroll(notches, axis))
             }
-            Step::Text(text) => self.with_enigo("type", |e| e.text(&text)),
+            Step::Text(text) => {
+                for piece in text_pieces(&text) {
+                    match piece {
+                        Piece::Text(run) => self.with_enigo("type", |e| e.text(run))?,
+                        Piece::Key(key) => self.with_enigo("type", |e| e.key(key, Direction::Click))?,
+                    }
+                }
+                Ok(())
+            }
             Step::Pause(duration) => {
                 std::thread::sleep(duration);
                 Ok(())
@@ -250,6 +258,43 @@ impl Desk {
         };
         result.and(self.release_keys(keys))
     }
+}
+
+/// A part of a `type` text: characters for enigo's text entry, or a control character as its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Piece<'a> {
+    Text(&'a str),
+    Key(enigo::Key),
+}
+
+/// `text` split so that `\n` (and `\r\n`, and a lone `\r`) is Return and `\t` is Tab on every platform
+/// (enigo's text entry types them differently per backend).
+pub(crate) fn text_pieces(text: &str) -> Vec<Piece<'_>> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let key = match c {
+            '\n' => enigo::Key::Return,
+            '\r' => {
+                if matches!(chars.peek(), Some((_, '\n'))) {
+                    chars.next();
+                }
+                enigo::Key::Return
+            }
+            '\t' => enigo::Key::Tab,
+            _ => continue,
+        };
+        if start < i {
+            pieces.push(Piece::Text(&text[start..i]));
+        }
+        pieces.push(Piece::Key(key));
+        start = chars.peek().map_or(text.len(), |(j, _)| *j);
+    }
+    if start < text.len() {
+        pieces.push(Piece::Text(&text[start..]));
+    }
+    pieces
 }
 
 fn enigo_button(button: MouseButton) -> enigo::Button {
@@ -308,6 +353,27 @@ pub(crate) fn to_rgb(rgba: &[u8], from: Size, to: Size) -> Result<Vec<u8>, Porta
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn newlines_and_tabs_are_keys() {
+        use enigo::Key::{Return, Tab};
+        assert_eq!(text_pieces("héllo"), vec![Piece::Text("héllo")]);
+        assert_eq!(
+            text_pieces("a\nb\r\nc\td\r"),
+            vec![
+                Piece::Text("a"),
+                Piece::Key(Return),
+                Piece::Text("b"),
+                Piece::Key(Return),
+                Piece::Text("c"),
+                Piece::Key(Tab),
+                Piece::Text("d"),
+                Piece::Key(Return)
+            ]
+        );
+        assert_eq!(text_pieces("\n\n"), vec![Piece::Key(Return), Piece::Key(Return)]);
+        assert_eq!(text_pieces(""), Vec::<Piece>::new());
+    }
 
     #[test]
     fn captures_become_rgb_of_the_screen_size() {

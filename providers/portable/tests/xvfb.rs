@@ -167,6 +167,17 @@ async fn text_and_chords_land_and_screenshots_show_them() {
         "the typed text shows in the entry"
     );
 
+    // `\n` is Return and `\t` is Tab (the Tab moves the focus on: last).
+    act(&provider, json!({"type": "type", "text": "!\n?\t"})).await;
+    let events = app.wait_until(WAIT, |events| of_kind(events, "key").iter().any(|e| e["keysym"] == "Tab"));
+    let typed: Vec<&str> = of_kind(&events, "key")
+        .iter()
+        .filter_map(|e| e["keysym"].as_str())
+        .filter(|k| !k.starts_with("Shift"))
+        .collect();
+    assert!(typed.ends_with(&["exclam", "Return", "question", "Tab"]), "{typed:?}");
+    act(&provider, json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1})).await;
+
     act(&provider, json!({"type": "keypress", "keys": ["ctrl", "slash"]})).await;
     act(&provider, json!({"type": "keypress", "keys": ["BackSpace"]})).await;
     act(&provider, json!({"type": "type", "text": "x"})).await;
