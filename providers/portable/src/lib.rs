@@ -216,6 +216,12 @@ impl ComputerProvider for PortableProvider {
         check_action(action, self.screen_size().await?)?;
         Ok(self.input(action).await?)
     }
+
+    /// Lists the monitors now (the screen size is otherwise the last one seen) and opens the input
+    /// connection if it was dropped.
+    async fn health(&self) -> Result<(), ProviderError> {
+        Ok(self.worker.call(|desk| desk.open()).await?)
+    }
 }
 
 #[cfg(test)]
