@@ -86,12 +86,13 @@ async fn main() {
             local.screenshot().await.expect("capture");
         })
         .await;
-        measure(&format!("portable click {size}"), reps, |i| async move {
-            portable.perform(&click(i)).await.expect("click");
+        let (p, l) = (&portable, &local);
+        measure(&format!("portable click {size}"), reps, move |i| async move {
+            p.perform(&click(i)).await.expect("click");
         })
         .await;
-        measure(&format!("local click {size}"), reps, |i| async move {
-            local.perform(&click(i)).await.expect("click");
+        measure(&format!("local click {size}"), reps, move |i| async move {
+            l.perform(&click(i)).await.expect("click");
         })
         .await;
     }

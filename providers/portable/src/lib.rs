@@ -10,7 +10,7 @@
 //!   land twice. On Wayland sessions input therefore reaches XWayland applications; capture goes through
 //!   xcap's Wayland path (portal + PipeWire, or wlroots screencopy). macOS (Quartz events, accessibility
 //!   permission needed) and Windows (`SendInput`) have one backend each.
-//! - **Thread**: enigo is not `Send` on every platform, so one thread of its own ([`worker`]) owns it and the
+//! - **Thread**: enigo is not `Send` on every platform, so one thread of its own (the `worker` module) owns it and the
 //!   xcap monitor handles, and runs every input and capture in the order they were asked: a screenshot
 //!   asked after an action is taken after the action's input was delivered (enigo's X backend waits for the
 //!   server to process every event). Several tasks may call at once; input actions are taken one at a time
