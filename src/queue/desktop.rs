@@ -216,6 +216,10 @@ mod tests {
         let default = key(serde_json::json!({"provider": "local"})).unwrap_or_default();
         assert_eq!(qualify(&default, "node-a", Some(":0.0")), qualify(&stored, "node-a", Some(":5")));
         assert_eq!(qualify(&default, "node-a", None), "node-a/x11:none");
+        // The portable provider drives the worker's own session: the same desktop as local on $DISPLAY,
+        // whichever monitor it picks.
+        let portable = key(serde_json::json!({"provider": "portable", "monitor": 1})).unwrap_or_default();
+        assert_eq!(portable, default);
     }
 
     #[test]

@@ -103,7 +103,9 @@ impl Desk {
 
     fn enigo(&mut self) -> Result<&mut Enigo, PortableError> {
         if self.enigo.is_none() {
-            let settings = Settings { release_keys_when_dropped: true, ..Settings::default() };
+            // No XTest delay on button and motion events (enigo's default is 12 ms each, which the server
+            // waits out before it processes the event: a click took 24 ms); the X11 provider sends none either.
+            let settings = Settings { release_keys_when_dropped: true, linux_delay: 0, ..Settings::default() };
             let enigo = Enigo::new(&settings).map_err(|e| PortableError::Connect(e.to_string()))?;
             self.enigo = Some(enigo);
         }
