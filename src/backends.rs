@@ -20,8 +20,8 @@ use crate::model::{Model, ModelError, Shared};
 use crate::task::secrets::SecretSource;
 use crate::task::tools::{TaskTool, ToolDecl, ToolKind};
 use crate::task::{
-    CompatibleSpec, ComputerServerSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, SceneSource, ScriptSource,
-    ScriptedSpec, VncSpec,
+    CompatibleSpec, ComputerServerSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, PortableSpec, SceneSource,
+    ScriptSource, ScriptedSpec, VncSpec,
 };
 use crate::tools::command::CommandRunner;
 use crate::tools::http::HttpRunner;
@@ -98,6 +98,7 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
         ComputerSpec::Local(spec) => local_computer(spec).await,
         ComputerSpec::Vnc(spec) => vnc_computer(spec).await,
         ComputerSpec::ComputerServer(spec) => cua_computer(spec).await,
+        ComputerSpec::Portable(spec) => portable_computer(spec).await,
     }
 }
 
@@ -256,6 +257,23 @@ async fn cua_computer(spec: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvi
 #[cfg(not(feature = "computer-server"))]
 async fn cua_computer(_: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     Err(BuildError::invalid("computer.provider", "this agentd was built without the `computer-server` feature"))
+}
+
+/// The desktop of the session agentd runs in, through enigo and xcap. One provider per monitor is kept for
+/// the life of the process and shared by every task that asks for it (held keys and buttons are its state).
+#[cfg(feature = "portable")]
+async fn portable_computer(spec: &PortableSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    use agentd_portable::{PortableConfig, PortableError, PortableProvider};
+    match PortableProvider::shared(PortableConfig { monitor: spec.monitor }).await {
+        Ok(provider) => Ok(provider),
+        Err(e @ PortableError::NoMonitor { .. }) => Err(BuildError::invalid("computer.monitor", format!("{e}"))),
+        Err(e) => Err(BuildError::Unreachable(format!("portable desktop: {e}"))),
+    }
+}
+
+#[cfg(not(feature = "portable"))]
+async fn portable_computer(_: &PortableSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    Err(BuildError::invalid("computer.provider", "this agentd was built without the `portable` feature"))
 }
 
 /// Builds the model a task names, drawing HTTP clients, rate limiters, prices and keys from `shared` (one per

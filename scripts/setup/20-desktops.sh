@@ -11,6 +11,9 @@
 # "skipped: …" and pass.
 
 apt_install xvfb x11vnc tigervnc-standalone-server x11-utils x11-xserver-utils python3-tk
+# Building the portable provider (providers/portable, a workspace member): xcap links libpipewire (its Wayland
+# capture) and generates bindings with libclang; enigo links libxkbcommon.
+apt_install libpipewire-0.3-dev libclang-dev libgbm-dev libwayland-dev libxkbcommon-dev pkg-config
 
 DESKTOPS_DIR="$(mktemp -d "${TMPDIR:-/tmp}/agentd-desktops.XXXXXX")"
 on_exit "rm -rf '$DESKTOPS_DIR'"

@@ -162,6 +162,10 @@ fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
         }
         crate::task::ComputerSpec::Vnc(vnc) => format!("vnc({})", vnc.address),
         crate::task::ComputerSpec::ComputerServer(cua) => format!("computer-server({})", cua.url),
+        crate::task::ComputerSpec::Portable(portable) => match portable.monitor {
+            Some(monitor) => format!("portable(monitor {monitor})"),
+            None => "portable".to_string(),
+        },
     }
 }
 

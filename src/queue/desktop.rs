@@ -94,6 +94,8 @@ pub fn template(computer: &ComputerSpec) -> Option<String> {
         }),
         ComputerSpec::Vnc(vnc) => Some(vnc_key(&vnc.address)),
         ComputerSpec::ComputerServer(cua) => Some(cua_key(&cua.url)),
+        // The worker's own session: on X11 the display `local` without `display` drives too.
+        ComputerSpec::Portable(_) => Some(format!("{HOST}/x11:{DISPLAY}")),
     }
 }
 
@@ -214,6 +216,10 @@ mod tests {
         let default = key(serde_json::json!({"provider": "local"})).unwrap_or_default();
         assert_eq!(qualify(&default, "node-a", Some(":0.0")), qualify(&stored, "node-a", Some(":5")));
         assert_eq!(qualify(&default, "node-a", None), "node-a/x11:none");
+        // The portable provider drives the worker's own session: the same desktop as local on $DISPLAY,
+        // whichever monitor it picks.
+        let portable = key(serde_json::json!({"provider": "portable", "monitor": 1})).unwrap_or_default();
+        assert_eq!(portable, default);
     }
 
     #[test]

@@ -205,6 +205,7 @@ pub enum ComputerSpec {
     Local(LocalSpec),
     Vnc(VncSpec),
     ComputerServer(ComputerServerSpec),
+    Portable(PortableSpec),
 }
 
 /// The built-in mock desktop. `scene` is a built-in scene name, a path to a scene file, or the scene itself.
@@ -286,6 +287,17 @@ pub struct LocalSpec {
     pub monitor: Option<usize>,
 }
 
+/// The desktop of the session agentd runs in, through the cross-platform input and capture crates (macOS,
+/// Windows, Wayland, X11).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortableSpec {
+    /// Which monitor of the session to use, by index in the capture crate's list; every coordinate is then
+    /// relative to that monitor. The primary monitor when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor: Option<usize>,
+}
+
 /// A machine serving RFB (VNC) at `address` (`host:port`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -347,17 +359,19 @@ impl ComputerSpec {
             Self::Local(_) => "local",
             Self::Vnc(_) => "vnc",
             Self::ComputerServer(_) => "computer-server",
+            Self::Portable(_) => "portable",
         }
     }
 }
 
 impl<'de> Deserialize<'de> for ComputerSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (provider, rest) = tagged(d, "provider", &["mock", "local", "vnc", "computer-server"])?;
+        let (provider, rest) = tagged(d, "provider", &["mock", "local", "vnc", "computer-server", "portable"])?;
         match provider.as_str() {
             "mock" => variant(rest).map(Self::Mock),
             "local" => variant(rest).map(Self::Local),
             "vnc" => variant(rest).map(Self::Vnc),
+            "portable" => variant(rest).map(Self::Portable),
             _ => variant(rest).map(Self::ComputerServer),
         }
     }

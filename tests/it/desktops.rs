@@ -231,6 +231,34 @@ fn a_task_on_the_local_display_lands_every_input() {
     assert_script_landed(&app);
 }
 
+/// The portable provider (enigo + xcap, §23) on the same display: the same script lands the same way. It
+/// drives the session's own desktop, so the task names no display: `agentd` runs with `$DISPLAY` set to it.
+#[cfg(feature = "portable")]
+#[test]
+fn a_task_on_the_portable_provider_lands_every_input() {
+    let Some(env) = desktop_env() else { return };
+    let _guard = lock(&LOCAL_LOCK);
+    let agentd = Agentd::new();
+    let app = RecorderApp::start(&env.display, &agentd.dir.path().join("rec.log")).expect("recorder");
+    let task = write_task(agentd.dir.path(), json!({"provider": "portable"}), script());
+    let mut command = agentd.command();
+    command.args(["run", "--json"]).arg(&task).stdin(Stdio::null()).env("DISPLAY", &env.display);
+    let record = assert_succeeded(&Run::from(command.output().expect("spawn agentd")));
+    assert_eq!(record["steps"][0]["screenshot"]["width"], 1280, "{record:#}");
+    assert_script_landed(&app);
+}
+
+/// Without the cargo feature `portable` a portable task is refused as bad input, naming the feature.
+#[cfg(not(feature = "portable"))]
+#[test]
+fn without_the_portable_feature_a_portable_task_is_refused() {
+    let agentd = Agentd::new();
+    let task = write_task(agentd.dir.path(), json!({"provider": "portable"}), script());
+    let run = run_task(&agentd, &task, None);
+    assert_eq!(run.code, 2, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("`portable` feature"), "{}", run.stderr);
+}
+
 /// Replay (§18) on a real X display: the script recorded on a fresh recorder app, then replayed without a
 /// model on another fresh one; the second app's record shows the same input landing the same way.
 #[test]
