@@ -1,15 +1,15 @@
 //! The portable provider on a real X server (Xvfb): the conformance kit, and clicks, keys, text, scroll, drag
 //! and held modifiers (§24) checked by the recording app.
 //!
-//! Needs `AGENTD_TEST_DISPLAY` (set by `scripts/test`); without it every test prints why it skips. xcap reads
-//! the display from `$DISPLAY`, so the tests point `$DISPLAY` there (every test the same value) and take
-//! turns on it ([`DISPLAY_LOCK`]).
+//! Needs `AGENTD_TEST_DISPLAY` (set by `scripts/test`, the sign that Xvfb is there); without it every test
+//! prints why it skips. Each test runs on an Xvfb of its own; xcap reads the display from `$DISPLAY`, so the
+//! tests point `$DISPLAY` there and take turns ([`DISPLAY_LOCK`]).
 
 use std::time::Duration;
 
 use agentd_computer::conformance::{self, Options};
 use agentd_computer::{Action, ComputerProvider, Point, ProviderError, Size};
-use agentd_local::testing::{RecorderApp, desktop_env, layout};
+use agentd_local::testing::{RecorderApp, XServer, desktop_env, layout};
 use agentd_portable::{PortableConfig, PortableError, PortableProvider};
 use serde_json::{Value, json};
 
@@ -17,14 +17,17 @@ static DISPLAY_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The test display, with `$DISPLAY` pointing at it; `None` (the test skips) without one.
-fn display() -> Option<String> {
-    let env = desktop_env()?;
-    static SET: std::sync::Once = std::sync::Once::new();
-    // SAFETY: every test of this binary sets the same value, once, before it opens a provider; nothing in
-    // the test process reads `$DISPLAY` concurrently with this first write except these tests' own setup.
-    SET.call_once(|| unsafe { std::env::set_var("DISPLAY", &env.display) });
-    Some(env.display)
+/// A fresh Xvfb of the test's own (1280x800), with `$DISPLAY` pointing at it; `None` (the test skips) where
+/// X is not available. Not the shared test display: enigo refuses an X server without an unused keycode, and
+/// the X11 provider's tests fill the shared display's spare keycodes with the characters they type. Callers
+/// hold [`DISPLAY_LOCK`] (xcap reads `$DISPLAY`), so one test at a time sets it.
+fn display() -> Option<XServer> {
+    desktop_env()?;
+    let x = XServer::xvfb(1280, 800).expect("Xvfb");
+    // SAFETY: tests hold DISPLAY_LOCK around this write and their use of the provider; nothing else in the
+    // test process reads `$DISPLAY`.
+    unsafe { std::env::set_var("DISPLAY", &x.display) };
+    Some(x)
 }
 
 async fn open() -> PortableProvider {
@@ -46,8 +49,8 @@ fn state(event: &Value) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_on_xvfb() {
-    let Some(_display) = display() else { return };
     let _guard = DISPLAY_LOCK.lock().await;
+    let Some(_x) = display() else { return };
     let provider = open().await;
     let report = conformance::run(&provider, &Options { static_screen: true, ..Options::default() }).await;
     report.assert_passed();
@@ -60,8 +63,9 @@ async fn conformance_on_xvfb() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clicks_scrolls_drags_and_held_modifiers_land() {
-    let Some(display) = display() else { return };
     let _guard = DISPLAY_LOCK.lock().await;
+    let Some(x) = display() else { return };
+    let display = x.display.clone();
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&display, &dir.path().join("log")).expect("recorder");
     let provider = open().await;
@@ -138,8 +142,9 @@ async fn clicks_scrolls_drags_and_held_modifiers_land() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_and_chords_land_and_screenshots_show_them() {
-    let Some(display) = display() else { return };
     let _guard = DISPLAY_LOCK.lock().await;
+    let Some(x) = display() else { return };
+    let display = x.display.clone();
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&display, &dir.path().join("log")).expect("recorder");
     let provider = open().await;
@@ -199,8 +204,8 @@ async fn text_and_chords_land_and_screenshots_show_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_keys_and_missing_monitors_are_named() {
-    let Some(_display) = display() else { return };
     let _guard = DISPLAY_LOCK.lock().await;
+    let Some(_x) = display() else { return };
     let provider = open().await;
     let err = provider.perform(&Action::Keypress { keys: vec!["nosuchkey".into()] }).await.expect_err("unknown key");
     assert!(err.is_tool_error() && err.to_string().contains("nosuchkey"), "{err:?}");
