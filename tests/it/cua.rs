@@ -7,13 +7,14 @@
 //! Needs `AGENTD_TEST_CUA_PYTHON` (`scripts/setup/35-cua.sh`) and Xvfb; without them each test says it skips.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentd_local::testing::{self, Process, RecorderApp, XServer, layout};
 use serde_json::{Value, json};
 
-use crate::support::{Agentd, Run};
+use crate::desktops::{finish, of_kind, spawn_task};
+use crate::support::Agentd;
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -74,10 +75,6 @@ impl Machine {
     }
 }
 
-fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["event"] == kind).collect()
-}
-
 fn write_task(dir: &Path, computer: Value, script: Value) -> std::path::PathBuf {
     let task = json!({
         "instructions": "exercise the recorder app",
@@ -88,32 +85,6 @@ fn write_task(dir: &Path, computer: Value, script: Value) -> std::path::PathBuf 
     let path = dir.join("task.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&task).expect("task json")).expect("write task");
     path
-}
-
-fn spawn_task(agentd: &Agentd, task: &Path) -> Child {
-    agentd
-        .command()
-        .args(["run", "--json"])
-        .arg(task)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn agentd")
-}
-
-/// Waits for `child` at most `timeout`; kills it and panics if it is still running (a hang).
-fn finish(mut child: Child, timeout: Duration) -> Run {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if let Ok(Some(_)) = child.try_wait() {
-            return Run::from(child.wait_with_output().expect("output"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let output = child.wait_with_output().expect("output");
-    panic!("agentd run still running after {timeout:?}:\n{}", String::from_utf8_lossy(&output.stderr));
 }
 
 /// Three characters outside the US layout: through computer-server on X, pynput types the first three distinct

@@ -74,7 +74,7 @@ fn run_task(agentd: &Agentd, task: &Path, password: Option<&str>) -> Run {
     Run::from(command.output().expect("spawn agentd"))
 }
 
-fn spawn_task(agentd: &Agentd, task: &Path) -> Child {
+pub(crate) fn spawn_task(agentd: &Agentd, task: &Path) -> Child {
     agentd
         .command()
         .args(["run", "--json"])
@@ -87,7 +87,7 @@ fn spawn_task(agentd: &Agentd, task: &Path) -> Child {
 }
 
 /// Waits for `child` at most `timeout`; kills it and panics if it is still running (a hang).
-fn finish(mut child: Child, timeout: Duration) -> Run {
+pub(crate) fn finish(mut child: Child, timeout: Duration) -> Run {
     let start = Instant::now();
     while start.elapsed() < timeout {
         if let Ok(Some(_)) = child.try_wait() {
@@ -100,7 +100,7 @@ fn finish(mut child: Child, timeout: Duration) -> Run {
     panic!("agentd run still running after {timeout:?}:\n{}", String::from_utf8_lossy(&output.stderr));
 }
 
-fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(crate) fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["event"] == kind).collect()
 }
 
