@@ -14,7 +14,8 @@
 //! more call to the same fake (its tokens are in the cost, and shown apart). The desktop is the mock
 //! (1280×800, so each screenshot costs 1365 tokens).
 //!
-//! `cargo bench --bench context_cost` prints both tables and a verdict per budget (input per call within 15 %
+//! `cargo bench --bench context_cost` (add `-- --only "a;b"` to run only the budgets whose label contains one
+//! of these, beside Anthropic's unbudgeted runs; each run's figures go to stderr as it ends) prints both tables and a verdict per budget (input per call within 15 %
 //! from step 10 to 200; a 50-step task at most half the peers' cost), then fails if a budget does not keep
 //! the prompt below the unbudgeted one's, or a model compaction made no summary call.
 
@@ -73,7 +74,8 @@ impl Setup {
         parts.push(if self.keep >= 1000 {
             "images all".into()
         } else {
-            format!("images {}/{}", self.keep, self.chunk)
+            // The chunk the loop uses (none with one screenshot kept).
+            format!("images {}/{}", self.keep, agentd::agent::context::ContextPolicy::new(self.keep, self.chunk).chunk)
         });
         if let Some(n) = self.history.keep_steps {
             parts.push(format!("steps {n}"));
@@ -350,6 +352,10 @@ fn main() {
         Setup::new(Anthropic, long).images(3, 1).tokens(9_000),
         Setup::new(Anthropic, long).images(3, 1).tokens(8_000),
         Setup::new(Anthropic, long).steps(10),
+        Setup::new(Anthropic, long).images(1, 3).steps(10),
+        Setup::new(Anthropic, long).images(1, 1).steps(8),
+        Setup::new(Anthropic, long).images(1, 1).steps(8).by_model(),
+        Setup::new(Anthropic, long).images(1, 1).steps(6).by_model(),
         Setup::new(OpenAi, long),
         Setup::new(OpenAi, long).window(11_000),
         Setup::new(OpenAi, long).steps(10).by_model(),
@@ -367,16 +373,49 @@ fn main() {
         Setup::new(Anthropic, 50).images(2, 2).steps(8),
         Setup::new(Anthropic, 50).images(1, 3).steps(10),
         Setup::new(Anthropic, 50).images(3, 6).steps(12),
+        Setup::new(Anthropic, 50).images(1, 1).steps(8),
+        Setup::new(Anthropic, 50).images(1, 1).steps(8).by_model(),
+        Setup::new(Anthropic, 50).images(1, 1).steps(6).by_model(),
     ];
+    // `--only a;b`: only the budgets whose label contains one of these (Anthropic's unbudgeted runs and the
+    // peers' default always run), for a shared machine.
+    let only: Vec<String> = std::env::args()
+        .skip_while(|a| a != "--only")
+        .nth(1)
+        .map(|v| v.split(';').map(str::to_string).collect())
+        .unwrap_or_default();
+    let wanted = |s: &Setup| {
+        only.is_empty()
+            || (!s.flat && s.provider == Provider::Anthropic)
+            || only.iter().any(|o| s.label().contains(o.as_str()))
+    };
+    let flat_setups: Vec<Setup> = flat_setups.into_iter().filter(|s| wanted(s)).collect();
+    let cost_setups: Vec<Setup> =
+        cost_setups.into_iter().enumerate().filter(|(i, s)| *i == 0 || wanted(s)).map(|(_, s)| s).collect();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let (flat, costs) = runtime.block_on(async {
-        let mut flat = Vec::new();
-        for setup in flat_setups {
-            flat.push(run_one(setup).await);
-        }
+        // Each run's figures go to stderr as it ends (a slow machine shows its progress).
         let mut costs = Vec::new();
         for setup in cost_setups {
-            costs.push(run_one(setup).await);
+            let run = run_one(setup).await;
+            eprintln!("done: {} ({} steps): cost ${:.3}", run.setup.label(), run.setup.steps, run.cost);
+            costs.push(run);
+        }
+        let mut flat = Vec::new();
+        for setup in flat_setups {
+            let run = run_one(setup).await;
+            let at = |step: usize| run.calls.get(step - 1).map_or(0, |c| c.0);
+            eprintln!(
+                "done: {} ({} steps): steps 3/10/50/200 {}/{}/{}/{}, spread 10-200 {:.1} %",
+                run.setup.label(),
+                run.setup.steps,
+                at(3),
+                at(10),
+                at(50),
+                at(200),
+                100.0 * spread(&run)
+            );
+            flat.push(run);
         }
         (flat, costs)
     });
@@ -440,6 +479,25 @@ fn main() {
             r.setup.label(),
             100.0 * r.cost / peers,
             if r.cost <= peers / 2.0 { "at most half" } else { "NOT at most half" }
+        );
+    }
+    // Both targets at once: the 200-step run flat over every step 10..200, the 50-step run of the same
+    // budget at most half the peers' cost.
+    println!();
+    for c in costs.iter().filter(|r| r.setup.flat) {
+        let Some(f) = flat.iter().find(|f| f.setup.label() == c.setup.label()) else { continue };
+        let (flat_ok, cost_ok) = (spread(f) <= 0.15, c.cost <= peers / 2.0);
+        println!(
+            "{:<48}: spread {:>5.1} %, 50-step cost {:>3.0} % of the peers' -> {}",
+            c.setup.label(),
+            100.0 * spread(f),
+            100.0 * c.cost / peers,
+            match (flat_ok, cost_ok) {
+                (true, true) => "BOTH targets met",
+                (true, false) => "flat, NOT at most half",
+                (false, true) => "at most half, NOT flat",
+                (false, false) => "neither",
+            }
         );
     }
     // What is asserted: every budget keeps the prompt bounded (the last call below the unbudgeted one's of

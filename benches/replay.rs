@@ -110,6 +110,8 @@ async fn main() {
         waiting: None,
         turns: Vec::new(),
         taken_over: false,
+        desktop: None,
+        desktop_failure: None,
     };
 
     // The replay, on a fresh desktop.

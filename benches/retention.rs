@@ -61,6 +61,7 @@ async fn template(queue: &dyn Queue) {
         name: "bench".into(),
         labels: [("bench".to_string(), "old".to_string())].into(),
         desktops: agentd::queue::desktop::DesktopScope::new("bench", Some(":0"), None),
+        pool: Vec::new(),
     };
     let lease = queue.claim(&worker, Duration::from_secs(60)).await.expect("claim").expect("a task");
     for index in 0..2 {

@@ -99,7 +99,39 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
         ComputerSpec::Vnc(spec) => vnc_computer(spec).await,
         ComputerSpec::ComputerServer(spec) => cua_computer(spec).await,
         ComputerSpec::Portable(spec) => portable_computer(spec).await,
+        ComputerSpec::Desktop(request) => Err(BuildError::invalid(
+            "computer",
+            format!(
+                "{} of the desktop pool is leased by the daemon's workers (§23), not built here",
+                request.describe()
+            ),
+        )),
     }
+}
+
+/// The computer of the first `[[desktops]]` entry a pool request matches (§23), for a run outside the
+/// daemon (`agentd run`, the library), which leases nothing; other specs are returned as they are.
+pub fn pool_computer(spec: &ComputerSpec, config: &Config) -> Result<ComputerSpec, BuildError> {
+    let ComputerSpec::Desktop(request) = spec else {
+        return Ok(spec.clone());
+    };
+    config
+        .desktops
+        .iter()
+        .find(|d| request.matches(d.name.as_str(), d.labels.iter().map(|l| l.as_str())))
+        .map(|d| d.computer.clone())
+        .ok_or_else(|| no_desktop(request, config))
+}
+
+fn no_desktop(request: &crate::task::DesktopSpec, config: &Config) -> BuildError {
+    let field = if request.desktop.is_some() { "computer.desktop" } else { "computer.labels" };
+    let have = config.desktops.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
+    let message = if have.is_empty() {
+        format!("names {}, but no [[desktops]] are configured", request.describe())
+    } else {
+        format!("no configured desktop is {} (desktops: {have})", request.describe())
+    };
+    BuildError::invalid(field, message)
 }
 
 /// An inline scene, a built-in scene by name, else a scene file the task may name, read with
@@ -167,9 +199,9 @@ pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<Model
     }
 }
 
-/// The local X display. One connection per display and monitor is kept for the life of the process and
-/// shared by every task that asks for it.
-#[cfg(feature = "local")]
+/// The local X display (Linux). One connection per display and monitor is kept for the life of the process
+/// and shared by every task that asks for it.
+#[cfg(all(feature = "local", target_os = "linux"))]
 async fn local_computer(spec: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     use agentd_local::{LocalConfig, LocalError, LocalProvider};
     let config = LocalConfig { monitor: spec.monitor, ..LocalConfig::new(spec.display.clone()) };
@@ -181,9 +213,17 @@ async fn local_computer(spec: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, B
     }
 }
 
-#[cfg(not(feature = "local"))]
+#[cfg(all(not(feature = "local"), target_os = "linux"))]
 async fn local_computer(_: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     Err(BuildError::invalid("computer.provider", "this agentd was built without the `local` feature"))
+}
+
+#[cfg(not(target_os = "linux"))]
+async fn local_computer(_: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    Err(BuildError::invalid(
+        "computer.provider",
+        "the `local` (X11) provider is Linux-only; on this platform use `portable` (the session's own desktop)",
+    ))
 }
 
 /// A VNC server. The password comes from the environment variable the task names, never from the task.
@@ -445,6 +485,11 @@ impl Makers for ToolMakers {
 /// limited: any http(s) URL). Checked at submission and again by the worker that runs the task. Returns the
 /// field and why.
 pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
+    if let ComputerSpec::Desktop(request) = &task.computer
+        && !config.desktops.iter().any(|d| request.matches(d.name.as_str(), d.labels.iter().map(|l| l.as_str())))
+    {
+        return Err(no_desktop(request, config));
+    }
     let computer_env = match &task.computer {
         ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) => Some(("computer.password_env", name)),
         ComputerSpec::ComputerServer(ComputerServerSpec { api_key_env: Some(name), .. }) => {

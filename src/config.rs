@@ -52,6 +52,70 @@ pub struct Config {
     /// `[[approval]]`: approval rules for every task (§20), before each task's own.
     #[serde(default)]
     pub approval: Vec<crate::task::approval::ApprovalRule>,
+    /// `[[desktops]]`: the desktop pool (§23) the workers lease desktops from.
+    #[serde(default)]
+    pub desktops: Vec<DesktopConfig>,
+}
+
+/// One desktop of the pool (`[[desktops]]`, §23): a computer with a name and labels, and the commands the
+/// workers run around its tasks, each bounded by `timeout_secs`: `setup` when the daemon starts, `reset`
+/// before each task that did not run on it last, `teardown` when the daemon stops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DesktopConfig {
+    pub name: crate::task::DesktopName,
+    pub computer: crate::task::ComputerSpec,
+    #[serde(default)]
+    pub labels: Vec<crate::task::DesktopName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<HookCommand>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<HookCommand>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teardown: Option<HookCommand>,
+    /// Seconds each of its commands may run before its process group is killed and the command failed.
+    #[serde(default = "default_hook_timeout")]
+    pub timeout_secs: u64,
+}
+
+fn default_hook_timeout() -> u64 {
+    120
+}
+
+/// A desktop's lifecycle command: a string for `sh -c`, or a program and its arguments (no shell), run on the
+/// daemon's machine; or `{guest = "…"}`, a command run inside the desktop through its computer
+/// (`ComputerProvider::run_command`: cua computer-server machines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HookCommand {
+    Shell(String),
+    Argv(Vec<String>),
+    Guest(GuestCommand),
+}
+
+/// `{guest = "…"}`: a command the desktop's computer runs in its guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestCommand {
+    pub guest: String,
+}
+
+impl HookCommand {
+    /// The program and its arguments on the daemon's machine; `None` for a guest command.
+    pub fn argv(&self) -> Option<Vec<String>> {
+        match self {
+            Self::Shell(script) => Some(vec!["sh".into(), "-c".into(), script.clone()]),
+            Self::Argv(argv) => Some(argv.clone()),
+            Self::Guest(_) => None,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Self::Shell(script) | Self::Guest(GuestCommand { guest: script }) => script.trim().is_empty(),
+            Self::Argv(argv) => argv.first().is_none_or(|p| p.is_empty()),
+        }
+    }
 }
 
 /// `[retention]` (§21): finished tasks older than `finished_days` are deleted with their steps, events and
@@ -413,16 +477,31 @@ impl Default for Config {
             otel: OtelConfig::default(),
             retention: RetentionConfig::default(),
             approval: Vec::new(),
+            desktops: Vec::new(),
         }
     }
 }
 
+/// Whether this process runs as root (never on Windows, which has no such user id).
+#[cfg(not(unix))]
+fn is_root() -> bool {
+    false
+}
+
+#[cfg(unix)]
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
+/// This machine's host name (for worker names): `%COMPUTERNAME%` on Windows.
+#[cfg(not(unix))]
+pub fn host_name() -> String {
+    std::env::var("COMPUTERNAME").ok().filter(|name| !name.is_empty()).unwrap_or_else(|| "localhost".into())
+}
+
 /// This machine's host name (for worker names).
+#[cfg(unix)]
 pub fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
@@ -538,7 +617,14 @@ pub fn read_token_file(path: &Path) -> Result<String, String> {
     Ok(token)
 }
 
+/// Windows has no file mode bits to check (its ACLs are the operator's to set).
+#[cfg(not(unix))]
+pub fn world_readable_warning(_key: &str, _path: &Path) -> Option<String> {
+    None
+}
+
 /// A warning when a secret's file may be read by every local user (mode `o+r`), else `None`.
+#[cfg(unix)]
 pub fn world_readable_warning(key: &str, path: &Path) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(path).ok()?.permissions().mode();
@@ -661,6 +747,7 @@ const SECTIONS: &[&str] = &[
     "otel",
     "retention",
     "approval",
+    "desktops",
 ];
 const MODEL_KEYS: &[&str] = &[
     "base_url",
@@ -719,6 +806,7 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
             "otel" => keyed(value, &key, &mut section_problems).map(|v| config.otel = v),
             "retention" => keyed(value, &key, &mut section_problems).map(|v| config.retention = v),
             "approval" => section(value, &key, &mut section_problems).map(|v| config.approval = v),
+            "desktops" => section(value, &key, &mut section_problems).map(|v| config.desktops = v),
             "models" => models(value, &mut section_problems).map(|v| config.models = v),
             "tools" => tools(value, &mut section_problems).map(|v| config.tools = v),
             "verifiers" => verifiers(value, &mut section_problems).map(|v| config.verifiers = v),
@@ -852,6 +940,26 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     if config.data_dir.as_os_str().is_empty() {
         problem("data_dir", "must not be empty".into());
     }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, desktop) in config.desktops.iter().enumerate() {
+        if !names.insert(desktop.name.as_str()) {
+            problem(&format!("desktops[{i}].name"), format!("{:?} names another desktop too", desktop.name.as_str()));
+        }
+        if matches!(desktop.computer, crate::task::ComputerSpec::Desktop(_)) {
+            problem(&format!("desktops[{i}].computer"), "needs a `provider` (local, vnc, computer-server, …)".into());
+        }
+        if desktop.timeout_secs == 0 || desktop.timeout_secs > 3600 {
+            problem(
+                &format!("desktops[{i}].timeout_secs"),
+                format!("must be between 1 and 3600, got {}", desktop.timeout_secs),
+            );
+        }
+        for (what, command) in [("setup", &desktop.setup), ("reset", &desktop.reset), ("teardown", &desktop.teardown)] {
+            if command.as_ref().is_some_and(HookCommand::is_empty) {
+                problem(&format!("desktops[{i}].{what}"), "must not be empty".into());
+            }
+        }
+    }
     if config.worker.concurrency == 0 || config.worker.concurrency > 256 {
         problem("worker.concurrency", format!("must be between 1 and 256, got {}", config.worker.concurrency));
     }
@@ -911,6 +1019,10 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     {
         // The parser's messages never repeat the URL, so no password reaches the terminal.
         problem("queue.url", format!("not a valid PostgreSQL URL: {e}"));
+    }
+    #[cfg(not(unix))]
+    if config.api.socket.is_some() {
+        problem("api.socket", "this platform has no Unix socket: the API listens on TCP only (api.listen)".into());
     }
     if let Some(listen) = &config.api.listen {
         if listen.parse::<std::net::SocketAddr>().is_err() {

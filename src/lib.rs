@@ -85,6 +85,8 @@ pub mod metrics;
 #[doc(hidden)]
 pub mod model;
 #[doc(hidden)]
+pub mod pool;
+#[doc(hidden)]
 pub mod private;
 #[doc(hidden)]
 pub mod queue;

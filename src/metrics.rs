@@ -402,6 +402,28 @@ fn render_process(out: &mut String, process: &ProcessStats) {
     );
 }
 
+/// The desktop pool's series (§23), from `(name, state, resets)` of each desktop: nothing without a pool.
+pub fn render_desktops(desktops: &[(&str, &str, u64)]) -> String {
+    let mut out = String::new();
+    if desktops.is_empty() {
+        return out;
+    }
+    header(&mut out, "agentd_desktops", "gauge", "Desktops of the pool by state (starting, free, busy, failed).");
+    for state in ["starting", "free", "busy", "failed"] {
+        let n = desktops.iter().filter(|(_, s, _)| *s == state).count();
+        let _ = writeln!(out, "agentd_desktops{{state=\"{state}\"}} {n}");
+    }
+    header(&mut out, "agentd_desktop_up", "gauge", "1 while the desktop is in the pool, 0 once it failed.");
+    for (name, state, _) in desktops {
+        let _ = writeln!(out, "agentd_desktop_up{{desktop=\"{}\"}} {}", escape(name), u8::from(*state != "failed"));
+    }
+    header(&mut out, "agentd_desktop_resets_total", "counter", "Resets the desktop ran successfully before tasks.");
+    for (name, _, resets) in desktops {
+        let _ = writeln!(out, "agentd_desktop_resets_total{{desktop=\"{}\"}} {resets}", escape(name));
+    }
+    out
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }

@@ -57,6 +57,13 @@ pub struct TaskRecord {
     /// what `waiting` of kind `takeover` is derived from. Not part of the document (`waiting` shows it).
     #[serde(skip)]
     pub taken_over: bool,
+    /// The desktop of the pool (§23) the task's latest attempt ran on, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desktop: Option<String>,
+    /// The last failure of a pool desktop the task was given (§23: `{desktop, command, exit_code, output,
+    /// at}`); the task went back to the queue and ran on another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desktop_failure: Option<serde_json::Value>,
 }
 
 impl TaskRecord {
@@ -111,7 +118,13 @@ impl TaskRecord {
 
     /// Fills `replay` from the task file and the steps (§18).
     pub fn derive_replay(&mut self) {
-        self.replay = self.task.replay.as_ref().map(|spec| ReplayInfo::of_steps(spec.of.to_string(), &self.steps));
+        // The stored turns (before `derive_turns`): the earlier ones whole and where the current one begins.
+        let later_turns_from = self.turns.get(1).map(|turn| turn.first_step);
+        self.replay = self
+            .task
+            .replay
+            .as_ref()
+            .map(|spec| ReplayInfo::of_steps(spec.of.to_string(), &self.steps, later_turns_from));
     }
 }
 

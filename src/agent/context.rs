@@ -4,7 +4,7 @@
 //! (their bytes are freed; adapters show a short placeholder in their place); every one of them stays in the
 //! task record. Dropping happens in chunks of `chunk` images, as Anthropic's reference loop does, so a
 //! prompt-cache prefix stays valid for several turns instead of shifting every turn. With `chunk = 1` exactly
-//! `keep` images remain.
+//! `keep` images remain; with `keep = 1` there is no chunk (see [`ContextPolicy::new`]).
 //!
 //! Steps and tokens ([`Budget`]): when the history holds more than `keep_steps` exchanges, or the estimated
 //! prompt ([`estimate_tokens`]) passes `max_tokens` or [`COMPACT_AT`] of the model's context window, the
@@ -15,6 +15,10 @@
 //! costs nothing and cannot fail) or written by the model in one extra call (the loop makes it, with
 //! [`SUMMARY_REQUEST`]); either way it is bounded by [`SUMMARY_MAX_CHARS`], so a long task's prompt stays
 //! flat.
+//!
+//! Both kinds of change rewrite the prompt cache from where they change the prompt on, so they are made
+//! together: a compaction due within the next image chunk comes forward to the call that drops the chunk
+//! ([`Budget::plan_ahead`]), and a compaction drops the screenshots beyond `keep` at once.
 
 use crate::model::{CallKind, Exchange};
 use crate::record::CompactionReason;
@@ -30,8 +34,12 @@ pub struct ContextPolicy {
 }
 
 impl ContextPolicy {
+    /// With `keep` 1 there is no chunk: the one screenshot kept is the current one, new in every request, so
+    /// a drop never rewrites a cached screenshot (only the short placeholder text after the prompt cache's
+    /// last hit), and holding older ones until a chunk is full would only add to the prompt.
     pub fn new(keep: u32, chunk: u32) -> Self {
-        Self { keep: keep.max(1), chunk: chunk.max(1) }
+        let keep = keep.max(1);
+        Self { keep, chunk: if keep == 1 { 1 } else { chunk.max(1) } }
     }
 
     /// Frees the oldest screenshots of `history` so that, with the current screenshot, at most `keep`
@@ -101,14 +109,31 @@ impl Budget {
     /// `None` when it keeps it as it is: beyond `keep_steps`, down to half of it; over the token limit, down
     /// to 90 % of it. At least one exchange (two for the token limit) always stays.
     pub fn plan(&self, history: &[Exchange], summary: Option<&str>, instructions: &str) -> Option<Plan> {
+        self.plan_ahead(history, summary, instructions, 0)
+    }
+
+    /// [`Budget::plan`], brought forward by up to `ahead` steps: a compaction that the next `ahead` steps
+    /// would need (the step budget passed, or the token limit at the history's mean growth a step) happens
+    /// now. The loop passes the image chunk less one on a call that drops a chunk of screenshots, so a
+    /// compaction rides on the prompt-cache rewrite the drop causes anyway instead of causing one of its own
+    /// a step or two later; 0 otherwise. Never later than [`Budget::plan`]: what it compacts, `plan` would
+    /// compact by then. `ahead` counts at most half of `keep_steps`, so a compaction is not followed by
+    /// another at once.
+    pub fn plan_ahead(
+        &self,
+        history: &[Exchange],
+        summary: Option<&str>,
+        instructions: &str,
+        ahead: usize,
+    ) -> Option<Plan> {
         let len = history.len();
         let tokens_before = estimate_tokens(history, summary, instructions);
         let mut take = 0;
         let mut reason = None;
         if let Some(keep) = self.keep_steps.map(|k| k.max(1) as usize)
-            && len > keep
+            && len + ahead.min(keep / 2) > keep
         {
-            take = len - (keep / 2).max(1);
+            take = len.saturating_sub((keep / 2).max(1));
             reason = Some(CompactionReason::Steps);
         }
         if let Some((limit, why)) = self.token_limit() {
@@ -119,7 +144,10 @@ impl Budget {
                 estimate_tokens(&history[take..], None, instructions) + (grown as u64).div_ceil(4)
             };
             let floor = 2.min(len);
-            if take < len - floor && after(take) > limit {
+            // What the history adds a step on average, `ahead` times over.
+            let fixed = estimate_tokens(&[], summary, instructions);
+            let early = ((tokens_before.saturating_sub(fixed) / len.max(1) as u64) * ahead as u64).min(limit / 10);
+            if take < len - floor && after(take) > limit.saturating_sub(early) {
                 reason = Some(why);
                 // Down to 90 % of the limit: the prompt stays near the budget, and changes only every few steps.
                 let target = limit - limit / 10;
@@ -335,6 +363,89 @@ mod tests {
         // A model's summary is cut at the same bound.
         assert!(bounded(&"é".repeat(SUMMARY_MAX_CHARS)).len() <= SUMMARY_MAX_CHARS);
         assert_eq!(bounded("  short  "), "short");
+    }
+
+    #[test]
+    fn a_step_compaction_due_within_the_chunk_comes_forward() {
+        let budget = Budget { keep_steps: Some(10), ..Budget::default() };
+        let h = history(9);
+        assert_eq!(budget.plan(&h, None, "task"), None);
+        assert_eq!(budget.plan_ahead(&h, None, "task", 1), None, "10 steps keep a budget of 10");
+        let plan = budget.plan_ahead(&h, None, "task", 2).unwrap();
+        assert_eq!((plan.take, plan.reason), (4, CompactionReason::Steps), "down to half, as when it is due");
+        // Past the budget it compacts whatever `ahead` says, as `plan` does.
+        let h = history(11);
+        assert_eq!(budget.plan_ahead(&h, None, "task", 0), budget.plan(&h, None, "task"));
+        assert_eq!(budget.plan_ahead(&h, None, "task", 2).map(|p| p.take), Some(6));
+        // `ahead` counts at most half the budget: right after a compaction (5 kept) nothing more goes.
+        assert_eq!(budget.plan_ahead(&history(5), None, "task", 50), None);
+        assert_eq!(budget.plan_ahead(&history(6), None, "task", 50).map(|p| p.take), Some(1));
+    }
+
+    #[test]
+    fn a_token_compaction_due_within_the_chunk_comes_forward() {
+        let mut h = history(20);
+        for e in &mut h {
+            e.turn.text = "y".repeat(400); // 100 tokens a step, and the 1-pixel image
+        }
+        let used = estimate_tokens(&h, None, "task");
+        let budget = Budget { max_tokens: Some(used + 150), ..Budget::default() };
+        assert_eq!(budget.plan(&h, None, "task"), None);
+        assert_eq!(budget.plan_ahead(&h, None, "task", 1), None, "one more step fits");
+        let plan = budget.plan_ahead(&h, None, "task", 2).unwrap();
+        assert_eq!(plan.reason, CompactionReason::Tokens);
+        assert!(estimate_tokens(&h[plan.take..], None, "task") <= used + 150 - (used + 150) / 10);
+    }
+
+    /// Runs `steps` model calls the way the loop keeps its budget (`runner::history`): the screenshot policy,
+    /// the plan brought forward on a call that drops a chunk, and the screenshots beyond `keep` dropped with a
+    /// compaction. Returns, per call, whether the images were dropped and whether the history was compacted.
+    fn simulate(policy: ContextPolicy, budget: Budget, steps: u32) -> Vec<(bool, bool)> {
+        let (mut h, mut summary, mut calls) = (Vec::new(), None, Vec::new());
+        for step in 0..steps {
+            let dropped = policy.apply(&mut h) > 0;
+            let ahead = if dropped { policy.chunk as usize - 1 } else { 0 };
+            let plan = budget.plan_ahead(&h, summary.as_deref(), "task", ahead);
+            if let Some(plan) = plan {
+                let old: Vec<Exchange> = h.drain(..plan.take).collect();
+                summary = Some(mechanical(summary.as_deref(), &old));
+                ContextPolicy::new(policy.keep, 1).apply(&mut h);
+                assert!(h.iter().filter(|e| e.screenshot.is_some()).count() < policy.keep as usize);
+            }
+            assert!(h.len() <= budget.keep_steps.unwrap_or(u32::MAX) as usize, "step {step}: {}", h.len());
+            calls.push((dropped, plan.is_some()));
+            h.extend(history(step + 1).into_iter().skip(step as usize));
+        }
+        calls
+    }
+
+    #[test]
+    fn compactions_ride_on_the_chunked_image_drops() {
+        let budget = Budget { keep_steps: Some(10), ..Budget::default() };
+        let calls = simulate(ContextPolicy::new(3, 3), budget, 100);
+        let compactions = calls.iter().filter(|c| c.1).count();
+        assert!(compactions >= 100 / 10, "{compactions}");
+        // After the first, every compaction is on a call that drops a chunk of screenshots anyway: the cached
+        // prompt is rewritten once for both, and no call rewrites it for one alone right after the other.
+        let first = calls.iter().position(|c| c.1).unwrap();
+        assert!(calls[first + 1..].iter().filter(|c| c.1).all(|c| c.0), "{calls:?}");
+        let rewrites = calls.iter().filter(|c| c.0 || c.1).count();
+        // Chunks of 3 over a 5-step cycle would rewrite on 3/5 + 1/5 of the calls; aligned, about 1/3.
+        assert!(rewrites <= 100 / 3 + 2, "{rewrites} rewrites: {calls:?}");
+        // With a chunk of 1 nothing comes forward: compactions every 5 steps past the first 10, as `plan`.
+        let calls = simulate(ContextPolicy::new(3, 1), budget, 30);
+        let at: Vec<usize> = calls.iter().enumerate().filter(|(_, c)| c.1).map(|(i, _)| i).collect();
+        assert_eq!(at, vec![11, 17, 23, 29]);
+    }
+
+    #[test]
+    fn one_kept_screenshot_has_no_chunk() {
+        let policy = ContextPolicy::new(1, 3);
+        assert_eq!(policy.chunk, 1);
+        let mut h = history(2);
+        assert_eq!(policy.apply(&mut h), 2, "only the current screenshot stays");
+        assert_eq!(held(&h), Vec::<u32>::new());
+        assert_eq!(ContextPolicy::new(2, 3).chunk, 3);
     }
 
     #[test]

@@ -30,16 +30,19 @@ use crate::model::{
 use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
 use crate::record::{
-    ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord, TAKEOVER_REASON,
-    Turn,
+    ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord, Turn,
 };
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
-use crate::tools::{Called, CompletionError, Effect, MAX_INVALID_OUTPUTS, ToolContext, ToolOutcome, Toolbox};
+use crate::tools::{Called, Effect, MAX_INVALID_OUTPUTS, ToolContext, ToolOutcome, Toolbox};
 
 mod history;
+mod resume;
 mod verifying;
+mod waits;
+
+pub use resume::{INTERRUPTED_ACTION, RESUME_NOTE, TURN_MESSAGE};
 
 /// Everything one attempt of a task needs.
 pub struct LoopInput {
@@ -114,14 +117,6 @@ pub struct LoopOutput {
     /// What the stuck-loop guard did in this attempt.
     pub guard_fired: Vec<Fired>,
 }
-
-/// Text the model sees when a task continues after its worker died mid-step.
-/// The result recorded for an action that was in flight when the worker running it stopped (it is never run
-/// again).
-pub const INTERRUPTED_ACTION: &str = "not known: the worker stopped before this action finished; it was not run again";
-
-pub const RESUME_NOTE: &str = "Note: this task was interrupted and has been resumed. The last actions you asked \
-for may or may not have happened; look at the current screenshot before you continue.";
 
 /// Pixels that may differ between two screenshots before the stuck-loop guard calls it a change: more than a
 /// blinking text caret (about 1–2 × 20 px), less than one typed letter with the caret moving after it.
@@ -298,255 +293,6 @@ pub async fn run(input: LoopInput) -> LoopOutput {
 }
 
 impl Loop {
-    /// Rebuilds the model's history from the steps an earlier attempt recorded.
-    /// Rebuilds the model's history from the steps an earlier attempt recorded. A last step that waits for a
-    /// human's approval is kept aside in `pending_approval`; its calls never ran.
-    /// Returns the positions in `steps` of the steps an earlier attempt left unfinished (their actions were
-    /// in flight), now marked with what is known.
-    fn restore(&mut self, resume: Vec<StepRecord>) -> Vec<usize> {
-        // Steps of earlier turns (§19) are history only: what they left waiting or unfinished ended with
-        // their turn, and is neither settled, resumed nor journaled again.
-        let first_step = self.input.turns.last().map_or(0, |turn| turn.first_step);
-        let (earlier, mut resume): (Vec<StepRecord>, Vec<StepRecord>) =
-            resume.into_iter().partition(|step| step.index < first_step);
-        let earlier_cost: f64 = earlier.iter().map(|step| step.usage.cost_usd).sum();
-        self.turn_base = (earlier.len(), earlier_cost);
-        let boundaries = turn_messages(&self.input.turns);
-        for step in earlier {
-            self.usage.add(&step.usage);
-            let notes = boundaries.iter().filter(|(at, _)| *at == step.index).map(|(_, text)| text.clone()).collect();
-            self.history.push(Exchange {
-                step: step.index,
-                screenshot: None,
-                notes,
-                turn: turn_of(&step),
-                results: history_results(&step),
-            });
-            let mut step = step;
-            if !step.finished {
-                step.finished = true;
-                let answered = step.results.iter().filter(|r| r.is_action()).count();
-                for _ in answered..step.actions.len() {
-                    step.results.push(ActionResult::action(false, INTERRUPTED_ACTION));
-                }
-            }
-            self.steps.push(step);
-        }
-        // The current turn's message: beside its first step's screenshot (the next one, or in the history of
-        // a turn resumed after a crash).
-        let current: Vec<String> =
-            boundaries.iter().filter(|(at, _)| *at == first_step).map(|(_, text)| text.clone()).collect();
-        if resume.first().is_some_and(|step| step.index == first_step) {
-            self.resumed_turn_notes = current;
-        } else {
-            self.notes.extend(current);
-        }
-        if resume.last().is_some_and(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none())) {
-            self.pending_approval = resume.pop();
-        }
-        // A last step parked for remote tool results is no interrupted step: its calls after the awaited
-        // ones never ran, and they run once the answers are in (`settle_pending_tools`).
-        if resume.last().is_some_and(|s| !s.finished && !s.awaiting_tools.is_empty()) {
-            self.pending_tools = resume.pop();
-        }
-        self.resumed_completion = resume.last().and_then(|step| completion_made(step, &self.input.tools));
-        self.verify_failures = verifying::failed_rounds(&resume);
-        let (invalid, problems) = invalid_outputs(&resume, &self.input.tools);
-        self.invalid_outputs = invalid;
-        if self.resumed_completion.is_none() && invalid >= MAX_INVALID_OUTPUTS {
-            // The last try was refused and the worker died before the end was recorded: end as it would have.
-            self.resumed_completion = Some(error_outcome(&out_of_tries(invalid, &problems)));
-        }
-        let mut interrupted = false;
-        for step in &resume {
-            self.usage.add(&step.usage);
-            let notes =
-                if step.index == first_step { std::mem::take(&mut self.resumed_turn_notes) } else { Vec::new() };
-            self.history.push(Exchange {
-                step: step.index,
-                screenshot: None,
-                notes,
-                turn: turn_of(step),
-                results: history_results(step),
-            });
-        }
-        // Unfinished steps are kept in the record as they were journaled, marked finished with what is known:
-        // each action without a result gets one saying its outcome is not known.
-        let mut unfinished = Vec::new();
-        let base = self.steps.len();
-        let current: Vec<StepRecord> = resume
-            .into_iter()
-            .enumerate()
-            .map(|(position, mut step)| {
-                if !step.finished {
-                    interrupted = true;
-                    unfinished.push(base + position);
-                    step.finished = true;
-                    let answered = step.results.iter().filter(|r| r.is_action()).count();
-                    for _ in answered..step.actions.len() {
-                        step.results.push(ActionResult::action(false, INTERRUPTED_ACTION));
-                    }
-                }
-                step
-            })
-            .collect();
-        self.steps.extend(current);
-        if let Some(pending) = self.pending_approval.as_ref().or(self.pending_tools.as_ref()) {
-            self.usage.add(&pending.usage);
-        }
-        self.restore_summary();
-        // The guard counts as it did in the earlier attempts: each step with the change the next one saw.
-        for pair in self.steps.windows(2) {
-            self.guard.observe(&pair[0], pair[1].screen_changed);
-        }
-        if interrupted {
-            self.notes.push(RESUME_NOTE.to_string());
-        }
-        unfinished
-    }
-
-    /// Journals the steps `restore` marked, so the task's record says what became of their actions too.
-    async fn journal_interrupted(&self, positions: &[usize]) -> Result<(), LoopEnd> {
-        for step in positions.iter().filter_map(|&i| self.steps.get(i)) {
-            self.journal(step).await.map_err(|Stop::End(end)| end)?;
-        }
-        Ok(())
-    }
-
-    /// Runs the calls of the step that waited for a human, now that the answer is known. They never ran
-    /// before, so this is not a replay.
-    async fn settle_pending_approval(&mut self) -> Result<Option<Outcome>, Stop> {
-        let Some(mut record) = self.pending_approval.take() else {
-            return Ok(None);
-        };
-        let reason = record.approval.as_ref().map(|a| a.reason.clone()).unwrap_or_default();
-        if !self.input.approved {
-            // Still no answer (a lease without approval): go back to waiting.
-            self.steps.push(record);
-            return Err(Stop::End(LoopEnd::WaitingForHuman { reason }));
-        }
-        if let Some(approval) = record.approval.as_mut() {
-            approval.approved = Some(true);
-        }
-        let started = Instant::now();
-        let turn = turn_of(&record);
-        let edited = record.approval.as_ref().and_then(|a| a.edited.clone());
-        let Some(edited) = edited else {
-            let executed = self.run_calls(record.index, &turn).await;
-            let notes = vec![format!("A human approved: {reason}")];
-            return self.finish_resumed_step(record, turn, executed, started, notes).await;
-        };
-        // Approved with an edit (§20): the human's actions (screen pixels) run instead of the model's — all
-        // in the turn's first computer call, the others empty — and the model is told what ran.
-        let mut run = turn.clone();
-        let mut first = true;
-        for call in &mut run.calls {
-            if let CallKind::Computer { actions } = &mut call.kind {
-                *actions = if std::mem::take(&mut first) {
-                    edited.iter().map(|a| self.coords.action_to_model(a)).collect()
-                } else {
-                    Vec::new()
-                };
-            }
-        }
-        let executed = self.run_calls(record.index, &run).await;
-        let ran = edited.iter().map(Action::summary).collect::<Vec<_>>().join("; ");
-        let notes =
-            vec![format!("A human approved ({reason}) with changes: instead of your actions, these ran: {ran}")];
-        self.finish_resumed_step(record, turn, executed, started, notes).await
-    }
-
-    /// Continues the turn of the step that parked for the API client's `remote` tool results, now that they
-    /// are in the step: the calls after the awaited ones run in the model's order (they never ran before, so
-    /// this is no replay), the step finishes normally, and the model's history carries every result. Still
-    /// unanswered (a lease taken before the answers came): back to awaiting them.
-    async fn settle_pending_tools(&mut self) -> Result<Option<Outcome>, Stop> {
-        let Some(mut record) = self.pending_tools.take() else {
-            return Ok(None);
-        };
-        let still = record.pending_tool_calls();
-        if !still.is_empty() {
-            let index = record.index;
-            self.steps.push(record);
-            return Err(self.parked(index, still));
-        }
-        // The step's duration counts its running parts, not the wait.
-        let started =
-            Instant::now().checked_sub(Duration::from_millis(record.duration_ms)).unwrap_or_else(Instant::now);
-        let turn = turn_of(&record);
-        let resume_at = turn
-            .calls
-            .iter()
-            .rposition(|call| record.awaiting_tools.contains(&call.id))
-            .map_or(turn.calls.len(), |position| position + 1);
-        let mut done =
-            Executed { actions: record.actions.clone(), action_results: record.results.clone(), ..Executed::default() };
-        for result in &record.call_results {
-            done.tool_results.push(ToolResult {
-                call_id: result.call_id.clone(),
-                ok: result.ok,
-                message: result.message.clone(),
-                image: None,
-            });
-            if let Some(details) = &result.details {
-                done.details.insert(result.call_id.clone(), details.clone());
-            }
-        }
-        let failed = done.tool_results.iter().any(|r| !r.ok);
-        let rest = &turn.calls[resume_at..];
-        let planned = self.screen_actions(rest);
-        // Journaled before the rest runs, as every step is: no longer awaiting, with the actions about to
-        // run, so a worker lost now leaves an interrupted step, never one whose actions run twice.
-        record.awaiting_tools.clear();
-        record.actions.extend(planned.iter().cloned());
-        self.journal(&record).await?;
-        let before = if !failed && planned.iter().any(Action::is_input) {
-            Some(self.input.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?)
-        } else {
-            None
-        };
-        let executed = self.run_calls_from(record.index, &turn, resume_at, done, failed).await;
-        if !executed.awaiting.is_empty() {
-            record.duration_ms = started.elapsed().as_millis() as u64;
-            return Err(self.park_for_tools(record, &executed).await);
-        }
-        if executed.stop.is_none()
-            && let Some(before) = &before
-        {
-            self.settle_after(&mut record, &executed, before).await?;
-        }
-        self.finish_resumed_step(record, turn, executed, started, Vec::new()).await
-    }
-
-    /// Ends a step an earlier attempt began (its screenshot is not shown again): journals it as finished,
-    /// adds it to the model's history with `notes`, and says how the loop goes on.
-    async fn finish_resumed_step(
-        &mut self,
-        mut record: StepRecord,
-        turn: ModelTurn,
-        mut executed: Executed,
-        started: Instant,
-        notes: Vec<String>,
-    ) -> Result<Option<Outcome>, Stop> {
-        self.complete_step(&mut record, &mut executed, started).await?;
-        let mut notes = notes;
-        if record.index == self.input.turns.last().map_or(0, |turn| turn.first_step) {
-            notes.splice(0..0, std::mem::take(&mut self.resumed_turn_notes));
-        }
-        self.history.push(Exchange {
-            step: record.index,
-            screenshot: None,
-            notes,
-            turn,
-            results: executed.tool_results,
-        });
-        self.steps.push(record);
-        if let Some(end) = executed.stop {
-            return Err(Stop::End(end));
-        }
-        Ok(executed.completion)
-    }
-
     async fn prepare_screen(&mut self) -> Result<(), LoopEnd> {
         let screen = self.input.computer.screen_size().await.map_err(|e| provider_end(&e))?;
         self.screen = screen;
@@ -607,13 +353,8 @@ impl Loop {
             }
             // After the cancel and the limits (a cancelled task ends rather than waits), before the model is
             // called again: the step that ran when the pause came finished whole.
-            if self.input.pause.is_cancelled() {
-                self.input.events.emit(EventKind::WaitingForHuman {
-                    reason: TAKEOVER_REASON.to_string(),
-                    question: None,
-                    call_id: None,
-                });
-                return LoopEnd::Paused;
+            if let Some(paused) = self.pause_requested() {
+                return paused;
             }
             if let Err(end) = self.check_limits(true) {
                 return end;
@@ -705,12 +446,7 @@ impl Loop {
 
         // The history budget (`runner::history`): old screenshots out, old steps compacted into the summary.
         let history_note = self.keep_budget(index, &prepared.model).await;
-        // The first step after a take-over: the model hears a person had the desktop (the notes go with this
-        // screenshot), and the record keeps the note.
-        let handed_back = self.input.handed_back.take();
-        if let Some(handed_back) = &handed_back {
-            self.notes.push(handed_back.model_note());
-        }
+        let handed_back = self.take_hand_back();
         let called = self.call_model(index, &prepared.model).await;
         let mut record = StepRecord::begun(index, started_at, screenshot);
         record.screen_changed = screen_changed;
@@ -1467,53 +1203,6 @@ fn zoom_size(region: Size, max: Size) -> Size {
     fit_within(scaled, max)
 }
 
-/// The completion a journaled step made, if its `task_completion` call came after calls that all ran and
-/// succeeded: such a completion is final whether or not the worker lived to record the end (the call has no
-/// effect on the desktop). Behind an interrupted or failed call it is not: the model looks again.
-fn completion_made(step: &StepRecord, tools: &Toolbox) -> Option<Outcome> {
-    for call in &step.calls {
-        match &call.kind {
-            CallKind::Function { name, .. }
-                if name == crate::model::TASK_COMPLETION
-                    && step.call_results.iter().any(|r| r.call_id == call.id && !r.ok) =>
-            {
-                // Refused (its checks failed, §16): the model was told and goes on.
-                return None;
-            }
-            CallKind::Function { name, arguments } if name == crate::model::TASK_COMPLETION => {
-                return match tools.completion(arguments) {
-                    Ok(Effect::Complete { success, summary, output }) => {
-                        Some(Outcome::completed(success, summary, output))
-                    }
-                    _ => None,
-                };
-            }
-            _ if step.call_results.iter().any(|r| r.call_id == call.id && r.ok) => {}
-            _ => return None,
-        }
-    }
-    None
-}
-
-/// How many `task_completion` calls of these journaled steps were refused for their structured output, and
-/// the last one's problems. The check is deterministic: the same arguments are refused again.
-fn invalid_outputs(steps: &[StepRecord], tools: &Toolbox) -> (u32, String) {
-    let mut count = 0;
-    let mut last = String::new();
-    for step in steps {
-        for call in &step.calls {
-            if let CallKind::Function { name, arguments } = &call.kind
-                && name == crate::model::TASK_COMPLETION
-                && let Err(CompletionError::Output { problems, .. }) = tools.completion(arguments)
-            {
-                count += 1;
-                last = problems;
-            }
-        }
-    }
-    (count, last)
-}
-
 /// The summary of a task whose model gave no valid structured output in its tries.
 fn out_of_tries(tries: u32, problems: &str) -> String {
     format!(
@@ -1523,48 +1212,6 @@ fn out_of_tries(tries: u32, problems: &str) -> String {
 }
 
 /// The model turn a journaled step recorded.
-/// The model's results of a journaled step's calls, for its history. A step journaled before its actions ran
-/// has no results: the actions may or may not have happened, and they are not run again.
-fn history_results(step: &StepRecord) -> Vec<ToolResult> {
-    step.calls
-        .iter()
-        .map(|call| match step.call_results.iter().find(|r| r.call_id == call.id) {
-            Some(r) => ToolResult { call_id: r.call_id.clone(), ok: r.ok, message: r.message.clone(), image: None },
-            None => ToolResult {
-                call_id: call.id.clone(),
-                ok: false,
-                message: "interrupted: this call may or may not have been carried out".into(),
-                image: None,
-            },
-        })
-        .collect()
-}
-
-/// What the model is told where a later turn of the conversation begins (§19), by the step it is shown with:
-/// how the turn before ended, then the user's next message.
-fn turn_messages(turns: &[Turn]) -> Vec<(u32, String)> {
-    turns
-        .windows(2)
-        .map(|pair| {
-            let (before, turn) = (&pair[0], &pair[1]);
-            let ended = match &before.outcome {
-                Some(outcome) => format!(
-                    "Your previous turn ended: {} ({}): {}",
-                    outcome.state().as_str(),
-                    outcome.reason.as_str(),
-                    outcome.summary
-                ),
-                None => "Your previous turn ended.".to_string(),
-            };
-            (turn.first_step, format!("{ended}\n\n{TURN_MESSAGE}{}", turn.instructions))
-        })
-        .collect()
-}
-
-/// How the user's next message (§19) begins for the model.
-pub const TURN_MESSAGE: &str = "The user's next message (a new turn of this task; look at the current screenshot, \
-act on it, and call task_completion when it is done): ";
-
 fn turn_of(step: &StepRecord) -> ModelTurn {
     ModelTurn {
         text: step.model_text.clone(),

@@ -1,4 +1,5 @@
-//! The HTTP API (product contract §10), served on a Unix socket (mode 0660) and optionally on TCP.
+//! The HTTP API (product contract §10), served on a Unix socket (mode 0660) and optionally on TCP — on TCP
+//! only where there are no Unix sockets (Windows).
 //!
 //! One error type, [`ApiError`], renders every failure as `{"error": {"code", "message", "field"?}}` —
 //! also bad path parameters and query strings ([`ApiPath`], [`ApiQuery`]), unknown endpoints and methods.
@@ -42,7 +43,9 @@ use axum::routing::{MethodRouter, get, post};
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
+#[cfg(unix)]
+use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -64,6 +67,8 @@ pub struct ApiState {
     pub stopping: CancellationToken,
     /// Deletes finished tasks (§21).
     pub retention: Arc<crate::retention::Retention>,
+    /// The desktop pool (§23), for `/healthz` and the metrics.
+    pub pool: Arc<crate::pool::Pool>,
 }
 
 /// An API failure, rendered as `{"error": {"code", "message", "field"?}}` with its status.
@@ -439,6 +444,7 @@ pub struct Server {
 }
 
 enum Bound {
+    #[cfg(unix)]
     Unix(UnixListener),
     Tcp(TcpListener, Arc<TcpGuard>, Option<(Arc<tls::TlsCertificate>, tokio_rustls::TlsAcceptor)>),
 }
@@ -448,7 +454,8 @@ enum Bound {
 pub struct BindError(String);
 
 /// Binds the TCP listener when configured, then the Unix socket (mode 0660): TCP first, so a TCP address that
-/// cannot be bound leaves no socket file behind.
+/// cannot be bound leaves no socket file behind. Without Unix sockets (Windows), the TCP listener alone, which
+/// must then be configured.
 pub async fn bind(state: &ApiState) -> Result<Vec<Server>, BindError> {
     let config = &state.config;
     let connections = Arc::new(Semaphore::new(config.api.max_connections.max(1)));
@@ -473,11 +480,22 @@ pub async fn bind(state: &ApiState) -> Result<Vec<Server>, BindError> {
         servers.push(Server { listener: Bound::Tcp(listener, Arc::new(guard), tls), connections: connections.clone() });
     }
     // The socket last, so a TCP listener that cannot be bound leaves no socket file behind.
-    let unix = bind_unix(&config.socket_path()).await?;
-    servers.insert(0, Server { listener: Bound::Unix(unix), connections });
+    #[cfg(unix)]
+    {
+        let unix = bind_unix(&config.socket_path()).await?;
+        servers.insert(0, Server { listener: Bound::Unix(unix), connections });
+    }
+    #[cfg(not(unix))]
+    if servers.is_empty() {
+        drop(connections);
+        return Err(BindError(
+            "this platform has no Unix socket: the API listens on TCP only; set api.listen and api.token_file".into(),
+        ));
+    }
     Ok(servers)
 }
 
+#[cfg(unix)]
 async fn bind_unix(path: &std::path::Path) -> Result<UnixListener, BindError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
@@ -502,6 +520,7 @@ impl Server {
         let header_timeout = Duration::from_secs(state.config.api.header_timeout_secs);
         let app = router(state);
         match self.listener {
+            #[cfg(unix)]
             Bound::Unix(listener) => {
                 connections::serve(listener, app, header_timeout, self.connections, None, stop).await;
             }
@@ -515,6 +534,7 @@ impl Server {
 
     pub fn local_addr(&self) -> Option<String> {
         match &self.listener {
+            #[cfg(unix)]
             Bound::Unix(_) => None,
             Bound::Tcp(listener, ..) => listener.local_addr().ok().map(|a| a.to_string()),
         }
@@ -524,13 +544,18 @@ impl Server {
     pub fn tls(&self) -> Option<Arc<tls::TlsCertificate>> {
         match &self.listener {
             Bound::Tcp(_, _, tls) => tls.as_ref().map(|(certificate, _)| certificate.clone()),
+            #[cfg(unix)]
             Bound::Unix(_) => None,
         }
     }
 }
 
+/// Removes the Unix socket file at shutdown (nothing to remove where there is none).
 pub fn remove_socket(config: &Config) {
+    #[cfg(unix)]
     let _ = std::fs::remove_file(config.socket_path());
+    #[cfg(not(unix))]
+    let _ = config;
 }
 
 #[cfg(test)]

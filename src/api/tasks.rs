@@ -400,6 +400,11 @@ pub async fn health(State(state): State<Arc<ApiState>>) -> (StatusCode, Json<ser
     if stopping {
         reasons.push("stopping: agentd is shutting down".to_string());
     }
+    // A desktop out of the pool is shown; the daemon is unready only when every desktop failed.
+    let desktops = state.pool.status();
+    if !desktops.is_empty() && desktops.iter().all(|d| d.state == "failed") {
+        reasons.push("desktops: every desktop of the pool failed".to_string());
+    }
     let ok = reasons.is_empty();
     let describe = |r: &Result<(), String>| match r {
         Ok(()) => json!("ok"),
@@ -417,12 +422,19 @@ pub async fn health(State(state): State<Arc<ApiState>>) -> (StatusCode, Json<ser
         "spool_full": uploads.spool_full,
         "stopping": stopping,
     });
+    let mut body = body;
+    if !desktops.is_empty() {
+        body["desktops"] = json!(desktops);
+    }
     (if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body))
 }
 
 pub async fn metrics(State(state): State<Arc<ApiState>>) -> Result<Response, ApiError> {
     let counts = state.queue.counts().await?;
     let process = crate::metrics::ProcessStats::read();
-    let text = state.metrics.render(&counts, state.workers.running(), state.uploader.stats(), &process);
+    let mut text = state.metrics.render(&counts, state.workers.running(), state.uploader.stats(), &process);
+    text.push_str(&crate::metrics::render_desktops(
+        &state.pool.status().iter().map(|d| (d.name.as_str(), d.state, d.resets)).collect::<Vec<_>>(),
+    ));
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }

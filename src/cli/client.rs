@@ -1,7 +1,8 @@
 //! The HTTP client the CLI uses to reach the daemon: reqwest over the Unix socket (default), or over TCP
 //! (`http://`, or `https://` checked against the system's roots or only the CA file `$AGENTD_CA_FILE`) with a
 //! bearer token; plain requests, and an event follower that reads Server-Sent Events with the project's one
-//! parser ([`crate::sse`]) and resumes with `Last-Event-ID`.
+//! parser ([`crate::sse`]) and resumes with `Last-Event-ID`. Windows has no Unix socket: there the default is
+//! the configured TCP listener (`api.listen`), and a `--socket` fails every request saying so.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -85,6 +86,23 @@ impl Endpoint {
         }
         if let Some(socket) = env("AGENTD_SOCKET") {
             return Ok(Self::Unix(PathBuf::from(socket)));
+        }
+        #[cfg(not(unix))]
+        if let Some(listen) = &config.api.listen {
+            // The daemon's own TCP listener; an unspecified address (0.0.0.0) is reached on loopback.
+            let authority = match listen.parse::<std::net::SocketAddr>() {
+                Ok(addr) if addr.ip().is_unspecified() => format!("127.0.0.1:{}", addr.port()),
+                _ => listen.clone(),
+            };
+            let token = env("AGENTD_TOKEN").or_else(|| {
+                let file = config.api.token_file.as_ref()?;
+                std::fs::read_to_string(file).ok().map(|t| t.trim().to_string())
+            });
+            return Ok(if config.api.tls_cert.is_some() {
+                Self::Https { authority, token, ca_file: env(CA_FILE_VAR).map(PathBuf::from) }
+            } else {
+                Self::Tcp { authority, token }
+            });
         }
         Ok(Self::Unix(config.socket_path()))
     }
@@ -306,7 +324,15 @@ fn build(endpoint: &Endpoint) -> Result<reqwest::Client, String> {
         .no_proxy()
         .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")));
     match endpoint {
+        #[cfg(unix)]
         Endpoint::Unix(path) => builder = builder.unix_socket(path.clone()),
+        #[cfg(not(unix))]
+        Endpoint::Unix(path) => {
+            return Err(format!(
+                "unix:{}: this platform has no Unix socket; reach the daemon's TCP listener with --url or $AGENTD_URL",
+                path.display()
+            ));
+        }
         Endpoint::Https { ca_file: Some(file), .. } => {
             let pem = crate::input::files::read_bytes_blocking(file)
                 .map_err(|e| format!("{CA_FILE_VAR}={}: {e}", file.display()))?;

@@ -47,7 +47,7 @@ pub async fn console(endpoint: Endpoint, port: u16, open: bool, json: bool) -> C
             return Ok(Exit::Success);
         }
     };
-    if let Err(e) = tokio::net::UnixStream::connect(&socket).await {
+    if let Err(e) = connect(&socket).await {
         return Err(CliError::unreachable(anyhow::anyhow!(
             "cannot reach agentd at unix:{}: {e} (is `agentd serve` running? choose the daemon with --socket)",
             socket.display()
@@ -72,22 +72,35 @@ pub async fn console(endpoint: Endpoint, port: u16, open: bool, json: bool) -> C
     );
     if open {
         // Best effort: the URL is printed either way.
-        if let Err(e) = std::process::Command::new("xdg-open")
+        if let Err(e) = std::process::Command::new(OPENER)
             .arg(&url)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
         {
-            super::print_stderr(&format!("cannot open a browser (xdg-open: {e}); open the URL above"));
+            super::print_stderr(&format!("cannot open a browser ({OPENER}: {e}); open the URL above"));
         }
     }
     let app = axum::Router::new().fallback(handle).with_state(proxy);
     let stop = async {
+        #[cfg(unix)]
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        #[cfg(unix)]
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        // Windows has no SIGTERM: Ctrl-C only.
+        #[cfg(not(unix))]
+        let terminated = std::future::pending::<()>();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            _ = terminated => {}
         }
     };
     axum::serve(listener, app)
@@ -179,12 +192,36 @@ fn exchange(proxy: &Proxy, query: &str) -> Response {
     response
 }
 
+/// The program that opens a URL in the desktop's browser.
+const OPENER: &str = if cfg!(target_os = "macos") {
+    "open"
+} else if cfg!(windows) {
+    "explorer"
+} else {
+    "xdg-open"
+};
+
+/// A connection to the daemon's Unix socket.
+#[cfg(unix)]
+async fn connect(socket: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
+    tokio::net::UnixStream::connect(socket).await
+}
+
+/// Without Unix sockets (Windows) the daemon listens on TCP only and serves its console there itself.
+#[cfg(not(unix))]
+async fn connect(_socket: &std::path::Path) -> std::io::Result<tokio::net::TcpStream> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "this platform has no Unix socket; the daemon serves its console on its TCP listener (--url)",
+    ))
+}
+
 /// Passes the request to the daemon's socket and streams its answer back.
 async fn forward(proxy: &Proxy, request: Request) -> Response {
     let unreachable = |e: &dyn std::fmt::Display| {
         text(StatusCode::BAD_GATEWAY, &format!("cannot reach agentd at unix:{}: {e}", proxy.socket.display()))
     };
-    let stream = match tokio::net::UnixStream::connect(&proxy.socket).await {
+    let stream = match connect(&proxy.socket).await {
         Ok(stream) => stream,
         Err(e) => return unreachable(&e),
     };

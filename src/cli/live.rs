@@ -75,7 +75,10 @@ impl LiveView {
         let mut lines = Vec::new();
         let printed = self.printer.line(event);
         match &event.kind {
-            EventKind::TaskQueued {} | EventKind::TurnQueued { .. } => self.phase = "queued".into(),
+            EventKind::TaskQueued {} | EventKind::TurnQueued { .. } | EventKind::DesktopFailed { .. } => {
+                self.phase = "queued".into()
+            }
+            EventKind::DesktopLeased { .. } => self.phase = "preparing its desktop".into(),
             EventKind::TaskStarted { .. } => {
                 self.task_started.get_or_insert(now);
                 self.phase = "starting".into();

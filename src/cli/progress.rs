@@ -183,6 +183,18 @@ impl Printer {
                 sanitize(&event.task_id),
                 sanitize(worker)
             )),
+            EventKind::DesktopLeased { desktop, reset, duration_ms } => Some(format!(
+                "task {}: desktop {}{}",
+                sanitize(&event.task_id),
+                sanitize(desktop),
+                if *reset { format!(" (reset in {duration_ms} ms)") } else { String::new() }
+            )),
+            EventKind::DesktopFailed { failure } => Some(format!(
+                "task {}: desktop {} failed: {}; the task goes back to the queue",
+                sanitize(&event.task_id),
+                sanitize(failure["desktop"].as_str().unwrap_or("?")),
+                sanitize(failure["reason"].as_str().unwrap_or("?"))
+            )),
             EventKind::StepStarted { .. } => {
                 self.actions.clear();
                 self.failures.clear();

@@ -255,6 +255,9 @@ pub async fn status(client: &Client, id: &str, json: bool) -> CliResult {
         if let Some(output) = record.outcome.as_ref().and_then(|o| o.output.as_ref()) {
             println!("  output {}", sanitize(&output.to_string()));
         }
+        for line in super::turns::turn_lines(&record) {
+            println!("{line}");
+        }
         if !record.pending_tool_calls.is_empty() {
             println!(
                 "  pending tool calls (answer with `agentd tool-result {} CALL_ID --output TEXT`):",

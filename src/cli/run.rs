@@ -112,6 +112,8 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         waiting: None,
         turns: Vec::new(),
         taken_over: false,
+        desktop: None,
+        desktop_failure: None,
     };
     record.derive();
     let document =
@@ -166,20 +168,28 @@ fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
             Some(monitor) => format!("portable(monitor {monitor})"),
             None => "portable".to_string(),
         },
+        crate::task::ComputerSpec::Desktop(request) => request.describe(),
     }
 }
 
-/// First Ctrl-C or SIGTERM: cancel the task at its next safe point. Second: exit at once.
+/// First Ctrl-C or SIGTERM (Windows: Ctrl-C): cancel the task at its next safe point. Second: exit at once.
 fn watch_interrupts(cancel: AbortHandle, progress: Progress) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        #[cfg(unix)]
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(term) => term,
             Err(_) => return,
         };
         for round in 0..2 {
+            #[cfg(unix)]
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
+            }
+            // Windows has no SIGTERM: Ctrl-C only.
+            #[cfg(not(unix))]
+            if tokio::signal::ctrl_c().await.is_err() {
+                return;
             }
             if round == 0 {
                 progress.note("agentd: cancelling the task at its next safe point (again to quit at once)");

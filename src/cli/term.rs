@@ -37,8 +37,15 @@ pub fn live(stream: &impl IsTerminal) -> bool {
     stream.is_terminal() && std::env::var("TERM").map_or(true, |term| term != "dumb")
 }
 
+/// The width of the terminal in columns: `$COLUMNS`, else 80 (Windows: no `TIOCGWINSZ` to ask).
+#[cfg(not(unix))]
+pub fn width(_fd: i32) -> usize {
+    std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse().ok()).filter(|&c| c > 0).unwrap_or(80)
+}
+
 /// The width of the terminal on file descriptor `fd` in columns: what the terminal says, else `$COLUMNS`,
 /// else 80.
+#[cfg(unix)]
 pub fn width(fd: i32) -> usize {
     let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCGWINSZ writes one `winsize` into the struct it is given, which lives for the call.

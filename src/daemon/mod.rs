@@ -9,6 +9,10 @@
 //!
 //! SIGHUP reloads the TCP listener's TLS certificate and key (`api.tls_cert`, `api.tls_key`); a reload that
 //! fails keeps the certificate in use and logs why. Without TLS, SIGHUP is logged and changes nothing.
+//!
+//! Platforms: all of this on Linux. On macOS the same without systemd (notifications are a no-op). On
+//! Windows the API listens on TCP only (`serve` refuses to start without `api.listen`), Ctrl-C is the one
+//! shutdown signal and there is no SIGHUP reload.
 
 pub mod notify;
 pub mod questions;
@@ -58,7 +62,13 @@ pub fn preflight(config: &Config) -> Result<Vec<String>, DaemonError> {
         api::tls::TlsCertificate::load(cert, key).map_err(DaemonError::Invalid)?;
         warnings.extend(crate::config::world_readable_warning("api.tls_key", key));
     }
+    #[cfg(not(unix))]
+    if config.api.listen.is_none() {
+        return Err(DaemonError::Invalid(NO_UNIX_SOCKET.into()));
+    }
+    #[cfg(unix)]
     let socket = config.socket_path();
+    #[cfg(unix)]
     if let Some(dir) = socket.parent() {
         // The directory, or the nearest ancestor that exists (serve creates the rest), must let us in and write.
         let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
@@ -73,7 +83,13 @@ pub fn preflight(config: &Config) -> Result<Vec<String>, DaemonError> {
     Ok(warnings)
 }
 
+/// Why `serve` does not start on a platform without Unix sockets (Windows) when no TCP listener is configured.
+#[cfg(not(unix))]
+const NO_UNIX_SOCKET: &str =
+    "this platform has no Unix socket: the API listens on TCP only; set api.listen and api.token_file";
+
 /// Whether this process may create entries in `dir` (write and search permission, not a read-only mount).
+#[cfg(unix)]
 fn writable_dir(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
@@ -159,6 +175,7 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         workers: workers.handle.clone(),
         stopping: stop_claiming.clone(),
         retention: retention.clone(),
+        pool: workers.pool.clone(),
     });
     let servers = api::bind(&state).await.map_err(|e| DaemonError::Unreachable(e.to_string()))?;
     let api_stop = CancellationToken::new();
@@ -169,6 +186,11 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         tracker.spawn(server.run(state.clone(), stop));
     }
 
+    // The desktop pool (§23) sets its desktops up beside the rest: the claim loop offers each once it is ready.
+    let pool_started = tracker.spawn({
+        let (pool, config) = (workers.pool.clone(), config.clone());
+        async move { pool.start(&config).await }
+    });
     let runners = TaskTracker::new();
     tracker.spawn(workers.clone().claim_loop(runners.clone(), stop_claiming.clone(), shutdown_tasks.clone()));
     tracker.spawn(workers.clone().heartbeat_loop(background.clone()));
@@ -203,6 +225,10 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
             tracing::warn!("second signal: exiting now");
             crate::exit::Exit::Interrupted.now();
         }
+    }
+    if !workers.pool.is_empty() {
+        let _ = pool_started.await;
+        workers.pool.teardown().await;
     }
     let pending = uploader.flush(Duration::from_secs(10)).await;
     if pending > 0 {
@@ -247,7 +273,13 @@ async fn feed_watchdog(workers: Arc<Workers>, interval: Duration, stop: Cancella
     }
 }
 
+/// Reloads the TLS certificates on every SIGHUP until `stop` fires. Windows has no SIGHUP: there the
+/// certificates are read at start only.
+#[cfg(not(unix))]
+async fn reload_on_hangup(_certificates: Vec<Arc<api::tls::TlsCertificate>>, _stop: CancellationToken) {}
+
 /// Reloads the TLS certificates on every SIGHUP until `stop` fires.
+#[cfg(unix)]
 async fn reload_on_hangup(certificates: Vec<Arc<api::tls::TlsCertificate>>, stop: CancellationToken) {
     let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(hangup) => hangup,
@@ -273,6 +305,15 @@ async fn reload_on_hangup(certificates: Vec<Arc<api::tls::TlsCertificate>>, stop
     }
 }
 
+/// The first SIGTERM or SIGINT (Ctrl-C); on Windows, Ctrl-C (or Ctrl-Break) only.
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await
+    }
+}
+
+#[cfg(unix)]
 async fn wait_for_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,

@@ -1,11 +1,18 @@
 //! The systemd notification protocol (`sd_notify(3)`): READY, STOPPING, WATCHDOG and STATUS messages as
-//! datagrams to `$NOTIFY_SOCKET`. A no-op when the daemon does not run under systemd.
+//! datagrams to `$NOTIFY_SOCKET`. A no-op when the daemon does not run under systemd, and on every platform
+//! but Linux (systemd is Linux's; the abstract socket names it may use are too).
 
+#[cfg(target_os = "linux")]
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
+/// Off Linux there is no systemd to tell.
+#[cfg(not(target_os = "linux"))]
+pub fn notify(_state: &str) {}
+
 /// Sends `state` (e.g. `"READY=1"`) to systemd, if it is listening. Errors are ignored: notification is a
 /// courtesy to the service manager, never a reason to fail.
+#[cfg(target_os = "linux")]
 pub fn notify(state: &str) {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
     let Ok(socket) = UnixDatagram::unbound() else { return };
@@ -22,7 +29,14 @@ pub fn notify(state: &str) {
     }
 }
 
+/// Off Linux there is no systemd watchdog to feed.
+#[cfg(not(target_os = "linux"))]
+pub fn watchdog_interval() -> Option<Duration> {
+    None
+}
+
 /// The watchdog interval systemd asked for (`$WATCHDOG_USEC`, for this process per `$WATCHDOG_PID`).
+#[cfg(target_os = "linux")]
 pub fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
     if let Ok(pid) = std::env::var("WATCHDOG_PID")
@@ -34,7 +48,7 @@ pub fn watchdog_interval() -> Option<Duration> {
     (usec > 0).then(|| Duration::from_micros(usec))
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

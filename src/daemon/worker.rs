@@ -26,6 +26,7 @@ use crate::config::Config;
 use crate::library::{Agent, Hosting};
 use crate::metrics::Metrics;
 use crate::model::Usage;
+use crate::pool::Pool;
 use crate::queue::{Finish, Lease, LeaseStatus, Queue, QueueError, Release, WorkerIdentity, now_ms};
 use crate::record::Outcome;
 use crate::record::events::{Event, EventKind};
@@ -42,6 +43,8 @@ pub struct Workers {
     pub models: Arc<crate::model::Shared>,
     /// What the API may do to the workers (wake, cancel, count); the workers use the same signals.
     pub handle: WorkerHandle,
+    /// The desktops of `[[desktops]]` (§23) this process leases to its tasks.
+    pub pool: Arc<Pool>,
     /// Leases held by this process: task id → its token and lease state (the runners' cancel tokens are
     /// the handle's).
     active: Mutex<HashMap<String, ActiveLease>>,
@@ -63,8 +66,13 @@ impl Workers {
             .name
             .clone()
             .unwrap_or_else(|| format!("{}:{}", crate::config::host_name(), std::process::id()));
-        let desktops = crate::queue::desktop::DesktopScope::of_this_process(config.defaults.computer.as_ref());
-        let identity = WorkerIdentity { name, labels: config.worker.labels.clone(), desktops };
+        // With a pool, a task that names no computer takes any free desktop of it (§23).
+        let any_desktop = crate::task::ComputerSpec::Desktop(crate::task::DesktopSpec::default());
+        let default_computer =
+            if config.desktops.is_empty() { config.defaults.computer.as_ref() } else { Some(&any_desktop) };
+        let desktops = crate::queue::desktop::DesktopScope::of_this_process(default_computer);
+        let pool = Pool::new(&config, &desktops);
+        let identity = WorkerIdentity { name, labels: config.worker.labels.clone(), desktops, pool: Vec::new() };
         let concurrency = config.worker.concurrency.max(1) as usize;
         let models = Arc::new(crate::model::Shared::new(&config));
         Arc::new(Self {
@@ -75,6 +83,7 @@ impl Workers {
             identity,
             models,
             handle: WorkerHandle::new(now_ms()),
+            pool,
             active: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(concurrency)),
         })
@@ -138,7 +147,13 @@ impl Workers {
                 refusing_for_spool = false;
                 tracing::info!("artifact spool below its bound again; taking new tasks");
             }
-            match self.queue.claim(&self.identity, self.lease_for()).await {
+            // The pool's free desktops at this moment: claims are made one at a time, so none is offered twice.
+            let identity = if self.pool.is_empty() {
+                std::borrow::Cow::Borrowed(&self.identity)
+            } else {
+                std::borrow::Cow::Owned(WorkerIdentity { pool: self.pool.offers(), ..self.identity.clone() })
+            };
+            match self.queue.claim(&identity, self.lease_for()).await {
                 Ok(Some(lease)) => {
                     let workers = self.clone();
                     let shutdown = shutdown.clone();
@@ -303,6 +318,31 @@ impl Workers {
         // The same builder as `agentd run` and embedders, with the daemon's config and model clients; the task
         // came over an API (this node's or another's), so it may name only what this node allows.
         let mut builder = Agent::builder();
+        // A desktop of the pool (§23): taken, reset unless the task ran on it last, and its computer (opened
+        // when the daemon started) given to the attempt.
+        if let Some(name) = &lease.desktop {
+            let Some(taken) = self.pool.take(name, &task_id) else {
+                tracing::warn!(desktop = %name, "the claimed desktop is not free here; handing the task back");
+                let release =
+                    Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "desktop busy".into() };
+                self.end(&lease, &events, &stored_rx, End::Released(release)).await;
+                return;
+            };
+            match self.pool.prepare(name, &task_id).await {
+                Ok(prepared) => events.emit(EventKind::DesktopLeased {
+                    desktop: name.clone(),
+                    reset: prepared.reset,
+                    duration_ms: prepared.duration.as_millis() as u64,
+                }),
+                Err(failure) => {
+                    let failure = serde_json::to_value(&failure).unwrap_or_default();
+                    events.emit(EventKind::DesktopFailed { failure: failure.clone() });
+                    self.end(&lease, &events, &stored_rx, End::Released(Release::DesktopFailed { failure })).await;
+                    return;
+                }
+            }
+            builder = builder.computer(taken.computer);
+        }
         // A replay (§18) runs on the replayed task's record, read from the queue.
         if let Some(replay) = &lease.spec.replay {
             match self.queue.get(replay.of.as_str()).await {
@@ -371,6 +411,9 @@ impl Workers {
             self.metrics.observe_checks(&finish.outcome.checks);
         }
         self.end(&lease, &events, &stored_rx, end).await;
+        if let Some(name) = &lease.desktop {
+            self.pool.give_back(name, &task_id);
+        }
         drop(events);
         // Screenshot events may still arrive from the uploader; the writer task ends by itself once they
         // have, so it is left to finish in the background.
@@ -457,6 +500,10 @@ impl Workers {
                 let release = Release::AwaitTools;
                 retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
             }
+            End::Released(release) => {
+                wait_stored(stored, events).await;
+                retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
+            }
             End::Lost => Ok(()),
         };
         match result {
@@ -520,6 +567,8 @@ enum End {
     AwaitTools,
     /// Parked for a take-over (§20) until a person hands the desktop back.
     TakeOver,
+    /// Handed back before the attempt ran (its pool desktop was not free, or failed its reset).
+    Released(Release),
     Lost,
 }
 

@@ -155,7 +155,6 @@ pub fn read_text_blocking(path: &Path) -> Result<String, FileError> {
 /// opened and again through the open descriptor (opened non-blocking, so opening a FIFO put in its place does
 /// not wait for a writer).
 pub fn read_bytes_blocking(path: &Path) -> Result<Vec<u8>, FileError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let io = |source| FileError::Io { path: path.to_path_buf(), source };
     let check = |meta: &std::fs::Metadata| {
         if !meta.file_type().is_file() {
@@ -167,11 +166,11 @@ pub fn read_bytes_blocking(path: &Path) -> Result<Vec<u8>, FileError> {
         Ok(())
     };
     check(&std::fs::metadata(path).map_err(io)?)?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(io)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK | libc::O_NOCTTY);
+    let file = options.open(path).map_err(io)?;
     check(&file.metadata().map_err(io)?)?;
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
@@ -211,6 +210,13 @@ async fn off_runtime<T: Send + 'static>(
     }
 }
 
+/// Windows has directories and special files only (no FIFOs or devices in the file system).
+#[cfg(not(unix))]
+fn kind_of(file_type: &std::fs::FileType) -> &'static str {
+    if file_type.is_dir() { "directory" } else { "special file" }
+}
+
+#[cfg(unix)]
 fn kind_of(file_type: &std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if file_type.is_dir() {

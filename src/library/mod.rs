@@ -412,6 +412,10 @@ impl AgentBuilder {
         if self.api_task {
             backends::check_names(&task, &config)?;
         }
+        // Outside the daemon nothing is leased: a pool request runs on the first desktop it matches (§23).
+        if !matches!(self.computer, Some(Source::Given(_))) {
+            task.computer = backends::pool_computer(&task.computer, &config)?;
+        }
 
         let files = if self.api_task {
             config.file_access()

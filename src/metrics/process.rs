@@ -56,6 +56,7 @@ fn read_linux() -> ProcessStats {
 }
 
 /// The fields of `/proc/self/stat` that matter here (see proc(5)).
+#[cfg(any(target_os = "linux", test))]
 #[derive(Debug, PartialEq)]
 struct Stat {
     utime: u64,
@@ -67,6 +68,7 @@ struct Stat {
 
 /// Parses `/proc/PID/stat`. The command name (field 2) is in parentheses and may hold spaces and `)`, so the
 /// fields are counted from the last `)`.
+#[cfg(any(target_os = "linux", test))]
 fn parse_stat(text: &str) -> Option<Stat> {
     let after = &text[text.rfind(')')? + 1..];
     // `after` starts at field 3 (state): field N is at index N - 3.
@@ -76,11 +78,13 @@ fn parse_stat(text: &str) -> Option<Stat> {
 }
 
 /// The boot time (`btime`, seconds since the epoch) from `/proc/stat`.
+#[cfg(any(target_os = "linux", test))]
 fn boot_time(text: &str) -> Option<u64> {
     text.lines().find_map(|line| line.strip_prefix("btime")?.trim().parse().ok())
 }
 
 /// The soft limit of open files from `/proc/self/limits` (`unlimited` is left out).
+#[cfg(any(target_os = "linux", test))]
 fn max_open_files(text: &str) -> Option<u64> {
     let line = text.lines().find(|line| line.starts_with("Max open files"))?;
     line["Max open files".len()..].split_whitespace().next()?.parse().ok()

@@ -11,7 +11,9 @@
 //! - `stop`: the turn carries the recorded calls with an [`ApprovalRequest`], so the loop parks the task in
 //!   `waiting_for_human` (approve runs the recorded actions, reject ends the task);
 //! - `model`: the fallback model answers from that step on, with a fresh context (only the exchanges it made
-//!   itself, a summary of the replayed steps), so vendor adapters never see a synthetic history.
+//!   itself, a summary of the replayed steps), so vendor adapters never see a synthetic history. It also
+//!   answers past the recording's end: a completion refused after the last step, and the later turns of a
+//!   conversation with the finished replay (§19).
 //!
 //! Replayed turns cost nothing and make no network call.
 
@@ -124,7 +126,17 @@ impl ReplayModel {
         };
         let replayed: Vec<String> =
             self.steps.iter().take(from).enumerate().map(|(i, s)| format!("step {i}: {}", s.summary)).collect();
-        let mut summary = if replayed.is_empty() {
+        let mut summary = if from >= self.steps.len() {
+            // The whole recording played (and completed): a later turn of the conversation (§19), or a
+            // completion refused after the last recorded step.
+            format!(
+                "Steps 0 to {} of this task were replayed without a model from the recording of task {} ({}), \
+                 the whole recording. You continue the task from here.",
+                from.saturating_sub(1),
+                self.of,
+                replayed.join("; ")
+            )
+        } else if replayed.is_empty() {
             format!(
                 "This task replays the recorded actions of task {}, but the screen differed from the recording \
                  at its first step, so you do the task from here.",

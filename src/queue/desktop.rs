@@ -18,8 +18,14 @@
 //! (a task without a computer runs on the worker's `[defaults] computer`). The claim fills them in for the
 //! claiming worker ([`DesktopScope::qualify`], and the same `replace()` in each backend's SQL) and records
 //! the filled-in key on the task it runs (`desktop_held`).
+//!
+//! A task for the desktop pool (§23: `{"desktop": …}`/`{"labels": …}`, or no computer on a worker with
+//! `[[desktops]]`, whose [`DesktopScope::default`] is then [`POOL`]) is stored as [`POOL`] followed by its
+//! request ([`DesktopSpec::encode`]). Such a key is never held; the claim picks one of the worker's free pool
+//! desktops ([`PoolOffer`]) the request matches, whose own key ([`template`] of its computer, qualified) no
+//! live task holds, and records that key as `desktop_held` and its name as the task's `desktop`.
 
-use crate::task::ComputerSpec;
+use crate::task::{ComputerSpec, DesktopSpec};
 
 /// Stands for the claiming worker's host name in a stored key.
 pub const HOST: &str = "{host}";
@@ -27,6 +33,35 @@ pub const HOST: &str = "{host}";
 pub const DISPLAY: &str = "{display}";
 /// Stands for the key of the claiming worker's default computer (a task that names none).
 pub const DEFAULT: &str = "{default}";
+
+/// Marks a stored key as a request for a desktop of the pool.
+pub const POOL: &str = "{pool}";
+
+/// A free desktop of the claiming worker's pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolOffer {
+    pub name: String,
+    pub labels: Vec<String>,
+    /// Its key, qualified for this worker (what `desktop_held` records).
+    pub key: String,
+}
+
+/// The pool request of a qualified key, when it is one.
+pub fn pool_request(key: &str) -> Option<DesktopSpec> {
+    key.strip_prefix(POOL).map(DesktopSpec::decode)
+}
+
+/// The first offer a pool request takes whose key is not `held`; `prefer` (the desktop the task ran on last)
+/// first when it is free.
+pub fn choose<'a>(
+    request: &DesktopSpec,
+    offers: &'a [PoolOffer],
+    prefer: Option<&str>,
+    held: impl Fn(&str) -> bool,
+) -> Option<&'a PoolOffer> {
+    let takes = |o: &&PoolOffer| request.matches(&o.name, o.labels.iter().map(String::as_str)) && !held(&o.key);
+    offers.iter().filter(|o| prefer == Some(o.name.as_str())).find(takes).or_else(|| offers.iter().find(takes))
+}
 
 /// What a claiming worker fills into stored keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +131,7 @@ pub fn template(computer: &ComputerSpec) -> Option<String> {
         ComputerSpec::ComputerServer(cua) => Some(cua_key(&cua.url)),
         // The worker's own session: on X11 the display `local` without `display` drives too.
         ComputerSpec::Portable(_) => Some(format!("{HOST}/x11:{DISPLAY}")),
+        ComputerSpec::Desktop(request) => Some(format!("{POOL}{}", request.encode())),
     }
 }
 

@@ -89,6 +89,8 @@ pub struct WorkerIdentity {
     pub labels: BTreeMap<String, String>,
     /// What the worker's machine fills into desktop keys (one task per desktop at a time).
     pub desktops: desktop::DesktopScope,
+    /// The free desktops of the worker's pool (§23) a pool task may take, in the order it prefers them.
+    pub pool: Vec<desktop::PoolOffer>,
 }
 
 /// A claimed task: what a worker needs to run (or resume) it, and the token every write must carry.
@@ -112,6 +114,8 @@ pub struct Lease {
     /// A person had taken the desktop over (`pause`) and handed it back (`resume`) since the last attempt
     /// ran: the next step tells the model so, with the note.
     pub handed_back: Option<HandBack>,
+    /// The desktop of the worker's pool (§23) the claim gave the task, by name.
+    pub desktop: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +142,9 @@ pub struct Finish {
 pub enum Release {
     /// Back to `queued`. `count_attempt: false` for a graceful shutdown (the attempt did not fail).
     Requeue { count_attempt: bool, delay: Duration, reason: String },
+    /// Back to `queued` in the same attempt, because the pool desktop the claim gave it failed its `reset`
+    /// (§23); `failure` (JSON: desktop, command, exit code, output) is kept in the task's record.
+    DesktopFailed { failure: serde_json::Value },
     /// Park in `waiting_for_human` until approved or rejected.
     WaitForHuman { reason: String },
     /// Park in `waiting_for_human` for a take-over (§20: a pause was asked for), until `resume`; the next
@@ -424,6 +431,19 @@ pub(crate) mod ending {
             state: state.as_str(),
             message: "only a finished task (succeeded, failed or cancelled) takes a new message; wait for it to end"
                 .into(),
+        }
+    }
+
+    /// A message to a replay (§18) that has no model to answer it (`on_divergence: "stop"`).
+    pub fn replay_without_model(id: &str, state: TaskState, of: &str) -> QueueError {
+        QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: format!(
+                "it replays task {of} with replay.on_divergence \"stop\", so it has no model to answer a message; \
+                 replay with a model to continue with (agentd replay {of} --fallback PROVIDER[:MODEL], or \
+                 \"on_divergence\": \"model\"), or submit the message as a task of its own"
+            ),
         }
     }
 

@@ -124,6 +124,14 @@ const MIGRATIONS: &[(i32, &str, &[&str])] = &[
             "ALTER TABLE agentd_tasks ADD COLUMN takeover_note text",
         ],
     ),
+    (
+        6,
+        "desktop pools: the desktop a task ran on, the failure of one",
+        &[
+            "ALTER TABLE agentd_tasks ADD COLUMN desktop_name text",
+            "ALTER TABLE agentd_tasks ADD COLUMN desktop_failure text",
+        ],
+    ),
 ];
 
 /// Deletes the finished tasks among `$1` (steps and events go by `ON DELETE CASCADE`) and puts them on the
@@ -328,8 +336,31 @@ impl PostgresQueue {
             waiting_reason: get("waiting_reason")?,
             turns: get("turns")?,
             takeover: get("takeover")?,
+            desktop_name: get("desktop_name")?,
+            desktop_failure: get("desktop_failure")?,
         }
         .decode()
+    }
+
+    /// Takes the transaction-scoped advisory lock on a desktop key, then tells whether no live task holds
+    /// the desktop (running under a live lease, or parked for a take-over), seeing every claim committed
+    /// before the lock was granted.
+    async fn desktop_free(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, key: &str) -> Result<bool, QueueError> {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(key)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        let held: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM agentd_tasks
+                            WHERE desktop_held = $1 AND (state = 'running' AND lease_until > now()
+                                  OR state = 'waiting_for_human' AND takeover = 'parked'))",
+        )
+        .bind(key)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        Ok(!held)
     }
 
     async fn steps(executor: impl sqlx::PgExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
@@ -611,58 +642,65 @@ impl Queue for PostgresQueue {
         // the other's uncommitted claim), so a task with a desktop is claimed under a transaction-scoped
         // advisory lock on its key and the desktop checked again after it, in a statement that sees every
         // claim committed before: of two such claims, the second finds the first and leaves its task queued.
+        // A pool task (§23) is claimed with one of the worker's free pool desktops its request matches,
+        // under the same lock and check on that desktop's key. A few of the oldest tasks are looked at, so
+        // that a task whose desktops are all busy does not hold back the ones behind it.
         let pick = format!(
-            "SELECT id, {qualified} AS desktop_key, takeover, takeover_note FROM agentd_tasks t
+            "SELECT id, {qualified} AS desktop_key, desktop_name, takeover, takeover_note FROM agentd_tasks t
              WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
                AND NOT EXISTS (SELECT 1 FROM agentd_tasks r WHERE r.state = 'running' AND r.lease_until > now()
                                  AND r.desktop_held = {qualified})
                AND NOT EXISTS (SELECT 1 FROM agentd_tasks p WHERE p.state = 'waiting_for_human'
                                  AND p.takeover = 'parked' AND p.desktop_held = {qualified})
              ORDER BY created_at, id
-             LIMIT 1
+             LIMIT 16
              FOR UPDATE SKIP LOCKED",
             qualified = desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
         );
-        for _ in 0..4 {
-            let mut tx = self.pool.begin().await.map_err(db_error)?;
-            let picked: Option<(String, Option<String>, Option<String>, Option<String>)> = // Built from constants only (no input reaches the text).
-                sqlx::query_as(sqlx::AssertSqlSafe(pick.as_str()))
+        type Picked = (String, Option<String>, Option<String>, Option<String>, Option<String>);
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let picked: Vec<Picked> = // Built from constants only (no input reaches the text).
+            sqlx::query_as(sqlx::AssertSqlSafe(pick.as_str()))
                 .bind(Json(&worker.labels))
                 .bind(&worker.desktops.default)
                 .bind(&worker.desktops.host)
                 .bind(&worker.desktops.display)
-                .fetch_optional(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await
                 .map_err(db_error)?;
-            let Some((id, desktop_key, takeover, takeover_note)) = picked else {
-                return Ok(None);
-            };
-            if let Some(key) = &desktop_key {
-                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-                    .bind(key)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                let held: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM agentd_tasks
-                                    WHERE desktop_held = $1 AND (state = 'running' AND lease_until > now()
-                                          OR state = 'waiting_for_human' AND takeover = 'parked'))",
-                )
-                .bind(key)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                if held {
-                    tx.rollback().await.map_err(db_error)?;
-                    continue;
+        for (id, desktop_key, before, takeover, takeover_note) in picked {
+            let (desktop_key, desktop_name) = match desktop_key.as_deref().and_then(desktop::pool_request) {
+                None => match desktop_key {
+                    Some(key) if !Self::desktop_free(&mut tx, &key).await? => continue,
+                    key => (key, None),
+                },
+                Some(request) => {
+                    let mut chosen = None;
+                    let mut offers: Vec<&desktop::PoolOffer> = worker
+                        .pool
+                        .iter()
+                        .filter(|o| request.matches(&o.name, o.labels.iter().map(String::as_str)))
+                        .collect();
+                    offers.sort_by_key(|o| before.as_deref() != Some(o.name.as_str()));
+                    for offer in offers {
+                        if Self::desktop_free(&mut tx, &offer.key).await? {
+                            chosen = Some((Some(offer.key.clone()), Some(offer.name.clone())));
+                            break;
+                        }
+                    }
+                    match chosen {
+                        Some(chosen) => chosen,
+                        None => continue,
+                    }
                 }
-            }
+            };
             let row = sqlx::query(
                 "UPDATE agentd_tasks t SET state = 'running',
                     attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
                     worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
                     started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL,
-                    desktop_held = $4, takeover = NULL, takeover_note = NULL
+                    desktop_held = $4, takeover = NULL, takeover_note = NULL,
+                    desktop_name = COALESCE($5, t.desktop_name)
                  WHERE t.id = $1
                  RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved, t.turns",
             )
@@ -670,6 +708,7 @@ impl Queue for PostgresQueue {
             .bind(&worker.name)
             .bind(secs(lease_for))
             .bind(&desktop_key)
+            .bind(&desktop_name)
             .fetch_one(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -687,13 +726,15 @@ impl Queue for PostgresQueue {
                 turns: row.try_get("turns").map_err(db_error)?,
                 takeover,
                 takeover_note,
+                desktop: desktop_name,
                 id,
             }
             .decode()?;
             tx.commit().await.map_err(db_error)?;
             return Ok(Some(lease));
         }
-        // Every pick lost its desktop to a concurrent claim: the next poll or wake-up looks again.
+        tx.rollback().await.map_err(db_error)?;
+        // Every pick's desktop is busy: the next poll or wake-up looks again.
         Ok(None)
     }
 
@@ -879,6 +920,18 @@ impl Queue for PostgresQueue {
             .await
             .map_err(db_error)?
             .rows_affected(),
+            Handback::DesktopFailed { ref failure } => sqlx::query(
+                "UPDATE agentd_tasks SET state = 'queued', lease_until = NULL, worker = NULL, same_attempt = true,
+                    not_before = now(), desktop_failure = $3
+                 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+            )
+            .bind(task_id)
+            .bind(token)
+            .bind(failure)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected(),
         };
         transitions::fenced(task_id, changed)?;
         // A task waiting for the desktop this one held may be claimable now, on any node.
@@ -887,7 +940,9 @@ impl Queue for PostgresQueue {
             .fetch_one(&mut *tx)
             .await
             .map_err(db_error)?;
-        if freed_desktop || matches!(handback, Handback::Requeue { wakes_workers: true, .. }) {
+        if freed_desktop
+            || matches!(handback, Handback::Requeue { wakes_workers: true, .. } | Handback::DesktopFailed { .. })
+        {
             Self::notify_work(&mut tx).await?;
         }
         tx.commit().await.map_err(db_error)
@@ -989,10 +1044,11 @@ impl Queue for PostgresQueue {
                 .await
                 .map_err(db_error)?;
         let next_step = u32::try_from(next_step).unwrap_or(u32::MAX);
-        let new = match transitions::add_turn(id, record.state, record.turns, next_step, text) {
-            Ok(new) => new,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
+        let new =
+            match transitions::add_turn(id, record.state, record.task.replay.as_ref(), record.turns, next_step, text) {
+                Ok(new) => new,
+                Err(e) => return Err(rollback(tx, e).await),
+            };
         // A fresh attempt count, time budget and start: the turn runs as the task ran, after its steps.
         sqlx::query(
             "UPDATE agentd_tasks SET state = 'queued', turns = $2, started_at = NULL, finished_at = NULL,
@@ -1226,7 +1282,8 @@ mod tests {
             .fetch_all(&queues[0].pool)
             .await
             .expect("versions");
-        assert_eq!(versions, vec![1, 2, 3, 4, 5]);
+        assert_eq!(versions, MIGRATIONS.iter().map(|(version, _, _)| *version).collect::<Vec<_>>());
+        assert_eq!(versions, (1..=6).collect::<Vec<_>>(), "each migration once, in order");
         assert!(!queues[0].describe().contains("not-shown-anywhere"), "{}", queues[0].describe());
         assert!(queues[0].describe().starts_with("postgres://"), "{}", queues[0].describe());
         for queue in queues {
@@ -1253,6 +1310,7 @@ mod tests {
                     name: format!("w{w}"),
                     labels: BTreeMap::new(),
                     desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+                    pool: Vec::new(),
                 };
                 while let Some(lease) = queue.claim(&who, Duration::from_secs(30)).await.expect("claim") {
                     claimed.lock().expect("lock").push(lease.task_id);
@@ -1291,6 +1349,7 @@ mod tests {
                         name: format!("w{w}"),
                         labels: BTreeMap::new(),
                         desktops: crate::queue::desktop::DesktopScope::new(&format!("node-{w}"), None, None),
+                        pool: Vec::new(),
                     };
                     queue.claim(&who, Duration::from_secs(30)).await.expect("claim")
                 }
@@ -1352,6 +1411,7 @@ mod tests {
             name: "w".into(),
             labels: BTreeMap::new(),
             desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+            pool: Vec::new(),
         };
         let lease = listener.claim(&who, Duration::from_secs(30)).await.expect("claim").expect("a task");
         assert_eq!(lease.task_id, "heard-1");
@@ -1377,6 +1437,7 @@ mod tests {
             name: "w".into(),
             labels: BTreeMap::new(),
             desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+            pool: Vec::new(),
         };
         queue.claim(&who, Duration::from_secs(90)).await.expect("claim").expect("a task");
         let seconds: f64 = sqlx::query_scalar(
@@ -1404,6 +1465,7 @@ mod tests {
             name: "frozen".into(),
             labels: BTreeMap::new(),
             desktops: crate::queue::desktop::DesktopScope::new("h", None, None),
+            pool: Vec::new(),
         };
         frozen.claim(&who, Duration::from_secs(1)).await.expect("claim").expect("a task");
         let mut tx = frozen.pool.begin().await.expect("begin");

@@ -99,6 +99,10 @@ pub(super) struct TaskRow {
     pub turns: Option<String>,
     /// The take-over marker (`takeover` column).
     pub takeover: Option<String>,
+    /// The pool desktop the latest attempt ran on (`desktop_name` column, §23).
+    pub desktop_name: Option<String>,
+    /// The last failure of a pool desktop given to the task (`desktop_failure` column, JSON, §23).
+    pub desktop_failure: Option<String>,
 }
 
 impl TaskRow {
@@ -125,6 +129,8 @@ impl TaskRow {
             waiting: None,
             turns: parse_optional("turns", self.turns.as_deref())?.unwrap_or_default(),
             taken_over: Takeover::parse(self.takeover.as_deref()) == Some(Takeover::Parked),
+            desktop: self.desktop_name,
+            desktop_failure: parse_optional("desktop_failure", self.desktop_failure.as_deref())?,
         };
         record.derive_turns();
         Ok(record)
@@ -147,6 +153,8 @@ pub(super) struct LeaseRow {
     /// The take-over marker and note as they were before the claim cleared them.
     pub takeover: Option<String>,
     pub takeover_note: Option<String>,
+    /// The pool desktop the claim chose (§23).
+    pub desktop: Option<String>,
 }
 
 impl LeaseRow {
@@ -164,6 +172,7 @@ impl LeaseRow {
             turns: parse_optional("turns", self.turns.as_deref())?.unwrap_or_default(),
             handed_back: (Takeover::parse(self.takeover.as_deref()) == Some(Takeover::Resumed))
                 .then_some(HandBack { note: self.takeover_note }),
+            desktop: self.desktop,
         })
     }
 }
@@ -189,6 +198,8 @@ mod tests {
             waiting_reason: None,
             turns: None,
             takeover: None,
+            desktop_name: None,
+            desktop_failure: None,
         }
     }
 

@@ -57,7 +57,9 @@ const SCHEMA: &[&str] = &[
         desktop TEXT,
         desktop_held TEXT,
         takeover TEXT,
-        takeover_note TEXT
+        takeover_note TEXT,
+        desktop_name TEXT,
+        desktop_failure TEXT
     )",
     "CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks(state, created_ms)",
     "CREATE TABLE IF NOT EXISTS steps (
@@ -259,13 +261,11 @@ impl SqliteQueue {
             }
         }
         {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(|e| unavailable(&tmp, e))?;
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            options.open(&tmp).map_err(|e| unavailable(&tmp, e))?;
         }
         let pool = Self::pool(1).connect_with(Self::options(&tmp)).await.map_err(|e| open_error(&tmp, e))?;
         for statement in SCHEMA {
@@ -282,13 +282,22 @@ impl SqliteQueue {
         pool.close().await;
         std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| unavailable(&tmp, e))?;
         std::fs::rename(&tmp, path).map_err(|e| unavailable(path, e))?;
+        // The rename made durable (Windows opens no directory as a file: there NTFS's journal does it).
+        #[cfg(unix)]
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(|e| unavailable(parent, e))?;
         }
         write_marker(&Self::marker_path(path)).map_err(|e| unavailable(&Self::marker_path(path), e))
     }
 
+    /// Windows has no `access(2)`: an unwritable directory shows when SQLite opens the database.
+    #[cfg(not(unix))]
+    fn check_dir_writable(_path: &Path) -> Result<(), QueueError> {
+        Ok(())
+    }
+
     /// SQLite writes its `-wal` and `-shm` files beside the database: it needs the directory writable.
+    #[cfg(unix)]
     fn check_dir_writable(path: &Path) -> Result<(), QueueError> {
         let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
             return Ok(());
@@ -386,6 +395,14 @@ impl SqliteQueue {
             }
             tx.commit().await.map_err(db_error)?;
         }
+        // Desktop pools (§23): the name of the pool desktop a task's latest attempt ran on.
+        if !columns.iter().any(|c| c == "desktop_name") {
+            for statement in
+                ["ALTER TABLE tasks ADD COLUMN desktop_name TEXT", "ALTER TABLE tasks ADD COLUMN desktop_failure TEXT"]
+            {
+                sqlx::query(statement).execute(pool).await.map_err(db_error)?;
+            }
+        }
         sqlx::query("CREATE INDEX IF NOT EXISTS tasks_desktop_held ON tasks(desktop_held) WHERE state = 'running'")
             .execute(pool)
             .await
@@ -413,8 +430,27 @@ impl SqliteQueue {
             waiting_reason: get("waiting_reason")?,
             turns: get("turns")?,
             takeover: get("takeover")?,
+            desktop_name: get("desktop_name")?,
+            desktop_failure: get("desktop_failure")?,
         }
         .decode()
+    }
+
+    /// The desktop keys live tasks hold: running under a live lease, or parked for a take-over (§20).
+    async fn held_desktops(
+        &self,
+        executor: impl sqlx::SqliteExecutor<'_>,
+        now: i64,
+    ) -> Result<std::collections::HashSet<String>, QueueError> {
+        let keys: Vec<String> = sqlx::query_scalar(
+            "SELECT desktop_held FROM tasks WHERE desktop_held IS NOT NULL
+               AND (state = 'running' AND lease_until_ms >= ?1 OR state = 'waiting_for_human' AND takeover = 'parked')",
+        )
+        .bind(now)
+        .fetch_all(executor)
+        .await
+        .map_err(|e| self.failed(e))?;
+        Ok(keys.into_iter().collect())
     }
 
     async fn steps(&self, executor: impl sqlx::SqliteExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
@@ -696,7 +732,7 @@ impl Queue for SqliteQueue {
         // so does one whose desktop a person took over (§20: a task parked for a take-over keeps it).
         // Built from constants only (no input reaches the text).
         let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT id, labels, desktop, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
+            "SELECT id, labels, desktop, desktop_name, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
                AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.state = 'running' AND r.lease_until_ms >= ?1
                                  AND r.desktop_held = {qualified})
                AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'waiting_for_human' AND p.takeover = 'parked'
@@ -712,29 +748,49 @@ impl Queue for SqliteQueue {
         .await
         .map_err(|e| self.failed(e))?;
         let mut chosen = None;
+        // The keys live tasks hold, read once and only when a pool task (§23) needs a desktop chosen.
+        let mut held: Option<std::collections::HashSet<String>> = None;
         for row in &candidates {
             let labels_text: String = row.try_get("labels").map_err(|e| self.failed(e))?;
             let labels: BTreeMap<String, String> =
                 serde_json::from_str(&labels_text).map_err(|e| corrupt("labels", e))?;
-            if labels_match(&labels, &worker.labels) {
-                let id = row.try_get::<String, _>("id").map_err(|e| self.failed(e))?;
-                let desktop: Option<String> = row.try_get("desktop").map_err(|e| self.failed(e))?;
-                let takeover: (Option<String>, Option<String>) = (
-                    row.try_get("takeover").map_err(|e| self.failed(e))?,
-                    row.try_get("takeover_note").map_err(|e| self.failed(e))?,
-                );
-                chosen = Some((id, worker.desktops.qualify(desktop.as_deref()), takeover));
-                break;
+            if !labels_match(&labels, &worker.labels) {
+                continue;
             }
+            let id = row.try_get::<String, _>("id").map_err(|e| self.failed(e))?;
+            let desktop: Option<String> = row.try_get("desktop").map_err(|e| self.failed(e))?;
+            let qualified = worker.desktops.qualify(desktop.as_deref());
+            let (desktop_held, desktop_name) = match qualified.as_deref().and_then(desktop::pool_request) {
+                None => (qualified, None),
+                Some(request) => {
+                    if held.is_none() {
+                        held = Some(self.held_desktops(&mut *tx, now).await?);
+                    }
+                    let held = held.as_ref();
+                    let before: Option<String> = row.try_get("desktop_name").map_err(|e| self.failed(e))?;
+                    let is_held = |key: &str| held.is_some_and(|h| h.contains(key));
+                    match desktop::choose(&request, &worker.pool, before.as_deref(), is_held) {
+                        Some(offer) => (Some(offer.key.clone()), Some(offer.name.clone())),
+                        None => continue,
+                    }
+                }
+            };
+            let takeover: (Option<String>, Option<String>) = (
+                row.try_get("takeover").map_err(|e| self.failed(e))?,
+                row.try_get("takeover_note").map_err(|e| self.failed(e))?,
+            );
+            chosen = Some((id, desktop_held, desktop_name, takeover));
+            break;
         }
-        let Some((id, desktop_held, (takeover, takeover_note))) = chosen else {
+        let Some((id, desktop_held, desktop_name, (takeover, takeover_note))) = chosen else {
             return Ok(None);
         };
         let row = sqlx::query(
             "UPDATE tasks SET state = 'running', attempt = attempt + 1 - same_attempt, same_attempt = 0,
                 worker = ?2, lease_token = lease_token + 1,
                 lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
-                waiting_reason = NULL, desktop_held = ?5, takeover = NULL, takeover_note = NULL
+                waiting_reason = NULL, desktop_held = ?5, takeover = NULL, takeover_note = NULL,
+                desktop_name = COALESCE(?6, desktop_name)
              WHERE id = ?1 AND state = 'queued'
              RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, approved, turns",
         )
@@ -743,6 +799,7 @@ impl Queue for SqliteQueue {
         .bind(now + lease_for.as_millis() as i64)
         .bind(now)
         .bind(desktop_held)
+        .bind(&desktop_name)
         .fetch_one(&mut *tx)
         .await
         .map_err(|e| self.failed(e))?;
@@ -759,6 +816,7 @@ impl Queue for SqliteQueue {
             turns: row.try_get("turns").map_err(|e| self.failed(e))?,
             takeover,
             takeover_note,
+            desktop: desktop_name,
             id,
         }
         .decode()?;
@@ -940,6 +998,19 @@ impl Queue for SqliteQueue {
                 .execute(&self.durable)
                 .await
             }
+            Handback::DesktopFailed { failure } => {
+                sqlx::query(
+                    "UPDATE tasks SET state = 'queued', lease_until_ms = NULL, worker = NULL, same_attempt = 1,
+                    not_before_ms = ?3, desktop_failure = ?4
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+                )
+                .bind(task_id)
+                .bind(token)
+                .bind(now_ms())
+                .bind(failure)
+                .execute(&self.durable)
+                .await
+            }
         };
         let changed = result.map_err(|e| self.failed(e))?.rows_affected();
         self.write_failure.lock().map(|mut f| f.take()).ok();
@@ -1040,10 +1111,11 @@ impl Queue for SqliteQueue {
             .await
             .map_err(db_error)?;
         let next_step = u32::try_from(next_step).unwrap_or(u32::MAX);
-        let new = match transitions::add_turn(id, record.state, record.turns, next_step, text) {
-            Ok(new) => new,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
+        let new =
+            match transitions::add_turn(id, record.state, record.task.replay.as_ref(), record.turns, next_step, text) {
+                Ok(new) => new,
+                Err(e) => return Err(rollback(tx, e).await),
+            };
         // A fresh attempt count, time budget and start: the turn runs as the task ran, after its steps.
         sqlx::query(
             "UPDATE tasks SET state = 'queued', turns = ?2, started_ms = NULL, finished_ms = NULL, outcome = NULL,

@@ -16,6 +16,7 @@ use super::{Cancelled, Decision, HumanAnswer, Paused, QueueError, Release, ToolA
 use crate::record::Usage;
 use crate::record::events::EventKind;
 use crate::record::{ASK_HUMAN, ActionResult, CallKind, CallResult, EndReason, Outcome, StepRecord, TaskState, Turn};
+use crate::task::replay::{OnDivergence, ReplaySpec};
 use crate::task::{NO_ANSWER, OnHumanTimeout};
 
 /// Whether a task may be deleted (§21): only a finished one (succeeded, failed, cancelled). Decided under the
@@ -252,15 +253,25 @@ pub struct NewTurn {
 /// turns as its row reads (the current one last, with the task's outcome), `next_step` the index after its
 /// last step. The current turn keeps its steps below `next_step`; the new one begins at `next_step`, so step
 /// indices keep counting across turns.
+///
+/// A replay task (§18, `replay` in its task file) answers a message with its model, the replay's fallback:
+/// one that replays with `on_divergence: "model"` takes the message; one with `"stop"` has no model (it is
+/// never built) and is refused, naming the field and what to do instead.
 pub fn add_turn(
     id: &str,
     state: TaskState,
+    replay: Option<&ReplaySpec>,
     mut turns: Vec<Turn>,
     next_step: u32,
     text: &str,
 ) -> Result<NewTurn, QueueError> {
     if !state.is_terminal() {
         return Err(ending::not_finished(id, state));
+    }
+    if let Some(replay) = replay
+        && replay.on_divergence != OnDivergence::Model
+    {
+        return Err(ending::replay_without_model(id, state, replay.of.as_str()));
     }
     if let Some(current) = turns.last_mut() {
         current.last_step = next_step.checked_sub(1).filter(|&last| last >= current.first_step);
@@ -487,6 +498,9 @@ pub enum Handback<'a> {
     /// Parked in `waiting_for_human` for a take-over (marker [`Takeover::Parked`], reason
     /// [`TAKEOVER_REASON`]), holding no worker and no lease; `resume` queues it in the same attempt.
     TakeOver,
+    /// Back to `queued` at once in the same attempt, the failure of its pool desktop (§23) kept as
+    /// `desktop_failure` (JSON text).
+    DesktopFailed { failure: String },
 }
 
 pub fn release(release: &Release) -> Handback<'_> {
@@ -497,6 +511,7 @@ pub fn release(release: &Release) -> Handback<'_> {
         Release::WaitForHuman { reason } => Handback::WaitForHuman { reason },
         Release::AwaitTools => Handback::AwaitTools,
         Release::TakeOver => Handback::TakeOver,
+        Release::DesktopFailed { failure } => Handback::DesktopFailed { failure: failure.to_string() },
     }
 }
 
@@ -987,7 +1002,7 @@ mod tests {
             last_step: None,
         };
         for state in ALL {
-            let result = add_turn("t", state, vec![first.clone()], 3, "now export April");
+            let result = add_turn("t", state, None, vec![first.clone()], 3, "now export April");
             match result {
                 Ok(new) => {
                     assert!(state.is_terminal(), "{state:?}");
@@ -1008,7 +1023,28 @@ mod tests {
         }
         // A turn that ran no step (cancelled while queued) keeps none; the next begins where it would have.
         let empty = Turn { first_step: 3, index: 1, ..first.clone() };
-        let new = add_turn("t", TaskState::Cancelled, vec![first, empty], 3, "again").expect("finished");
+        let new = add_turn("t", TaskState::Cancelled, None, vec![first.clone(), empty], 3, "again").expect("finished");
         assert_eq!((new.turns[1].last_step, new.turns[2].first_step, new.turns[2].index), (None, 3, 2));
+
+        // A replay (§18) takes a message only when it has a model to answer it: `on_divergence: "model"`.
+        let replay = |on_divergence: &str| -> ReplaySpec {
+            serde_json::from_value(serde_json::json!({"of": "recorded", "on_divergence": on_divergence})).expect("spec")
+        };
+        let with_model = replay("model");
+        let new = add_turn("t", TaskState::Succeeded, Some(&with_model), vec![first.clone()], 3, "and then?")
+            .expect("a model replay takes a message");
+        assert_eq!(new.turns.len(), 2);
+        let stop = replay("stop");
+        match add_turn("t", TaskState::Succeeded, Some(&stop), vec![first.clone()], 3, "and then?") {
+            Err(QueueError::WrongState { message, .. }) => {
+                assert!(message.contains("recorded") && message.contains("on_divergence"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // An unfinished replay is refused for that first.
+        assert!(matches!(
+            add_turn("t", TaskState::Running, Some(&stop), vec![first], 3, "and then?"),
+            Err(QueueError::WrongState { state: "running", .. })
+        ));
     }
 }

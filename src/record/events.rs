@@ -38,6 +38,17 @@ pub enum EventKind {
         attempt: u32,
         worker: String,
     },
+    /// The claim gave the task a desktop of the pool (§23); `reset`: its reset command ran first.
+    DesktopLeased {
+        desktop: String,
+        reset: bool,
+        duration_ms: u64,
+    },
+    /// The pool desktop the claim gave the task failed (its reset): it left the pool and the task went back
+    /// to the queue. `failure`: `{desktop, command, exit_code?, reason, output, at}`.
+    DesktopFailed {
+        failure: serde_json::Value,
+    },
     StepStarted {
         step: u32,
     },
@@ -199,6 +210,8 @@ impl EventKind {
             Self::TaskQueued {} => "task_queued",
             Self::TurnQueued { .. } => "turn_queued",
             Self::TaskStarted { .. } => "task_started",
+            Self::DesktopLeased { .. } => "desktop_leased",
+            Self::DesktopFailed { .. } => "desktop_failed",
             Self::StepStarted { .. } => "step_started",
             Self::ModelDelta { .. } => "model_delta",
             Self::ActionStarted { .. } => "action_started",

@@ -475,14 +475,17 @@ pub struct ReplayInfo {
 
 impl ReplayInfo {
     /// Read from a replay task's steps: the first step marked `diverged`, or the first the model made.
-    pub fn of_steps(of: String, steps: &[StepRecord]) -> Self {
+    /// `later_turns_from` is the first step of the conversation's second turn (§19), if it has one: a model
+    /// answering a message to the finished replay took over without any divergence.
+    pub fn of_steps(of: String, steps: &[StepRecord], later_turns_from: Option<u32>) -> Self {
         let mark = |step: &StepRecord| step.raw.as_ref().and_then(|raw| raw.get(REPLAY_MARK)).cloned();
         let handed_over = steps.iter().find(|step| mark(step).is_none()).map(|step| step.index);
         let diverged = steps
             .iter()
             .find(|step| mark(step).is_some_and(|m| m.get("diverged").and_then(|d| d.as_bool()) == Some(true)))
             .map(|step| step.index);
-        let diverged_at = match (diverged, handed_over) {
+        let took_over = handed_over.filter(|&step| later_turns_from.is_none_or(|later| step < later));
+        let diverged_at = match (diverged, took_over) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub mod approval;
 pub mod conversation;
+pub mod desktop;
 pub mod guard;
 pub mod replay;
 pub mod script;
@@ -22,6 +23,7 @@ pub mod verify;
 use crate::input::line_column;
 pub use crate::input::{TaskFileError, format_location, locate_field, parse_json};
 pub use crate::record::Compaction;
+pub use desktop::{DesktopName, DesktopSpec};
 use guard::{Guard, GuardSpec};
 use replay::ReplaySpec;
 use script::Script;
@@ -197,15 +199,41 @@ impl<'de> Deserialize<'de> for LabelKey {
     }
 }
 
-/// Which computer the task operates (§3 `computer`), tagged by `provider`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "provider", rename_all = "kebab-case")]
+/// Which computer the task operates (§3 `computer`), tagged by `provider`; or, without a `provider`, a
+/// desktop of the configured pool (§23: `{"desktop": "NAME"}`, `{"labels": […]}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ComputerSpec {
     Mock(MockSpec),
     Local(LocalSpec),
     Vnc(VncSpec),
     ComputerServer(ComputerServerSpec),
     Portable(PortableSpec),
+    Desktop(DesktopSpec),
+}
+
+impl Serialize for ComputerSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap};
+        let fields = match self {
+            Self::Mock(spec) => serde_json::to_value(spec),
+            Self::Local(spec) => serde_json::to_value(spec),
+            Self::Vnc(spec) => serde_json::to_value(spec),
+            Self::ComputerServer(spec) => serde_json::to_value(spec),
+            Self::Portable(spec) => serde_json::to_value(spec),
+            Self::Desktop(spec) => return spec.serialize(s),
+        }
+        .map_err(S::Error::custom)?;
+        let fields = match fields {
+            serde_json::Value::Object(fields) => fields,
+            _ => serde_json::Map::new(),
+        };
+        let mut map = s.serialize_map(Some(fields.len() + 1))?;
+        map.serialize_entry("provider", self.provider())?;
+        for (key, value) in &fields {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
 }
 
 /// The built-in mock desktop. `scene` is a built-in scene name, a path to a scene file, or the scene itself.
@@ -360,13 +388,24 @@ impl ComputerSpec {
             Self::Vnc(_) => "vnc",
             Self::ComputerServer(_) => "computer-server",
             Self::Portable(_) => "portable",
+            Self::Desktop(_) => "desktop",
         }
     }
 }
 
 impl<'de> Deserialize<'de> for ComputerSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (provider, rest) = tagged(d, "provider", &["mock", "local", "vnc", "computer-server", "portable"])?;
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(d)?;
+        // No provider, a desktop or labels: a desktop of the pool (§23).
+        if let serde_json::Value::Object(map) = &value
+            && !map.contains_key("provider")
+            && (map.contains_key("desktop") || map.contains_key("labels"))
+        {
+            return variant(map.clone()).map(Self::Desktop);
+        }
+        let (provider, rest) = tagged(value, "provider", &["mock", "local", "vnc", "computer-server", "portable"])
+            .map_err(|e: serde_json::Error| D::Error::custom(e.to_string()))?;
         match provider.as_str() {
             "mock" => variant(rest).map(Self::Mock),
             "local" => variant(rest).map(Self::Local),

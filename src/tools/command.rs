@@ -8,6 +8,8 @@
 //! more than [`MAX_ANSWER_BYTES`] on stdout, or the task is cancelled. A program that cannot be started,
 //! exits non-zero, is killed by a signal or times out is a failed call (`ok: false`) naming the tool and the
 //! problem, with the tail of its stderr; it never ends the task.
+//!
+//! Process groups are Unix's: on Windows the program is killed alone (its own children may outlive it).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -87,10 +89,13 @@ impl CommandRunner {
 pub fn exit_how(status: std::process::ExitStatus) -> String {
     match status.code() {
         Some(code) => format!("exited with status {code}"),
+        #[cfg(unix)]
         None => {
             use std::os::unix::process::ExitStatusExt;
             format!("was killed by signal {}", status.signal().unwrap_or_default())
         }
+        #[cfg(not(unix))]
+        None => "ended without an exit status".into(),
     }
 }
 
@@ -116,13 +121,9 @@ impl Program {
         emit: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<(Vec<u8>, std::process::ExitStatus, Vec<u8>), String> {
         let mut command = Command::new(&self.program);
-        command
-            .args(&self.args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
+        command.args(&self.args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
         if let Some(dir) = &self.cwd {
             command.current_dir(dir);
         }
@@ -183,12 +184,18 @@ struct Group(Option<i32>);
 
 impl Group {
     fn kill(&mut self) {
+        #[cfg(unix)]
         if let Some(pid) = self.0.take() {
             // SAFETY: kill(2) with a negative pid signals the process group the program leads; no memory is
             // involved.
             unsafe {
                 libc::kill(-pid, libc::SIGKILL);
             }
+        }
+        // No process groups: the program itself dies when its `Child` is dropped (`kill_on_drop`).
+        #[cfg(not(unix))]
+        {
+            self.0 = None;
         }
     }
 }

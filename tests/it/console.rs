@@ -1,7 +1,7 @@
 //! The web console (§22) in a real headless Chromium (`testkit::browser`): login (a wrong token refused), the
-//! task list, a task page receiving live steps over SSE, approval, cancel and a remote tool's answer given in
-//! the page, the submit form, CSRF (a cross-site POST and a POST without the session's value refused),
-//! keyboard-only navigation, a phone-sized screen, and `agentd console` for a daemon on its Unix socket only.
+//! task list, a task page receiving live steps over SSE, approval (also with edited actions), cancel and a
+//! remote tool's answer given in the page, the submit form, CSRF (a cross-site POST and a POST without the
+//! session's value refused), keyboard-only navigation, a phone-sized screen, and `agentd console` for a daemon on its Unix socket only.
 //! Each page's screenshot is saved under `tests/artifacts/console/` and checked not blank.
 
 use std::io::{BufRead, Read, Write};
@@ -233,6 +233,74 @@ async fn an_approval_clicked_in_the_page_resumes_the_waiting_task() {
     let done = daemon.task(&id);
     assert_eq!(done["steps"][0]["approval"]["approved"], true, "{done}");
     assert_eq!(done["computer_state"]["fields"]["username"], "alice");
+    browser.close().await;
+}
+
+/// Approve with an edit from the page (§20): the proposed actions shown as JSON, edited; text that is not JSON
+/// is not sent, an action the daemon refuses is shown with the field it names and changes nothing, and the
+/// accepted edit is drawn on the screenshot, then runs instead of the proposed actions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_edited_in_the_page_runs_the_edited_actions() {
+    let Some(browser) = launch().await else { return };
+    let (daemon, _dir, addr) = console_daemon();
+    let id = submit(&daemon, &ask_task("console-edit"));
+    wait_state(&daemon, &id, "waiting_for_human");
+    let tab = browser.tab(1280, 800, false).await.expect("tab");
+    log_in(&tab, &addr).await;
+    open_hash(&tab, &format!("#/tasks/{id}")).await;
+    tab.wait_for("document.querySelector('#edit-toggle')", WAIT).await.expect("an edit control");
+    // The proposed actions are drawn on the screen before any edit.
+    tab.wait_for("document.querySelector('#overlay').textContent.includes('alice')", WAIT)
+        .await
+        .expect("the proposed actions drawn");
+    tab.click("#edit-toggle").await.expect("open the editor");
+    tab.wait_for("!document.querySelector('#edit-form').hidden", WAIT).await.expect("the editor opens");
+    let shown: String = tab.eval("document.querySelector('#edit-actions').value").await.expect("the proposed JSON");
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect("the editor holds JSON");
+    assert_eq!(shown, daemon.task(&id)["waiting"]["proposed"]["actions"], "the proposed actions, as they would run");
+
+    let clear = "document.querySelector('#edit-actions').value = ''; true";
+    let problem = "document.querySelector('#edit-problem').textContent";
+    // Not JSON: nothing is sent.
+    let _: bool = tab.eval(clear).await.expect("clear");
+    tab.type_into("#edit-actions", r#"{"type": "type","#).await.expect("type");
+    tab.click("#approve-edited").await.expect("send");
+    tab.wait_for(&format!("{problem}.includes('not valid JSON')"), WAIT).await.expect("a JSON error shown");
+    // An action the daemon refuses: its message and field are shown, the task still waits, unedited.
+    let _: bool = tab.eval(clear).await.expect("clear");
+    tab.type_into("#edit-actions", r#"[{"type": "explode"}]"#).await.expect("type");
+    tab.click("#approve-edited").await.expect("send");
+    tab.wait_for(&format!("{problem}.includes('refused')"), WAIT).await.expect("the refusal shown");
+    let refusal: String = tab.eval(problem).await.expect("problem");
+    assert!(refusal.contains("actions[0]") && refusal.contains("explode"), "{refusal}");
+    assert!(
+        tab.eval::<bool>("document.querySelector('#edit-actions').getAttribute('aria-invalid') === 'true'")
+            .await
+            .expect("eval")
+    );
+    save(&tab, "approval-edit.png").await;
+    let still = daemon.task(&id);
+    assert_eq!(still["state"], "waiting_for_human", "{still}");
+    assert_eq!(still["steps"][0]["approval"].get("edited"), None, "{still}");
+
+    // A good edit: drawn on the screenshot as it is typed, then approved.
+    let edited = serde_json::json!([{"type": "click", "x": 640, "y": 370}, {"type": "type", "text": "bob"}]);
+    let _: bool = tab.eval(clear).await.expect("clear");
+    tab.type_into("#edit-actions", &edited.to_string()).await.expect("type");
+    tab.wait_for("document.querySelector('#overlay').textContent.includes('bob')", WAIT)
+        .await
+        .expect("the edited actions drawn");
+    assert_eq!(tab.eval::<String>(problem).await.expect("problem"), "", "the old error goes once the text changes");
+    tab.click("#approve-edited").await.expect("approve the edit");
+    tab.wait_for("document.querySelector('#task-state').dataset.state === 'succeeded'", WAIT)
+        .await
+        .expect("the task resumes and succeeds");
+    let done = daemon.task(&id);
+    let step = &done["steps"][0];
+    assert_eq!(step["approval"]["approved"], true, "{done}");
+    assert_eq!(step["approval"]["edited"], edited, "{done}");
+    assert_eq!(step["actions"], edited, "the record shows what ran: {done}");
+    assert_eq!(done["computer_state"]["fields"]["username"], "bob", "the edited action ran: {done}");
     browser.close().await;
 }
 

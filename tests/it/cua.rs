@@ -27,7 +27,7 @@ struct Machine {
     app: RecorderApp,
 }
 
-fn start_server(python: &str, display: &str, port: u16) -> Process {
+pub(crate) fn start_server(python: &str, display: &str, port: u16) -> Process {
     let mut command = Command::new(python);
     command
         .args(["-m", "computer_server", "--host", "127.0.0.1", "--port", &port.to_string(), "--log-level", "warning"])
@@ -167,6 +167,10 @@ fn a_task_on_a_computer_server_lands_every_input() {
     crate::desktops::assert_held_keys_landed(&events);
 }
 
+/// A restarted server that took this long to listen again may have missed the provider's reconnect grace
+/// (15 s, counted from the first call that failed after the kill, less a retry pause of slack).
+const RESTART_TOO_SLOW: Duration = Duration::from_secs(13);
+
 /// A script of `clicks` clicks at x = 10, 20, … with a wait between, so the task outlives a server restart.
 fn slow_script(clicks: i32) -> Value {
     let mut turns: Vec<Value> = (1..=clicks)
@@ -184,26 +188,65 @@ fn a_computer_server_restarted_mid_task_lets_the_task_finish() {
     let child = spawn_task(&agentd, &task);
     machine.wait_for_clicks(2);
     machine.server.kill();
+    let killed = Instant::now();
     std::thread::sleep(Duration::from_millis(800));
     machine.server = start_server(&machine.python, &machine.x.display, machine.port);
+    // How long the machine was away: the Python server's start-up alone can take over ten seconds on a
+    // loaded 2-core machine.
+    let away = killed.elapsed();
     let run = finish(child, Duration::from_secs(90));
-    assert_eq!(run.code, 0, "agentd run failed:\nstdout: {}\nstderr: {}", run.stdout, run.stderr);
     let record = run.json();
+    if run.code != 0 && away >= RESTART_TOO_SLOW {
+        // Back later than the provider's reconnect grace (15 s from the first failed call, which began after
+        // the kill) allows: the task fails with the reason (contract: it continues after the server returns,
+        // or fails saying why), and nothing it was told landed is missing or doubled.
+        eprintln!("the restarted computer-server listened only after {away:?}: the failure path was taken");
+        assert_eq!(record["state"], "failed", "{record:#}");
+        let summary = record["outcome"]["summary"].as_str().unwrap_or_default();
+        assert!(summary.contains(&format!("127.0.0.1:{}", machine.port)), "{summary}");
+        let xs = machine.clicked_x();
+        let mut unique = xs.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(xs.len(), unique.len(), "no click twice: {xs:?}");
+        let told_landed = record["steps"].as_array().into_iter().flatten().filter(|step| {
+            step["results"].as_array().is_some_and(|r| !r.is_empty() && r.iter().all(|r| r["ok"] == true))
+        });
+        for x in told_landed.filter_map(|step| step["actions"][0]["x"].as_i64()) {
+            assert!(xs.contains(&x), "the click at x={x} was reported done but did not land: {xs:?}");
+        }
+        return;
+    }
+    assert_eq!(
+        run.code, 0,
+        "agentd run failed although the server was back after {away:?}:\nstdout: {}\nstderr: {}",
+        run.stdout, run.stderr
+    );
     assert_eq!(record["state"], "succeeded");
     // A click whose answer the kill cut off may or may not have landed: the model was told so (a result
-    // saying it is not known), and it was not sent again. Every other click arrived exactly once.
+    // saying it is not known: "took effect is not known" when the server came back within the provider's
+    // reconnect grace, "not known: the worker stopped…" when it did not and the attempt was resumed), and it
+    // was not sent again. Every other click arrived exactly once.
     let uncertain: Vec<i64> = record["steps"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|step| {
-            step["results"].as_array().into_iter().flatten().any(|r| {
-                r["ok"] == false && r["message"].as_str().unwrap_or_default().contains("took effect is not known")
-            })
+            step["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["ok"] == false && r["message"].as_str().unwrap_or_default().contains("not known"))
         })
         .filter_map(|step| step["actions"][0]["x"].as_i64())
         .collect();
-    assert!(uncertain.len() <= 1, "one action at most was cut off: {uncertain:?}");
+    let steps = || {
+        let steps = record["steps"].as_array().cloned().unwrap_or_default();
+        let brief: Vec<Value> =
+            steps.iter().map(|s| json!({"actions": s["actions"], "results": s["results"]})).collect();
+        serde_json::to_string_pretty(&brief).unwrap_or_default()
+    };
+    assert!(uncertain.len() <= 1, "one action at most was cut off: {uncertain:?}\n{}", steps());
     let sure: Vec<i64> = (1..=12).map(|i| 10 * i).filter(|x| !uncertain.contains(x)).collect();
     machine.wait_for_clicks(sure.len());
     let mut xs = machine.clicked_x();
@@ -211,7 +254,7 @@ fn a_computer_server_restarted_mid_task_lets_the_task_finish() {
     xs.dedup();
     assert_eq!(machine.clicked_x().len(), xs.len(), "no click twice: {:?}", machine.clicked_x());
     xs.retain(|x| !uncertain.contains(x));
-    assert_eq!(xs, sure, "every click the model was told landed did land");
+    assert_eq!(xs, sure, "every click the model was told landed did land; the steps:\n{}", steps());
 }
 
 #[test]

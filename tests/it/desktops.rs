@@ -86,18 +86,25 @@ pub(crate) fn spawn_task(agentd: &Agentd, task: &Path) -> Child {
         .expect("spawn agentd")
 }
 
-/// Waits for `child` at most `timeout`; kills it and panics if it is still running (a hang).
-pub(crate) fn finish(mut child: Child, timeout: Duration) -> Run {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if let Ok(Some(_)) = child.try_wait() {
-            return Run::from(child.wait_with_output().expect("output"));
+/// Waits for `child` at most `timeout`; kills it and panics if it is still running (a hang). Its output is
+/// read while it runs, so a run record larger than a pipe's buffer does not block it.
+pub(crate) fn finish(child: Child, timeout: Duration) -> Run {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(output) => Run::from(output.expect("output")),
+        Err(_) => {
+            if let Ok(pid) = libc::pid_t::try_from(pid) {
+                // SAFETY: kill(2) on our own child, not reaped yet (the waiting thread still holds it).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let stderr = rx.recv().ok().and_then(Result::ok).map(|o| o.stderr).unwrap_or_default();
+            panic!("agentd run still running after {timeout:?}:\n{}", String::from_utf8_lossy(&stderr));
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = child.kill();
-    let output = child.wait_with_output().expect("output");
-    panic!("agentd run still running after {timeout:?}:\n{}", String::from_utf8_lossy(&output.stderr));
 }
 
 pub(crate) fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {

@@ -406,12 +406,8 @@ fn agentd_run_on_a_terminal_asks_the_question_and_the_approval_there() {
 /// its call in the next request.
 mod wire {
     use std::sync::Arc;
-    use std::time::Duration;
 
-    use agentd::agent::events::EventSink;
-    use agentd::agent::journal::MemoryJournal;
-    use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
-    use agentd::artifacts::{FsStore, Uploader};
+    use agentd::agent::{LoopEnd, LoopOutput};
     use agentd::backends;
     use agentd::model::Model;
     use agentd::record::StepRecord;
@@ -419,11 +415,9 @@ mod wire {
     use agentd_computer::Size;
     use agentd_testkit::fake::{self, FakeServer, Recorded, Vendor};
     use serde_json::{Value, json};
-    use tokio_util::sync::CancellationToken;
-    use tokio_util::task::TaskTracker;
 
     use super::QUESTION;
-    use crate::models::{KEY, login_desktop, shared_for, spec, turns_in};
+    use crate::models::{KEY, login_desktop, one_attempt, shared_for, spec, turns_in};
 
     const ANSWER: &str = "the one in accounting";
 
@@ -444,39 +438,8 @@ mod wire {
         tools: Arc<agentd::tools::Toolbox>,
         resume: Vec<StepRecord>,
     ) -> LoopOutput {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let tracker = TaskTracker::new();
-        let background = CancellationToken::new();
-        let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
-        let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
-        let (events, _rx) = EventSink::channel("t1", 1);
-        let output = run(LoopInput {
-            task_id: "t1".into(),
-            attempt: 1,
-            task: crate::models::task(model_spec.clone(), 5, 3),
-            computer: login_desktop(Size::new(1280, 800)),
-            model,
-            tools,
-            uploader: uploader.clone(),
-            journal: Arc::new(MemoryJournal::default()),
-            events,
-            cancel: CancellationToken::new(),
-            shutdown: CancellationToken::new(),
-            resume,
-            elapsed_before: Duration::ZERO,
-            approved: false,
-            settle: Default::default(),
-            verifier: Default::default(),
-            turns: Vec::new(),
-            pause: Default::default(),
-            handed_back: None,
-        })
-        .await;
-        uploader.flush(Duration::from_secs(30)).await;
-        background.cancel();
-        tracker.close();
-        tracker.wait().await;
-        output
+        let task = crate::models::task(model_spec.clone(), 5, 3);
+        one_attempt(task, login_desktop(Size::new(1280, 800)), model, tools, resume).await
     }
 
     /// Parks on the question, is answered as the queue answers it, resumes and completes; returns the
@@ -507,7 +470,7 @@ mod wire {
             .map_or_else(Vec::new, |t| t.iter().filter_map(|t| t[key].as_str().map(str::to_string)).collect())
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn anthropic_declares_ask_human_and_gets_the_answer_as_a_tool_result() {
         let server = FakeServer::start(
             Vendor::Anthropic { key: KEY.into() },
@@ -537,7 +500,7 @@ mod wire {
         assert_eq!(result["content"][0], json!({"type": "text", "text": ANSWER}), "{result}");
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn openai_declares_ask_human_and_gets_the_answer_as_a_function_call_output() {
         let server = FakeServer::start(
             Vendor::OpenAi { key: KEY.into() },
@@ -563,7 +526,7 @@ mod wire {
         assert!(output["output"].to_string().contains(ANSWER), "{output}");
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn gemini_declares_ask_human_and_gets_the_answer_as_a_function_response() {
         let server = FakeServer::start(
             Vendor::Gemini { key: KEY.into() },
@@ -595,7 +558,7 @@ mod wire {
         assert!(response.to_string().contains(ANSWER), "{response}");
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn compatible_declares_ask_human_and_gets_the_answer_as_a_tool_message() {
         let server = FakeServer::start(
             Vendor::Compatible { key: Some(KEY.into()) },
@@ -631,7 +594,7 @@ mod wire {
     }
 
     /// `"ask_human": false` in the task file: the vendor's request declares no such tool.
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn a_task_that_turns_it_off_declares_no_ask_human() {
         let server = FakeServer::start(
             Vendor::Anthropic { key: KEY.into() },

@@ -126,6 +126,51 @@ pub async fn run_task(
     (output, all)
 }
 
+/// One attempt of `task` in-process, as a worker runs it after a restart or a human's answer: `resume` are
+/// the steps earlier attempts recorded (empty for the first). Its own artifact store and uploader, flushed
+/// before it returns; no events kept.
+pub async fn one_attempt(
+    task: ResolvedTask,
+    computer: Arc<MockDesktop>,
+    model: Arc<dyn Model>,
+    tools: Arc<agentd::tools::Toolbox>,
+    resume: Vec<agentd::record::StepRecord>,
+) -> LoopOutput {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tracker = TaskTracker::new();
+    let background = CancellationToken::new();
+    let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
+    let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
+    let (events, _rx) = EventSink::channel("t1", 1);
+    let output = run(LoopInput {
+        task_id: "t1".into(),
+        attempt: 1,
+        task,
+        computer,
+        model,
+        tools,
+        uploader: uploader.clone(),
+        journal: Arc::new(MemoryJournal::default()),
+        events,
+        cancel: CancellationToken::new(),
+        shutdown: CancellationToken::new(),
+        resume,
+        elapsed_before: Duration::ZERO,
+        approved: false,
+        settle: Default::default(),
+        verifier: Default::default(),
+        turns: Vec::new(),
+        pause: Default::default(),
+        handed_back: None,
+    })
+    .await;
+    uploader.flush(Duration::from_secs(30)).await;
+    background.cancel();
+    tracker.close();
+    tracker.wait().await;
+    output
+}
+
 pub fn login_desktop(size: Size) -> Arc<MockDesktop> {
     Arc::new(MockDesktop::new(Scene::resolve("login", None).expect("scene"), Some(size)).expect("desktop"))
 }
@@ -257,17 +302,17 @@ async fn anthropic_login(stream: bool) {
     assert!(!format!("{events:?}{output:?}").contains(KEY), "the key leaked into events or records");
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn anthropic_streams_a_whole_task() {
     anthropic_login(true).await;
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn anthropic_whole_task_without_streaming() {
     anthropic_login(false).await;
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn anthropic_zoom_on_the_newer_tool() {
     let desktop = login_desktop(Size::new(1280, 800));
     let server = FakeServer::start(
@@ -300,7 +345,7 @@ async fn anthropic_zoom_on_the_newer_tool() {
     assert_eq!(images, 2, "{result}");
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn openai_ga_batched_actions_safety_checks_and_reasoning() {
     let desktop = login_desktop(Size::new(1920, 1200));
     let points = Arc::new(Mutex::new(None::<Login>));
@@ -360,7 +405,7 @@ async fn openai_ga_batched_actions_safety_checks_and_reasoning() {
     assert!(deltas(&events).contains("Signed in."));
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn openai_preview_tool_declares_the_scaled_display() {
     let desktop = login_desktop(Size::new(1920, 1200));
     let server = FakeServer::start(
@@ -390,7 +435,7 @@ async fn openai_preview_tool_declares_the_scaled_display() {
     );
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn gemini_grid_thought_signatures_and_confirmation() {
     let desktop = login_desktop(Size::new(1440, 900));
     let points = Arc::new(Mutex::new(None::<Login>));
@@ -509,12 +554,12 @@ async fn compatible_login(via_localhost: bool, expect_key: bool) {
     assert!(names.contains(&"click") && names.contains(&"task_completion"), "{names:?}");
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn compatible_whole_task_with_the_configured_key() {
     compatible_login(false, true).await;
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn compatible_task_base_url_elsewhere_gets_no_key() {
     // Same server, reached under another origin (localhost instead of 127.0.0.1): no key is sent.
     compatible_login(true, false).await;
@@ -574,7 +619,7 @@ fn anthropic_error(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"})
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn non_retryable_errors_fail_at_once_with_their_kind() {
     let (server, model) = anthropic_with(
         vec![Reply::error(
@@ -651,7 +696,7 @@ async fn retry_after_is_honoured_and_overload_backs_off() {
     }
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn retries_run_out_and_long_waits_are_not_slept() {
     let overloaded = || Reply::error(529, anthropic_error("overloaded_error", "Overloaded"));
     let (server, model) = anthropic_with((0..10).map(|_| overloaded()).collect(), "max_retries = 2").await;
@@ -671,7 +716,7 @@ async fn retries_run_out_and_long_waits_are_not_slept() {
     assert_eq!(server.requests().len(), 1);
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn broken_and_silent_streams_are_retried() {
     let events = match ok_anthropic(true) {
         Reply::Sse(events) => events,
@@ -805,7 +850,7 @@ async fn agentd_run_drives_a_vendor_model_end_to_end() {
 /// Compaction, through the loop and a real adapter: with a small context window, old steps leave the request
 /// and come back as a summary after the task text, every tool call stays answered, and the request stops
 /// growing.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn a_small_context_window_compacts_old_steps_into_a_summary() {
     let desktop = login_desktop(Size::new(1280, 800));
     let server = FakeServer::start(
@@ -959,7 +1004,9 @@ fn compactions(output: &LoopOutput) -> Vec<(u32, u32, String, String)> {
 /// OpenAI and an OpenAI-compatible server compact near a configured `context_window` as Anthropic does:
 /// old steps leave the requests for the summary after the task, the requests stop growing, and the record
 /// says which steps compacted, why and how.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+// Real time: with the clock paused, tokio moves it on whenever the runtime waits for the fake's socket, so on
+// a loaded machine the adapters' timeouts fired and requests were sent twice (measured: 12 of 24 moves).
+#[tokio::test(flavor = "current_thread")]
 async fn openai_and_compatible_compact_near_a_configured_window() {
     for (provider, vendor, spec_json, extra) in [
         (
@@ -1003,7 +1050,7 @@ async fn openai_and_compatible_compact_near_a_configured_window() {
 
 /// `compaction: model`: the summary is one extra call to the same adapter (answered by the fake), its text
 /// is what later requests carry, and its usage counts in the step's and the task's.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn a_model_written_summary_is_one_extra_call_counted_in_usage() {
     const SUMMARY: &str = "SUMMARY-BY-MODEL: moved the pointer over the sign-in form; nothing found yet.";
     for (provider, vendor, spec_json) in [
@@ -1053,7 +1100,7 @@ async fn a_model_written_summary_is_one_extra_call_counted_in_usage() {
 }
 
 /// A summary call without text falls back to the mechanical summary, and the record says why.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn a_summary_call_without_text_falls_back_to_the_mechanical_summary() {
     let desktop = login_desktop(Size::new(1280, 800));
     let server = mover(Vendor::Compatible { key: Some(KEY.into()) }, 6, None).await;
@@ -1119,7 +1166,7 @@ async fn the_task_files_history_budget_is_noted_in_the_record() {
 
 /// A resumed attempt (the worker died) starts from the summary its record holds: no new summary call, and
 /// the steps compacted before stay out of the requests.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
+#[tokio::test(flavor = "current_thread")]
 async fn a_resumed_attempt_starts_from_the_recorded_summary() {
     const SUMMARY: &str = "SUMMARY-BEFORE-THE-CRASH: moved over the form.";
     let desktop = login_desktop(Size::new(1280, 800));
@@ -1131,42 +1178,7 @@ async fn a_resumed_attempt_starts_from_the_recorded_summary() {
     let attempt = |max_steps: u32, resume: Vec<agentd::record::StepRecord>| {
         let mut task = task(model_spec.clone(), max_steps, 3);
         task.history = HistoryBudget { keep_steps: Some(4), max_tokens: None, compaction: Compaction::Model };
-        let (model, desktop) = (model.clone(), desktop.clone());
-        async move {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let tracker = TaskTracker::new();
-            let background = CancellationToken::new();
-            let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
-            let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
-            let (events, _rx) = EventSink::channel("t1", 1);
-            let output = run(LoopInput {
-                task_id: "t1".into(),
-                attempt: 1,
-                task,
-                computer: desktop,
-                model,
-                tools: Arc::new(agentd::tools::Toolbox::empty()),
-                uploader: uploader.clone(),
-                journal: Arc::new(MemoryJournal::default()),
-                events,
-                cancel: CancellationToken::new(),
-                shutdown: CancellationToken::new(),
-                resume,
-                elapsed_before: Duration::ZERO,
-                approved: false,
-                settle: Default::default(),
-                verifier: Default::default(),
-                turns: Vec::new(),
-                pause: Default::default(),
-                handed_back: None,
-            })
-            .await;
-            uploader.flush(Duration::from_secs(30)).await;
-            background.cancel();
-            tracker.close();
-            tracker.wait().await;
-            output
-        }
+        one_attempt(task, desktop.clone(), model.clone(), Arc::new(agentd::tools::Toolbox::empty()), resume)
     };
     // The first attempt stops after 7 steps (as a lost worker would leave it): one compaction, at step 5.
     let first = attempt(7, Vec::new()).await;

@@ -418,12 +418,8 @@ fn anthropic_cache_breakpoints_survive_dropping_screenshots() {
 
 mod declared_tools {
     use std::sync::Arc;
-    use std::time::Duration;
 
-    use agentd::agent::events::EventSink;
-    use agentd::agent::journal::MemoryJournal;
-    use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
-    use agentd::artifacts::{FsStore, Uploader};
+    use agentd::agent::{LoopEnd, LoopOutput};
     use agentd::backends;
     use agentd::model::{Model, ToolSpec};
     use agentd::task::ModelSpec;
@@ -432,8 +428,6 @@ mod declared_tools {
     use agentd_testkit::fake::{self, FakeServer, Recorded, Vendor};
     use async_trait::async_trait;
     use serde_json::{Value, json};
-    use tokio_util::sync::CancellationToken;
-    use tokio_util::task::TaskTracker;
 
     use crate::models::{KEY, login_desktop, shared_for, spec, task, turns_in};
 
@@ -464,40 +458,15 @@ mod declared_tools {
     }
 
     async fn run_with_tool(model_spec: ModelSpec, model: Arc<dyn Model>) -> LoopOutput {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let tracker = TaskTracker::new();
-        let background = CancellationToken::new();
-        let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
-        let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
-        let (events, _rx) = EventSink::channel("t1", 1);
         let tools = Toolbox::empty().with_tool(Arc::new(Lookup)).expect("toolbox");
-        let output = run(LoopInput {
-            task_id: "t1".into(),
-            attempt: 1,
-            task: task(model_spec, 5, 3),
-            computer: login_desktop(Size::new(1280, 800)),
+        crate::models::one_attempt(
+            task(model_spec, 5, 3),
+            login_desktop(Size::new(1280, 800)),
             model,
-            tools: Arc::new(tools),
-            uploader: uploader.clone(),
-            journal: Arc::new(MemoryJournal::default()),
-            events,
-            cancel: CancellationToken::new(),
-            shutdown: CancellationToken::new(),
-            resume: Vec::new(),
-            elapsed_before: Duration::ZERO,
-            approved: false,
-            pause: Default::default(),
-            handed_back: None,
-            settle: Default::default(),
-            verifier: Default::default(),
-            turns: Vec::new(),
-        })
-        .await;
-        uploader.flush(Duration::from_secs(30)).await;
-        background.cancel();
-        tracker.close();
-        tracker.wait().await;
-        output
+            Arc::new(tools),
+            Vec::new(),
+        )
+        .await
     }
 
     /// What every vendor's run must show: success, no wire problem, two requests, no details on the wire, and
@@ -530,7 +499,7 @@ mod declared_tools {
             .unwrap_or_else(|| panic!("{name} is not declared: {tools}"))
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn anthropic_declares_input_schema_and_answers_with_tool_results() {
         let server = FakeServer::start(
             Vendor::Anthropic { key: KEY.into() },
@@ -568,7 +537,7 @@ mod declared_tools {
         assert_eq!(results[1]["content"][0], json!({"type": "text", "text": MISSING}));
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn openai_declares_a_non_strict_function_and_answers_with_function_call_outputs() {
         let server = FakeServer::start(
             Vendor::OpenAi { key: KEY.into() },
@@ -608,7 +577,7 @@ mod declared_tools {
         assert_eq!(read(outputs[1]), json!({"ok": false, "message": MISSING}));
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn gemini_declares_parameters_json_schema_and_answers_with_function_responses() {
         let server = FakeServer::start(
             Vendor::Gemini { key: KEY.into() },
@@ -648,7 +617,7 @@ mod declared_tools {
         assert!(responses[1]["response"].get("output").is_none());
     }
 
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    #[tokio::test(flavor = "current_thread")]
     async fn compatible_declares_a_function_and_answers_with_tool_messages() {
         let server = FakeServer::start(
             Vendor::Compatible { key: Some(KEY.into()) },

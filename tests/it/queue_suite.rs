@@ -90,6 +90,7 @@ fn worker(name: &str, labels: &[(&str, &str)]) -> WorkerIdentity {
         name: name.to_string(),
         labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         desktops: agentd::queue::desktop::DesktopScope::new("suite-host", Some(":0"), None),
+        pool: Vec::new(),
     }
 }
 
@@ -454,6 +455,7 @@ fn desktop_worker(name: &str, host: &str) -> WorkerIdentity {
         name: name.to_string(),
         labels: [("suite".to_string(), "desktops".to_string())].into(),
         desktops: agentd::queue::desktop::DesktopScope::new(host, Some(":0"), None),
+        pool: Vec::new(),
     }
 }
 

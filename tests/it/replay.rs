@@ -298,3 +298,68 @@ fn with_a_fallback_the_model_takes_over_where_the_replay_diverged() {
     assert!(body.to_string().contains("were replayed without a model"), "{body}");
     assert!(record["usage"]["input_tokens"].as_u64().unwrap() > 0);
 }
+
+/// A message to a finished replay (§19 on §18): with a fallback model (`on_divergence: "model"`) the new turn
+/// is that model's, told the whole recording was replayed, with the message; a `stop` replay has no model to
+/// answer, and the message is refused naming the field, with nothing changed.
+#[test]
+fn a_message_to_a_finished_replay_goes_to_its_model_and_is_refused_without_one() {
+    let rt = runtime();
+    let answer = vec![
+        json!({"type": "text", "text": "The account is for Zoë; nothing else to do."}),
+        json!({"type": "tool_use", "id": "toolu_1", "name": "task_completion", "input": {"success": true, "summary": "answered by the model"}}),
+    ];
+    let server = rt
+        .block_on(FakeServer::start(
+            Vendor::Anthropic { key: KEY.into() },
+            fake::anthropic_turns(vec![answer], usage()),
+        ))
+        .expect("fake");
+    let daemon = anthropic_daemon(&server.url);
+    let recorded = daemon.cli(&["submit", "config/tasks/mock-form.json", "--wait"]);
+    assert_eq!(recorded.code, 0, "{}", recorded.stderr);
+
+    // Without a model: refused (409 through the API, exit 2 from `agentd send`), the task as it was.
+    let stop = daemon.cli(&["replay", "example-form", "--wait", "--json"]);
+    assert_eq!(stop.code, 0, "{}", stop.stderr);
+    let stop = stop.json();
+    let id = stop["id"].as_str().expect("id");
+    let (status, body) =
+        http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/messages"), Some(br#"{"text": "and then?"}"#), &[])
+            .expect("post");
+    let body: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!((status, &body["error"]["code"]), (409, &json!("wrong_state")), "{body}");
+    let sent = daemon.cli(&["send", id, "and then?"]);
+    assert_eq!(sent.code, 2, "{}", sent.stderr);
+    for needed in ["replay.on_divergence", "no model", "--fallback"] {
+        assert!(sent.stderr.contains(needed), "{needed}: {}", sent.stderr);
+    }
+    let after = daemon.task(id);
+    assert_eq!((&after["state"], &after["turns"], &after["steps"]), (&stop["state"], &stop["turns"], &stop["steps"]));
+    assert_eq!(server.requests().len(), 0);
+
+    // With a model: the replay itself calls none; the message's turn is the model's.
+    let replay =
+        daemon.cli(&["replay", "example-form", "--fallback", "anthropic:claude-sonnet-4-5", "--wait", "--json"]);
+    assert_eq!(replay.code, 0, "{}", replay.stderr);
+    let replayed = replay.json();
+    let id = replayed["id"].as_str().expect("id");
+    let steps = replayed["steps"].as_array().expect("steps").len();
+    assert_eq!(server.requests().len(), 0, "the replay matched the recording: no model call");
+    let next = daemon.cli(&["send", id, "Who is the account for?", "--wait", "--json"]);
+    assert_eq!(next.code, 0, "{}\n{}", next.stderr, next.stdout);
+    let record = daemon.task(id);
+    assert_eq!(record["state"], "succeeded", "{record}");
+    let turns = record["turns"].as_array().expect("turns");
+    assert_eq!(turns.len(), 2, "{record}");
+    assert_eq!(turns[1]["first_step"], steps, "{record}");
+    assert_eq!(turns[1]["outcome"]["summary"], "answered by the model", "{record}");
+    assert_eq!(turns[0]["outcome"]["summary"], replayed["outcome"]["summary"]);
+    assert_eq!(record["replay"], json!({"of": "example-form", "handed_over": steps}), "{record}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(server.problems().is_empty(), "{:#?}", server.problems());
+    let body = requests[0].body.to_string();
+    assert!(body.contains("the whole recording") && body.contains("Who is the account for?"), "{body}");
+    assert!(!body.contains("no longer matched"), "{body}");
+}

@@ -561,7 +561,7 @@ impl CuaServerProvider {
             }
             Action::Type { text } => {
                 if !text.is_empty() {
-                    self.cmd("type_text", json!({ "text": text })).await?;
+                    self.cmd("type_text", json!({ "text": one_return_per_line(text) })).await?;
                 }
             }
             Action::Keypress { keys } => {
@@ -606,6 +606,12 @@ impl CuaServerProvider {
 }
 
 /// The server's name of a mouse button (its handlers know left, right and middle).
+/// `text` with every `\r\n` as one `\n`: the server's pynput types `\r` and `\n` each as Return, so a
+/// Windows line end would press Return twice (measured); the other providers type `\r\n` as one Return.
+fn one_return_per_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains("\r\n") { text.replace("\r\n", "\n").into() } else { text.into() }
+}
+
 fn button_name(button: MouseButton, action: &'static str) -> Result<&'static str, CuaError> {
     match button {
         MouseButton::Left => Ok("left"),
@@ -727,6 +733,12 @@ impl ComputerProvider for CuaServerProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_windows_line_end_is_one_return() {
+        assert_eq!(one_return_per_line("a\r\nb\nc\rd"), "a\nb\nc\rd");
+        assert!(matches!(one_return_per_line("plain"), std::borrow::Cow::Borrowed("plain")));
+    }
 
     #[test]
     fn urls_are_checked_and_normalised() {

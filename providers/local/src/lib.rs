@@ -1,4 +1,5 @@
-//! The local desktop provider: the X11 display agentd runs on (a VM's desktop, or Xvfb).
+//! The local desktop provider: the X11 display agentd runs on (a VM's desktop, or Xvfb). Linux only (the
+//! capture segment is a `memfd`); agentd depends on it only on Linux, and uses `agentd-portable` elsewhere.
 //!
 //! [`LocalProvider`] implements `ComputerProvider` over **one X connection held for the provider's life**,
 //! owned by a dedicated worker thread (`agentd-x11 :N`); the async methods hand it jobs and await the

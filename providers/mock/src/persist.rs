@@ -6,12 +6,14 @@
 //! A process killed at any point leaves a usable directory: a partly written last line of the log is dropped
 //! on open, and actions in the log past the snapshot (killed between append and rename) are replayed by the
 //! desktop. Writes are flushed to the operating system, not fsynced: they survive the process, not a power cut.
+//! Files are 0600 and directories 0700 on Unix; elsewhere they inherit their directory's access.
 //!
 //! A [`Seal`] keeps given values (a task's secrets) out of the directory: they are written as their
 //! placeholders and read back as the values, so a resumed desktop holds what was typed.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
+#[cfg(unix)]
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -20,6 +22,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::desktop::MockError;
 use crate::world::WorldState;
+
+/// Windows has no mode bits: there the files inherit the ACL of their directory.
+#[cfg(not(unix))]
+trait NoModes {
+    fn mode(&mut self, _mode: u32) -> &mut Self {
+        self
+    }
+}
+#[cfg(not(unix))]
+impl NoModes for OpenOptions {}
+#[cfg(not(unix))]
+impl NoModes for std::fs::DirBuilder {}
 
 pub const STATE_FILE: &str = "state.json";
 pub const ACTIONS_FILE: &str = "actions.jsonl";

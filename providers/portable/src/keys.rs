@@ -21,7 +21,6 @@ const NAMED: &[(u32, E)] = &[
     (0xffeb, E::Meta),
     (0xffec, E::Meta),
     (0xff0d, E::Return),
-    (0xff8d, E::Return),
     (0xff09, E::Tab),
     (0x20, E::Space),
     (0xff08, E::Backspace),
@@ -85,13 +84,20 @@ pub fn enigo_key(name: &str) -> Result<E, PortableError> {
     other_key(name, key)
 }
 
+/// On X every other keysym passes through: `KP_Enter` stays the keypad's Enter (an application can tell it
+/// from Return), `KP_Add` the keypad's plus.
 #[cfg(all(unix, not(target_os = "macos")))]
 fn other_key(_name: &str, key: Key) -> Result<E, PortableError> {
     Ok(E::Other(key.keysym))
 }
 
+/// Elsewhere enigo has no keypad Enter: `KP_Enter` is Return there; other keys without an enigo name are
+/// refused.
 #[cfg(not(all(unix, not(target_os = "macos"))))]
-fn other_key(name: &str, _key: Key) -> Result<E, PortableError> {
+fn other_key(name: &str, key: Key) -> Result<E, PortableError> {
+    if key.keysym == 0xff8d {
+        return Ok(E::Return);
+    }
     Err(PortableError::Unsupported {
         action: "keypress",
         reason: format!("enigo has no key {name:?} on this platform"),
@@ -124,5 +130,7 @@ mod tests {
     #[test]
     fn other_keysyms_pass_through_on_linux() {
         assert_eq!(enigo_key("Insert").unwrap(), E::Other(0xff63));
+        // The keypad's Enter, not Return (measured: it arrived as Return when it was mapped to enigo's Return).
+        assert_eq!(enigo_key("KP_Enter").unwrap(), E::Other(0xff8d));
     }
 }

@@ -1,5 +1,6 @@
 //! The VNC provider: any machine that serves RFB (QEMU/KVM, cloud VMs, x11vnc, TigerVNC) as a
-//! `ComputerProvider`, through this crate's own RFB 3.8 client.
+//! `ComputerProvider`, through this crate's own RFB 3.8 client. Pure Rust over `std::net`: it builds on Linux,
+//! macOS and Windows alike (only Linux is tested).
 //!
 //! - **Screen**: a background reader keeps a local copy of the remote framebuffer current with incremental
 //!   updates (Raw, CopyRect, ZRLE; DesktopSize resizes it), so a screenshot is a copy of memory. The server
@@ -137,6 +138,9 @@ struct Pointer {
     held_with: std::collections::HashMap<u8, Vec<u32>>,
 }
 
+/// How long a new shared connection waits before its first full refresh (see `VncProvider::shared`).
+pub const NEW_CONNECTION_SETTLE: Duration = Duration::from_millis(700);
+
 /// A remote screen over VNC.
 pub struct VncProvider {
     shared: Arc<Shared>,
@@ -189,8 +193,21 @@ impl VncProvider {
             return Ok(provider.clone());
         }
         let provider = Arc::new(Self::connect(config).await?);
+        provider.settle_new_connection().await;
         open.insert(key, provider.clone());
         Ok(provider)
+    }
+
+    /// x11vnc does not watch the X screen while no client is connected, nor in about the first half second
+    /// of a new connection: its first frames can show the screen as it was before (measured: 1 of 40 first
+    /// screenshots over a fresh connection, under load, showed the screen before the last change). So a new
+    /// shared connection waits past that window and then asks for the whole screen again; later screenshots
+    /// are fenced as usual. Costs [`NEW_CONNECTION_SETTLE`] once per server and process.
+    async fn settle_new_connection(&self) {
+        tokio::time::sleep(NEW_CONNECTION_SETTLE).await;
+        if let Err(e) = self.refresh(self.config.connect_timeout).await {
+            tracing::debug!(error = %e, "refreshing a new connection's screen failed; the next screenshot fences");
+        }
     }
 
     /// The desktop name the server announced.

@@ -4,7 +4,7 @@
 //! goes into the step's record as a [`HistoryNote`]; a resumed attempt starts from the last summary recorded.
 
 use super::Loop;
-use crate::agent::context::{self, Budget, SUMMARY_REQUEST};
+use crate::agent::context::{self, Budget, ContextPolicy, SUMMARY_REQUEST};
 use crate::model::{Delta, Exchange, ModelImage, ModelRequest, Usage};
 use crate::record::{Compaction, CompactionNote, HistoryNote};
 
@@ -25,12 +25,18 @@ impl Loop {
     /// Keeps the history within its budget before step `step`'s model call (`screenshot` is that step's).
     /// Returns what was done, for the step's record; the usage of a summary call is in `self.usage` already.
     pub(super) async fn keep_budget(&mut self, step: u32, screenshot: &ModelImage) -> Option<HistoryNote> {
-        let screenshots_dropped = self.policy.apply(&mut self.history) as u32;
+        let mut screenshots_dropped = self.policy.apply(&mut self.history) as u32;
         let instructions = &self.input.task.instructions;
-        let compacted = match self.budget().plan(&self.history, self.summary.as_deref(), instructions) {
+        // A call that drops a chunk of screenshots rewrites the cached prompt from the oldest of them on: a
+        // compaction due within the chunk happens on it too (see `Budget::plan_ahead`).
+        let ahead = if screenshots_dropped > 0 { self.policy.chunk as usize - 1 } else { 0 };
+        let compacted = match self.budget().plan_ahead(&self.history, self.summary.as_deref(), instructions, ahead) {
             None => None,
             Some(plan) => {
                 let old: Vec<Exchange> = self.history.drain(..plan.take).collect();
+                // The compaction rewrites the whole cached prompt after the instructions: the screenshots
+                // beyond `keep` go with it, not in a chunk of their own later.
+                screenshots_dropped += ContextPolicy::new(self.policy.keep, 1).apply(&mut self.history) as u32;
                 let through = self.history.first().map_or(step, |e| e.step);
                 let wanted = self.input.task.history.compaction;
                 let (summary, by, usage, fallback) = match wanted {

@@ -321,7 +321,7 @@
   function taskPage(main, id) {
     const t = {
       doc: null, selected: null, live: true, frames: new Map(), streams: new Map(), liveActions: new Map(),
-      stopped: false, es: null, poll: null, refreshTimer: null, loadingStep: null,
+      stopped: false, es: null, poll: null, refreshTimer: null, loadingStep: null, editPreview: null,
     };
     const title = h('h1', { tabindex: '-1', class: 'mono', text: id });
     const badge = h('span');
@@ -410,9 +410,15 @@
     function overlay() {
       const frame = t.frames.get(t.selected);
       if (!frame || !img.isConnected) return;
-      const actions = frame.step && frame.step.actions.length ? frame.step.actions : (t.liveActions.get(frame.index) || []);
       const proposed = !!(frame.step && frame.step.approval && frame.step.approval.approved === null && !frame.step.finished);
-      drawActions(layer, frame.width || img.naturalWidth || 1280, frame.height || img.naturalHeight || 800, frame.final ? [] : actions, proposed);
+      const recorded = frame.step && frame.step.actions.length ? frame.step.actions : (t.liveActions.get(frame.index) || []);
+      const width = frame.width || img.naturalWidth || 1280;
+      const height = frame.height || img.naturalHeight || 800;
+      if (proposed && t.editPreview) {
+        // A half-edited action may lack what drawing it needs: then the proposed ones stay drawn.
+        try { drawActions(layer, width, height, t.editPreview, true); return; } catch (_) { /* drawn below */ }
+      }
+      drawActions(layer, width, height, frame.final ? [] : recorded, proposed);
     }
 
     function renderTimeline() {
@@ -431,7 +437,14 @@
         if (f.index === t.selected) button.setAttribute('aria-current', 'step'); else button.removeAttribute('aria-current');
       });
       const current = timeline.querySelector('[aria-current="step"]');
-      if (current && t.live) current.scrollIntoView({ block: 'nearest', inline: 'nearest' });
+      if (current && t.live) {
+        // Only the strip scrolls to the live step: scrolling the page would move what a person is reading or
+        // about to click (an approval, its edit) each time a step arrives.
+        const strip = timeline.getBoundingClientRect();
+        const box = current.getBoundingClientRect();
+        if (box.left < strip.left) timeline.scrollLeft += box.left - strip.left;
+        else if (box.right > strip.right) timeline.scrollLeft += box.right - strip.right;
+      }
     }
 
     function renderDetails() {
@@ -494,7 +507,7 @@
       const doc = t.doc;
       if (!doc) return;
       // Rebuilt only when what they offer changes: a focused button or a half-typed answer survives refreshes.
-      const key = JSON.stringify([doc.state, doc.waiting_reason, doc.waiting && doc.waiting.kind, (doc.pending_tool_calls || []).map((c) => c.id)]);
+      const key = JSON.stringify([doc.state, doc.waiting_reason, doc.waiting && doc.waiting.kind, doc.waiting && doc.waiting.step, (doc.pending_tool_calls || []).map((c) => c.id)]);
       if (controls.dataset.key === key) return;
       controls.dataset.key = key;
       const hadFocus = controls.contains(document.activeElement);
@@ -532,13 +545,16 @@
         controls.append(form);
       } else if (doc.state === 'waiting_for_human') {
         const reason = h('input', { id: 'reject-reason', type: 'text', placeholder: 'why (optional)' });
+        const proposed = doc.waiting && doc.waiting.kind === 'approval' ? doc.waiting.proposed : null;
         controls.append(h('div', { class: 'call waiting' },
           h('p', {}, h('strong', { text: 'The agent asks: ' }), h('span', { id: 'waiting-reason', text: doc.waiting_reason || '' })),
           h('p', { class: 'muted', text: 'Its proposed actions are drawn dashed on the screenshot.' }),
           h('div', { class: 'controls' },
             h('button', { type: 'button', class: 'ok', id: 'approve', text: 'Approve', onclick: (e) => act(e.target, 'POST', 'approve', undefined, 'Approved: the task resumes') }),
             h('div', {}, h('label', { for: 'reject-reason', text: 'Reason to reject' }), reason),
-            h('button', { type: 'button', class: 'danger', id: 'reject', text: 'Reject', onclick: (e) => act(e.target, 'POST', 'reject', { reason: reason.value }, 'Rejected') }))));
+            h('button', { type: 'button', class: 'danger', id: 'reject', text: 'Reject', onclick: (e) => act(e.target, 'POST', 'reject', { reason: reason.value }, 'Rejected') })),
+          // Only computer actions can be edited (the daemon refuses an edit of a step that proposes none).
+          proposed && proposed.actions && proposed.actions.length ? editForm(proposed.actions) : null));
       }
       if (doc.pending_tool_calls && doc.pending_tool_calls.length) {
         const forms = doc.pending_tool_calls.map((call, i) => ({
@@ -572,6 +588,71 @@
       }
       controls.hidden = !controls.children.length;
       if (hadFocus) title.focus();
+    }
+
+    // Approve with an edit (§20): the proposed computer actions as JSON (screen pixels), run instead of them.
+    // While the text parses, the edited actions are drawn on the screenshot in place of the proposed ones.
+    function editForm(actions) {
+      const original = JSON.stringify(actions, null, 2);
+      const text = h('textarea', { id: 'edit-actions', rows: String(Math.min(14, original.split('\n').length + 1)), spellcheck: 'false', 'aria-describedby': 'edit-help edit-problem' });
+      text.value = original;
+      const editProblem = h('p', { class: 'problem', id: 'edit-problem', role: 'alert' });
+      const submit = h('button', { type: 'submit', class: 'ok', id: 'approve-edited', text: 'Approve with these actions' });
+      const form = h('form', { id: 'edit-form' },
+        h('label', { for: text.id, text: 'Actions to run instead (JSON)' }), text,
+        h('p', { class: 'muted', id: 'edit-help', text: 'One action or an array of them, in screen pixels, e.g. {"type": "type", "text": "bob"}. They run instead of the proposed actions; the record keeps both.' }),
+        editProblem,
+        h('div', { class: 'controls' }, submit,
+          h('button', { type: 'button', class: 'quiet', id: 'edit-reset', text: 'Back to the proposed actions', onclick: () => { text.value = original; changed(); } })));
+      const parse = () => {
+        const value = JSON.parse(text.value);
+        if (Array.isArray(value)) return value;
+        if (value && typeof value === 'object') return [value];
+        throw new Error('give an action object or an array of them');
+      };
+      function changed() {
+        editProblem.textContent = '';
+        text.removeAttribute('aria-invalid');
+        try { t.editPreview = parse(); } catch (_) { t.editPreview = null; }
+        overlay();
+      }
+      text.addEventListener('input', changed);
+      form.addEventListener('submit', async (e) => {
+        e.preventDefault();
+        let edited;
+        try {
+          edited = parse();
+        } catch (err) {
+          editProblem.textContent = `Not sent: the actions are not valid JSON (${err.message}).`;
+          text.setAttribute('aria-invalid', 'true');
+          text.focus();
+          return;
+        }
+        submit.disabled = true;
+        problem.textContent = '';
+        try {
+          await api('POST', `/v1/tasks/${encodeURIComponent(id)}/approve`, { actions: edited });
+          t.editPreview = null;
+          toast('Approved with your actions: the task resumes');
+          await refresh();
+          title.focus();
+        } catch (err) {
+          // The daemon checks every action; nothing changed, the task still waits.
+          editProblem.textContent = `The daemon refused the edit; nothing changed, the task still waits. ${err.message}`;
+          text.setAttribute('aria-invalid', 'true');
+          text.focus();
+          submit.disabled = false;
+        }
+      });
+      form.hidden = true;
+      const toggle = h('button', { type: 'button', class: 'quiet', id: 'edit-toggle', 'aria-expanded': 'false', 'aria-controls': 'edit-form', text: 'Edit the actions before approving' });
+      toggle.addEventListener('click', () => {
+        const open = form.hidden;
+        form.hidden = !open;
+        toggle.setAttribute('aria-expanded', open ? 'true' : 'false');
+        if (open) { changed(); text.focus(); } else { t.editPreview = null; overlay(); }
+      });
+      return h('div', { id: 'edit', class: 'edit' }, toggle, form);
     }
 
     async function act(button, method, what, body, done) {
