@@ -118,7 +118,7 @@ pub fn pool_computer(spec: &ComputerSpec, config: &Config) -> Result<ComputerSpe
     config
         .desktops
         .iter()
-        .find(|d| request.matches(d.name.as_str(), d.labels.iter().map(|l| l.as_str())))
+        .find(|d| d.serves(request))
         .map(|d| d.computer.clone())
         .ok_or_else(|| no_desktop(request, config))
 }
@@ -486,7 +486,7 @@ impl Makers for ToolMakers {
 /// field and why.
 pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
     if let ComputerSpec::Desktop(request) = &task.computer
-        && !config.desktops.iter().any(|d| request.matches(d.name.as_str(), d.labels.iter().map(|l| l.as_str())))
+        && !config.desktops.iter().any(|d| d.serves(request))
     {
         return Err(no_desktop(request, config));
     }

@@ -78,6 +78,13 @@ pub struct DesktopConfig {
     pub timeout_secs: u64,
 }
 
+impl DesktopConfig {
+    /// Whether this desktop serves a task's pool request (§23): its name, or every label asked for.
+    pub fn serves(&self, request: &crate::task::DesktopSpec) -> bool {
+        request.matches(self.name.as_str(), self.labels.iter().map(|l| l.as_str()))
+    }
+}
+
 fn default_hook_timeout() -> u64 {
     120
 }

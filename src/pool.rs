@@ -416,14 +416,7 @@ fn tail(path: &std::path::Path) -> String {
 
 /// Kills the process group a timed-out command leads (what it started with it goes too).
 fn kill_group(child: &tokio::process::Child) {
-    #[cfg(unix)]
     if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
-        // SAFETY: kill(2) with a negative pid signals the process group the command leads; no memory is
-        // involved.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+        crate::tools::command::kill_process_group(pid);
     }
-    #[cfg(not(unix))]
-    let _ = child;
 }

@@ -184,20 +184,23 @@ struct Group(Option<i32>);
 
 impl Group {
     fn kill(&mut self) {
-        #[cfg(unix)]
         if let Some(pid) = self.0.take() {
-            // SAFETY: kill(2) with a negative pid signals the process group the program leads; no memory is
-            // involved.
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-            }
-        }
-        // No process groups: the program itself dies when its `Child` is dropped (`kill_on_drop`).
-        #[cfg(not(unix))]
-        {
-            self.0 = None;
+            kill_process_group(pid);
         }
     }
+}
+
+/// Sends SIGKILL to the process group `leader` leads (a program started in a group of its own, with
+/// everything it started). Without process groups (not Unix) it does nothing: the program itself dies when
+/// its `Child` is dropped (`kill_on_drop`).
+pub(crate) fn kill_process_group(leader: i32) {
+    #[cfg(unix)]
+    // SAFETY: kill(2) with a negative pid signals the process group `leader` leads; no memory is involved.
+    unsafe {
+        libc::kill(-leader, libc::SIGKILL);
+    }
+    #[cfg(not(unix))]
+    let _ = leader;
 }
 
 impl Drop for Group {

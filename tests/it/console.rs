@@ -597,19 +597,23 @@ async fn the_models_question_is_answered_from_the_page() {
 async fn a_person_takes_the_desktop_over_and_hands_it_back_from_the_page() {
     let Some(browser) = launch().await else { return };
     let (daemon, _dir, addr) = console_daemon();
+    // Logged in before the task starts, and 20 s of waits (the stuck-loop guard off: waits change nothing):
+    // the take-over lands while it runs even on a slow, loaded machine (it parks at the next step; the rest
+    // runs after the hand-back).
+    let tab = browser.tab(1280, 800, false).await.expect("tab");
+    log_in(&tab, &addr).await;
     let mut turns: Vec<serde_json::Value> =
-        (0..6).map(|_| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 700}]})).collect();
+        (0..40).map(|_| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 500}]})).collect();
     turns.push(serde_json::json!({"complete": {"success": true, "summary": "went on"}}));
     let task = serde_json::json!({
         "id": "console-takeover",
-        "instructions": "wait a little, twice",
+        "instructions": "wait a little, many times",
+        "guard": {"no_change_steps": 0, "repeat_actions": 0, "idle_turns": 0},
         "computer": {"provider": "mock", "scene": "login"},
         "model": {"provider": "scripted", "script": {"turns": turns}}
     });
     let id = submit(&daemon, &task.to_string());
     wait_state(&daemon, &id, "running");
-    let tab = browser.tab(1280, 800, false).await.expect("tab");
-    log_in(&tab, &addr).await;
     open_hash(&tab, &format!("#/tasks/{id}")).await;
     tab.wait_for("document.querySelector('#pause')", WAIT).await.expect("the take-over button");
     tab.click("#pause").await.expect("pause");
@@ -621,9 +625,10 @@ async fn a_person_takes_the_desktop_over_and_hands_it_back_from_the_page() {
     tab.type_into("#resume-note", "closed the cookie banner").await.expect("type the note");
     save(&tab, "takeover.png").await;
     tab.click("#resume").await.expect("hand back");
-    tab.wait_for("document.querySelector('#task-state').dataset.state === 'succeeded'", WAIT)
-        .await
-        .expect("the handed-back task resumes and succeeds");
+    if let Err(e) = tab.wait_for("document.querySelector('#task-state').dataset.state === 'succeeded'", WAIT * 3).await
+    {
+        panic!("the handed-back task resumes and succeeds: {e}\n{}", daemon.task(&id));
+    }
     let done = daemon.task(&id);
     let notes: Vec<&serde_json::Value> =
         done["steps"].as_array().into_iter().flatten().filter_map(|s| s.get("handed_back")).collect();

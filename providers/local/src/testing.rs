@@ -265,10 +265,16 @@ fn wait_for(timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<(), ()
     Err(())
 }
 
-/// Waits until something accepts TCP connections on `port`.
+/// Waits (up to 20 s) until something accepts TCP connections on `port`.
 pub fn wait_for_port(port: u16) -> std::io::Result<()> {
-    wait_for(Duration::from_secs(20), || TcpStream::connect(("127.0.0.1", port)).is_ok())
-        .map_err(|_| std::io::Error::other(format!("nothing listens on port {port}")))
+    wait_for_port_within(port, Duration::from_secs(20))
+}
+
+/// Waits up to `timeout` until something accepts TCP connections on `port`: for servers slow to start,
+/// such as a Python server importing a large package on a loaded machine.
+pub fn wait_for_port_within(port: u16, timeout: Duration) -> std::io::Result<()> {
+    wait_for(timeout, || TcpStream::connect(("127.0.0.1", port)).is_ok())
+        .map_err(|_| std::io::Error::other(format!("nothing listens on port {port} after {timeout:?}")))
 }
 
 /// The project's recording test application (`tests/apps/recorder.py`), running on a display.
