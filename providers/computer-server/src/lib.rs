@@ -12,9 +12,9 @@
 //!   a local server without `CONTAINER_NAME` ignores them). The key is never logged nor shown in errors.
 //! - **Actions** (contract §4) from the server's commands: `mouse_down`/`mouse_up` at a position for clicks
 //!   of the left, right and middle buttons (back and forward do not exist there: unsupported), held
-//!   modifiers with `key_down`/`key_up` around the click, triple click as three press/release pairs, drag as
-//!   a press, a `move_cursor` per point of the path and a release (the server's own `drag` releases
-//!   between points), scroll as `move_cursor` and `scroll` in wheel notches (one per
+//!   modifiers with `key_down`/`key_up` around the click, triple click as `double_click` then `left_click`
+//!   (two round trips, within apps' multi-click interval), drag as a press, a `move_cursor` per point of the
+//!   path and a release (the server's own `drag` releases between points), scroll as `move_cursor` and `scroll` in wheel notches (one per
 //!   [`PIXELS_PER_NOTCH`]), `type_text`, chords with `hotkey`, `hold_key` with `key_down`, a pause and
 //!   `key_up`, `cursor_position` with `get_cursor_position`. Keys are mapped to the server's names
 //!   ([`keys`]); a key it has no name for is a tool error.
@@ -475,12 +475,10 @@ impl CuaServerProvider {
             }
             Action::DoubleClick { x, y } => self.cmd("double_click", json!({ "x": x, "y": y })).await?,
             Action::TripleClick { x, y } => {
-                let at = Point::new(*x, *y);
-                self.move_to(at).await?;
-                for _ in 0..3 {
-                    self.press("left", Some(at), true).await?;
-                    self.press("left", Some(at), false).await?;
-                }
+                // Two round trips, not six press/release calls: apps count clicks within their multi-click
+                // interval, which six calls to a slow server outlast (seen with Tk under load).
+                self.cmd("double_click", json!({ "x": x, "y": y })).await?;
+                self.cmd("left_click", json!({})).await?;
             }
             Action::MouseDown { button, keys } => {
                 let button = button_name(*button, "mouse_down")?;
