@@ -432,6 +432,20 @@ impl CuaServerProvider {
         self.cmd("move_cursor", json!({ "x": p.x, "y": p.y })).await
     }
 
+    /// After an input call that may have left `button` down (its answer lost, the server back: `Uncertain`),
+    /// sends one more release. A button left held swallows the next click's press (X drops a press of a
+    /// button that is down: seen as a lost click after the server was killed between `mouse_down` and
+    /// `mouse_up`); releasing a button that is up changes nothing on X. Returns `error`: the model is still
+    /// told the action's effect is not known.
+    async fn unstick(&self, button: &str, error: CuaError) -> CuaError {
+        if matches!(error, CuaError::Uncertain { .. })
+            && let Err(e) = self.press(button, None, false).await
+        {
+            tracing::warn!(url = %self.url, button, error = %e, "could not release the button after a lost answer");
+        }
+        error
+    }
+
     /// Presses `keys` in order, runs `body`, and releases them in reverse order even when `body` failed.
     async fn holding<F>(&self, keys: &[String], body: F) -> Result<(), CuaError>
     where
@@ -468,17 +482,30 @@ impl CuaServerProvider {
                 let at = Point::new(*x, *y);
                 let modifiers = server_keys(keys)?;
                 self.holding(&modifiers, async {
-                    self.press(button, Some(at), true).await?;
-                    self.press(button, Some(at), false).await
+                    match self.press(button, Some(at), true).await {
+                        Ok(()) => {}
+                        Err(e) => return Err(self.unstick(button, e).await),
+                    }
+                    match self.press(button, Some(at), false).await {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(self.unstick(button, e).await),
+                    }
                 })
                 .await?;
             }
-            Action::DoubleClick { x, y } => self.cmd("double_click", json!({ "x": x, "y": y })).await?,
+            Action::DoubleClick { x, y } => {
+                if let Err(e) = self.cmd("double_click", json!({ "x": x, "y": y })).await {
+                    return Err(self.unstick("left", e).await);
+                }
+            }
             Action::TripleClick { x, y } => {
                 // Two round trips, not six press/release calls: apps count clicks within their multi-click
                 // interval, which six calls to a slow server outlast (seen with Tk under load).
-                self.cmd("double_click", json!({ "x": x, "y": y })).await?;
-                self.cmd("left_click", json!({})).await?;
+                for (command, params) in [("double_click", json!({ "x": x, "y": y })), ("left_click", json!({}))] {
+                    if let Err(e) = self.cmd(command, params).await {
+                        return Err(self.unstick("left", e).await);
+                    }
+                }
             }
             Action::MouseDown { button, keys } => {
                 let button = button_name(*button, "mouse_down")?;
@@ -526,7 +553,9 @@ impl CuaServerProvider {
                 let button = button_name(*button, "drag")?;
                 self.holding(&server_keys(keys)?, async {
                     self.move_to(first).await?;
-                    self.press(button, Some(first), true).await?;
+                    if let Err(e) = self.press(button, Some(first), true).await {
+                        return Err(self.unstick(button, e).await);
+                    }
                     tokio::time::sleep(DRAG_DWELL).await;
                     let mut result = Ok(());
                     for point in rest {
@@ -537,7 +566,10 @@ impl CuaServerProvider {
                         tokio::time::sleep(DRAG_DWELL).await;
                     }
                     let last = rest.last().copied().unwrap_or(first);
-                    let released = self.press(button, Some(last), false).await;
+                    let released = match self.press(button, Some(last), false).await {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(self.unstick(button, e).await),
+                    };
                     result.and(released)
                 })
                 .await?;

@@ -226,19 +226,19 @@ async fn missing_credentials_are_a_final_error() {
     assert!(err.to_string().contains("api_key_env"), "{err}");
 }
 
-/// A server that dies while answering an input command: it takes `/cmd`, sends its streaming headers (as
-/// computer-server does before it runs the command) and closes. With the server back, the provider says it
-/// does not know whether the action happened (a tool error; the action is not sent again); with it gone for
-/// good, the attempt ends as for any lost server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+/// A stand-in computer-server speaking just enough of its protocol: `GET /status`, `get_screen_size`, and
+/// success for every other command, except where `cut_off(command, times_sent_before)` says to die while
+/// answering: it sends its streaming headers (as computer-server does before it runs the command) and
+/// closes. Returns its URL, the commands it was sent in order (all but `get_screen_size`), and its task.
+async fn stand_in_server(
+    cut_off: fn(&str, usize) -> bool,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+    use std::sync::{Arc, Mutex};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let commands = Arc::new(AtomicUsize::new(0));
+    let commands: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = commands.clone();
     let server = tokio::spawn(async move {
         loop {
@@ -265,31 +265,51 @@ async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
                         Ok(n) => request.extend_from_slice(&buf[..n]),
                     }
                 }
-                let head = String::from_utf8_lossy(&request).to_string();
-                if head.contains("get_screen_size") {
-                    let body = "data: {\"success\": true, \"size\": {\"width\": 640, \"height\": 480}}\n\n";
-                    let reply = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                let reply = |content_type: &str, body: &str| {
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()
-                    );
-                    let _ = socket.write_all(reply.as_bytes()).await;
-                } else if head.starts_with("GET /status") {
-                    let body = r#"{"status": "ok", "os_type": "linux"}"#;
-                    let reply = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(reply.as_bytes()).await;
+                    )
+                };
+                let reply = if request.starts_with(b"GET /status") {
+                    reply("application/json", r#"{"status": "ok", "os_type": "linux"}"#)
                 } else {
-                    seen.fetch_add(1, Ordering::SeqCst);
-                    let _ = socket
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n")
-                        .await;
-                }
+                    let body: Value = serde_json::from_slice(&request[head_len..]).unwrap_or_default();
+                    let command = body["command"].as_str().unwrap_or_default().to_string();
+                    if command == "get_screen_size" {
+                        reply(
+                            "text/plain",
+                            "data: {\"success\": true, \"size\": {\"width\": 640, \"height\": 480}}\n\n",
+                        )
+                    } else {
+                        let before = {
+                            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                            let before = seen.iter().filter(|c| **c == command).count();
+                            seen.push(command.clone());
+                            before
+                        };
+                        if cut_off(&command, before) {
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n"
+                                .to_string()
+                        } else {
+                            reply("text/plain", "data: {\"success\": true}\n\n")
+                        }
+                    }
+                };
+                let _ = socket.write_all(reply.as_bytes()).await;
                 let _ = socket.shutdown().await;
             });
         }
     });
+    (url, commands, server)
+}
+
+/// A server that dies while answering an input command: with the server back, the provider says it does
+/// not know whether the action happened (a tool error; the action is not sent again); with it gone for
+/// good, the attempt ends as for any lost server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
+    let (url, commands, server) = stand_in_server(|command, _| command == "move_cursor").await;
     let mut config = CuaConfig::new(url.clone());
     config.reconnect_grace = Duration::from_secs(5);
     let provider = CuaServerProvider::connect(config).await.expect("connect");
@@ -297,7 +317,7 @@ async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
     assert!(matches!(err, ProviderError::Uncertain(_)), "{err:?}");
     assert!(err.is_tool_error() && !err.is_retryable(), "{err:?}");
     assert!(err.to_string().contains("move_cursor") && err.to_string().contains("not known"), "{err}");
-    assert_eq!(commands.load(Ordering::SeqCst), 1, "the command was sent once, not again");
+    assert_eq!(*commands.lock().expect("commands"), ["move_cursor"], "the command was sent once, not again");
 
     server.abort();
     let _ = server.await;
@@ -305,6 +325,38 @@ async fn an_input_whose_answer_is_cut_off_is_uncertain_and_never_resent() {
     // (5 s) is over.
     let err = provider.perform(&Action::Move { x: 6, y: 6, keys: Vec::new() }).await.unwrap_err();
     assert!(err.is_retryable() && err.to_string().contains(&url), "{err}");
+}
+
+/// A click whose `mouse_up` answer is cut off (the server killed between press and release, then back):
+/// the model is told its effect is not known, and the button is released again so it is not left held on
+/// the machine, where it would swallow the next click's press (X drops a press of a button that is down: a
+/// real server restarted mid-task lost the click after, which the model had been told landed). The same
+/// for a drag's release. The press itself is never sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_off_is_sent_again_so_no_button_stays_held() {
+    let (url, commands, _server) = stand_in_server(|command, before| command == "mouse_up" && before % 2 == 0).await;
+    let mut config = CuaConfig::new(url);
+    config.reconnect_grace = Duration::from_secs(5);
+    let provider = CuaServerProvider::connect(config).await.expect("connect");
+    let click = Action::Click { x: 20, y: 10, button: agentd_computer::MouseButton::Left, keys: Vec::new() };
+    let err = provider.perform(&click).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Uncertain(_)) && err.to_string().contains("mouse_up"), "{err:?}");
+    assert_eq!(*commands.lock().expect("commands"), ["mouse_down", "mouse_up", "mouse_up"]);
+    provider.perform(&Action::Move { x: 1, y: 1, keys: Vec::new() }).await.expect("the server answers again");
+
+    commands.lock().expect("commands").clear();
+    let drag = Action::Drag {
+        path: vec![Point::new(5, 5), Point::new(50, 50)],
+        button: agentd_computer::MouseButton::Left,
+        keys: Vec::new(),
+    };
+    let err = provider.perform(&drag).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Uncertain(_)), "{err:?}");
+    assert_eq!(
+        *commands.lock().expect("commands"),
+        ["move_cursor", "mouse_down", "move_cursor", "mouse_up", "mouse_up"],
+        "pressed once, released again after the lost answer"
+    );
 }
 
 /// The `/ws` transport against the real server: the conformance kit over the WebSocket, input landing in
