@@ -14,10 +14,10 @@
 //!   of the left, right and middle buttons (back and forward do not exist there: unsupported), held
 //!   modifiers with `key_down`/`key_up` around the click, triple click as `double_click` then `left_click`
 //!   (two round trips, within apps' multi-click interval), drag as a press, a `move_cursor` per point of the
-//!   path and a release (the server's own `drag` releases between points), scroll as `move_cursor` and `scroll` in wheel notches (one per
-//!   [`PIXELS_PER_NOTCH`]), `type_text`, chords with `hotkey`, `hold_key` with `key_down`, a pause and
-//!   `key_up`, `cursor_position` with `get_cursor_position`. Keys are mapped to the server's names
-//!   ([`keys`]); a key it has no name for is a tool error.
+//!   path and a release (the server's own `drag` releases between points), scroll as `move_cursor` and
+//!   `scroll` in wheel notches (one per [`PIXELS_PER_NOTCH`]), `type_text`, chords with `hotkey`,
+//!   `hold_key` with `key_down`, a pause and `key_up`, `cursor_position` with `get_cursor_position`. Keys are
+//!   mapped to the server's names ([`keys`]); a key it has no name for is a tool error.
 //! - **Screen**: `screenshot` in PNG, decoded to RGB; the screen size is the last screenshot's (asked with
 //!   `get_screen_size` before the first), so a frame is always of the reported size.
 //! - **Faults**: a refused connection or a `503` is retried for [`CuaConfig::reconnect_grace`] and then
@@ -432,18 +432,18 @@ impl CuaServerProvider {
         self.cmd("move_cursor", json!({ "x": p.x, "y": p.y })).await
     }
 
-    /// After an input call that may have left `button` down (its answer lost, the server back: `Uncertain`),
-    /// sends one more release. A button left held swallows the next click's press (X drops a press of a
-    /// button that is down: seen as a lost click after the server was killed between `mouse_down` and
-    /// `mouse_up`); releasing a button that is up changes nothing on X. Returns `error`: the model is still
-    /// told the action's effect is not known.
-    async fn unstick(&self, button: &str, error: CuaError) -> CuaError {
-        if matches!(error, CuaError::Uncertain { .. })
+    /// `result` of an input call that presses or releases `button` inside one action; when its answer was
+    /// lost and the server is back (`Uncertain`), sends one more release first. A button left held swallows
+    /// the next click's press (X drops a press of a button that is down: seen as a lost click after the
+    /// server was killed between `mouse_down` and `mouse_up`); releasing a button that is up changes nothing
+    /// on X. The result is returned as it is: the model is still told the action's effect is not known.
+    async fn unstick(&self, button: &str, result: Result<(), CuaError>) -> Result<(), CuaError> {
+        if matches!(result, Err(CuaError::Uncertain { .. }))
             && let Err(e) = self.press(button, None, false).await
         {
             tracing::warn!(url = %self.url, button, error = %e, "could not release the button after a lost answer");
         }
-        error
+        result
     }
 
     /// Presses `keys` in order, runs `body`, and releases them in reverse order even when `body` failed.
@@ -482,30 +482,19 @@ impl CuaServerProvider {
                 let at = Point::new(*x, *y);
                 let modifiers = server_keys(keys)?;
                 self.holding(&modifiers, async {
-                    match self.press(button, Some(at), true).await {
-                        Ok(()) => {}
-                        Err(e) => return Err(self.unstick(button, e).await),
-                    }
-                    match self.press(button, Some(at), false).await {
-                        Ok(()) => Ok(()),
-                        Err(e) => Err(self.unstick(button, e).await),
-                    }
+                    self.unstick(button, self.press(button, Some(at), true).await).await?;
+                    self.unstick(button, self.press(button, Some(at), false).await).await
                 })
                 .await?;
             }
             Action::DoubleClick { x, y } => {
-                if let Err(e) = self.cmd("double_click", json!({ "x": x, "y": y })).await {
-                    return Err(self.unstick("left", e).await);
-                }
+                self.unstick("left", self.cmd("double_click", json!({ "x": x, "y": y })).await).await?;
             }
             Action::TripleClick { x, y } => {
                 // Two round trips, not six press/release calls: apps count clicks within their multi-click
                 // interval, which six calls to a slow server outlast (seen with Tk under load).
-                for (command, params) in [("double_click", json!({ "x": x, "y": y })), ("left_click", json!({}))] {
-                    if let Err(e) = self.cmd(command, params).await {
-                        return Err(self.unstick("left", e).await);
-                    }
-                }
+                self.unstick("left", self.cmd("double_click", json!({ "x": x, "y": y })).await).await?;
+                self.unstick("left", self.cmd("left_click", json!({})).await).await?;
             }
             Action::MouseDown { button, keys } => {
                 let button = button_name(*button, "mouse_down")?;
@@ -553,9 +542,7 @@ impl CuaServerProvider {
                 let button = button_name(*button, "drag")?;
                 self.holding(&server_keys(keys)?, async {
                     self.move_to(first).await?;
-                    if let Err(e) = self.press(button, Some(first), true).await {
-                        return Err(self.unstick(button, e).await);
-                    }
+                    self.unstick(button, self.press(button, Some(first), true).await).await?;
                     tokio::time::sleep(DRAG_DWELL).await;
                     let mut result = Ok(());
                     for point in rest {
@@ -566,10 +553,7 @@ impl CuaServerProvider {
                         tokio::time::sleep(DRAG_DWELL).await;
                     }
                     let last = rest.last().copied().unwrap_or(first);
-                    let released = match self.press(button, Some(last), false).await {
-                        Ok(()) => Ok(()),
-                        Err(e) => Err(self.unstick(button, e).await),
-                    };
+                    let released = self.unstick(button, self.press(button, Some(last), false).await).await;
                     result.and(released)
                 })
                 .await?;
