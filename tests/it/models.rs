@@ -716,7 +716,9 @@ async fn retries_run_out_and_long_waits_are_not_slept() {
     assert_eq!(server.requests().len(), 1);
 }
 
-#[tokio::test(flavor = "current_thread")]
+/// On tokio's paused clock (the fake server runs on the same runtime): the waits are the policy's own, to the
+/// nanosecond, however slow the machine.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn broken_and_silent_streams_are_retried() {
     let events = match ok_anthropic(true) {
         Reply::Sse(events) => events,
@@ -726,9 +728,21 @@ async fn broken_and_silent_streams_are_retried() {
     let started = tokio::time::Instant::now();
     assert_eq!(call(model.as_ref()).await.unwrap().text, "hello");
     assert_eq!(server.requests().len(), 3);
-    // The silent stream was abandoned after exactly the idle timeout (plus two short backoffs).
-    let elapsed = started.elapsed();
-    assert!(elapsed >= Duration::from_secs(60) && elapsed < Duration::from_secs(62), "{elapsed:?}");
+    // The cut stream was retried after the first backoff (0.5 s with equal jitter: 0.25–0.5 s); the silent one
+    // was abandoned after the idle timeout and retried after the second backoff (1 s: 0.5–1 s).
+    let g = gaps(&server);
+    assert_eq!(g.len(), 2, "{g:?}");
+    assert!(g[0] >= Duration::from_millis(250) && g[0] <= Duration::from_millis(500), "first backoff: {g:?}");
+    assert!(g[1] >= Duration::from_millis(60_500) && g[1] <= Duration::from_secs(61), "idle timeout, backoff: {g:?}");
+    assert_eq!(started.elapsed(), g[0] + g[1], "the call took exactly its waits: {g:?}");
+
+    // The idle timeout alone, with no retry after it: exactly 60 s.
+    let (server, model) = anthropic_with(vec![Reply::Idle], "idle_timeout_secs = 60\nmax_retries = 0").await;
+    let started = tokio::time::Instant::now();
+    let err = call(model.as_ref()).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(60), "{err}");
+    assert!(err.to_string().contains("silent for 60 s"), "{err}");
+    assert_eq!(server.requests().len(), 1);
 
     // An overloaded error inside the stream is retried; an invalid-request one is not.
     let overloaded = vec![(Some("error".to_string()), anthropic_error("overloaded_error", "Overloaded").to_string())];
