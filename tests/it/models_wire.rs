@@ -2,7 +2,9 @@
 //! screenshot, a failed call and loop notes), and garbage in every decoder: random bytes, random JSON and
 //! random stream events give a typed error or a turn, never a panic.
 //!
-//! Regenerate the golden files with `UPDATE_GOLDEN=1 cargo test --test it models_wire`.
+//! Regenerate the golden files with `UPDATE_GOLDEN=1 cargo test --test it models_wire`: the tests whose file
+//! changed rewrite it and still fail, so the run that wrote them never passes; run again without
+//! `UPDATE_GOLDEN` to check. Under CI (`CI` set) a golden file is never rewritten.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,19 +68,74 @@ fn history(turns: [ModelTurn; 2]) -> Vec<Exchange> {
 
 fn golden(name: &str, body: &Value) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden").join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(body).unwrap() + "\n";
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &text).unwrap();
-        return;
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let ci = std::env::var_os("CI").is_some();
+    if let Err(why) = check_golden(&path, body, update, ci) {
+        panic!("{name}: {why}");
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-    assert!(
-        expected == text,
-        "{name}: the request body differs from {}; UPDATE_GOLDEN=1 rewrites it\n{text}",
-        path.display()
-    );
+}
+
+/// Compares `body` with the golden file at `path`. With `update` a file that differs (or is missing) is
+/// rewritten and the check still fails, so a run that rewrote anything never passes; under `ci` rewriting is
+/// refused.
+fn check_golden(path: &std::path::Path, body: &Value, update: bool, ci: bool) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(body).unwrap() + "\n";
+    if update && ci {
+        return Err(format!("UPDATE_GOLDEN is set under CI: {} is not rewritten there", path.display()));
+    }
+    let expected = std::fs::read_to_string(path);
+    if expected.as_deref().is_ok_and(|expected| expected == text) {
+        return Ok(());
+    }
+    if update {
+        std::fs::create_dir_all(path.parent().unwrap()).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Err(format!(
+            "golden file {} rewritten; re-run without UPDATE_GOLDEN (and review the diff)",
+            path.display()
+        ));
+    }
+    match expected {
+        Err(e) => Err(format!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display())),
+        Ok(_) => Err(format!("the request body differs from {}; UPDATE_GOLDEN=1 rewrites it\n{text}", path.display())),
+    }
+}
+
+#[test]
+fn golden_files_are_rewritten_only_by_a_failing_run_and_never_under_ci() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("golden").join("x.json");
+    let body = json!({"a": 1});
+    let same = serde_json::to_string_pretty(&body).unwrap() + "\n";
+    let written = || std::fs::read_to_string(&path).ok();
+
+    // Missing: fails; with UPDATE_GOLDEN it is written, and the run still fails.
+    let missing = check_golden(&path, &body, false, false);
+    assert!(missing.as_ref().is_err_and(|e| e.contains("UPDATE_GOLDEN=1 writes it")), "{missing:?}");
+    assert_eq!(written(), None);
+    let rewritten = check_golden(&path, &body, true, false);
+    assert!(rewritten.as_ref().is_err_and(|e| e.contains("re-run without UPDATE_GOLDEN")), "{rewritten:?}");
+    assert_eq!(written().as_deref(), Some(same.as_str()));
+    // Now the same: passes, with or without UPDATE_GOLDEN, and nothing is written.
+    assert_eq!(check_golden(&path, &body, false, false), Ok(()));
+    assert_eq!(check_golden(&path, &body, true, false), Ok(()));
+
+    // Different: fails and says how; with UPDATE_GOLDEN it is rewritten and still fails.
+    let other = json!({"a": 2});
+    let differs = check_golden(&path, &other, false, false);
+    assert!(differs.as_ref().is_err_and(|e| e.contains("differs")), "{differs:?}");
+    assert_eq!(written().as_deref(), Some(same.as_str()));
+    let rewritten = check_golden(&path, &other, true, false);
+    assert!(rewritten.as_ref().is_err_and(|e| e.contains("rewritten")), "{rewritten:?}");
+    assert_ne!(written().as_deref(), Some(same.as_str()));
+
+    // Under CI: refused, and the file is left as it was (also when it would not change).
+    let before = written();
+    for body in [&body, &other] {
+        let refused = check_golden(&path, body, true, true);
+        assert!(refused.as_ref().is_err_and(|e| e.contains("under CI")), "{refused:?}");
+        assert_eq!(written(), before);
+    }
 }
 
 fn request<'a>(
