@@ -12,9 +12,9 @@ use std::sync::Arc;
 use agentd::model::anthropic::{self, AnthropicModel, MessageDecoder};
 use agentd::model::compatible::CompatibleModel;
 use agentd::model::gemini::{self, ContentDecoder, GeminiModel};
-use agentd::model::http::{Decoder, SseEvent};
+use agentd::model::http::{AttemptError, Decoder, SseEvent};
 use agentd::model::openai::{self, OpenAiModel, ResponseDecoder};
-use agentd::model::{Delta, Exchange, ModelImage, ModelRequest, ModelTurn, Shared, ToolResult};
+use agentd::model::{CallKind, Delta, Exchange, ModelImage, ModelRequest, ModelTurn, Shared, ToolResult};
 use agentd::screen::image::encode_png;
 use agentd::task::ModelOptions;
 use agentd_computer::{Frame, Size};
@@ -390,9 +390,21 @@ proptest! {
     }
 }
 
+/// Decodes `events` as one streamed Anthropic response, as the adapter does.
+fn anthropic_stream(events: &[String]) -> Result<ModelTurn, AttemptError> {
+    let sink = |_: Delta<'_>| {};
+    let redact = |t: &str| t.to_string();
+    let mut decoder = MessageDecoder::new(&sink, Size::new(1280, 800), None, &redact);
+    decoder.start();
+    for data in events {
+        decoder.event(SseEvent { id: None, event: None, data: data.clone() })?;
+    }
+    decoder.finish()
+}
+
 #[test]
 fn structured_streams_survive_reordering_and_truncation() {
-    // A real stream shape, then every prefix of it and a shuffled copy: each gives a turn or a typed error.
+    // A real stream shape: a tool call whose input arrives in two pieces.
     let events: Vec<String> = [
         json!({"type": "message_start", "message": {"content": [], "usage": {"input_tokens": 5}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "computer", "input": {}}}),
@@ -405,12 +417,63 @@ fn structured_streams_survive_reordering_and_truncation() {
     .iter()
     .map(Value::to_string)
     .collect();
+    let whole = anthropic_stream(&events).unwrap_or_else(|e| panic!("the whole stream is no turn: {e:?}"));
+    assert_eq!(whole.calls.len(), 1, "{whole:?}");
+    assert_eq!(whole.calls[0].id, "t", "{whole:?}");
+    let CallKind::Computer { actions } = &whole.calls[0].kind else { panic!("not a computer call: {whole:?}") };
+    assert_eq!(actions.len(), 1, "{whole:?}");
+    assert!(matches!(actions[0], agentd_computer::Action::Click { x: 1, y: 2, .. }), "the click at (1, 2): {whole:?}");
+    assert_eq!((whole.usage.input_tokens, whole.usage.output_tokens), (5, 3), "{whole:?}");
+
+    // Truncated: every stream cut before its `message_stop` is retried, never taken for a turn.
+    for end in 0..events.len() {
+        match anthropic_stream(&events[..end]) {
+            Err(AttemptError::Retry { .. }) => {}
+            other => panic!("the first {end} events gave {other:?}, not a retry"),
+        }
+    }
+
+    // Reordered: each event moved one place, and the whole stream reversed, gives a typed error or a turn
+    // whose calls are all calls of the whole stream: never an action made of pieces out of order. (Input
+    // pieces swapped do not parse: that call is left out, as for a turn cut off by max_tokens, and the turn
+    // has none.)
+    let mut orders: Vec<Vec<String>> = (0..events.len() - 1)
+        .map(|i| {
+            let mut order = events.clone();
+            order.swap(i, i + 1);
+            order
+        })
+        .collect();
+    orders.push(events.iter().rev().cloned().collect());
+    for order in &orders {
+        match anthropic_stream(order) {
+            Ok(turn) => assert!(
+                turn.calls.iter().all(|call| whole.calls.contains(call)),
+                "a reordered stream gave another call: {turn:?}\n{order:#?}"
+            ),
+            Err(AttemptError::Retry { .. } | AttemptError::Fatal(_)) => {}
+        }
+    }
+    let reversed = anthropic_stream(orders.last().expect("reversed"));
+    assert!(reversed.is_err(), "the reversed stream gave a turn: {reversed:?}");
+    // Events whose order carries nothing (the message's start and its first block's, the block's end and the
+    // message's delta, the delta and the message's end) swapped: the same turn.
+    for i in [0, 4, 5] {
+        let turn = anthropic_stream(&orders[i]);
+        assert_eq!(turn.as_ref().ok(), Some(&whole), "events {i} and {} swapped gave {turn:?}", i + 1);
+    }
+    // A delta before its block started: a protocol error, not a turn.
+    let early = anthropic_stream(&orders[1]);
+    assert!(matches!(early, Err(AttemptError::Fatal(_))), "a delta before its block: {early:?}");
+
+    // Every decoder, with every prefix and order of these events (and as a body), gives a turn or a typed
+    // error, never a panic.
     for end in 0..=events.len() {
         feed_all(b"", &events[..end]);
     }
-    let mut reversed = events.clone();
-    reversed.reverse();
-    feed_all(b"", &reversed);
+    for order in &orders {
+        feed_all(b"", order);
+    }
 }
 
 /// Anthropic's cache breakpoints survive the context policy: step after step, each request reads most of its
