@@ -309,9 +309,10 @@ enum Limit {
     ToolError(&'static str),
     /// The app records exactly this line.
     Records(&'static str),
-    /// Every ASCII character comes out, in order and in place: only characters outside the keyboard layout
-    /// come out as other ones, or now and then not at all (pynput's borrowed keycodes, README
-    /// "computer-server").
+    /// Typing through computer-server on X: within [`computer_server_typing`] (every ASCII character exact,
+    /// in order and in place; characters outside the layout may come out as others outside it, at most
+    /// [`CUA_TYPING_MAY_LOSE`] of them not at all; pynput's borrowed keycodes, README "computer-server":
+    /// Typing), and not exact.
     GarblesNonAscii,
     /// Exact, or the same presses and releases with some of the drag's intermediate points missed: x11vnc
     /// (its default `-pointer_mode 2`) eats queued pointer motion, and on a loaded machine it can fall a
@@ -378,27 +379,62 @@ fn within(limit: &Limit, case: &Case, outcome: &Outcome, text: Option<&str>) -> 
         (Limit::ToolError(part), Outcome::ToolError(message)) => message.contains(part),
         (Limit::Records(line), Outcome::Differs(got)) => got == line,
         (Limit::GarblesNonAscii, Outcome::Differs(_)) => {
-            // Walk both texts together: an ASCII character must be where it was asked; a non-ASCII one may
-            // come out as another non-ASCII one or not at all.
-            let mut got = text.unwrap_or_default().chars().peekable();
-            for intended in case.text.chars() {
-                match got.peek() {
-                    Some(&g) if g == intended => {
-                        got.next();
-                    }
-                    Some(&g) if !intended.is_ascii() && !g.is_ascii() => {
-                        got.next();
-                    }
-                    _ if !intended.is_ascii() => {}
-                    _ => return false,
-                }
-            }
-            got.next().is_none()
+            computer_server_typing(&case.text, text.unwrap_or_default()).is_ok()
         }
         (Limit::MayMissDragPoints, Outcome::Exact) => true,
         (Limit::MayMissDragPoints, Outcome::Differs(got)) => without_points(got) == without_points(&case.expect),
         _ => false,
     }
+}
+
+/// How many characters outside the keyboard layout one text typed through computer-server may lose: measured
+/// once in about 20 runs of this suite ("Grüße" → "Grüe"), never two in one text.
+pub(crate) const CUA_TYPING_MAY_LOSE: usize = 1;
+
+/// Whether `got` is what typing `intended` through cua's computer-server on X may give — the limit the README
+/// states ("cua computer-server machines", Typing) and every test of that path holds it to: every ASCII
+/// character comes out exactly, in order and in place; a character outside the layout (any non-ASCII one)
+/// may come out as another character outside it, and at most [`CUA_TYPING_MAY_LOSE`] of them per text not at
+/// all. `Err` says how `got` breaks it.
+pub(crate) fn computer_server_typing(intended: &str, got: &str) -> Result<(), String> {
+    // Each text as its ASCII characters and, around them, how many others stand in each gap (before the
+    // first, between two, after the last).
+    let split = |text: &str| {
+        let mut ascii = Vec::new();
+        let mut gaps = vec![0usize];
+        for c in text.chars() {
+            if c.is_ascii() {
+                ascii.push(c);
+                gaps.push(0);
+            } else if let Some(last) = gaps.last_mut() {
+                *last += 1;
+            }
+        }
+        (ascii.into_iter().collect::<String>(), gaps)
+    };
+    let (intended_ascii, intended_gaps) = split(intended);
+    let (got_ascii, got_gaps) = split(got);
+    if got_ascii != intended_ascii {
+        return Err(format!(
+            "{got:?} for {intended:?}: the ASCII characters are {got_ascii:?}, not {intended_ascii:?}"
+        ));
+    }
+    let mut lost = 0;
+    for (gap, (want, had)) in intended_gaps.iter().zip(&got_gaps).enumerate() {
+        if had > want {
+            return Err(format!(
+                "{got:?} for {intended:?}: {had} characters outside the layout after ASCII character {gap}, where \
+                 {want} were typed"
+            ));
+        }
+        lost += want - had;
+    }
+    if lost > CUA_TYPING_MAY_LOSE {
+        return Err(format!(
+            "{got:?} for {intended:?}: {lost} characters outside the layout lost, more than {CUA_TYPING_MAY_LOSE}"
+        ));
+    }
+    Ok(())
 }
 
 /// A pointer line without its `via x,y b…/s…` and `missed via x,y` tokens.
@@ -832,5 +868,37 @@ fn the_views_reduce_a_record_to_one_line() {
     let case = typed("t", "Grüße, Ça");
     assert!(within(&Limit::GarblesNonAscii, &case, &differs, Some("Grüe, —a")), "measured once on computer-server");
     assert!(!within(&Limit::GarblesNonAscii, &case, &differs, Some("Grüße Ça")), "the comma lost");
+    assert!(!within(&Limit::GarblesNonAscii, &case, &differs, Some("Grüe, a")), "two lost");
     assert_eq!(without_points("p1@1,2/1 via 3,4 b1/s1 missed via 5,6 r1@7,8/1"), "p1@1,2/1 r1@7,8/1");
+}
+
+/// The computer-server typing limit passes what the README says may happen and fails everything else.
+#[test]
+fn the_computer_server_typing_limit_fails_on_bad_output() {
+    let ok = |intended: &str, got: &str| {
+        if let Err(why) = computer_server_typing(intended, got) {
+            panic!("{intended:?} typed as {got:?} is within the limit, but: {why}");
+        }
+    };
+    let bad = |intended: &str, got: &str, why: &str| {
+        assert!(computer_server_typing(intended, got).is_err(), "{intended:?} typed as {got:?} passed: {why}");
+    };
+    ok("Grüße aus Köln", "Grüße aus Köln");
+    ok("Grüße aus Köln", "Grüße aus Küln");
+    ok("Grüße aus Köln", "Grüe aus Köln");
+    ok("naïve, 10 €", "naöve, 10 ö");
+    // As measured on Xvfb with computer-server 0.3.46 (benches/results/input-fidelity-2026-11-24.md).
+    ok("ok 👍🏽 🎉", "ok 👍🏽 🏽");
+    ok("👨\u{200d}👩\u{200d}👧", "👨\u{200d}\u{200d}\u{200d}👧");
+    ok("中文输入 日本語 한국어", "中文文入 日日語 한한어");
+    bad("Grüße aus Köln", "Gre aus Köln", "two outside the layout lost");
+    ok("Grüße aus Köln", "Grüße aus Kln");
+    bad("Grüße aus Köln", "Grüe aus Kln", "one lost in each of two words: two in the text");
+    bad("Grüße aus Köln", "Grüße aus Koln", "one came out as an ASCII character");
+    bad("Grüße aus Köln", "Grüße aus Köl", "an ASCII character lost");
+    bad("Grüße aus Köln", "Grüße aus Kölnn", "an ASCII character more");
+    bad("Grüße aus Köln", "Grüße aus Kööln", "a character outside the layout more");
+    bad("Grüße aus Köln", "Grüße aus Klön", "one moved past an ASCII character");
+    bad("Grüße aus Köln", "Grüße Köln aus", "ASCII out of order");
+    bad("Grüße aus Köln", "", "nothing typed");
 }
