@@ -27,7 +27,8 @@ pub struct FaultProxy {
 }
 
 struct Shared {
-    upstream: SocketAddr,
+    /// Where new connections go ([`FaultProxy::set_upstream`] changes it).
+    upstream: Mutex<SocketAddr>,
     down: AtomicBool,
     stop: AtomicBool,
     next_id: AtomicU64,
@@ -46,7 +47,7 @@ impl FaultProxy {
         listener.set_nonblocking(true).expect("non-blocking listener");
         let addr = listener.local_addr().expect("proxy address");
         let shared = Arc::new(Shared {
-            upstream,
+            upstream: Mutex::new(upstream),
             down: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
@@ -85,6 +86,14 @@ impl FaultProxy {
             for (client, upstream) in live {
                 cut(&client, &upstream);
             }
+        }
+    }
+
+    /// Sends connections made from now on to `upstream` (live ones stay where they are): a server restarted
+    /// elsewhere behind the same address.
+    pub fn set_upstream(&self, upstream: SocketAddr) {
+        if let Ok(mut current) = self.shared.upstream.lock() {
+            *current = upstream;
         }
     }
 
@@ -152,7 +161,10 @@ fn handle(client: TcpStream, shared: &Arc<Shared>) {
     // The accepted socket may inherit non-blocking mode on some platforms; the pumps want blocking IO.
     let _ = client.set_nonblocking(false);
     let _ = client.set_nodelay(true);
-    let Ok(upstream) = TcpStream::connect_timeout(&shared.upstream, UPSTREAM_CONNECT_TIMEOUT) else {
+    let Ok(target) = shared.upstream.lock().map(|u| *u) else {
+        return refuse(client);
+    };
+    let Ok(upstream) = TcpStream::connect_timeout(&target, UPSTREAM_CONNECT_TIMEOUT) else {
         return refuse(client);
     };
     let _ = upstream.set_nodelay(true);
@@ -297,5 +309,33 @@ mod tests {
         // Dropping joins every thread (a hang here would time the test out).
         let _still_open = TcpStream::connect(proxy.addr()).expect("connect");
         drop(proxy);
+    }
+
+    /// A server that answers every connection with `name` and closes it.
+    fn greeter(name: &'static [u8]) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind greeter");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let _ = stream.write_all(name);
+            }
+        });
+        addr
+    }
+
+    fn greeting(addr: SocketAddr) -> Vec<u8> {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let mut got = Vec::new();
+        let _ = stream.read_to_end(&mut got);
+        got
+    }
+
+    #[test]
+    fn a_new_upstream_takes_the_connections_made_after_it() {
+        let proxy = FaultProxy::start(greeter(b"first"));
+        assert_eq!(greeting(proxy.addr()), b"first");
+        proxy.set_upstream(greeter(b"second"));
+        assert_eq!(greeting(proxy.addr()), b"second");
     }
 }
