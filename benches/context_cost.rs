@@ -294,7 +294,7 @@ async fn run_one(setup: Setup) -> Run {
             output_schema: None,
             secrets: Default::default(),
             // The benchmark's steps repeat on purpose: the stuck-loop guard is off.
-            guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0 },
+            guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0, wait_steps: 0 },
             verify: Vec::new(),
             verify_retries: 2,
             ask_human: false,

@@ -70,7 +70,10 @@ async fn template(queue: &dyn Queue) {
         let mut step = StepRecord::begun(index, OffsetDateTime::now_utc(), shot);
         step.finished = true;
         step.model_text = format!("step {index}");
-        queue.record_step("template", lease.token, &step, Duration::from_millis(10)).await.expect("step");
+        queue
+            .record_step("template", lease.token, &step, Duration::from_millis(10), &agentd::record::Usage::default())
+            .await
+            .expect("step");
     }
     let events: Vec<Event> = (0..5)
         .map(|i| Event {

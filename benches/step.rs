@@ -164,7 +164,7 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
             output_schema: None,
             secrets: Default::default(),
             // The benchmark's steps repeat on purpose: the stuck-loop guard is off.
-            guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0 },
+            guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0, wait_steps: 0 },
             verify: Vec::new(),
             verify_retries: 2,
             ask_human: false,

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use agentd_computer::outbound::Outbound;
 use agentd_computer::{ComputerProvider, Size};
 use thiserror::Error;
 
@@ -62,6 +63,9 @@ pub struct ComputerContext<'a> {
     pub persist_dir: Option<&'a Path>,
     /// The task's secrets: the mock desktop saves them as their placeholders (see `agentd_mock::Seal`).
     pub secrets: &'a Secrets,
+    /// Where the computer may be: a VNC host or computer-server URL the task names is connected to only at
+    /// an address this allows.
+    pub outbound: &'a Outbound,
 }
 
 /// Opens the computer a task names.
@@ -96,8 +100,8 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
             Ok(Arc::new(desktop))
         }
         ComputerSpec::Local(spec) => local_computer(spec).await,
-        ComputerSpec::Vnc(spec) => vnc_computer(spec).await,
-        ComputerSpec::ComputerServer(spec) => cua_computer(spec).await,
+        ComputerSpec::Vnc(spec) => vnc_computer(spec, ctx.outbound).await,
+        ComputerSpec::ComputerServer(spec) => cua_computer(spec, ctx.outbound).await,
         ComputerSpec::Portable(spec) => portable_computer(spec).await,
         ComputerSpec::Desktop(request) => Err(BuildError::invalid(
             "computer",
@@ -228,17 +232,23 @@ async fn local_computer(_: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, Buil
 
 /// A VNC server. The password comes from the environment variable the task names, never from the task.
 #[cfg(feature = "vnc")]
-async fn vnc_computer(spec: &VncSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+async fn vnc_computer(spec: &VncSpec, outbound: &Outbound) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     use agentd_vnc::{VncConfig, VncError, VncProvider};
-    match spec.address.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-        _ => {
-            return Err(BuildError::invalid(
-                "computer.address",
-                format!("{:?} is not host:port (VNC display :N is port 5900+N)", spec.address),
-            ));
-        }
-    }
+    let (host, port) = match spec.address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() => match port.parse::<u16>() {
+            Ok(port) => (host, port),
+            Err(_) => return Err(bad_vnc_address(&spec.address)),
+        },
+        _ => return Err(bad_vnc_address(&spec.address)),
+    };
+    // A restricted task connects to the address checked, not to the name again (it could resolve elsewhere
+    // by then).
+    let address = if outbound.is_restricted() {
+        let allowed = outbound.resolve(host, port).await.map_err(|e| outbound_error("computer.address", e))?;
+        allowed.first().map_or_else(|| spec.address.clone(), ToString::to_string)
+    } else {
+        spec.address.clone()
+    };
     let password = match &spec.password_env {
         Some(name) => Some(std::env::var(name).map_err(|_| {
             BuildError::invalid(
@@ -249,7 +259,7 @@ async fn vnc_computer(spec: &VncSpec) -> Result<Arc<dyn ComputerProvider>, Build
         None => None,
     };
     // One connection per server for the process's life (see `VncProvider::shared`: it keeps x11vnc current).
-    match VncProvider::shared(VncConfig::new(spec.address.clone(), password)).await {
+    match VncProvider::shared(VncConfig::new(address, password)).await {
         Ok(provider) => Ok(provider),
         Err(e @ (VncError::AuthFailed { .. } | VncError::PasswordRequired { .. })) => {
             Err(BuildError::invalid("computer.password_env", format!("{e}")))
@@ -260,14 +270,29 @@ async fn vnc_computer(spec: &VncSpec) -> Result<Arc<dyn ComputerProvider>, Build
 }
 
 #[cfg(not(feature = "vnc"))]
-async fn vnc_computer(_: &VncSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+async fn vnc_computer(_: &VncSpec, _: &Outbound) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     Err(BuildError::invalid("computer.provider", "this agentd was built without the `vnc` feature"))
+}
+
+#[cfg_attr(not(feature = "vnc"), allow(dead_code))]
+fn bad_vnc_address(address: &str) -> BuildError {
+    BuildError::invalid("computer.address", format!("{address:?} is not host:port (VNC display :N is port 5900+N)"))
+}
+
+/// A destination the task's outbound policy refuses is invalid input at `field`; one that does not resolve
+/// is unreachable (it may resolve later).
+#[cfg_attr(not(any(feature = "vnc", feature = "computer-server")), allow(dead_code))]
+fn outbound_error(field: &'static str, error: agentd_computer::outbound::OutboundError) -> BuildError {
+    match error {
+        e @ agentd_computer::outbound::OutboundError::Refused { .. } => BuildError::invalid(field, e.to_string()),
+        e => BuildError::Unreachable(e.to_string()),
+    }
 }
 
 /// A machine running cua's computer-server. The API key comes from the environment variable the task names,
 /// never from the task. Each task gets its own client (HTTP, no session to share).
 #[cfg(feature = "computer-server")]
-async fn cua_computer(spec: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+async fn cua_computer(spec: &ComputerServerSpec, outbound: &Outbound) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     use crate::task::CuaTransport;
     use agentd_cuaserver::{CuaConfig, CuaError, CuaServerProvider, Transport, normalize_url};
     let url = normalize_url(&spec.url).map_err(|e| BuildError::invalid("computer.url", e.to_string()))?;
@@ -285,9 +310,16 @@ async fn cua_computer(spec: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvi
         Some(CuaTransport::Http) => Transport::Http,
         Some(CuaTransport::Websocket) => Transport::WebSocket,
     };
-    let config = CuaConfig { api_key, container_name: spec.container_name.clone(), transport, ..CuaConfig::new(url) };
+    let config = CuaConfig {
+        api_key,
+        container_name: spec.container_name.clone(),
+        transport,
+        outbound: outbound.clone(),
+        ..CuaConfig::new(url)
+    };
     match CuaServerProvider::connect(config).await {
         Ok(provider) => Ok(Arc::new(provider)),
+        Err(CuaError::Refused(e)) => Err(outbound_error("computer.url", e)),
         Err(e @ CuaError::Auth { .. }) => Err(BuildError::invalid("computer.api_key_env", e.to_string())),
         Err(e @ CuaError::Config(_)) => Err(BuildError::invalid("computer.url", e.to_string())),
         Err(e) => Err(BuildError::Unreachable(e.to_string())),
@@ -295,7 +327,7 @@ async fn cua_computer(spec: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvi
 }
 
 #[cfg(not(feature = "computer-server"))]
-async fn cua_computer(_: &ComputerServerSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+async fn cua_computer(_: &ComputerServerSpec, _: &Outbound) -> Result<Arc<dyn ComputerProvider>, BuildError> {
     Err(BuildError::invalid("computer.provider", "this agentd was built without the `computer-server` feature"))
 }
 
@@ -374,6 +406,7 @@ fn param_field(error: &crate::task::script::ParamError) -> String {
 /// regular files of bounded size, and parse. Returns the field at fault and why.
 pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
     check_names(task, config)?;
+    check_destinations(task, config).await?;
     let files = config.file_access();
     if let ComputerSpec::Mock(MockSpec { scene: Some(scene), .. }) = &task.computer {
         load_scene(scene, &files).await.map_err(|e| BuildError::invalid("computer.scene", e))?;
@@ -389,21 +422,89 @@ pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<
     }
     // The verifier checks (§16): reference images readable and decodable, `command` checks naming a
     // `[verifiers.NAME]` program.
-    crate::verify::Verifier::build(&task.verify, task.verify_retries, &config.verifiers, &files)
-        .await
-        .map_err(|e| BuildError::invalid(e.field, e.message))?;
-    // A secret's file is read by the worker that runs the task, never here; its path must be one the API may
-    // name.
+    crate::verify::Verifier::build(
+        &task.verify,
+        task.verify_retries,
+        &config.verifiers,
+        &files,
+        &config.api_outbound(),
+    )
+    .await
+    .map_err(|e| BuildError::invalid(e.field, e.message))?;
+    // A secret's file is read by the worker that runs the task, never here; its path must be one the
+    // operator allows as a secret (`[api] allowed_secret_paths`, not merely a readable file).
+    let secret_files = config.secret_file_access();
     for (name, source) in &task.secrets {
         if let SecretSource::File(path) = source {
-            let (access, path) = (files.clone(), path.clone());
+            let (access, path) = (secret_files.clone(), path.clone());
             tokio::task::spawn_blocking(move || access.resolve(&path))
                 .await
                 .map_err(|e| BuildError::invalid(format!("secrets.{name}.file"), e.to_string()))?
-                .map_err(|e| BuildError::invalid(format!("secrets.{name}.file"), e.to_string()))?;
+                .map_err(|e| BuildError::invalid(format!("secrets.{name}.file"), secret_file_error(e)))?;
         }
     }
     Ok(())
+}
+
+/// Refuses at submission what a task names that its outbound policy refuses now: an `http` tool's or `http`
+/// check's URL, a computer-server's URL, a VNC host (each as written, or as its name resolves now). The
+/// worker checks again when it connects — a name may resolve elsewhere by then — so a name that does not
+/// resolve here is left to it.
+async fn check_destinations(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
+    let outbound = config.api_outbound();
+    for (i, tool) in task.tools.iter().enumerate() {
+        if let TaskTool::Declared(decl) = tool
+            && let ToolKind::Http(http) = &decl.kind
+        {
+            check_url(&outbound, &http.url, format!("tools[{i}].url")).await?;
+        }
+    }
+    for (i, check) in task.verify.iter().enumerate() {
+        if let crate::task::verify::Check::Http(http) = check {
+            check_url(&outbound, &http.url, format!("verify[{i}].url")).await?;
+        }
+    }
+    if config.defaults.computer.as_ref() == Some(&task.computer) {
+        return Ok(());
+    }
+    match &task.computer {
+        ComputerSpec::ComputerServer(spec) => check_url(&outbound, &spec.url, "computer.url".into()).await,
+        ComputerSpec::Vnc(spec) => match spec.address.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
+            Some((host, Ok(port))) => check_host(&outbound, host, port, "computer.address".into()).await,
+            _ => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+async fn check_url(outbound: &Outbound, url: &str, field: String) -> Result<(), BuildError> {
+    let Ok(parsed) = reqwest::Url::parse(url) else { return Ok(()) };
+    let Some(host) = parsed.host_str() else { return Ok(()) };
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    check_host(outbound, host, port, field).await
+}
+
+async fn check_host(outbound: &Outbound, host: &str, port: u16, field: String) -> Result<(), BuildError> {
+    use agentd_computer::outbound::OutboundError;
+    if let Err(e) = outbound.check_literal(host) {
+        return Err(BuildError::invalid(field, e.to_string()));
+    }
+    // A resolver that does not answer soon does not hold the submission up: the worker checks when it
+    // connects.
+    match tokio::time::timeout(std::time::Duration::from_secs(2), outbound.resolve(host, port)).await {
+        Ok(Err(e @ OutboundError::Refused { .. })) => Err(BuildError::invalid(field, e.to_string())),
+        _ => Ok(()),
+    }
+}
+
+/// Why a task may not take a secret from a file, naming the key that would allow it.
+fn secret_file_error(error: FileError) -> String {
+    match error {
+        FileError::NotAllowed { path } => format!(
+            "path {path:?} is not a file the daemon allows as a secret (`api.allowed_secret_paths` in its config)"
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// The task's toolbox: its declared tools, `use` entries looked up in the config's `[tools]`, its output
@@ -412,8 +513,9 @@ pub fn toolbox(
     task: &crate::task::ResolvedTask,
     catalog: &BTreeMap<String, ToolDecl>,
     secrets: Secrets,
+    outbound: &Outbound,
 ) -> Result<Arc<Toolbox>, BuildError> {
-    Toolbox::for_task(task, catalog, &ToolMakers)
+    Toolbox::for_task(task, catalog, &ToolMakers { outbound: outbound.clone(), secrets: secrets.clone() })
         .map(|toolbox| Arc::new(toolbox.with_secrets(secrets)))
         .map_err(|ToolboxError { field, message }| BuildError::invalid(field, message))
 }
@@ -446,7 +548,7 @@ pub async fn secrets(task: &crate::task::ResolvedTask, files: &FileAccess) -> Re
                 let (_, mut text) = files
                     .read(path)
                     .await
-                    .map_err(|e| BuildError::invalid(format!("secrets.{name}.file"), e.to_string()))?;
+                    .map_err(|e| BuildError::invalid(format!("secrets.{name}.file"), secret_file_error(e)))?;
                 if text.ends_with('\n') {
                     text.pop();
                     if text.ends_with('\r') {
@@ -461,15 +563,22 @@ pub async fn secrets(task: &crate::task::ResolvedTask, files: &FileAccess) -> Re
     Secrets::new(values).map_err(|SecretsError { field, message }| BuildError::invalid(field, message))
 }
 
-/// Makes the in-process tool kinds (`http`, `command`).
-struct ToolMakers;
+/// Makes the in-process tool kinds (`http`, `command`). A task's own `http` tools reach what the task's
+/// outbound policy allows; the config's `[tools]` are the operator's and reach anything.
+struct ToolMakers {
+    outbound: Outbound,
+    secrets: Secrets,
+}
 
 impl Makers for ToolMakers {
-    fn make(&self, decl: &ToolDecl, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
+    fn make(&self, decl: &ToolDecl, field: &str, configured: bool) -> Result<Arc<dyn Tool>, ToolboxError> {
         match &decl.kind {
-            ToolKind::Http(http) => HttpRunner::make(decl, http, field),
-            ToolKind::Command(command) => CommandRunner::make(decl, command, field),
-            ToolKind::Remote {} => Err(ToolboxError {
+            ToolKind::Http(http) => {
+                let outbound = if configured { Outbound::open() } else { self.outbound.clone() };
+                HttpRunner::make(decl, http, field, outbound, self.secrets.clone())
+            }
+            ToolKind::Command(command) => CommandRunner::make(decl, command, field, self.secrets.clone()),
+            ToolKind::Remote(_) => Err(ToolboxError {
                 field: format!("{field}.kind"),
                 message: "a `remote` tool runs in the API client, not in agentd".into(),
             }),

@@ -49,12 +49,18 @@ pub struct Config {
     pub otel: OtelConfig,
     /// `[retention]`: how long finished tasks are kept (§21).
     pub retention: RetentionConfig,
+    /// `[outbound]`: which internal addresses tasks submitted over the API may reach.
+    pub outbound: OutboundConfig,
     /// `[[approval]]`: approval rules for every task (§20), before each task's own.
     #[serde(default)]
     pub approval: Vec<crate::task::approval::ApprovalRule>,
     /// `[[desktops]]`: the desktop pool (§23) the workers lease desktops from.
     #[serde(default)]
     pub desktops: Vec<DesktopConfig>,
+    /// What loading noticed but did not refuse (an `AGENTD_*` variable that names no setting), for the
+    /// command line to print.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// One desktop of the pool (`[[desktops]]`, §23): a computer with a name and labels, and the commands the
@@ -144,6 +150,28 @@ impl Default for RetentionConfig {
     }
 }
 
+/// `[outbound]`: where tasks submitted over the API may connect. Their `http` tools and `http` verifiers,
+/// and the VNC host or computer-server URL they name, reach public addresses only; `allow` adds address
+/// ranges (`10.1.0.0/16`), addresses (`127.0.0.1`) or host names (`orders.internal`) of the inside.
+/// Tasks run with `agentd run`, the config's own `[tools]`, `[[desktops]]` and `[defaults] computer` are
+/// the operator's and reach anything. (`docs/security.md` has the table.)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboundConfig {
+    pub allow: Vec<String>,
+}
+
+impl Config {
+    /// The outbound policy of a task submitted over the API ([`OutboundConfig`]); the entries were checked
+    /// when the config was loaded.
+    pub fn api_outbound(&self) -> agentd_computer::outbound::Outbound {
+        agentd_computer::outbound::Outbound::restricted(&self.outbound.allow).unwrap_or_else(|_| {
+            // Unreachable after validation; refuse every internal address rather than allow one.
+            agentd_computer::outbound::Outbound::restricted(&[]).unwrap_or_default()
+        })
+    }
+}
+
 /// How log lines on stderr are written (`[log] format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -206,11 +234,18 @@ pub struct ApiConfig {
     /// Directories whose files (mock scenes, model scripts) tasks submitted over the API may name, by
     /// absolute path. Empty (the default): such tasks name no files (`agentd submit` inlines its scripts).
     pub allowed_paths: Vec<PathBuf>,
+    /// Files, or directories of files, that tasks submitted over the API may name as a secret's `file`.
+    /// Empty (the default): such tasks take secrets from `[worker] allowed_env` variables only. Apart from
+    /// `allowed_paths` on purpose: a file readable there is not thereby meant to be sent anywhere.
+    pub allowed_secret_paths: Vec<PathBuf>,
     /// A connection must send a complete request head within this many seconds of opening, or of its previous
     /// response (so it is also the idle keep-alive timeout), or it is closed.
     pub header_timeout_secs: u64,
     /// A request body must arrive whole within this many seconds (408 past it).
     pub body_timeout_secs: u64,
+    /// A response write that makes no progress for this many seconds ends its connection (a client that
+    /// stopped reading, an event stream nobody drains).
+    pub write_timeout_secs: u64,
     /// Open connections served at once, the socket and TCP together; more wait in the listen backlog.
     pub max_connections: usize,
     /// A PEM file with the TCP listener's certificate chain (leaf first): with `tls_key`, the listener speaks
@@ -229,8 +264,10 @@ impl Default for ApiConfig {
             max_body_bytes: 1024 * 1024,
             allowed_hosts: Vec::new(),
             allowed_paths: Vec::new(),
+            allowed_secret_paths: Vec::new(),
             header_timeout_secs: 10,
             body_timeout_secs: 30,
+            write_timeout_secs: 30,
             max_connections: 256,
             tls_cert: None,
             tls_key: None,
@@ -483,8 +520,10 @@ impl Default for Config {
             log: LogConfig::default(),
             otel: OtelConfig::default(),
             retention: RetentionConfig::default(),
+            outbound: OutboundConfig::default(),
             approval: Vec::new(),
             desktops: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -564,6 +603,12 @@ impl Config {
             configured.push(script.clone());
         }
         FileAccess::Api { allowed: self.api.allowed_paths.clone(), configured }
+    }
+
+    /// Which files tasks submitted over the API may name as secrets: those under `[api]
+    /// allowed_secret_paths`, nothing else.
+    pub fn secret_file_access(&self) -> FileAccess {
+        FileAccess::Api { allowed: self.api.allowed_secret_paths.clone(), configured: Vec::new() }
     }
 
     pub fn socket_path(&self) -> PathBuf {
@@ -718,8 +763,21 @@ impl ConfigSource {
         }
     }
 
-    /// Loads and validates the configuration with the process environment's overrides.
+    /// Loads and validates the configuration with the process environment's overrides; prints what it
+    /// noticed but did not refuse ([`Config::warnings`]) on stderr, once per process.
     pub fn load(&self) -> Result<Config, ConfigError> {
+        let config = self.load_quietly()?;
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            for warning in &config.warnings {
+                eprintln!("agentd: warning: {warning}");
+            }
+        });
+        Ok(config)
+    }
+
+    /// As [`ConfigSource::load`], printing nothing.
+    pub fn load_quietly(&self) -> Result<Config, ConfigError> {
         let env: Vec<(String, String)> = std::env::vars().collect();
         match self {
             Self::File(path) => {
@@ -753,6 +811,7 @@ const SECTIONS: &[&str] = &[
     "log",
     "otel",
     "retention",
+    "outbound",
     "approval",
     "desktops",
 ];
@@ -794,7 +853,8 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
         }])
     })?;
     let mut problems = Vec::new();
-    let from_env = apply_env(&mut table, env, &mut problems);
+    let mut warnings = Vec::new();
+    let from_env = apply_env(&mut table, env, &mut problems, &mut warnings);
 
     let locate = |field: &str| locate_key(text, field);
     let mut config = Config::default();
@@ -812,6 +872,7 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
             "log" => keyed(value, &key, &mut section_problems).map(|v| config.log = v),
             "otel" => keyed(value, &key, &mut section_problems).map(|v| config.otel = v),
             "retention" => keyed(value, &key, &mut section_problems).map(|v| config.retention = v),
+            "outbound" => keyed(value, &key, &mut section_problems).map(|v| config.outbound = v),
             "approval" => section(value, &key, &mut section_problems).map(|v| config.approval = v),
             "desktops" => section(value, &key, &mut section_problems).map(|v| config.desktops = v),
             "models" => models(value, &mut section_problems).map(|v| config.models = v),
@@ -835,7 +896,29 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
         let (line, column) = if variable.is_some() { (0, 0) } else { locate(&field) };
         problems.push(ConfigProblem { field: Some(field), variable, line, column, message });
     }
+    config.warnings = warnings;
     if problems.is_empty() { Ok(config) } else { Err(error(problems)) }
+}
+
+/// The known variable most like `name` (at most a third of its letters different), for a warning.
+fn closest_variable(name: &str) -> Option<String> {
+    let mut known: Vec<String> = NOT_CONFIG_KEYS.iter().map(|k| (*k).to_string()).collect();
+    known.push("AGENTD_DATA_DIR".into());
+    if let Ok(toml::Value::Table(table)) = toml::Value::try_from(Config::default()) {
+        for (section, value) in table {
+            if let toml::Value::Table(keys) = value {
+                for key in keys.keys() {
+                    known.push(format!("AGENTD_{}_{}", section, key).to_ascii_uppercase());
+                }
+            }
+        }
+    }
+    known
+        .into_iter()
+        .map(|k| (strsim::levenshtein(name, &k), k))
+        .filter(|(distance, _)| *distance * 3 <= name.len())
+        .min()
+        .map(|(_, k)| k)
 }
 
 /// Deserializes a section key by key (each alone, the others defaulted), so every bad key is reported,
@@ -985,6 +1068,11 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     if config.queue.max_attempts == 0 {
         problem("queue.max_attempts", "must be at least 1".into());
     }
+    for (i, entry) in config.outbound.allow.iter().enumerate() {
+        if let Err(message) = agentd_computer::outbound::Outbound::restricted(std::slice::from_ref(entry)) {
+            problem(&format!("outbound.allow[{i}]"), message);
+        }
+    }
     if config.retention.interval_secs == 0 {
         problem("retention.interval_secs", "must be at least 1".into());
     }
@@ -1067,6 +1155,7 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     for (key, value, max) in [
         ("api.header_timeout_secs", config.api.header_timeout_secs, 86_400),
         ("api.body_timeout_secs", config.api.body_timeout_secs, 86_400),
+        ("api.write_timeout_secs", config.api.write_timeout_secs, 86_400),
         ("api.max_connections", config.api.max_connections as u64, 1_000_000),
     ] {
         if !(1..=max).contains(&value) {
@@ -1138,6 +1227,11 @@ fn validate(config: &Config) -> Vec<(String, String)> {
             }
         }
     }
+    for path in &config.api.allowed_secret_paths {
+        if !path.is_absolute() {
+            problem("api.allowed_secret_paths", format!("{:?} must be an absolute path", path.display().to_string()));
+        }
+    }
     for dir in &config.api.allowed_paths {
         if !dir.is_absolute() {
             problem("api.allowed_paths", format!("{:?} must be an absolute directory", dir.display().to_string()));
@@ -1173,6 +1267,7 @@ fn apply_env(
     table: &mut toml::Table,
     env: &[(String, String)],
     problems: &mut Vec<ConfigProblem>,
+    warnings: &mut Vec<String>,
 ) -> BTreeMap<String, String> {
     let mut from_env = BTreeMap::new();
     let mut unknown = |name: &str, message: String| {
@@ -1211,19 +1306,28 @@ fn apply_env(
             }
             continue;
         }
-        let Some(section) = ["api", "queue", "worker", "artifacts", "defaults", "settle", "guard", "log", "otel"]
-            .into_iter()
-            .find(|s| rest.starts_with(&format!("{s}_")))
-        else {
-            unknown(
-                name,
-                format!(
-                    "not a configuration variable; expected AGENTD_DATA_DIR or AGENTD_<SECTION>_<KEY> with a section \
-                     of {}, or one of {}",
-                    SECTIONS.join(", ").to_uppercase(),
-                    NOT_CONFIG_KEYS[..6].join(", ")
-                ),
-            );
+        let Some(section) = [
+            "api",
+            "queue",
+            "worker",
+            "artifacts",
+            "defaults",
+            "settle",
+            "guard",
+            "log",
+            "otel",
+            "retention",
+            "outbound",
+        ]
+        .into_iter()
+        .find(|s| rest.starts_with(&format!("{s}_"))) else {
+            // A variable that names no section is somebody else's (a script's own `AGENTD_BIN`): noted, not
+            // refused. One that names a section but no key of it is refused below, with the section's keys.
+            let hint = match closest_variable(name) {
+                Some(close) => format!("; did you mean {close}?"),
+                None => String::new(),
+            };
+            warnings.push(format!("the environment variable {name} is not an agentd setting; ignored{hint}"));
             continue;
         };
         let key = rest[section.len() + 1..].to_string();
@@ -1465,14 +1569,30 @@ mod tests {
     }
 
     #[test]
-    fn unknown_environment_variables_are_problems() {
-        for name in ["AGENTD_BOGUS_KEY", "AGENTD_WORKERS_CONCURRENCY", "AGENTD_WORKER_CONCURENCY", "AGENTD_MODELS_X_Y"]
-        {
+    fn a_variable_naming_a_section_but_no_key_of_it_is_a_problem() {
+        for name in ["AGENTD_WORKER_CONCURENCY", "AGENTD_MODELS_X_Y"] {
             let err = parse("", "x.toml", &env(&[(name, "3")])).map(|_| ()).unwrap_err();
             assert_eq!(err.problems.len(), 1, "{name}: {err}");
             assert_eq!(err.problems[0].variable.as_deref(), Some(name), "{err}");
             assert!(err.to_string().starts_with(&format!("environment variable {name}: ")), "{err}");
         }
+    }
+
+    #[test]
+    fn a_variable_naming_no_setting_is_a_warning_with_the_closest_name() {
+        let config =
+            parse("", "x.toml", &env(&[("AGENTD_BIN", "/usr/bin/agentd"), ("AGENTD_WORKERS_CONCURRENCY", "3")]))
+                .unwrap_or_else(|e| panic!("refused: {e}"));
+        assert_eq!(config.warnings.len(), 2, "{:?}", config.warnings);
+        let workers = config.warnings.iter().find(|w| w.contains("AGENTD_WORKERS_CONCURRENCY")).expect("warned");
+        assert!(workers.ends_with("did you mean AGENTD_WORKER_CONCURRENCY?"), "{workers}");
+        let bin = config.warnings.iter().find(|w| w.contains("AGENTD_BIN")).expect("warned");
+        assert!(bin.contains("is not an agentd setting; ignored"), "{bin}");
+        assert_eq!(config.worker.concurrency, Config::default().worker.concurrency);
+    }
+
+    #[test]
+    fn unknown_environment_variables_of_others_are_not_problems() {
         // Variables that are not configuration keys: the CLI's, the log filter, the test suite's.
         let others = [
             ("AGENTD_CONFIG", "/x.toml"),

@@ -60,7 +60,7 @@ pub struct Metrics {
     /// API requests, by (method, route template, status).
     requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
     /// The stuck-loop guard's firings (§17), by check and by what it did (warned, stopped).
-    stuck_guard: [[AtomicU64; 2]; 3],
+    stuck_guard: [[AtomicU64; 2]; 4],
     /// Verifier checks (§16) of finished tasks' last rounds, by kind and result.
     verifications: [[AtomicU64; 2]; VERIFY_KINDS.len()],
 }
@@ -312,7 +312,9 @@ impl Metrics {
             "counter",
             "Stuck-loop guard firings, by check and by what it did (warned the model, stopped the task).",
         );
-        for check in [StuckCheck::NoChangeSteps, StuckCheck::RepeatActions, StuckCheck::IdleTurns] {
+        for check in
+            [StuckCheck::NoChangeSteps, StuckCheck::RepeatActions, StuckCheck::IdleTurns, StuckCheck::WaitSteps]
+        {
             for (stopped, action) in [(false, "warned"), (true, "stopped")] {
                 let value = self.stuck_guard[guard_index(check)][usize::from(stopped)].load(Ordering::Relaxed);
                 let _ = writeln!(
@@ -364,6 +366,7 @@ fn guard_index(check: StuckCheck) -> usize {
         StuckCheck::NoChangeSteps => 0,
         StuckCheck::RepeatActions => 1,
         StuckCheck::IdleTurns => 2,
+        StuckCheck::WaitSteps => 3,
     }
 }
 

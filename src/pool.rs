@@ -146,7 +146,9 @@ impl Pool {
                     d.set(State::Failed(failure));
                     return;
                 }
-                let context = ComputerContext { files, persist_dir: None, secrets };
+                // A pool desktop is the operator's: it may be anywhere.
+                let open = agentd_computer::outbound::Outbound::open();
+                let context = ComputerContext { files, persist_dir: None, secrets, outbound: &open };
                 let computer = match backends::computer(&d.config.computer, &context).await {
                     Ok(computer) => computer,
                     Err(e) => {

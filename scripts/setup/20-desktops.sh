@@ -7,8 +7,8 @@
 #   - TigerVNC Xvnc, VNC authentication         AGENTD_TEST_XVNC_ADDR         host:port
 #                                               AGENTD_TEST_XVNC_DISPLAY      Xvnc's own X display
 #                                               AGENTD_TEST_VNC_PASSWORD_FILE the plain password
-# Every server is stopped on exit. Tests that need one of these and do not find its variable say
-# "skipped: …" and pass.
+# Every server is stopped on exit. A server that does not start stops the run (set -e); tests that need one of
+# these and do not find its variable skip (fail under CI).
 
 apt_install xvfb x11vnc tigervnc-standalone-server x11-utils x11-xserver-utils python3-tk
 # Building the portable provider (providers/portable, a workspace member): xcap links libpipewire (its Wayland

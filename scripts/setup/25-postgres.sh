@@ -73,5 +73,5 @@ if postgres_private_cluster; then
 elif postgres_machine_server; then
   echo "postgres: the machine's server at $AGENTD_TEST_POSTGRES_URL (the restart test will skip)" >&2
 else
-  echo "postgres: none available; the PostgreSQL tests will say they skip" >&2
+  setup_failed "postgres: no PostgreSQL could be started (a private cluster or the machine's server on 5432)"
 fi

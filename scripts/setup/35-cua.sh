@@ -7,7 +7,8 @@
 #   AGENTD_TEST_CUA_PYTHON   that virtualenv's python: the tests start `python -m computer_server` on Xvfb
 #                            displays and ports of their own (so that they can kill and restart it)
 # FastAPI is pinned below 0.141 too: computer-server 0.3.x does not declare an upper bound and newer FastAPI
-# releases are not what it was tested with. Without Python 3.12 or PyPI the tests say "skipped: …" and pass.
+# releases are not what it was tested with. Without Python 3.12 or PyPI the run stops under CI
+# (`setup_failed`); elsewhere the computer-server tests skip.
 
 CUA_SERVER_VERSION=0.3.46
 CUA_FASTAPI_VERSION=0.140.13
@@ -43,5 +44,5 @@ cua_setup() {
 if cua_setup; then
   echo "cua: computer-server $CUA_SERVER_VERSION at $AGENTD_TEST_CUA_PYTHON" >&2
 else
-  echo "cua: computer-server not available; the computer-server tests will say they skip" >&2
+  setup_failed "cua: computer-server $CUA_SERVER_VERSION could not be installed"
 fi

@@ -7,7 +7,7 @@
 # and exports their paths:
 #   AGENTD_TEST_PROMTOOL             the promtool binary
 #   AGENTD_TEST_OPENAPI_VALIDATOR    the openapi-spec-validator command
-# A test whose checker is not exported says "skipping: …" and passes; CI runs this script, so there it runs.
+# When a checker cannot be installed the run stops under CI (`setup_failed`); elsewhere its test skips.
 
 openapi_validator() {
   if command -v openapi-spec-validator >/dev/null 2>&1 && openapi-spec-validator --help >/dev/null 2>&1; then
@@ -32,7 +32,7 @@ if command -v promtool >/dev/null 2>&1 || apt_install prometheus; then
   export AGENTD_TEST_PROMTOOL
   echo "metrics: promtool at $AGENTD_TEST_PROMTOOL" >&2
 else
-  echo "metrics: promtool not available; the promtool check will say it skips" >&2
+  setup_failed "metrics: promtool (Debian's prometheus package) could not be installed"
 fi
 
 if AGENTD_TEST_OPENAPI_VALIDATOR="$(openapi_validator)" && [ -n "$AGENTD_TEST_OPENAPI_VALIDATOR" ]; then
@@ -40,5 +40,5 @@ if AGENTD_TEST_OPENAPI_VALIDATOR="$(openapi_validator)" && [ -n "$AGENTD_TEST_OP
   echo "openapi: validator at $AGENTD_TEST_OPENAPI_VALIDATOR" >&2
 else
   unset AGENTD_TEST_OPENAPI_VALIDATOR
-  echo "openapi: openapi-spec-validator not available; the validation will say it skips" >&2
+  setup_failed "openapi: openapi-spec-validator could not be installed"
 fi

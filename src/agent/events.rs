@@ -46,6 +46,11 @@ impl EventSink {
         *self.secrets.lock().unwrap_or_else(|p| p.into_inner()) = secrets;
     }
 
+    /// The secrets this sink redacts (none before [`EventSink::seal`]).
+    pub fn secrets(&self) -> Secrets {
+        self.secrets.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub fn emit(&self, kind: EventKind) {
         let secrets = self.secrets.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let kind = match secrets.redact_serde(&kind) {

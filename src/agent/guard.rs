@@ -39,6 +39,7 @@ pub struct StuckGuard {
     no_change: Count,
     repeat: Count,
     idle: Count,
+    waits: Count,
     last_actions: Option<Vec<Action>>,
 }
 
@@ -49,6 +50,7 @@ impl StuckGuard {
             no_change: Count::default(),
             repeat: Count::default(),
             idle: Count::default(),
+            waits: Count::default(),
             last_actions: None,
         }
     }
@@ -70,12 +72,15 @@ impl StuckGuard {
             if changed {
                 self.no_change.progress();
                 self.repeat.progress();
+                self.waits.progress();
+            } else if !step.actions.iter().any(Action::is_input) {
+                // Waiting (or looking) again is how a slow page or a person is waited for: not a step that
+                // changed nothing, and not a repeat; it has its own, larger budget.
+                self.waits.count += 1;
+                self.repeat.progress();
             } else {
                 self.no_change.count += 1;
-                // Waiting (or looking) again is how a slow page is waited for: only input repeats.
-                if !step.actions.iter().any(Action::is_input) {
-                    self.repeat.progress();
-                } else if self.last_actions.as_ref() == Some(&step.actions) {
+                if self.last_actions.as_ref() == Some(&step.actions) {
                     self.repeat.count += 1;
                 } else {
                     self.repeat = Count { count: 1, warned: false };
@@ -89,12 +94,14 @@ impl StuckGuard {
             (StuckCheck::RepeatActions, self.limits.repeat_actions),
             (StuckCheck::NoChangeSteps, self.limits.no_change_steps),
             (StuckCheck::IdleTurns, self.limits.idle_turns),
+            (StuckCheck::WaitSteps, self.limits.wait_steps),
         ];
         for (check, limit) in checks {
             let counter = match check {
                 StuckCheck::RepeatActions => &mut self.repeat,
                 StuckCheck::NoChangeSteps => &mut self.no_change,
                 StuckCheck::IdleTurns => &mut self.idle,
+                StuckCheck::WaitSteps => &mut self.waits,
             };
             if limit == 0 || counter.count < limit {
                 continue;
@@ -121,6 +128,7 @@ fn message(check: StuckCheck, count: u32, actions: &str, stop: bool) -> String {
         StuckCheck::IdleTurns => {
             format!("the last {count} turns called neither the computer, a tool nor task_completion")
         }
+        StuckCheck::WaitSteps => format!("the last {count} steps only waited, and the screen did not change"),
     };
     if stop {
         format!("stuck: {seen}, again after a warning")
@@ -172,15 +180,31 @@ mod tests {
 
     #[test]
     fn a_repeated_click_on_an_unchanged_screen_warns_then_stops() {
-        let mut guard = StuckGuard::new(Guard { no_change_steps: 0, repeat_actions: 3, idle_turns: 0 });
+        let mut guard = StuckGuard::new(Guard { no_change_steps: 0, repeat_actions: 3, idle_turns: 0, wait_steps: 0 });
         let fired = run(&mut guard, &vec![(step(vec![click(5)]), false); 6]);
         use StuckCheck::RepeatActions as R;
         assert_eq!(fired, vec![None, None, Some((R, false)), None, None, Some((R, true))]);
     }
 
     #[test]
+    fn waiting_on_a_still_screen_has_its_own_budget_not_the_no_change_one() {
+        let mut guard = StuckGuard::new(Guard { no_change_steps: 5, repeat_actions: 3, idle_turns: 3, wait_steps: 8 });
+        let wait = (step(vec![Action::Wait { duration_ms: 1000 }]), false);
+        let fired = run(&mut guard, &vec![wait.clone(); 16]);
+        use StuckCheck::WaitSteps as W;
+        let expected: Vec<_> = (1..=16)
+            .map(|n| match n {
+                8 => Some((W, false)),
+                16 => Some((W, true)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(fired, expected, "five waits are not stuck; the wait budget warns at 8 and stops at 16");
+    }
+
+    #[test]
     fn a_change_resets_the_count_and_the_warning() {
-        let mut guard = StuckGuard::new(Guard { no_change_steps: 2, repeat_actions: 0, idle_turns: 0 });
+        let mut guard = StuckGuard::new(Guard { no_change_steps: 2, repeat_actions: 0, idle_turns: 0, wait_steps: 0 });
         let (same, moved) = ((step(vec![click(5)]), false), (step(vec![click(6)]), true));
         let fired = run(&mut guard, &[same.clone(), same.clone(), moved, same.clone(), same.clone(), same.clone()]);
         use StuckCheck::NoChangeSteps as N;
@@ -201,7 +225,7 @@ mod tests {
 
     #[test]
     fn idle_turns_warn_then_stop_and_a_call_is_progress() {
-        let mut guard = StuckGuard::new(Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 2 });
+        let mut guard = StuckGuard::new(Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 2, wait_steps: 0 });
         let fired = run(&mut guard, &[(idle(), true), (idle(), true), (idle(), true), (idle(), true)]);
         use StuckCheck::IdleTurns as I;
         assert_eq!(fired, vec![None, Some((I, false)), None, Some((I, true))]);
@@ -219,14 +243,14 @@ mod tests {
 
     #[test]
     fn off_means_off() {
-        let mut guard = StuckGuard::new(Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0 });
+        let mut guard = StuckGuard::new(Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0, wait_steps: 0 });
         assert!(run(&mut guard, &vec![(idle(), false); 50]).iter().all(Option::is_none));
         assert!(run(&mut guard, &vec![(step(vec![click(1)]), false); 50]).iter().all(Option::is_none));
     }
 
     #[test]
     fn messages_say_what_is_repeated() {
-        let mut guard = StuckGuard::new(Guard { no_change_steps: 0, repeat_actions: 2, idle_turns: 0 });
+        let mut guard = StuckGuard::new(Guard { no_change_steps: 0, repeat_actions: 2, idle_turns: 0, wait_steps: 0 });
         guard.observe(&step(vec![click(5)]), Some(false));
         let fired = guard.observe(&step(vec![click(5)]), Some(false)).unwrap();
         assert!(fired.note.message.contains("click(5,10)"), "{}", fired.note.message);

@@ -351,13 +351,14 @@ impl Loop {
             if self.input.shutdown.is_cancelled() {
                 return LoopEnd::Interrupted;
             }
-            // After the cancel and the limits (a cancelled task ends rather than waits), before the model is
-            // called again: the step that ran when the pause came finished whole.
-            if let Some(paused) = self.pause_requested() {
-                return paused;
-            }
             if let Err(end) = self.check_limits(true) {
                 return end;
+            }
+            // After the cancel and the limits (a cancelled task ends rather than waits: a cancel and a pause
+            // requested together end the task), before the model is called again: the step that ran when the
+            // pause came finished whole.
+            if let Some(paused) = self.pause_requested() {
+                return paused;
             }
             // ERROR level: any filter that lets a line through keeps the step it belongs to (`cli::telemetry`).
             let span = tracing::error_span!("step", step = self.steps.len() as i64);

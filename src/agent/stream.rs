@@ -19,10 +19,15 @@
 //!   message so far ends with `interrupted: true`, an `error {retryable: true}` says why, and a new
 //!   `message_start` begins: the turn of a step is always its last message.
 //! - A failed call ends the message `interrupted` and is followed by `error {message, retryable}`.
+//!
+//! Deltas are redacted as a stream ([`StreamRedactor`]): a secret's value split across two deltas never
+//! reaches an event in part. The end of a block's (or a call's arguments') text that could still be the start
+//! of a secret is held back until the next delta decides it, or until the block ends.
 
 use super::events::EventSink;
 use crate::model::{CallKind, Delta, ModelError, ModelTurn};
 use crate::record::events::{DeltaKind, EventKind};
+use crate::tools::secrets::StreamRedactor;
 
 /// What the error event of a voided response says.
 pub const RESTART_MESSAGE: &str =
@@ -45,13 +50,13 @@ pub struct Partial {
 pub struct TurnStream {
     step: u32,
     events: EventSink,
-    /// The open text or thinking block and its text so far.
-    open: Option<(Block, String)>,
+    /// The open text or thinking block, its text so far, and the redaction of its deltas.
+    open: Option<(Block, String, StreamRedactor)>,
     /// The closed text blocks of this message, and its thinking.
     texts: Vec<String>,
     thinking: Vec<String>,
-    /// Calls that streamed in this message: (call id, name), in order.
-    calls: Vec<(String, String)>,
+    /// Calls that streamed in this message: (call id, name), in order, and the redaction of their arguments.
+    calls: Vec<(String, String, StreamRedactor)>,
     /// Whether anything streamed in this message.
     began: bool,
 }
@@ -73,12 +78,12 @@ impl TurnStream {
             Delta::Text(text) => self.block_delta(Block::Text, text),
             Delta::Thinking(text) => self.block_delta(Block::Thinking, text),
             Delta::ToolCall { id, name } => {
-                if self.calls.iter().any(|(known, _)| known == id) {
+                if self.calls.iter().any(|(known, ..)| known == id) {
                     return;
                 }
                 self.close_block();
                 self.began = true;
-                self.calls.push((id.to_string(), name.to_string()));
+                self.calls.push((id.to_string(), name.to_string(), StreamRedactor::new(self.events.secrets())));
                 self.emit(EventKind::ToolCallStart {
                     step: self.step,
                     call_id: id.to_string(),
@@ -86,14 +91,12 @@ impl TurnStream {
                 });
             }
             Delta::ToolArgs { id, delta } => {
-                if delta.is_empty() || !self.calls.iter().any(|(known, _)| known == id) {
+                let Some((_, _, redactor)) = self.calls.iter_mut().find(|(known, ..)| known == id) else { return };
+                let delta = redactor.push(delta);
+                if delta.is_empty() {
                     return;
                 }
-                self.emit(EventKind::ToolCallDelta {
-                    step: self.step,
-                    call_id: id.to_string(),
-                    delta: delta.to_string(),
-                });
+                self.emit(EventKind::ToolCallDelta { step: self.step, call_id: id.to_string(), delta });
             }
             Delta::Restart => {
                 if !self.began {
@@ -110,27 +113,35 @@ impl TurnStream {
         if text.is_empty() {
             return;
         }
-        if self.open.as_ref().map(|(open, _)| *open) != Some(kind) {
+        if self.open.as_ref().map(|(open, ..)| *open) != Some(kind) {
             self.close_block();
             self.emit(match kind {
                 Block::Text => EventKind::TextStart { step: self.step },
                 Block::Thinking => EventKind::ThinkingStart { step: self.step },
             });
-            self.open = Some((kind, String::new()));
+            self.open = Some((kind, String::new(), StreamRedactor::new(self.events.secrets())));
         }
         self.began = true;
-        if let Some((_, so_far)) = self.open.as_mut() {
-            so_far.push_str(text);
+        let Some((_, so_far, redactor)) = self.open.as_mut() else { return };
+        so_far.push_str(text);
+        let ready = redactor.push(text);
+        self.emit_delta(kind, ready);
+    }
+
+    fn emit_delta(&self, kind: Block, text: String) {
+        if text.is_empty() {
+            return;
         }
         let kind = match kind {
             Block::Text => DeltaKind::Text,
             Block::Thinking => DeltaKind::Thinking,
         };
-        self.emit(EventKind::ModelDelta { step: self.step, kind, text: text.to_string() });
+        self.emit(EventKind::ModelDelta { step: self.step, kind, text });
     }
 
     fn close_block(&mut self) {
-        let Some((kind, text)) = self.open.take() else { return };
+        let Some((kind, text, mut redactor)) = self.open.take() else { return };
+        self.emit_delta(kind, redactor.finish());
         match kind {
             Block::Text => {
                 self.emit(EventKind::TextEnd { step: self.step, text: text.clone() });
@@ -147,7 +158,8 @@ impl TurnStream {
     /// `interrupted`, and forgets it; returns what it had streamed.
     fn void(&mut self, interrupted: bool) -> Partial {
         self.close_block();
-        for (call_id, name) in std::mem::take(&mut self.calls) {
+        for (call_id, name, redactor) in std::mem::take(&mut self.calls) {
+            self.flush_arguments(&call_id, redactor);
             self.emit(EventKind::ToolCallEnd { step: self.step, call_id, name, arguments: serde_json::Value::Null });
         }
         self.emit(EventKind::MessageEnd { step: self.step, interrupted });
@@ -171,9 +183,13 @@ impl TurnStream {
         }
         let mut streamed = std::mem::take(&mut self.calls);
         for call in &turn.calls {
-            let position = streamed.iter().position(|(id, _)| *id == call.id);
+            let position = streamed.iter().position(|(id, ..)| *id == call.id);
             let name = match position {
-                Some(i) => streamed.remove(i).1,
+                Some(i) => {
+                    let (call_id, name, redactor) = streamed.remove(i);
+                    self.flush_arguments(&call_id, redactor);
+                    name
+                }
                 None => {
                     let name = match &call.kind {
                         CallKind::Function { name, .. } => name.clone(),
@@ -195,6 +211,14 @@ impl TurnStream {
         }
         self.calls = streamed;
         self.void(false);
+    }
+
+    /// The last of a streamed call's arguments that was held back (it could have begun a secret).
+    fn flush_arguments(&self, call_id: &str, mut redactor: StreamRedactor) {
+        let delta = redactor.finish();
+        if !delta.is_empty() {
+            self.emit(EventKind::ToolCallDelta { step: self.step, call_id: call_id.to_string(), delta });
+        }
     }
 
     /// The call was cut short (cancelled, timed out): ends the message `interrupted` and returns what it
@@ -231,6 +255,50 @@ mod tests {
 
     fn names(kinds: &[EventKind]) -> Vec<&'static str> {
         kinds.iter().map(EventKind::type_name).collect()
+    }
+
+    #[test]
+    fn a_secret_streamed_in_two_halves_reaches_no_event_in_part() {
+        use crate::task::secrets::SecretName;
+        use crate::tools::secrets::Secrets;
+        let (sink, mut rx) = EventSink::channel("t", 1);
+        let secret = "ZebraQuartz-Secret-9";
+        sink.seal(Secrets::new(vec![(SecretName::parse("pw").unwrap(), secret.into())]).unwrap());
+        let mut stream = TurnStream::begin(1, sink);
+        stream.delta(Delta::Text("the password is Zebra"));
+        stream.delta(Delta::Text("Quartz-Secret-9, typed"));
+        stream.delta(Delta::Thinking("ZebraQuartz-"));
+        stream.delta(Delta::Thinking("Secret-9"));
+        stream.delta(Delta::ToolCall { id: "a", name: "lookup" });
+        stream.delta(Delta::ToolArgs { id: "a", delta: "{\"q\":\"ZebraQu" });
+        stream.delta(Delta::ToolArgs { id: "a", delta: "artz-Secret-9\"}" });
+        let turn = ModelTurn {
+            text: format!("the password is {secret}, typed"),
+            thinking: secret.into(),
+            calls: vec![ToolCall {
+                id: "a".into(),
+                kind: CallKind::Function { name: "lookup".into(), arguments: json!({"q": secret}) },
+            }],
+            ..ModelTurn::default()
+        };
+        stream.finish(&turn);
+        let events = kinds(&mut rx);
+        let mut text = String::new();
+        let mut args = String::new();
+        for kind in &events {
+            let json = serde_json::to_string(kind).unwrap();
+            for part in ["Quartz", "Secret-9", "Zebra"] {
+                assert!(!json.contains(part), "{part:?} reached an event: {json}");
+            }
+            match kind {
+                EventKind::ModelDelta { kind: DeltaKind::Text, text: t, .. } => text.push_str(t),
+                EventKind::ToolCallDelta { delta, .. } => args.push_str(delta),
+                _ => {}
+            }
+        }
+        // The deltas still add up to the (redacted) text and arguments.
+        assert_eq!(text, "the password is <secret:pw>, typed");
+        assert_eq!(args, "{\"q\":\"<secret:pw>\"}");
     }
 
     #[test]

@@ -11,9 +11,19 @@
 //! On a TLS listener the handshake happens in the connection's own task (a slow client never holds up the
 //! accept loop), within the same `api.header_timeout_secs`; a connection whose handshake fails (plain HTTP,
 //! an untrusted certificate on the client's side) is closed.
+//!
+//! Clients that hold connections without using them must not starve the others (an unauthenticated client on
+//! TCP can open hundreds): when fewer than a quarter of the connection slots are free, a new connection gets
+//! [`PRESSED_HEAD_TIMEOUT`] for its request head instead of `header_timeout_secs`, so idle holders turn over
+//! within a second or two and a probe that sends its request at once is served. And a response that cannot
+//! be written for `api.write_timeout_secs` (a client that stopped reading, an SSE stream nobody drains) ends
+//! its connection: a write that makes no progress never holds a slot for ever. The Unix socket has slots of
+//! its own, so TCP clients can never take the local CLI's and probes' way in.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio_io_timeout::TimeoutStream;
 
 use axum::Router;
 use axum::serve::Listener;
@@ -24,19 +34,36 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Serves `app` on every connection `listener` accepts while a permit of `connections` is free, until `stop`
-/// fires; then asks open connections to finish their response and close, and waits for them. With `tls`,
-/// every connection speaks TLS first.
+/// The request-head timeout of a connection accepted while few slots are free.
+pub const PRESSED_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How connections are timed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timeouts {
+    /// For a request head (and so for an idle keep-alive connection).
+    pub header: Duration,
+    /// For a write that makes no progress.
+    pub write: Duration,
+}
+
+/// Serves `app` on every connection `listener` accepts while a permit of `connections` (of `slots` in all)
+/// is free, until `stop` fires; then asks open connections to finish their response and close, and waits for
+/// them. With `tls`, every connection speaks TLS first.
 pub(super) async fn serve<L: Listener>(
     mut listener: L,
     app: Router,
-    header_timeout: Duration,
-    connections: Arc<Semaphore>,
+    timeouts: Timeouts,
+    (connections, slots): (Arc<Semaphore>, usize),
     tls: Option<TlsAcceptor>,
     stop: CancellationToken,
-) {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+) where
+    L::Io: Send + 'static,
+{
+    let header_timeout = timeouts.header;
+    let mut relaxed = hyper::server::conn::http1::Builder::new();
+    relaxed.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    let mut pressed = hyper::server::conn::http1::Builder::new();
+    pressed.timer(TokioTimer::new()).header_read_timeout(header_timeout.min(PRESSED_HEAD_TIMEOUT));
     let open = TaskTracker::new();
     loop {
         let permit = tokio::select! {
@@ -51,7 +78,11 @@ pub(super) async fn serve<L: Listener>(
             () = stop.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let (http, app, stop, tls) = (http.clone(), app.clone(), stop.clone(), tls.clone());
+        let http = if connections.available_permits() < slots / 4 { pressed.clone() } else { relaxed.clone() };
+        let mut io = TimeoutStream::new(io);
+        io.set_write_timeout(Some(timeouts.write));
+        let io = Box::pin(io);
+        let (app, stop, tls) = (app.clone(), stop.clone(), tls.clone());
         open.spawn(async move {
             match tls {
                 None => drive(&http, TokioIo::new(io), app, stop).await,
@@ -94,5 +125,84 @@ where
     if let Err(e) = result {
         // Timeouts, clients that went away, malformed requests: theirs to know, not the operator's.
         tracing::debug!(error = %e, "API connection ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A router with `/` (a short answer) and `/stream` (an endless body), served on loopback with `slots`
+    /// connection slots.
+    async fn served(slots: usize, timeouts: Timeouts) -> (std::net::SocketAddr, CancellationToken) {
+        // One handler for every path (routes are added only through `api::endpoints`).
+        let app = Router::new().fallback(|uri: axum::http::Uri| async move {
+            if uri.path() == "/stream" {
+                let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+                let stream = futures_util::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+                axum::body::Body::from_stream(stream)
+            } else {
+                axum::body::Body::from("ok")
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let connections = (Arc::new(Semaphore::new(slots)), slots);
+        tokio::spawn(serve(listener, app, timeouts, connections, None, stop.clone()));
+        (address, stop)
+    }
+
+    async fn get_root(address: std::net::SocketAddr) -> String {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer).await;
+        answer
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_connections_holding_every_slot_do_not_starve_a_client_with_a_request() {
+        let long = Duration::from_secs(60);
+        let (address, stop) = served(4, Timeouts { header: long, write: long }).await;
+        // Every slot taken by a connection that never sends a request (and one more waiting behind them).
+        let mut idle = Vec::new();
+        for _ in 0..5 {
+            idle.push(tokio::net::TcpStream::connect(address).await.unwrap());
+        }
+        let started = Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(30), get_root(address))
+            .await
+            .unwrap_or_else(|_| panic!("starved: no answer within 30 s (the idle connections' head timeout is 60 s)"));
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"), "{answer}");
+        assert!(started.elapsed() < long, "served only after an idle holder's full head timeout");
+        stop.cancel();
+        drop(idle);
+    }
+
+    /// On tokio's paused clock: time moves only when every task waits, so the server's writes have stalled
+    /// on the full socket buffers (the client reads nothing) before the write timeout can pass.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_is_disconnected_after_the_write_timeout() {
+        let (address, stop) =
+            served(8, Timeouts { header: Duration::from_secs(60), write: Duration::from_secs(1) }).await;
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream.write_all(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // What was buffered is read to its end and then the connection is over; a connection still open would
+        // stream on without end (bounded here at 256 MiB, far beyond any socket buffer).
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut total = 0usize;
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+            assert!(total < 256 << 20, "the stalled connection is still open: {total} bytes read after the timeout");
+        }
+        assert!(total > 0, "the stream sent nothing at all");
+        stop.cancel();
     }
 }

@@ -439,8 +439,9 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// A bound listener, ready to serve.
 pub struct Server {
     listener: Bound,
-    /// Shared by every listener of the daemon: `api.max_connections` in all.
-    connections: Arc<Semaphore>,
+    /// `api.max_connections` slots of its own (each listener has its own, so TCP clients never take the
+    /// Unix socket's), and their number.
+    connections: (Arc<Semaphore>, usize),
 }
 
 enum Bound {
@@ -458,7 +459,8 @@ pub struct BindError(String);
 /// must then be configured.
 pub async fn bind(state: &ApiState) -> Result<Vec<Server>, BindError> {
     let config = &state.config;
-    let connections = Arc::new(Semaphore::new(config.api.max_connections.max(1)));
+    let slots = config.api.max_connections.max(1);
+    let connections = || (Arc::new(Semaphore::new(slots)), slots);
     let mut servers = Vec::new();
     if let Some(listen) = &config.api.listen {
         let token_file = config.api.token_file.as_ref().ok_or_else(|| {
@@ -477,17 +479,16 @@ pub async fn bind(state: &ApiState) -> Result<Vec<Server>, BindError> {
         let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.clone());
         // Console session cookies are `Secure` when the listener speaks TLS.
         let guard = TcpGuard::new(token, &local, &config.api.allowed_hosts).with_secure_cookies(tls.is_some());
-        servers.push(Server { listener: Bound::Tcp(listener, Arc::new(guard), tls), connections: connections.clone() });
+        servers.push(Server { listener: Bound::Tcp(listener, Arc::new(guard), tls), connections: connections() });
     }
     // The socket last, so a TCP listener that cannot be bound leaves no socket file behind.
     #[cfg(unix)]
     {
         let unix = bind_unix(&config.socket_path()).await?;
-        servers.insert(0, Server { listener: Bound::Unix(unix), connections });
+        servers.insert(0, Server { listener: Bound::Unix(unix), connections: connections() });
     }
     #[cfg(not(unix))]
     if servers.is_empty() {
-        drop(connections);
         return Err(BindError(
             "this platform has no Unix socket: the API listens on TCP only; set api.listen and api.token_file".into(),
         ));
@@ -517,17 +518,20 @@ async fn bind_unix(path: &std::path::Path) -> Result<UnixListener, BindError> {
 impl Server {
     /// Serves until `stop` fires.
     pub async fn run(self, state: Arc<ApiState>, stop: CancellationToken) {
-        let header_timeout = Duration::from_secs(state.config.api.header_timeout_secs);
+        let timeouts = connections::Timeouts {
+            header: Duration::from_secs(state.config.api.header_timeout_secs),
+            write: Duration::from_secs(state.config.api.write_timeout_secs),
+        };
         let app = router(state);
         match self.listener {
             #[cfg(unix)]
             Bound::Unix(listener) => {
-                connections::serve(listener, app, header_timeout, self.connections, None, stop).await;
+                connections::serve(listener, app, timeouts, self.connections, None, stop).await;
             }
             Bound::Tcp(listener, guard, tls) => {
                 let app = app.layer(middleware::from_fn_with_state(guard, self::guard));
                 let acceptor = tls.map(|(_, acceptor)| acceptor);
-                connections::serve(listener, app, header_timeout, self.connections, acceptor, stop).await;
+                connections::serve(listener, app, timeouts, self.connections, acceptor, stop).await;
             }
         }
     }

@@ -48,10 +48,7 @@ impl Human for TerminalHuman {
     }
 
     async fn approve(&self, reason: &str, proposed: &Proposed) -> Option<bool> {
-        let actions: Vec<String> =
-            proposed.actions.iter().map(|a| serde_json::to_string(a).unwrap_or_default()).collect();
-        let what = if actions.is_empty() { String::new() } else { format!("\n  proposed: {}", actions.join(" ")) };
-        let mut prompt = format!("agentd: approval needed: {}{}\napprove? [y/n]> ", sanitize(reason), sanitize(&what));
+        let mut prompt = approval_prompt(reason, proposed);
         loop {
             let line = self.ask(prompt).await?;
             match line.trim().to_ascii_lowercase().as_str() {
@@ -60,5 +57,31 @@ impl Human for TerminalHuman {
                 _ => prompt = "approve? answer y or n> ".to_string(),
             }
         }
+    }
+}
+
+/// What an approval asks: the reason and the proposed actions, each made safe for the terminal on its own
+/// (the line breaks between them are the prompt's, not escaped).
+fn approval_prompt(reason: &str, proposed: &Proposed) -> String {
+    let actions: Vec<String> = proposed.actions.iter().map(|a| serde_json::to_string(a).unwrap_or_default()).collect();
+    let what =
+        if actions.is_empty() { String::new() } else { format!("\n  proposed: {}", sanitize(&actions.join(" "))) };
+    format!("agentd: approval needed: {}{what}\napprove? [y/n]> ", sanitize(reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_approval_prompt_breaks_its_lines_and_escapes_only_what_it_quotes() {
+        let proposed: Proposed =
+            serde_json::from_value(serde_json::json!({"calls": [], "actions": [{"type": "type", "text": "a\nb"}]}))
+                .unwrap();
+        let prompt = approval_prompt("rule 1 holds\u{1b}[2J typing", &proposed);
+        assert!(!prompt.contains("\\u{a}proposed"), "{prompt}");
+        assert!(prompt.contains("\n  proposed: "), "{prompt}");
+        assert!(prompt.ends_with("\napprove? [y/n]> "), "{prompt}");
+        assert!(!prompt.contains('\u{1b}'), "an escape sequence reached the terminal: {prompt:?}");
     }
 }

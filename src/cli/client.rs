@@ -184,6 +184,13 @@ impl Client {
                 self.endpoint.describe()
             ));
         }
+        if matches!(self.endpoint, Endpoint::Https { .. }) && speaks_no_tls(e) {
+            return CliError::unreachable(anyhow::anyhow!(
+                "cannot reach agentd at {}: it does not answer in TLS — is its listener plain HTTP? (then use an \
+                 http:// URL; a daemon speaks HTTPS when its config sets api.tls_cert and api.tls_key)",
+                self.endpoint.describe()
+            ));
+        }
         if e.is_timeout() {
             return self.unreachable("timed out");
         }
@@ -369,6 +376,20 @@ fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> 
     None
 }
 
+/// Whether the TLS handshake failed because the server answered something that is not TLS (a plain HTTP
+/// listener answers a ClientHello with an HTTP error).
+fn speaks_no_tls(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(e);
+    while let Some(error) = current {
+        let text = error.to_string();
+        if text.contains("InvalidContentType") || text.contains("corrupt message") {
+            return true;
+        }
+        current = error.source();
+    }
+    false
+}
+
 /// Whether a TLS handshake failed on the server's certificate.
 fn is_certificate_error(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut current = Some(e);
@@ -386,6 +407,15 @@ fn is_certificate_error(e: &(dyn std::error::Error + 'static)) -> bool {
 /// trouble are 3.
 pub fn api_error(status: StatusCode, body: &Value) -> CliError {
     let message = body["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| format!("HTTP {status}"));
+    // A refused token is the caller's to fix: say where the client took it from.
+    let message = if status == StatusCode::UNAUTHORIZED {
+        format!(
+            "{message} (the daemon refused this client's token: it comes from $AGENTD_TOKEN, else the file that \
+             api.token_file names in this client's config; it must match the daemon's api.token_file)"
+        )
+    } else {
+        message
+    };
     let error = anyhow::anyhow!("{message}");
     let exit = match status {
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Exit::Unreachable,

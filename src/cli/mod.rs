@@ -210,6 +210,9 @@ Examples:
         /// Keep following until the task finishes.
         #[arg(long)]
         follow: bool,
+        /// Only events of these types (comma-separated or repeated: `--type step_finished,task_finished`).
+        #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
+        types: Vec<String>,
         #[command(flatten)]
         daemon: DaemonArgs,
     },
@@ -229,7 +232,9 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Reject what a task waiting for a human asked for; it ends.
+    /// Reject what a task waiting for a human asked for. A turn an approval rule held goes on without its
+    /// calls (each is told it was rejected, with the reason); a vendor's safety check or a script's question
+    /// rejected ends the task `rejected`.
     #[command(after_help = "Examples:
   agentd reject ID --reason \"not on the production account\"")]
     Reject {
@@ -650,7 +655,9 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Prune { dry_run, older_than, daemon } => {
             retention::prune(&client(daemon)?, *dry_run, *older_than, json).await
         }
-        Command::Events { id, follow, daemon } => remote::events(&client(daemon)?, id, *follow, json).await,
+        Command::Events { id, follow, types, daemon } => {
+            remote::events(&client(daemon)?, id, *follow, types, json).await
+        }
         Command::Approve { id, action: None, daemon } => remote::decide(&client(daemon)?, id, true, None, json).await,
         Command::Approve { id, action: Some(action), daemon } => {
             takeover::approve_edited(&client(daemon)?, id, action, json).await
@@ -689,7 +696,8 @@ async fn dispatch(cli: Cli) -> CliResult {
             if *local {
                 report::show(report::Source::Local(&config), id, json).await
             } else {
-                report::show(report::Source::Daemon(&client(daemon)?), id, json).await
+                let shown = report::show(report::Source::Daemon(&client(daemon)?), id, json).await;
+                report::hint_local(shown, &config, id)
             }
         }
         Command::Compile { id, params, local, daemon } => {

@@ -560,10 +560,19 @@ pub async fn decide(client: &Client, id: &str, approve: bool, reason: Option<Str
     Ok(Exit::Success)
 }
 
-pub async fn events(client: &Client, id: &str, follow: bool, json: bool) -> CliResult {
+pub async fn events(client: &Client, id: &str, follow: bool, types: &[String], json: bool) -> CliResult {
+    if let Some(unknown) = types.iter().find(|t| !crate::record::events::EventKind::TYPE_NAMES.contains(&t.as_str())) {
+        return Err(CliError::invalid(anyhow::anyhow!(
+            "--type {unknown:?} is not an event type; the types are {}",
+            crate::record::events::EventKind::TYPE_NAMES.join(", ")
+        )));
+    }
     let mut printer = Printer::default();
     let mut out = std::io::stdout().lock();
     let mut print = |event: &Event| {
+        if !types.is_empty() && !types.iter().any(|t| t == event.kind.type_name()) {
+            return;
+        }
         if json {
             let _ = serde_json::to_writer(&mut out, event);
             let _ = writeln!(out);
@@ -576,14 +585,42 @@ pub async fn events(client: &Client, id: &str, follow: bool, json: bool) -> CliR
     Ok(Exit::Success)
 }
 
+/// An event the printer has no sentence for, as `key=value` pairs (text values as they are, shortened; other
+/// values as compact JSON), so a terminal reads one kind of line; `--json` gives the events whole.
 fn describe(event: &Event) -> String {
-    match serde_json::to_value(&event.kind) {
-        Ok(Value::Object(mut fields)) => {
-            fields.remove("type");
-            Value::Object(fields).to_string()
-        }
-        _ => String::new(),
+    let Ok(Value::Object(fields)) = serde_json::to_value(&event.kind) else { return String::new() };
+    let mut pairs = Vec::new();
+    for (key, value) in fields.into_iter().filter(|(key, _)| key != "type") {
+        flatten(&key, value, &mut pairs);
     }
+    pairs.join(" ")
+}
+
+/// `key=value` pairs of a value: objects by dotted keys, arrays of scalars joined with commas, other arrays
+/// by their length, text shortened to 120 characters.
+fn flatten(key: &str, value: Value, out: &mut Vec<String>) {
+    let text = match value {
+        Value::Object(fields) => {
+            for (sub, value) in fields {
+                flatten(&format!("{key}.{sub}"), value, out);
+            }
+            return;
+        }
+        Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => items
+            .into_iter()
+            .map(|i| match i {
+                Value::String(text) => text,
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        Value::Array(items) => format!("[{} items]", items.len()),
+        Value::String(text) => text,
+        other => other.to_string(),
+    };
+    let shown: String = text.chars().take(120).collect();
+    let more = if shown.len() < text.len() { "…" } else { "" };
+    out.push(format!("{key}={shown}{more}"));
 }
 
 /// Percent-encodes a path segment or query value.

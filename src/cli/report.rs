@@ -88,6 +88,7 @@ pub async fn show(source: Source<'_>, id: &str, json: bool) -> CliResult {
                     "actions": step.actions.iter().map(|a| a.summary()).collect::<Vec<_>>(),
                     "tools": view.tools.iter().map(|t| t.name).collect::<Vec<_>>(),
                     "errors": view.errors(),
+                    "said": step_words(step).into_iter().map(|(who, text)| serde_json::json!({"by": who, "text": text})).collect::<Vec<_>>(),
                     "usage": step.usage,
                 })
             })
@@ -158,6 +159,9 @@ pub fn table(record: &TaskRecord) -> String {
             format!("{}→{}", step.usage.input_tokens, step.usage.output_tokens),
             format!("${:.4}", step.usage.cost_usd)
         ));
+        for (who, text) in step_words(step) {
+            out.push_str(&format!("{:>7}{who}: {}\n", "", sanitize(&draw::shorten(&text, 140))));
+        }
     }
     match &record.outcome {
         Some(outcome) => {
@@ -190,6 +194,36 @@ pub fn table(record: &TaskRecord) -> String {
     out
 }
 
+/// What was said at a step besides its actions: the model's text, and what a person answered (an approval
+/// or rejection, the answer to an `ask_human` question, the note of a hand-back), in that order.
+fn step_words(step: &crate::record::StepRecord) -> Vec<(&'static str, String)> {
+    let mut words = Vec::new();
+    if !step.model_text.trim().is_empty() {
+        words.push(("model", step.model_text.trim().to_string()));
+    }
+    if let Some(approval) = &step.approval {
+        match (approval.approved, &approval.rejected) {
+            (Some(true), _) => words.push(("human", "approved".to_string())),
+            (Some(false), Some(reason)) => words.push(("human", format!("rejected: {reason}"))),
+            (Some(false), None) => words.push(("human", "rejected".to_string())),
+            (None, _) => {}
+        }
+    }
+    for call in &step.calls {
+        if let crate::record::CallKind::Function { name, .. } = &call.kind
+            && name == crate::tools::ASK_HUMAN
+            && let Some(result) = step.call_results.iter().find(|r| r.call_id == call.id)
+        {
+            words.push(("human", format!("answered: {}", result.message)));
+        }
+    }
+    if let Some(handed_back) = &step.handed_back {
+        let note = handed_back.note.as_deref().unwrap_or("(no note)");
+        words.push(("human", format!("handed the desktop back: {note}")));
+    }
+    words
+}
+
 pub(super) async fn load_record(source: &Source<'_>, id: &str) -> Result<TaskRecord, CliError> {
     match source {
         Source::Daemon(client) => {
@@ -207,6 +241,20 @@ pub(super) async fn load_record(source: &Source<'_>, id: &str) -> Result<TaskRec
             serde_json::from_slice(&text)
                 .map_err(|e| CliError::invalid(anyhow::anyhow!("{}: not a task record: {e}", path.display())))
         }
+    }
+}
+
+/// A daemon that does not know task `id` when `agentd run` wrote a record of it here: the error says to read
+/// that one with `--local`.
+pub(super) fn hint_local(result: CliResult, config: &Config, id: &str) -> CliResult {
+    match result {
+        Err(mut e) if local_record_path(config, id).is_ok_and(|path| path.is_file()) => {
+            e.error = e
+                .error
+                .context(format!("the daemon has no task {id}, but `agentd run` ran one here: read it with `--local`"));
+            Err(e)
+        }
+        other => other,
     }
 }
 

@@ -16,6 +16,7 @@
 
 pub mod notify;
 pub mod questions;
+pub mod tool_waits;
 pub mod worker;
 
 use std::sync::Arc;
@@ -208,6 +209,24 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         tracker.spawn(feed_watchdog(workers.clone(), interval, background.clone()));
     }
     tracing::info!(socket = %config.socket_path().display(), queue = queue.describe(), worker = %workers.identity.name, "agentd ready");
+    // One line whatever the log filter, so a person who started it sees that it serves, and where (with
+    // JSON logs, every line stays a JSON object: the `agentd ready` event says it).
+    let tcp = match &config.api.listen {
+        Some(listen) => {
+            let scheme = if config.api.tls_cert.is_some() { "https" } else { "http" };
+            format!(" and {scheme}://{listen}")
+        }
+        None => String::new(),
+    };
+    if config.log.format == crate::config::LogFormat::Text {
+        eprintln!(
+            "agentd: ready: serving on {}{tcp}; queue {}; {} worker(s) as {}",
+            config.socket_path().display(),
+            queue.describe(),
+            config.worker.concurrency,
+            workers.identity.name
+        );
+    }
 
     stop.await;
     tracing::info!("shutting down: no new tasks; running tasks finish their step");

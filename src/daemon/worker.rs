@@ -259,6 +259,17 @@ impl Workers {
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "ending questions' waits failed"),
             }
+            match super::tool_waits::time_out(self.queue.as_ref(), &self.config.tools).await {
+                Ok(ended) if !ended.is_empty() => {
+                    for id in &ended {
+                        tracing::info!(task_id = %id, "the API client did not answer a remote tool call in time");
+                    }
+                    self.handle.wake.notify_waiters();
+                    self.handle.events_stored.notify_waiters();
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "ending remote tool calls' waits failed"),
+            }
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
@@ -314,6 +325,7 @@ impl Workers {
             before: lease.elapsed,
             metrics: self.metrics.clone(),
             retry_for: self.lease_for(),
+            usage: Mutex::new(lease.steps.iter().map(|s| (s.index, s.usage)).collect()),
         });
         // The same builder as `agentd run` and embedders, with the daemon's config and model clients; the task
         // came over an API (this node's or another's), so it may name only what this node allows.
@@ -403,6 +415,16 @@ impl Workers {
                 }
             }
         };
+        // A cancel requested while the attempt ran wins over parking it (for a person, an answer or a tool):
+        // a task someone cancelled must not wait in a take-over for ever. (The queue refuses to park a task
+        // whose cancel was requested, too: one requested after this look is found when its lease expires.)
+        let end = match end {
+            End::Wait(_) | End::TakeOver | End::AwaitTools if self.cancel_requested(&lease).await => {
+                tracing::info!("a cancel was requested: the task ends cancelled instead of waiting");
+                End::Finish(finish(crate::queue::ending::cancelled()))
+            }
+            end => end,
+        };
         self.metrics.model_errors.fetch_add(u64::from(output.model_errors), Ordering::Relaxed);
         for (check, stopped) in &output.guard_fired {
             self.metrics.observe_guard(*check, *stopped);
@@ -418,6 +440,15 @@ impl Workers {
         // Screenshot events may still arrive from the uploader; the writer task ends by itself once they
         // have, so it is left to finish in the background.
         drop(writer);
+    }
+
+    /// Whether a cancel of the attempt's task was requested (asked of the queue now; `false` when it cannot
+    /// say).
+    async fn cancel_requested(&self, lease: &Lease) -> bool {
+        matches!(
+            self.queue.heartbeat(&lease.task_id, lease.token, self.lease_for()).await,
+            Ok(LeaseStatus::Held { cancel_requested: true, .. })
+        )
     }
 
     /// Gives the task's screenshot uploads a moment to land, so that its `screenshot_saved` events come
@@ -623,13 +654,25 @@ struct QueueJournal {
     metrics: Arc<Metrics>,
     /// How long a write is retried while the database cannot be reached (one lease).
     retry_for: Duration,
+    /// Each stored step's usage, by index (earlier attempts' too): their sum is the task's usage so far.
+    usage: Mutex<std::collections::BTreeMap<u32, Usage>>,
 }
 
 #[async_trait]
 impl Journal for QueueJournal {
     async fn record_step(&self, step: &crate::record::StepRecord) -> Result<(), JournalError> {
         let elapsed = self.before + self.started.elapsed();
-        let write = || self.queue.record_step(&self.task_id, self.token, step, elapsed);
+        let usage = match self.usage.lock() {
+            Ok(mut steps) => {
+                steps.insert(step.index, step.usage);
+                steps.values().fold(Usage::default(), |mut total, u| {
+                    total.add(u);
+                    total
+                })
+            }
+            Err(_) => Usage::default(),
+        };
+        let write = || self.queue.record_step(&self.task_id, self.token, step, elapsed, &usage);
         match retry_unavailable(self.retry_for, write).await {
             Ok(()) => Ok(()),
             Err(QueueError::LeaseLost(why)) => {
@@ -686,8 +729,9 @@ mod tests {
             token: i64,
             step: &StepRecord,
             elapsed: Duration,
+            usage: &Usage,
         ) -> Result<(), QueueError> {
-            self.inner.record_step(task_id, token, step, elapsed).await
+            self.inner.record_step(task_id, token, step, elapsed, usage).await
         }
         async fn append_events(&self, task_id: &str, token: Option<i64>, events: &[Event]) -> Result<(), QueueError> {
             self.inner.append_events(task_id, token, events).await

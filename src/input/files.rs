@@ -31,7 +31,7 @@ pub enum FileError {
     Relative { path: String },
     #[error("path {path:?} is not under a directory the daemon allows files from (`api.allowed_paths` in its config)")]
     NotAllowed { path: String },
-    #[error("path {path:?} leads out of the allowed directories (a symbolic link)")]
+    #[error("path {path:?} leads out of the allowed directories, or to nothing (a symbolic link)")]
     Escapes { path: String },
     #[error("cannot read {}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
@@ -136,7 +136,15 @@ fn resolve_allowed(path: &str, allowed: &[PathBuf]) -> Result<PathBuf, FileError
         Ok(real) if inside(&real) => Ok(real),
         Ok(_) => Err(FileError::Escapes { path: path.to_string() }),
         Err(source) => {
-            // Whether a file behind a link out of the allowed directories exists is not said either.
+            // Whether a file behind a link out of the allowed directories exists is not said either: a path
+            // through a symbolic link that leads nowhere gets the same answer as one that leads outside.
+            let through_link = p
+                .ancestors()
+                .take_while(|a| roots.iter().any(|root| a.starts_with(root) && *a != root.as_path()))
+                .any(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()));
+            if through_link {
+                return Err(FileError::Escapes { path: path.to_string() });
+            }
             let nearest = p.ancestors().skip(1).find_map(|a| std::fs::canonicalize(a).ok());
             match nearest {
                 Some(real) if inside(&real) => Err(FileError::Io { path: p.to_path_buf(), source }),
@@ -326,6 +334,9 @@ mod tests {
             Err(FileError::NotAllowed { .. })
         ));
         assert!(matches!(access.resolve(&path(&allowed.join("link.json"))), Err(FileError::Escapes { .. })));
+        // A link to a missing file outside gets the same answer as a link to an existing one.
+        std::os::unix::fs::symlink(outside.join("nope.json"), allowed.join("dangling.json")).unwrap();
+        assert!(matches!(access.resolve(&path(&allowed.join("dangling.json"))), Err(FileError::Escapes { .. })));
         // Through a linked directory, an existing and a missing file outside get the same answer.
         std::os::unix::fs::symlink(&outside, allowed.join("out")).unwrap();
         assert!(matches!(access.resolve(&path(&allowed.join("out/key.json"))), Err(FileError::Escapes { .. })));

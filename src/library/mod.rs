@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentd_computer::ComputerProvider;
+use agentd_computer::outbound::Outbound;
 
 use crate::artifacts::{ArtifactStore, FsStore};
 use crate::attempt::Built;
@@ -412,6 +413,16 @@ impl AgentBuilder {
         if self.api_task {
             backends::check_names(&task, &config)?;
         }
+        // Where the task may connect: an API task reaches public addresses and what `[outbound] allow` adds;
+        // what the operator configured (a pool desktop, the default computer, `[tools]`) reaches anything.
+        let outbound = if self.api_task { config.api_outbound() } else { Outbound::open() };
+        let computer_outbound = if matches!(task.computer, ComputerSpec::Desktop(_))
+            || config.defaults.computer.as_ref() == Some(&task.computer)
+        {
+            Outbound::open()
+        } else {
+            outbound.clone()
+        };
         // Outside the daemon nothing is leased: a pool request runs on the first desktop it matches (§23).
         if !matches!(self.computer, Some(Source::Given(_))) {
             task.computer = backends::pool_computer(&task.computer, &config)?;
@@ -456,20 +467,27 @@ impl AgentBuilder {
             (None, None) => return Err(BuildError::invalid("model", "no model was built")),
         };
         // The secrets' values are read here, when the agent is built (§15): a worker builds per attempt.
-        let secrets = backends::secrets(&task, &files).await?;
-        let tools = toolbox(&task, &config, self.tools, secrets.clone())?;
+        // An API task's secret files are only those `[api] allowed_secret_paths` names.
+        let secret_files = if self.api_task { config.secret_file_access() } else { files.clone() };
+        let secrets = backends::secrets(&task, &secret_files).await?;
+        let tools = toolbox(&task, &config, self.tools, secrets.clone(), &outbound)?;
         let computer = match self.computer {
             Some(Source::Given(computer)) => computer,
             Some(Source::Spec) | None => {
-                let context =
-                    ComputerContext { files: &files, persist_dir: self.persist_dir.as_deref(), secrets: &secrets };
+                let context = ComputerContext {
+                    files: &files,
+                    persist_dir: self.persist_dir.as_deref(),
+                    secrets: &secrets,
+                    outbound: &computer_outbound,
+                };
                 backends::computer(&task.computer, &context).await?
             }
         };
         // The verifier checks' reference images are read and their programs looked up here (§16).
-        let verifier = crate::verify::Verifier::build(&task.verify, task.verify_retries, &config.verifiers, &files)
-            .await
-            .map_err(|e| BuildError::invalid(e.field, e.message))?;
+        let verifier =
+            crate::verify::Verifier::build(&task.verify, task.verify_retries, &config.verifiers, &files, &outbound)
+                .await
+                .map_err(|e| BuildError::invalid(e.field, e.message))?;
         Ok(Assembled { task, built: Built { computer, model, tools, verifier: Arc::new(verifier) }, config })
     }
 }
@@ -487,8 +505,9 @@ fn toolbox(
     config: &Config,
     tools: Vec<Arc<dyn Tool>>,
     secrets: crate::tools::secrets::Secrets,
+    outbound: &Outbound,
 ) -> Result<Arc<Toolbox>, BuildError> {
-    let declared = backends::toolbox(task, &config.tools, secrets)?;
+    let declared = backends::toolbox(task, &config.tools, secrets, outbound)?;
     if tools.is_empty() {
         return Ok(declared);
     }

@@ -273,13 +273,15 @@ pub trait Queue: Send + Sync {
     /// Extends a lease; tells whether it is still held and whether a cancel was requested.
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError>;
 
-    /// Journals a step (fenced). `elapsed` is the task's total run time so far.
+    /// Journals a step (fenced). `elapsed` is the task's total run time so far, `usage` what its model calls
+    /// have used so far (shown while it runs: a budget can be watched).
     async fn record_step(
         &self,
         task_id: &str,
         token: i64,
         step: &StepRecord,
         elapsed: Duration,
+        usage: &Usage,
     ) -> Result<(), QueueError>;
 
     /// Appends events. With a token the write is fenced (a worker's events); without, it is the daemon's own.

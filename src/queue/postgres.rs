@@ -35,7 +35,7 @@ use super::{
     QueueSignal, Release, Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
 };
 use crate::record::events::{Event, EventKind};
-use crate::record::{StepRecord, TaskState};
+use crate::record::{StepRecord, TaskState, Usage};
 use crate::status::TaskRecord;
 
 /// Channel notified when a task may have become claimable.
@@ -765,16 +765,18 @@ impl Queue for PostgresQueue {
         token: i64,
         step: &StepRecord,
         elapsed: Duration,
+        usage: &Usage,
     ) -> Result<(), QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         // The fenced UPDATE locks the row until commit: a rescuer cannot take the task between the check and
         // the journal write.
         let held = sqlx::query(
-            "UPDATE agentd_tasks SET elapsed_ms = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+            "UPDATE agentd_tasks SET elapsed_ms = $3, usage = $4 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
         )
         .bind(task_id)
         .bind(token)
         .bind(elapsed.as_millis().min(i64::MAX as u128) as i64)
+        .bind(json(usage)?)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?
@@ -887,7 +889,8 @@ impl Queue for PostgresQueue {
             Handback::WaitForHuman { reason } => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'waiting_for_human', lease_until = NULL, worker = NULL,
                     waiting_reason = $3, approved = false
-                 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+                 WHERE id = $1 AND lease_token = $2 AND state = 'running'
+                    AND NOT cancel_requested",
             )
             .bind(task_id)
             .bind(token)
@@ -899,7 +902,8 @@ impl Queue for PostgresQueue {
             Handback::TakeOver => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'waiting_for_human', lease_until = NULL, worker = NULL,
                     waiting_reason = $3, approved = false, same_attempt = true, takeover = $4
-                 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+                 WHERE id = $1 AND lease_token = $2 AND state = 'running'
+                    AND NOT cancel_requested",
             )
             .bind(task_id)
             .bind(token)
@@ -912,7 +916,8 @@ impl Queue for PostgresQueue {
             Handback::AwaitTools => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'awaiting_tool', lease_until = NULL, worker = NULL,
                     waiting_reason = NULL, approved = false
-                 WHERE id = $1 AND lease_token = $2 AND state = 'running'",
+                 WHERE id = $1 AND lease_token = $2 AND state = 'running'
+                    AND NOT cancel_requested",
             )
             .bind(task_id)
             .bind(token)
@@ -1231,7 +1236,9 @@ mod tests {
     fn server() -> Option<String> {
         let url = std::env::var("AGENTD_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty());
         if url.is_none() {
-            eprintln!("skipping: AGENTD_TEST_POSTGRES_URL is not set (./scripts/test sets it to the local PostgreSQL)");
+            agentd_testenv::skip(
+                "AGENTD_TEST_POSTGRES_URL is not set (./scripts/test sets it to the local PostgreSQL)",
+            );
         }
         url
     }

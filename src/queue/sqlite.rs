@@ -26,7 +26,7 @@ use super::{
     Release, Rescued, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, from_ms, labels_match, now_ms, row,
 };
 use crate::record::events::{Event, EventKind};
-use crate::record::{StepRecord, TaskState};
+use crate::record::{StepRecord, TaskState, Usage};
 use crate::status::TaskRecord;
 
 const SCHEMA: &[&str] = &[
@@ -111,6 +111,13 @@ fn open_error(path: &Path, e: sqlx::Error) -> QueueError {
     }
 }
 
+/// Whether the file begins with SQLite's header string (every database file of one page or more does).
+fn starts_like_sqlite(path: &Path) -> bool {
+    use std::io::Read;
+    let mut header = [0u8; 16];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut header)).is_ok() && &header == b"SQLite format 3\0"
+}
+
 /// Writes the marker that says a queue was created beside it.
 fn write_marker(marker: &Path) -> std::io::Result<()> {
     let text = format!(
@@ -160,6 +167,20 @@ impl SqliteQueue {
             Self::check_dir_writable(path)?;
         }
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        // A file that is there but is no SQLite database (emptied, truncated to nothing, another file) is
+        // refused before SQLite opens it for writing: opening would write a fresh header into it.
+        if exists && !starts_like_sqlite(path) {
+            let created = if marker.exists() {
+                format!(" although {} says a queue was created there", marker.display())
+            } else {
+                String::new()
+            };
+            return Err(QueueError::Corrupt(format!(
+                "{} holds no agentd queue ({size} bytes: emptied, truncated or another file){created}; restore \
+                 it from a backup, or move it away to start an empty queue",
+                path.display()
+            )));
+        }
         let options = Self::options(path);
         let pool = Self::pool(4).connect_with(options.clone()).await.map_err(|e| open_error(path, e))?;
         Self::check(&pool, path, &marker, size).await?;
@@ -854,21 +875,24 @@ impl Queue for SqliteQueue {
         token: i64,
         step: &StepRecord,
         elapsed: Duration,
+        usage: &Usage,
     ) -> Result<(), QueueError> {
         let _write = self.writes.lock().await;
         // The write before a step's actions must survive a power cut (it is what keeps them from being run
         // again); the one after may be lost with it: the step then reads as interrupted, which is safe.
         let pool = if step.finished { &self.pool } else { &self.durable };
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
-        let held =
-            sqlx::query("UPDATE tasks SET elapsed_ms = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'")
-                .bind(task_id)
-                .bind(token)
-                .bind(elapsed.as_millis() as i64)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.failed(e))?
-                .rows_affected();
+        let held = sqlx::query(
+            "UPDATE tasks SET elapsed_ms = ?3, usage = ?4 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+        )
+        .bind(task_id)
+        .bind(token)
+        .bind(elapsed.as_millis() as i64)
+        .bind(json(usage)?)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.failed(e))?
+        .rows_affected();
         transitions::fenced(task_id, held)?;
         sqlx::query(
             "INSERT INTO steps (task_id, idx, record) VALUES (?1, ?2, ?3)
@@ -966,7 +990,8 @@ impl Queue for SqliteQueue {
                 sqlx::query(
                     "UPDATE tasks SET state = 'waiting_for_human', lease_until_ms = NULL, worker = NULL,
                     waiting_reason = ?3, approved = 0
-                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
+                    AND cancel_requested = 0",
                 )
                 .bind(task_id)
                 .bind(token)
@@ -978,7 +1003,8 @@ impl Queue for SqliteQueue {
                 sqlx::query(
                     "UPDATE tasks SET state = 'waiting_for_human', lease_until_ms = NULL, worker = NULL,
                     waiting_reason = ?3, approved = 0, same_attempt = 1, takeover = ?4
-                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
+                    AND cancel_requested = 0",
                 )
                 .bind(task_id)
                 .bind(token)
@@ -991,7 +1017,8 @@ impl Queue for SqliteQueue {
                 sqlx::query(
                     "UPDATE tasks SET state = 'awaiting_tool', lease_until_ms = NULL, worker = NULL,
                     waiting_reason = NULL, approved = 0
-                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'",
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
+                    AND cancel_requested = 0",
                 )
                 .bind(task_id)
                 .bind(token)
@@ -1342,6 +1369,8 @@ mod tests {
         std::fs::File::create(&path).unwrap(); // truncated to 0 bytes
         let message = refused(SqliteQueue::open(&path).await);
         assert!(message.contains(&path.display().to_string()) && message.contains("0 bytes"), "{message}");
+        // The refusal wrote nothing into the file it refused (no fresh SQLite header).
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "the refused file was written to");
         // Deleted outright: the marker beside it says there was a queue.
         std::fs::remove_file(&path).unwrap();
         let message = refused(SqliteQueue::open(&path).await);
@@ -1438,7 +1467,7 @@ mod tests {
     #[tokio::test]
     async fn after_a_full_disk_the_queue_recovers_and_health_tells_the_truth() {
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping: mounting a small tmpfs to fill needs root");
+            agentd_testenv::skip("mounting a small tmpfs to fill needs root");
             return;
         }
         let dir = tempfile::tempdir().unwrap();

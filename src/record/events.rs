@@ -205,6 +205,39 @@ pub struct PendingToolCall {
 }
 
 impl EventKind {
+    /// Every event type's name, as [`EventKind::type_name`] gives them.
+    pub const TYPE_NAMES: &'static [&'static str] = &[
+        "task_queued",
+        "turn_queued",
+        "task_started",
+        "desktop_leased",
+        "desktop_failed",
+        "step_started",
+        "model_delta",
+        "action_started",
+        "action_finished",
+        "screenshot_saved",
+        "step_finished",
+        "waiting_for_human",
+        "task_finished",
+        "message_start",
+        "message_end",
+        "text_start",
+        "text_end",
+        "thinking_start",
+        "thinking_end",
+        "tool_call_start",
+        "tool_call_delta",
+        "tool_call_end",
+        "tool_started",
+        "tool_output",
+        "tool_finished",
+        "awaiting_tool",
+        "stuck_detected",
+        "verify_finished",
+        "error",
+    ];
+
     pub fn type_name(&self) -> &'static str {
         match self {
             Self::TaskQueued {} => "task_queued",

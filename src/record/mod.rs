@@ -368,6 +368,9 @@ pub enum StuckCheck {
     RepeatActions,
     /// Turns with neither an action, a tool call nor a completion.
     IdleTurns,
+    /// Steps in a row that only waited (or looked) on an unchanged screen: waiting on purpose has a budget
+    /// of its own, larger than `no_change_steps`, instead of counting as steps that changed nothing.
+    WaitSteps,
 }
 
 impl StuckCheck {
@@ -376,6 +379,7 @@ impl StuckCheck {
             Self::NoChangeSteps => "no_change_steps",
             Self::RepeatActions => "repeat_actions",
             Self::IdleTurns => "idle_turns",
+            Self::WaitSteps => "wait_steps",
         }
     }
 }

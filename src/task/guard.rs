@@ -13,6 +13,10 @@ pub const DEFAULT_NO_CHANGE_STEPS: u32 = 5;
 pub const DEFAULT_REPEAT_ACTIONS: u32 = 3;
 /// Model turns in a row with neither an action, a tool call nor a completion before the model is warned.
 pub const DEFAULT_IDLE_TURNS: u32 = 3;
+/// Steps in a row that only waited on an unchanged screen before the model is warned: waiting for a slow
+/// page or a person is what a model should do, so it has a budget of its own, well above
+/// `no_change_steps` (at a few seconds a wait, minutes before the warning).
+pub const DEFAULT_WAIT_STEPS: u32 = 30;
 /// The largest threshold accepted (a larger one is as good as off, which 0 says plainly).
 pub const MAX_THRESHOLD: u32 = 10_000;
 
@@ -26,6 +30,8 @@ pub struct GuardSpec {
     pub repeat_actions: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "threshold")]
     pub idle_turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "threshold")]
+    pub wait_steps: Option<u32>,
 }
 
 fn threshold<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
@@ -49,6 +55,7 @@ impl GuardSpec {
             no_change_steps: self.no_change_steps.or(base.no_change_steps).unwrap_or(DEFAULT_NO_CHANGE_STEPS),
             repeat_actions: self.repeat_actions.or(base.repeat_actions).unwrap_or(DEFAULT_REPEAT_ACTIONS),
             idle_turns: self.idle_turns.or(base.idle_turns).unwrap_or(DEFAULT_IDLE_TURNS),
+            wait_steps: self.wait_steps.or(base.wait_steps).unwrap_or(DEFAULT_WAIT_STEPS),
         }
     }
 }
@@ -59,6 +66,13 @@ pub struct Guard {
     pub no_change_steps: u32,
     pub repeat_actions: u32,
     pub idle_turns: u32,
+    /// Steps in a row that only waited on an unchanged screen (not counted in `no_change_steps`).
+    #[serde(default = "default_wait_steps")]
+    pub wait_steps: u32,
+}
+
+fn default_wait_steps() -> u32 {
+    DEFAULT_WAIT_STEPS
 }
 
 impl Default for Guard {
@@ -75,8 +89,8 @@ mod tests {
     fn the_task_wins_over_the_config_which_wins_over_the_defaults() {
         let config: GuardSpec = serde_json::from_str(r#"{"no_change_steps": 8, "idle_turns": 0}"#).unwrap();
         let task: GuardSpec = serde_json::from_str(r#"{"no_change_steps": 2}"#).unwrap();
-        assert_eq!(task.over(&config), Guard { no_change_steps: 2, repeat_actions: 3, idle_turns: 0 });
-        assert_eq!(Guard::default(), Guard { no_change_steps: 5, repeat_actions: 3, idle_turns: 3 });
+        assert_eq!(task.over(&config), Guard { no_change_steps: 2, repeat_actions: 3, idle_turns: 0, wait_steps: 30 });
+        assert_eq!(Guard::default(), Guard { no_change_steps: 5, repeat_actions: 3, idle_turns: 3, wait_steps: 30 });
     }
 
     #[test]

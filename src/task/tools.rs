@@ -134,8 +134,9 @@ pub struct ToolDecl {
 pub enum ToolKind {
     /// POST the arguments as JSON to `url`; the response body is the result.
     Http(HttpTool),
-    /// Executed by the API client: the task parks in `awaiting_tool` until it answers.
-    Remote {},
+    /// Executed by the API client: the task parks in `awaiting_tool` until it answers, or until the tool's
+    /// `timeout_secs` passed (the call then fails with a result saying so, and the task goes on).
+    Remote(RemoteTool),
     /// Run a program with the arguments as JSON on stdin (config only).
     Command(CommandTool),
 }
@@ -144,7 +145,7 @@ impl ToolKind {
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Http(_) => "http",
-            Self::Remote {} => "remote",
+            Self::Remote(_) => "remote",
             Self::Command(_) => "command",
         }
     }
@@ -170,6 +171,10 @@ pub struct CommandTool {
     /// The working directory (the worker's own when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// The worker's environment variables the program is given, besides the few every program gets (see
+    /// `tools::command::BASE_ENV`): it starts from a clean environment, never the daemon's whole one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<Limit<u64, MAX_TOOL_TIMEOUT_SECS>>,
 }
@@ -214,10 +219,10 @@ fn decl<'de, D: Deserializer<'de>>(d: D, allow_command: bool) -> Result<ToolDecl
             ToolKind::Http(http)
         }
         "remote" => {
-            if let Some(field) = rest.keys().next() {
+            if let Some(field) = rest.keys().find(|k| *k != "timeout_secs") {
                 return Err(D::Error::custom(format!("field `{field}`: unknown field for a `remote` tool")));
             }
-            ToolKind::Remote {}
+            ToolKind::Remote(variant(rest)?)
         }
         _ => {
             let command: CommandTool = variant(rest)?;
@@ -228,6 +233,26 @@ fn decl<'de, D: Deserializer<'de>>(d: D, allow_command: bool) -> Result<ToolDecl
         }
     };
     Ok(ToolDecl { name, description, parameters, kind })
+}
+
+/// How long the API client has to answer a `remote` call by default: a day.
+pub const DEFAULT_REMOTE_TIMEOUT_SECS: u64 = 24 * 3600;
+/// The longest a `remote` call may wait: a week.
+pub const MAX_REMOTE_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
+
+/// A `remote` tool: run by the API client.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteTool {
+    /// How long the client has to answer (default [`DEFAULT_REMOTE_TIMEOUT_SECS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<Limit<u64, MAX_REMOTE_TIMEOUT_SECS>>,
+}
+
+impl RemoteTool {
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.timeout_secs.map_or(DEFAULT_REMOTE_TIMEOUT_SECS, |t| t.get()))
+    }
 }
 
 /// An `http` tool's URL: absolute, `http` or `https`, with a host.

@@ -268,6 +268,10 @@ pub struct VerifierDecl {
     /// The working directory (the worker's own when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// The worker's environment variables the program is given besides the base ones (as for `command`
+    /// tools: a clean environment otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<Limit<u64, MAX_VERIFIER_TIMEOUT_SECS>>,
 }

@@ -9,6 +9,9 @@
 //! exits non-zero, is killed by a signal or times out is a failed call (`ok: false`) naming the tool and the
 //! problem, with the tail of its stderr; it never ends the task.
 //!
+//! The program starts from a clean environment: [`BASE_ENV`] and the variables its declaration lists in
+//! `env`, never the daemon's whole environment (which holds model API keys).
+//!
 //! Process groups are Unix's: on Windows the program is killed alone (its own children may outlive it).
 
 use std::path::PathBuf;
@@ -33,12 +36,20 @@ pub struct CommandRunner {
     args: Vec<String>,
     cwd: Option<PathBuf>,
     timeout: Duration,
+    env: Vec<String>,
+    /// The task's secrets, redacted out of stderr before its tail is cut.
+    secrets: super::secrets::Secrets,
 }
 
 impl CommandRunner {
     /// Makes the tool of `decl` (at `field`, for errors). Fails when `command` is empty or `cwd` is not a
     /// directory on this worker.
-    pub fn make(decl: &ToolDecl, command: &CommandTool, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
+    pub fn make(
+        decl: &ToolDecl,
+        command: &CommandTool,
+        field: &str,
+        secrets: super::secrets::Secrets,
+    ) -> Result<Arc<dyn Tool>, ToolboxError> {
         let Some((program, args)) = command.command.split_first().filter(|(p, _)| !p.is_empty()) else {
             return Err(ToolboxError::new(format!("{field}.command"), "name the program to run (a non-empty list)"));
         };
@@ -57,7 +68,8 @@ impl CommandRunner {
             description: decl.description.clone(),
             parameters: decl.parameters.schema().as_value().clone(),
         };
-        Ok(Arc::new(Self { spec, program: program.clone(), args: args.to_vec(), cwd, timeout }))
+        let env = command.env.clone();
+        Ok(Arc::new(Self { spec, program: program.clone(), args: args.to_vec(), cwd, timeout, env, secrets }))
     }
 
     async fn run(&self, arguments: &serde_json::Value, context: &ToolContext<'_>) -> ToolOutcome {
@@ -70,7 +82,9 @@ impl CommandRunner {
         if status.success() {
             return envelope::parse_output(name, &String::from_utf8_lossy(&stdout));
         }
-        let tail = envelope::tail(&stderr, STDERR_TAIL_BYTES);
+        // Redacted first, cut after: no part of a secret survives the cut.
+        let stderr = self.secrets.redact(&String::from_utf8_lossy(&stderr)).into_owned();
+        let tail = envelope::tail(stderr.as_bytes(), STDERR_TAIL_BYTES);
         let how = exit_how(status);
         let message = if tail.is_empty() {
             format!("tool {name}: {} {how}", self.program)
@@ -81,7 +95,13 @@ impl CommandRunner {
     }
 
     fn program(&self) -> Program {
-        Program { program: self.program.clone(), args: self.args.clone(), cwd: self.cwd.clone(), timeout: self.timeout }
+        Program {
+            program: self.program.clone(),
+            args: self.args.clone(),
+            cwd: self.cwd.clone(),
+            timeout: self.timeout,
+            env: self.env.clone(),
+        }
     }
 }
 
@@ -108,7 +128,31 @@ pub struct Program {
     pub args: Vec<String>,
     pub cwd: Option<PathBuf>,
     pub timeout: Duration,
+    /// The worker's variables passed on besides [`BASE_ENV`].
+    pub env: Vec<String>,
 }
+
+/// The variables every program gets from the worker's environment (when set): what a program needs to find
+/// other programs and to read and write text, and nothing that holds a credential (the last ones are what a
+/// Windows program needs to start at all).
+pub const BASE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "SystemRoot",
+    "windir",
+    "COMSPEC",
+    "PATHEXT",
+    "TEMP",
+    "TMP",
+    "USERPROFILE",
+];
 
 impl Program {
     /// Runs the program with `input` on its stdin, streaming its stdout lines to `emit`. Returns its stdout
@@ -122,6 +166,12 @@ impl Program {
     ) -> Result<(Vec<u8>, std::process::ExitStatus, Vec<u8>), String> {
         let mut command = Command::new(&self.program);
         command.args(&self.args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        command.env_clear();
+        for name in BASE_ENV.iter().copied().chain(self.env.iter().map(String::as_str)) {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
         #[cfg(unix)]
         command.process_group(0);
         if let Some(dir) = &self.cwd {
@@ -283,7 +333,59 @@ mod tests {
         }))
         .unwrap();
         let crate::task::tools::ToolKind::Command(command) = &decl.kind else { panic!() };
-        CommandRunner::make(&decl, command, "tools.t").unwrap()
+        CommandRunner::make(&decl, command, "tools.t", super::super::secrets::Secrets::none()).unwrap()
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_program_gets_a_clean_environment_and_what_it_declares() {
+        // SAFETY: variables of this test alone, set before the program starts.
+        unsafe {
+            std::env::set_var("AGENTD_UNIT_MODEL_KEY", "sk-should-not-pass");
+            std::env::set_var("AGENTD_UNIT_DECLARED", "passed-on");
+        }
+        let decl: ToolDecl = serde_json::from_value(json!({
+            "name": "t", "description": "d", "kind": "command", "parameters": {"type": "object"},
+            "command": ["sh", "-c", "env"], "env": ["AGENTD_UNIT_DECLARED"],
+        }))
+        .unwrap();
+        let crate::task::tools::ToolKind::Command(command) = &decl.kind else { panic!() };
+        let tool = CommandRunner::make(&decl, command, "tools.t", super::super::secrets::Secrets::none()).unwrap();
+        let (outcome, _) = call(tool.as_ref(), json!({})).await;
+        assert!(outcome.ok, "{outcome:?}");
+        assert!(
+            !outcome.message.contains("sk-should-not-pass"),
+            "the daemon's environment leaked: {}",
+            outcome.message
+        );
+        assert!(outcome.message.contains("AGENTD_UNIT_DECLARED=passed-on"), "{}", outcome.message);
+        assert!(outcome.message.contains("PATH="), "{}", outcome.message);
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn stderr_is_redacted_before_its_tail_is_cut() {
+        use crate::task::secrets::SecretName;
+        let secret = "ZebraQuartz-Secret-9";
+        let secrets =
+            super::super::secrets::Secrets::new(vec![(SecretName::parse("pw").unwrap(), secret.into())]).unwrap();
+        // The tail's cut falls inside the secret: 2048 bytes from the end start 10 bytes into it.
+        let script = format!(
+            "printf '%s' '{secret}' >&2; head -c {} /dev/zero | tr '\\0' y >&2; exit 3",
+            STDERR_TAIL_BYTES - 10
+        );
+        let decl: ToolDecl = serde_json::from_value(json!({
+            "name": "t", "description": "d", "kind": "command", "parameters": {"type": "object"},
+            "command": ["sh", "-c", script],
+        }))
+        .unwrap();
+        let crate::task::tools::ToolKind::Command(command) = &decl.kind else { panic!() };
+        let tool = CommandRunner::make(&decl, command, "tools.t", secrets).unwrap();
+        let (outcome, _) = call(tool.as_ref(), json!({})).await;
+        assert!(!outcome.ok, "{outcome:?}");
+        for fragment in ["Secret-9", "et-9", "Quartz"] {
+            assert!(!outcome.message.contains(fragment), "{fragment} survived the cut: {}", outcome.message);
+        }
     }
 
     async fn call(tool: &dyn Tool, arguments: serde_json::Value) -> (ToolOutcome, Vec<String>) {

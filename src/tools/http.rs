@@ -7,16 +7,23 @@
 //! failed call: the body would otherwise be re-sent, or dropped, somewhere the task did not name). A non-2xx
 //! status, a timeout, a connection error or a body past [`MAX_ANSWER_BYTES`] is a failed call (`ok: false`)
 //! naming the tool and the problem; it never ends the task.
+//!
+//! The URL is reached only where the task's outbound policy allows (an API task's tool: public addresses and
+//! `[outbound] allow`; see `agentd_computer::outbound`). What the server answers is redacted before anything
+//! is cut from it — the task's secrets, and the header values the tool sends (a server that echoes its
+//! `Authorization` header back gives the model nothing) — so no part of a value survives a cut.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use agentd_computer::outbound::{self, Outbound};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::json;
 
 use super::envelope::{self, MAX_ANSWER_BYTES};
+use super::secrets::Secrets;
 use super::{Tool, ToolContext, ToolOutcome, ToolboxError};
 use crate::model::ToolSpec;
 use crate::task::tools::{DEFAULT_TOOL_TIMEOUT_SECS, HttpTool, ToolDecl};
@@ -24,21 +31,18 @@ use crate::task::tools::{DEFAULT_TOOL_TIMEOUT_SECS, HttpTool, ToolDecl};
 /// The most of an error response's body quoted to the model.
 const ERROR_BODY_QUOTE: usize = 500;
 
-/// The process's client for `http` tools (built once; `None` if it cannot be built, which every call
-/// then reports).
-fn client() -> Result<&'static reqwest::Client, String> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(10))
-                .redirect(reqwest::redirect::Policy::none())
-                .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|e| format!("cannot build the HTTP client: {e}"))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+fn build(policy: &Outbound) -> Result<reqwest::Client, String> {
+    let builder = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")));
+    outbound::http::apply(builder, policy, 0).build().map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// The client for `policy`: the process's one for open tools (built once), a client of the tool's own
+/// otherwise (its resolver holds the policy). An error if it cannot be built, which every call then reports.
+fn client(policy: &Outbound) -> Result<reqwest::Client, String> {
+    static OPEN: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+    if policy.is_restricted() { build(policy) } else { OPEN.get_or_init(|| build(policy)).clone() }
 }
 
 /// A declared `http` tool, ready to call.
@@ -47,12 +51,22 @@ pub struct HttpRunner {
     url: reqwest::Url,
     headers: Vec<(HeaderName, String)>,
     timeout: Duration,
+    outbound: Outbound,
+    client: Result<reqwest::Client, String>,
+    /// The task's secrets, redacted out of the answer before it is cut.
+    secrets: Secrets,
 }
 
 impl HttpRunner {
     /// Makes the tool of `decl` (at `field` of the task, for errors). Fails when the URL is not http(s),
     /// a header name is not one, or a `headers_env` variable is not set on this worker.
-    pub fn make(decl: &ToolDecl, http: &HttpTool, field: &str) -> Result<Arc<dyn Tool>, ToolboxError> {
+    pub fn make(
+        decl: &ToolDecl,
+        http: &HttpTool,
+        field: &str,
+        outbound: Outbound,
+        secrets: Secrets,
+    ) -> Result<Arc<dyn Tool>, ToolboxError> {
         let url = crate::task::tools::http_url(&http.url).map_err(|m| ToolboxError::new(format!("{field}.url"), m))?;
         let mut headers = Vec::new();
         for (name, var) in &http.headers_env {
@@ -68,12 +82,31 @@ impl HttpRunner {
             description: decl.description.clone(),
             parameters: decl.parameters.schema().as_value().clone(),
         };
-        Ok(Arc::new(Self { spec, url, headers, timeout }))
+        let client = client(&outbound);
+        Ok(Arc::new(Self { spec, url, headers, timeout, outbound, client, secrets }))
+    }
+
+    /// `text` with the task's secrets and the values of the tool's own headers replaced.
+    fn redact(&self, text: &str) -> String {
+        let mut text = self.secrets.redact(text).into_owned();
+        for (header, var) in &self.headers {
+            if let Ok(value) = std::env::var(var)
+                && value.len() >= 4
+                && text.contains(&value)
+            {
+                text = text.replace(&value, &format!("<header {header}>"));
+            }
+        }
+        text
     }
 
     async fn post(&self, arguments: &serde_json::Value) -> Result<ToolOutcome, String> {
         let name = &self.spec.name;
-        let mut request = client()?
+        outbound::http::check_url(&self.outbound, &self.url).map_err(|e| e.to_string())?;
+        let mut request = self
+            .client
+            .as_ref()
+            .map_err(Clone::clone)?
             .post(self.url.clone())
             .timeout(self.timeout)
             .header(CONTENT_TYPE, "application/json")
@@ -97,7 +130,7 @@ impl HttpRunner {
             }
             body.extend_from_slice(&chunk);
         }
-        let text = String::from_utf8_lossy(&body);
+        let text = self.redact(&String::from_utf8_lossy(&body));
         if !status.is_success() {
             let why = if status.is_redirection() { " (redirects are not followed)" } else { "" };
             let quoted = envelope::head(&text, ERROR_BODY_QUOTE);
@@ -113,7 +146,9 @@ impl HttpRunner {
 
     fn failure(&self, e: &reqwest::Error) -> String {
         let timeout = self.timeout.as_secs();
-        if e.is_timeout() {
+        if let Some(refused) = outbound::http::refusal(e) {
+            refused.to_string()
+        } else if e.is_timeout() {
             format!("no answer within {timeout} s (timed out)")
         } else if e.is_connect() {
             format!("cannot connect to {}: {}", self.url, source_chain(e))
@@ -199,7 +234,7 @@ mod tests {
         }))
         .unwrap();
         let crate::task::tools::ToolKind::Http(http) = &decl.kind else { panic!() };
-        HttpRunner::make(&decl, http, "tools[0]").unwrap()
+        HttpRunner::make(&decl, http, "tools[0]", Outbound::open(), Secrets::none()).unwrap()
     }
 
     async fn call(tool: &dyn Tool) -> ToolOutcome {
@@ -238,6 +273,68 @@ mod tests {
         assert!(!outcome.ok && outcome.message.contains("tool t: cannot connect"), "{outcome:?}");
     }
 
+    fn tool_with(url: &str, outbound: Outbound, secrets: Secrets, headers: serde_json::Value) -> Arc<dyn Tool> {
+        let decl: ToolDecl = serde_json::from_value(json!({
+            "name": "t", "description": "d", "kind": "http", "parameters": {"type": "object"},
+            "url": url, "timeout_secs": 5, "headers_env": headers,
+        }))
+        .unwrap();
+        let crate::task::tools::ToolKind::Http(http) = &decl.kind else { panic!() };
+        HttpRunner::make(&decl, http, "tools[0]", outbound, secrets).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_restricted_tool_reaches_no_internal_address_and_quotes_nothing_of_it() {
+        let url = server(reply("200 OK", "INTERNAL-S3CRET-42")).await;
+        let port = url.trim_start_matches("http://127.0.0.1:").split('/').next().unwrap().to_string();
+        let restricted = Outbound::restricted(&[]).unwrap();
+        for url in [
+            url.clone(),
+            format!("http://localhost:{port}/tool"),
+            format!("http://[::ffff:127.0.0.1]:{port}/tool"),
+            format!("http://2130706433:{port}/tool"),
+        ] {
+            let outcome = call(tool_with(&url, restricted.clone(), Secrets::none(), json!({})).as_ref()).await;
+            assert!(!outcome.ok, "{url}: {outcome:?}");
+            assert!(outcome.message.contains("loopback address"), "{url}: {outcome:?}");
+            assert!(!outcome.message.contains("INTERNAL"), "{url}: {outcome:?}");
+        }
+        // The operator's allow-list opens it.
+        let allowed = Outbound::restricted(&["127.0.0.1".into()]).unwrap();
+        let outcome = call(tool_with(&url, allowed, Secrets::none(), json!({})).as_ref()).await;
+        assert_eq!(outcome, ToolOutcome::ok("INTERNAL-S3CRET-42"));
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_redacted_before_it_is_cut_and_echoed_headers_are_hidden() {
+        use crate::task::secrets::SecretName;
+        // The secret straddles the 500-byte cut of an error body.
+        let secret = "ZebraQuartz-Secret-9";
+        let body = format!("{}{secret} and more", "x".repeat(ERROR_BODY_QUOTE - 8));
+        let url = server(reply("500 Internal Server Error", &body)).await;
+        let secrets = Secrets::new(vec![(SecretName::parse("pw").unwrap(), secret.into())]).unwrap();
+        let outcome = call(tool_with(&url, Outbound::open(), secrets, json!({})).as_ref()).await;
+        assert!(!outcome.ok, "{outcome:?}");
+        for fragment in ["ZebraQu", "Quartz", "Secret-9"] {
+            assert!(!outcome.message.contains(fragment), "{fragment} survived the cut: {}", outcome.message);
+        }
+        // A server that echoes the header it was sent.
+        // SAFETY: a variable of this test alone, set before the tool reads it.
+        unsafe { std::env::set_var("AGENTD_UNIT_TEST_ECHOED_TOKEN", "Bearer tok-1234567") };
+        let url = server(reply("200 OK", "you sent Bearer tok-1234567")).await;
+        let outcome = call(
+            tool_with(
+                &url,
+                Outbound::open(),
+                Secrets::none(),
+                json!({"Authorization": "AGENTD_UNIT_TEST_ECHOED_TOKEN"}),
+            )
+            .as_ref(),
+        )
+        .await;
+        assert_eq!(outcome, ToolOutcome::ok("you sent <header authorization>"));
+    }
+
     #[test]
     fn a_missing_header_variable_names_the_field() {
         let decl: ToolDecl = serde_json::from_value(json!({
@@ -246,7 +343,9 @@ mod tests {
         }))
         .unwrap();
         let crate::task::tools::ToolKind::Http(http) = &decl.kind else { panic!() };
-        let Err(e) = HttpRunner::make(&decl, http, "tools[3]") else { panic!("made") };
+        let Err(e) = HttpRunner::make(&decl, http, "tools[3]", Outbound::open(), Secrets::none()) else {
+            panic!("made")
+        };
         assert_eq!(e.field, "tools[3].headers_env.Authorization");
         assert!(e.message.contains("AGENTD_UNIT_TEST_UNSET_VAR is not set"), "{e}");
     }

@@ -168,7 +168,9 @@ impl std::fmt::Debug for Toolbox {
 /// How the declared kinds that run in-process are made into [`Tool`]s (the `http` and `command` runners,
 /// which need the worker's HTTP client and environment).
 pub trait Makers {
-    fn make(&self, decl: &ToolDecl, field: &str) -> Result<Arc<dyn Tool>, ToolboxError>;
+    /// `configured`: the declaration is the operator's (a `[tools]` entry the task names with `use`), not the
+    /// task's own.
+    fn make(&self, decl: &ToolDecl, field: &str, configured: bool) -> Result<Arc<dyn Tool>, ToolboxError>;
 }
 
 impl Toolbox {
@@ -187,18 +189,21 @@ impl Toolbox {
         let mut toolbox = Self::empty();
         for (i, entry) in task.tools.iter().enumerate() {
             let field = format!("tools[{i}]");
-            let decl = match entry {
-                TaskTool::Declared(decl) => decl,
-                TaskTool::Use { name } => catalog.get(name.as_str()).ok_or_else(|| {
-                    ToolboxError::new(
-                        format!("{field}.use"),
-                        format!("no tool {:?} in the config's [tools] ({})", name.as_str(), known(catalog)),
-                    )
-                })?,
+            let (decl, configured) = match entry {
+                TaskTool::Declared(decl) => (decl, false),
+                TaskTool::Use { name } => (
+                    catalog.get(name.as_str()).ok_or_else(|| {
+                        ToolboxError::new(
+                            format!("{field}.use"),
+                            format!("no tool {:?} in the config's [tools] ({})", name.as_str(), known(catalog)),
+                        )
+                    })?,
+                    true,
+                ),
             };
             let runner = match &decl.kind {
-                ToolKind::Remote {} => Runner::Remote,
-                _ => Runner::Local(makers.make(decl, &field)?),
+                ToolKind::Remote(_) => Runner::Remote,
+                _ => Runner::Local(makers.make(decl, &field, configured)?),
             };
             let spec = ToolSpec {
                 name: decl.name.as_str().to_string(),

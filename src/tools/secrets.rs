@@ -43,6 +43,17 @@ struct Inner {
     values: AhoCorasick,
     /// Finds placeholders.
     placeholders: AhoCorasick,
+    /// Finds long fragments of values (see [`fragment_len`]): pattern `i` is `fragment_of[i]` = (entry, byte
+    /// offset in its value). `None` when no value is long enough to have one.
+    fragments: Option<(AhoCorasick, Vec<(usize, usize)>)>,
+}
+
+/// How long a piece of a secret's value must be to be taken for the secret: three quarters of it, and at
+/// least 8 bytes. A value typed and then edited (one Backspace), or cut off by a length limit, still hides most
+/// of the secret; a short common piece ("admin") of a long value does not turn into a placeholder.
+fn fragment_len(value: &str) -> Option<usize> {
+    let len = (value.len() * 3).div_ceil(4).max(8);
+    (len < value.len()).then_some(len)
 }
 
 /// A task's secret values. Cheap to clone; shows names only.
@@ -89,7 +100,27 @@ impl Secrets {
         };
         let values = build(entries.iter().map(|e| e.value.as_str()).collect())?;
         let placeholders = build(entries.iter().map(|e| e.placeholder.as_str()).collect())?;
-        let inner = Arc::new(Inner { entries, values, placeholders });
+        let mut fragment_patterns = Vec::new();
+        let mut fragment_of = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let Some(len) = fragment_len(&entry.value) else { continue };
+            for start in 0..=entry.value.len() - len {
+                if let Some(piece) = entry.value.get(start..start + len) {
+                    fragment_patterns.push(piece);
+                    fragment_of.push((i, start));
+                }
+            }
+        }
+        let fragments = if fragment_patterns.is_empty() {
+            None
+        } else {
+            let finder = AhoCorasick::builder().build(&fragment_patterns).map_err(|e| SecretsError {
+                field: "secrets".into(),
+                message: format!("cannot prepare the secrets: {e}"),
+            })?;
+            Some((finder, fragment_of))
+        };
+        let inner = Arc::new(Inner { entries, values, placeholders, fragments });
         let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
         live.retain(|w| w.strong_count() > 0);
         live.push(Arc::downgrade(&inner));
@@ -236,13 +267,122 @@ impl Secrets {
     }
 }
 
+/// Redaction of a text that arrives in pieces — a model's streamed deltas, a tool call's streamed arguments.
+/// Redacting each piece alone would let a secret split across two pieces through in halves; this holds back
+/// the end of what arrived for as long as it could still be the start of a secret, and emits the rest
+/// redacted. Concatenated, what [`StreamRedactor::push`] and [`StreamRedactor::finish`] return is the whole
+/// text redacted.
+#[derive(Debug, Default)]
+pub struct StreamRedactor {
+    secrets: Secrets,
+    /// What arrived and was not emitted yet: a tail that may be the beginning of a secret.
+    pending: String,
+}
+
+impl StreamRedactor {
+    pub fn new(secrets: Secrets) -> Self {
+        Self { secrets, pending: String::new() }
+    }
+
+    /// Takes the next piece; returns the redacted text that can be emitted now (possibly empty).
+    pub fn push(&mut self, piece: &str) -> String {
+        let Some(inner) = self.secrets.inner.as_ref() else { return piece.to_string() };
+        self.pending.push_str(piece);
+        let cut = inner.safe_prefix(&self.pending);
+        let rest = self.pending.split_off(cut);
+        let ready = std::mem::replace(&mut self.pending, rest);
+        inner.redact(&ready).into_owned()
+    }
+
+    /// The end of the stream: what is still held back, redacted.
+    pub fn finish(&mut self) -> String {
+        let rest = std::mem::take(&mut self.pending);
+        self.secrets.redact(&rest).into_owned()
+    }
+}
+
 impl Inner {
-    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        if !self.values.is_match(text) {
-            return Cow::Borrowed(text);
+    /// How much of `text` (a byte index) can be redacted and emitted now: everything before the longest
+    /// tail that is the beginning of a secret's value (more text may complete it), and never a part of a
+    /// whole value that reaches into that tail.
+    fn safe_prefix(&self, text: &str) -> usize {
+        let mut held = 0;
+        for entry in &self.entries {
+            let value = entry.value.as_str();
+            // The longest proper prefix of the value that `text` ends with.
+            for len in (held + 1..value.len()).rev() {
+                if value.is_char_boundary(len) && text.ends_with(&value[..len]) {
+                    held = len;
+                    break;
+                }
+            }
         }
-        let placeholders: Vec<&str> = self.entries.iter().map(|e| e.placeholder.as_str()).collect();
-        Cow::Owned(self.values.replace_all(text, &placeholders))
+        let mut cut = text.len() - held;
+        for found in self.values.find_iter(text) {
+            if found.start() < cut && found.end() > cut {
+                cut = found.start();
+            }
+        }
+        cut
+    }
+
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let whole = if self.values.is_match(text) {
+            let placeholders: Vec<&str> = self.entries.iter().map(|e| e.placeholder.as_str()).collect();
+            Cow::Owned(self.values.replace_all(text, &placeholders))
+        } else {
+            Cow::Borrowed(text)
+        };
+        match self.redact_fragments(&whole) {
+            Some(redacted) => Cow::Owned(redacted),
+            None => whole,
+        }
+    }
+
+    /// `text` with every long fragment of a value ([`fragment_len`]), grown to as much of the value as it
+    /// matches, replaced by the value's placeholder; `None` when there is none.
+    fn redact_fragments(&self, text: &str) -> Option<String> {
+        let (finder, fragment_of) = self.fragments.as_ref()?;
+        let bytes = text.as_bytes();
+        let mut spans: Vec<(usize, usize, usize)> = Vec::new();
+        for found in finder.find_overlapping_iter(text) {
+            let (entry, offset) = fragment_of[found.pattern().as_usize()];
+            let value = self.entries[entry].value.as_bytes();
+            let (mut start, mut end) = (found.start(), found.end());
+            let (mut value_start, mut value_end) = (offset, offset + (end - start));
+            while start > 0 && value_start > 0 && bytes[start - 1] == value[value_start - 1] {
+                start -= 1;
+                value_start -= 1;
+            }
+            while end < bytes.len() && value_end < value.len() && bytes[end] == value[value_end] {
+                end += 1;
+                value_end += 1;
+            }
+            // Whole characters only: a value's bytes never end inside a character of the same value, but be sure.
+            while !text.is_char_boundary(start) {
+                start -= 1;
+            }
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            spans.push((start, end, entry));
+        }
+        if spans.is_empty() {
+            return None;
+        }
+        spans.sort();
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        for (start, end, entry) in spans {
+            if end <= at {
+                continue;
+            }
+            out.push_str(&text[at..start.max(at)]);
+            out.push_str(&self.entries[entry].placeholder);
+            at = end;
+        }
+        out.push_str(&text[at..]);
+        Some(out)
     }
 }
 
@@ -327,6 +467,55 @@ impl<W: std::io::Write> std::io::Write for RedactingWriter<W> {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn a_secret_split_across_streamed_pieces_never_comes_out_in_part() {
+        let secrets = Secrets::new(vec![
+            (SecretName::parse("pw").unwrap(), "ZebraQuartz-Secret-9".into()),
+            (SecretName::parse("pin").unwrap(), "4711".into()),
+        ])
+        .unwrap();
+        let text = "log in with ZebraQuartz-Secret-9 then 4711, not Zebra or 47 alone: ZebraQuartz-Secret-9";
+        // Every way of cutting the text into two, and into pieces of every width.
+        let mut cuttings: Vec<Vec<&str>> = (0..=text.len()).map(|i| vec![&text[..i], &text[i..]]).collect();
+        for width in 1..6 {
+            let bytes = text.as_bytes();
+            cuttings.push(bytes.chunks(width).map(|c| std::str::from_utf8(c).unwrap()).collect());
+        }
+        let whole = secrets.redact(text).into_owned();
+        for pieces in cuttings {
+            let mut stream = StreamRedactor::new(secrets.clone());
+            let mut emitted: Vec<String> = pieces.iter().map(|p| stream.push(p)).collect();
+            emitted.push(stream.finish());
+            for piece in &emitted {
+                for value in ["ZebraQuartz-Secret-9", "4711"] {
+                    assert!(!piece.contains(value), "{piece:?} of {pieces:?} holds a value");
+                }
+                assert!(!piece.contains("Quartz-Secret"), "{piece:?} of {pieces:?} holds a part of the secret");
+            }
+            assert_eq!(emitted.concat(), whole, "the pieces {pieces:?} put together differ from the redacted text");
+        }
+    }
+
+    #[test]
+    fn a_long_fragment_of_a_secret_is_taken_for_the_secret() {
+        let secrets = Secrets::new(vec![(SecretName::parse("pw").unwrap(), "ZebraQuartz-Secret-9".into())]).unwrap();
+        // Typed, then one Backspace: what the entry field holds.
+        assert_eq!(secrets.redact("field: ZebraQuartz-Secret-"), "field: <secret:pw>");
+        // Cut off by a length limit, at either end.
+        assert_eq!(secrets.redact("…Quartz-Secret-9 and on"), "…<secret:pw> and on");
+        // A short common piece stays: "Zebra" alone is no secret.
+        assert_eq!(secrets.redact("a Zebra crossing"), "a Zebra crossing");
+        // The whole value, as ever.
+        assert_eq!(secrets.redact("x ZebraQuartz-Secret-9 y"), "x <secret:pw> y");
+    }
+
+    #[test]
+    fn a_stream_without_secrets_is_passed_through_at_once() {
+        let mut stream = StreamRedactor::new(Secrets::none());
+        assert_eq!(stream.push("Zebra"), "Zebra");
+        assert_eq!(stream.finish(), "");
+    }
 
     use super::*;
 

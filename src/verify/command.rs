@@ -26,7 +26,7 @@ pub fn program(decl: &VerifierDecl) -> Result<Program, String> {
         return Err(format!("the verifier's cwd {} is not a directory on this worker", dir.display()));
     }
     let timeout = Duration::from_secs(decl.timeout_secs.map_or(DEFAULT_VERIFIER_TIMEOUT_SECS, |t| t.get()));
-    Ok(Program { program: program.clone(), args: args.to_vec(), cwd, timeout })
+    Ok(Program { program: program.clone(), args: args.to_vec(), cwd, timeout, env: decl.env.clone() })
 }
 
 pub async fn check(

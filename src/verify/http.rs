@@ -1,10 +1,12 @@
 //! The `http` check: a GET of the check's URL (no redirects followed, [`TIMEOUT`], a body of at most
 //! [`MAX_BODY_BYTES`]) whose status is `expect_status` (any 2xx when absent) and whose JSON body holds
-//! `expect_json`'s values at its pointers.
+//! `expect_json`'s values at its pointers. The URL is reached only where the task's outbound policy allows,
+//! and no message quotes what the server answered: a verifier is not a way to read a URL.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use agentd_computer::outbound::{self, Outbound};
 use serde_json::json;
 
 use crate::record::CheckResult;
@@ -15,30 +17,34 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest body read.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
-fn client() -> Result<&'static reqwest::Client, String> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            reqwest::Client::builder()
-                .timeout(TIMEOUT)
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .map_err(|e| format!("cannot make an HTTP client: {e}"))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+fn build(policy: &Outbound) -> Result<reqwest::Client, String> {
+    outbound::http::apply(reqwest::Client::builder().timeout(TIMEOUT), policy, 0)
+        .build()
+        .map_err(|e| format!("cannot make an HTTP client: {e}"))
 }
 
-pub async fn check(check: &HttpCheck) -> CheckResult {
-    let (ok, message, evidence) = match run(check).await {
+/// The client for `policy`: one shared by every open check, one per check otherwise (its resolver holds the
+/// policy).
+fn client(policy: &Outbound) -> Result<reqwest::Client, String> {
+    static OPEN: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+    if policy.is_restricted() { build(policy) } else { OPEN.get_or_init(|| build(policy)).clone() }
+}
+
+pub async fn check(check: &HttpCheck, policy: &Outbound) -> CheckResult {
+    let (ok, message, evidence) = match run(check, policy).await {
         Ok(done) => done,
         Err(problem) => (false, format!("GET {}: {problem}", check.url), None),
     };
     CheckResult { kind: "http".into(), ok, message, evidence }
 }
 
-async fn run(check: &HttpCheck) -> Result<(bool, String, Option<serde_json::Value>), String> {
-    let mut response = client()?.get(&check.url).send().await.map_err(|e| e.without_url().to_string())?;
+async fn run(check: &HttpCheck, policy: &Outbound) -> Result<(bool, String, Option<serde_json::Value>), String> {
+    let url = reqwest::Url::parse(&check.url).map_err(|e| format!("not a URL: {e}"))?;
+    outbound::http::check_url(policy, &url).map_err(|e| e.to_string())?;
+    let mut response = client(policy)?.get(url).send().await.map_err(|e| match outbound::http::refusal(&e) {
+        Some(refused) => refused.to_string(),
+        None => e.without_url().to_string(),
+    })?;
     let status = response.status().as_u16();
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| e.without_url().to_string())? {
@@ -63,7 +69,7 @@ async fn run(check: &HttpCheck) -> Result<(bool, String, Option<serde_json::Valu
         Ok(document) => document,
         Err(e) => return Ok((false, format!("GET {} answered {status} but not JSON: {e}", check.url), evidence)),
     };
-    let problems = super::pointers(&check.expect_json, &document);
+    let problems = super::pointers_unquoted(&check.expect_json, &document);
     if problems.is_empty() {
         Ok((true, format!("GET {} answered {status} with the expected JSON", check.url), evidence))
     } else {

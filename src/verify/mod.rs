@@ -35,10 +35,19 @@ impl std::fmt::Debug for Verifier {
 
 enum Ready {
     MockState(serde_json::Value),
-    Screen { image: String, reference: Arc<Frame>, region: Option<screen::Area>, min_score: f64 },
-    Http(HttpCheck),
+    Screen {
+        image: String,
+        reference: Arc<Frame>,
+        region: Option<screen::Area>,
+        min_score: f64,
+    },
+    /// The check, and where the task may connect.
+    Http(HttpCheck, agentd_computer::outbound::Outbound),
     Output(BTreeMap<Pointer, serde_json::Value>),
-    Command { name: String, program: crate::tools::command::Program },
+    Command {
+        name: String,
+        program: crate::tools::command::Program,
+    },
     Guest(GuestCheck),
 }
 
@@ -74,6 +83,7 @@ impl Verifier {
         retries: u32,
         verifiers: &BTreeMap<String, VerifierDecl>,
         files: &FileAccess,
+        outbound: &agentd_computer::outbound::Outbound,
     ) -> Result<Self, VerifyError> {
         let mut ready = Vec::with_capacity(checks.len());
         for (i, check) in checks.iter().enumerate() {
@@ -110,7 +120,7 @@ impl Verifier {
                         min_score: check.min_score.map_or(DEFAULT_MIN_SCORE, |s| s.get()),
                     }
                 }
-                Check::Http(check) => Ready::Http(check.clone()),
+                Check::Http(check) => Ready::Http(check.clone(), outbound.clone()),
                 Check::GuestCommand(check) => Ready::Guest(check.clone()),
                 Check::Output { expect } => Ready::Output(expect.clone()),
                 Check::Command { use_ } => {
@@ -168,7 +178,7 @@ impl Verifier {
                     Some(Err(problem)) => failed("screen", problem.clone()),
                     None => failed("screen", "no screenshot".into()),
                 },
-                Ready::Http(check) => http::check(check).await,
+                Ready::Http(check, outbound) => http::check(check, outbound).await,
                 Ready::Output(expect) => output(expect, subject.output),
                 Ready::Command { name, program } => {
                     command::check(name, program, &subject.record, subject.cancel).await
@@ -286,11 +296,22 @@ fn clip(value: &serde_json::Value) -> String {
 
 /// Pointer checks shared by `output` and `http`'s `expect_json`: the failures, as messages.
 pub fn pointers(expect: &BTreeMap<Pointer, serde_json::Value>, document: &serde_json::Value) -> Vec<String> {
+    compare(expect, document, true)
+}
+
+/// As [`pointers`], without quoting what the document holds: for a document a destination sent back (the
+/// `http` check), which a task may not read through its verifier.
+pub fn pointers_unquoted(expect: &BTreeMap<Pointer, serde_json::Value>, document: &serde_json::Value) -> Vec<String> {
+    compare(expect, document, false)
+}
+
+fn compare(expect: &BTreeMap<Pointer, serde_json::Value>, document: &serde_json::Value, quote: bool) -> Vec<String> {
     expect
         .iter()
         .filter_map(|(pointer, want)| match document.pointer(pointer.as_str()) {
             Some(have) if have == want => None,
-            Some(have) => Some(format!("{}: expected {want}, found {}", pointer.as_str(), clip(have))),
+            Some(have) if quote => Some(format!("{}: expected {want}, found {}", pointer.as_str(), clip(have))),
+            Some(_) => Some(format!("{}: expected {want}, found another value", pointer.as_str())),
             None => Some(format!("{}: expected {want}, missing", pointer.as_str())),
         })
         .collect()

@@ -39,7 +39,7 @@ impl Browser {
     /// Starts headless Chromium, or `None` (after saying the caller skips) when none is installed.
     pub async fn launch() -> Result<Option<Self>, Error> {
         let Some(executable) = chromium() else {
-            eprintln!("skipping: no Chromium (set AGENTD_TEST_CHROMIUM; scripts/setup/40-browser.sh installs it)");
+            agentd_testenv::skip("no Chromium (set AGENTD_TEST_CHROMIUM; scripts/setup/40-browser.sh installs it)");
             return Ok(None);
         };
         let profile = tempfile::tempdir().map_err(|e| format!("browser profile: {e}"))?;

@@ -654,6 +654,7 @@ impl agentd::tools::Makers for NoMakers {
         &self,
         decl: &agentd::task::tools::ToolDecl,
         field: &str,
+        _configured: bool,
     ) -> Result<Arc<dyn agentd::tools::Tool>, agentd::tools::ToolboxError> {
         panic!("no tool is declared here ({field}: {})", decl.name.as_str())
     }
@@ -768,7 +769,8 @@ async fn a_remote_call_parks_and_the_resumed_turn_runs_the_calls_after_it_once()
     )
     .expect("task");
     resolved.tools = spec.tools.clone();
-    let tools = agentd::backends::toolbox(&resolved, &Default::default(), Default::default()).expect("toolbox");
+    let tools = agentd::backends::toolbox(&resolved, &Default::default(), Default::default(), &Default::default())
+        .expect("toolbox");
     let screen = RecordingScreen::new(SCREEN);
     let model = Arc::new(RemoteThenClick::default());
     let run_once = |resume: Vec<StepRecord>| {
@@ -841,7 +843,9 @@ async fn signed_in_verifier(retries: u32) -> Arc<agentd::verify::Verifier> {
         serde_json::from_value(serde_json::json!([{"kind": "mock_state", "expect": {"screen": "welcome"}}]))
             .expect("checks");
     let files = agentd::input::FileAccess::Local { base_dir: std::env::temp_dir() };
-    let verifier = agentd::verify::Verifier::build(&checks, retries, &Default::default(), &files).await.expect("build");
+    let verifier = agentd::verify::Verifier::build(&checks, retries, &Default::default(), &files, &Default::default())
+        .await
+        .expect("build");
     Arc::new(verifier)
 }
 
@@ -878,5 +882,51 @@ async fn a_resumed_task_counts_the_verification_rounds_its_earlier_attempt_faile
     let LoopEnd::Finished(end) = &second.end else { panic!("{:?}", second.end) };
     assert!(end.summary.contains("after 2 round(s)"), "{}", end.summary);
     assert_eq!(end.verified, Some(false));
+    harness.finish().await;
+}
+
+/// A worker that dies after journaling a completion whose checks passed, before the end was recorded: the
+/// resumed attempt ends with that round's checks (`verified: true`), not a new round on a desktop that may
+/// have moved on since (here: another screen, which a new round would fail).
+#[tokio::test]
+async fn a_completion_verified_before_a_crash_stays_verified_when_resumed() {
+    let desktop = |scene: &str| -> Arc<dyn ComputerProvider> {
+        Arc::new(
+            agentd_mock::MockDesktop::new(agentd_mock::Scene::resolve(scene, None).expect("scene"), Some(SCREEN))
+                .expect("desktop"),
+        )
+    };
+    let on_login = || async {
+        let checks: Vec<agentd::task::verify::Check> =
+            serde_json::from_value(serde_json::json!([{"kind": "mock_state", "expect": {"screen": "login"}}]))
+                .expect("checks");
+        let files = agentd::input::FileAccess::Local { base_dir: std::env::temp_dir() };
+        Arc::new(
+            agentd::verify::Verifier::build(&checks, 0, &Default::default(), &files, &Default::default())
+                .await
+                .expect("build"),
+        )
+    };
+    let done = serde_json::json!({"complete": {"success": true, "summary": "done"}});
+    let harness = Harness::new();
+    let (mut input, _rx) =
+        harness.input(task(5, 60, 10.0, 3), desktop("login"), Arc::new(script(serde_json::json!({"turns": [done]}))));
+    input.verifier = on_login().await;
+    let first = run(input).await;
+    let LoopEnd::Finished(end) = &first.end else { panic!("{:?}", first.end) };
+    assert_eq!((end.success, end.verified), (true, Some(true)), "{end:?}");
+    harness.finish().await;
+
+    let harness = Harness::new();
+    let model = Observed::new(script(serde_json::json!({"turns": [done]})));
+    let (mut input, _rx) = harness.input(task(5, 60, 10.0, 3), desktop("form"), model.clone());
+    input.verifier = on_login().await;
+    input.resume = first.steps;
+    input.attempt = 2;
+    let second = run(input).await;
+    let LoopEnd::Finished(end) = &second.end else { panic!("{:?}", second.end) };
+    assert_eq!((end.success, end.verified), (true, Some(true)), "the journaled round stands: {end:?}");
+    assert!(end.checks.iter().all(|c| c.ok) && !end.checks.is_empty(), "{:?}", end.checks);
+    assert!(model.seen().is_empty(), "the model is not asked again");
     harness.finish().await;
 }

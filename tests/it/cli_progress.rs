@@ -319,7 +319,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 #[test]
 fn the_client_reaches_an_https_url_checking_the_certificate_against_agentd_ca_file() {
     if Command::new("openssl").arg("version").output().is_err() {
-        eprintln!("skipping: openssl is not installed (scripts/setup/41-cli-openssl.sh installs it)");
+        agentd_testenv::skip("openssl is not installed (scripts/setup/41-cli-openssl.sh installs it)");
         return;
     }
     // A CA, and a server certificate for 127.0.0.1 that it signed.
@@ -428,4 +428,25 @@ fn a_url_that_is_not_http_or_https_is_invalid_input() {
         assert_eq!(run.code, 2, "{url}: {}", run.stderr);
         assert!(run.stderr.contains(url), "{}", run.stderr);
     }
+}
+
+/// `--url https://…` pointed at a plain HTTP listener: the message says the server does not speak TLS and
+/// what to use, not the TLS library's internals.
+#[test]
+fn an_https_url_at_a_plain_http_listener_says_so() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut stream) = stream else { continue };
+            let mut buffer = [0u8; 1024];
+            let _ = stream.read(&mut buffer);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    let agentd = Agentd::new();
+    let run = agentd.run(&["--url", &format!("https://127.0.0.1:{port}"), "list"]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(run.stderr.contains("does not answer in TLS") && run.stderr.contains("http://"), "{}", run.stderr);
 }

@@ -16,9 +16,10 @@ use serde_json::{Value, json};
 
 use crate::support::{Agentd, Run};
 
-static LOCAL_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-static X11VNC_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-static XVNC_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The shared desktops of `scripts/setup/20-desktops.sh`, by the name of their cross-process lock.
+const LOCAL_LOCK: &str = "local";
+const X11VNC_LOCK: &str = "x11vnc";
+const XVNC_LOCK: &str = "xvnc";
 
 const WAIT: Duration = Duration::from_secs(15);
 /// The environment variable the VNC tasks name in `password_env` (not `AGENTD_*`: the test command clears
@@ -26,10 +27,8 @@ const WAIT: Duration = Duration::from_secs(15);
 const PASSWORD_VAR: &str = "DESKTOPS_IT_VNC_PASSWORD";
 
 /// One test per desktop at a time, and none beside the tests that load the machine.
-fn lock(
-    mutex: &'static std::sync::Mutex<()>,
-) -> (std::sync::RwLockReadGuard<'static, ()>, std::sync::MutexGuard<'static, ()>) {
-    (crate::support::timing_sensitive(), mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+fn lock(desktop: &str) -> (testing::Held, testing::Held) {
+    (crate::support::timing_sensitive(), testing::display_lock(desktop))
 }
 
 /// The script every end-to-end task plays: one action per turn, then success.
@@ -229,7 +228,7 @@ fn assert_succeeded(run: &Run) -> Value {
 #[test]
 fn a_task_on_the_local_display_lands_every_input() {
     let Some(env) = desktop_env() else { return };
-    let _guard = lock(&LOCAL_LOCK);
+    let _guard = lock(LOCAL_LOCK);
     let agentd = Agentd::new();
     let app = RecorderApp::start(&env.display, &agentd.dir.path().join("rec.log")).expect("recorder");
     let task = write_task(agentd.dir.path(), json!({"provider": "local", "display": env.display}), script());
@@ -275,7 +274,7 @@ fn without_the_portable_feature_a_portable_task_is_refused() {
 #[test]
 fn a_replay_on_the_local_display_lands_the_same_actions() {
     let Some(env) = desktop_env() else { return };
-    let _guard = lock(&LOCAL_LOCK);
+    let _guard = lock(LOCAL_LOCK);
     let agentd = Agentd::new();
     let dir = agentd.dir.path();
     let task = |id: &str, replay: Option<Value>| {
@@ -305,7 +304,7 @@ fn a_replay_on_the_local_display_lands_the_same_actions() {
     assert_script_landed(&app);
 }
 
-fn vnc_task(addr: &str, display: &str, password: Option<&str>, lock_on: &'static std::sync::Mutex<()>) {
+fn vnc_task(addr: &str, display: &str, password: Option<&str>, lock_on: &str) {
     let _guard = lock(lock_on);
     let agentd = Agentd::new();
     let app = RecorderApp::start(display, &agentd.dir.path().join("rec.log")).expect("recorder");
@@ -328,7 +327,7 @@ fn a_task_through_x11vnc_lands_every_input() {
     ) else {
         return;
     };
-    vnc_task(&addr, &display, None, &X11VNC_LOCK);
+    vnc_task(&addr, &display, None, X11VNC_LOCK);
 }
 
 #[test]
@@ -341,7 +340,7 @@ fn a_task_through_xvnc_with_a_password_lands_every_input() {
     ) else {
         return;
     };
-    vnc_task(&addr, &display, Some(&password), &XVNC_LOCK);
+    vnc_task(&addr, &display, Some(&password), XVNC_LOCK);
 }
 
 #[test]
@@ -350,7 +349,7 @@ fn a_wrong_vnc_password_is_invalid_input_naming_the_field() {
     let Some(addr) = testing::skip_unless(env.xvnc_addr.clone(), "AGENTD_TEST_XVNC_ADDR") else {
         return;
     };
-    let _guard = lock(&XVNC_LOCK);
+    let _guard = lock(XVNC_LOCK);
     let agentd = Agentd::new();
     let task = write_task(
         agentd.dir.path(),
@@ -548,7 +547,8 @@ fn letters_task(dir: &Path, id: &str, computer: &Value, letter: &str) -> std::pa
 /// in the queue until the first is done, so the app sees `aaaaaabbbbbb` (or `bbbbbbaaaaaa`), never the two
 /// interleaved.
 fn two_tasks_take_turns_on_one_desktop(computer: Value, display: &str) {
-    let daemon = crate::support::Daemon::start("[worker]\nconcurrency = 2");
+    // The test's VNC server is on loopback: the operator allows it to tasks submitted over the API.
+    let daemon = crate::support::Daemon::start("[worker]\nconcurrency = 2\n\n[outbound]\nallow = [\"127.0.0.1\"]");
     let app = RecorderApp::start(display, &daemon.agentd.dir.path().join("rec.log")).expect("recorder");
     let dir = daemon.agentd.dir.path().to_path_buf();
     let a = letters_task(&dir, "turn-a", &computer, "a");
@@ -575,7 +575,7 @@ fn two_tasks_take_turns_on_one_desktop(computer: Value, display: &str) {
 #[test]
 fn two_tasks_for_one_local_display_take_turns() {
     let Some(env) = desktop_env() else { return };
-    let _guard = lock(&LOCAL_LOCK);
+    let _guard = lock(LOCAL_LOCK);
     two_tasks_take_turns_on_one_desktop(json!({"provider": "local", "display": env.display}), &env.display);
 }
 
@@ -588,6 +588,6 @@ fn two_tasks_for_one_vnc_server_take_turns() {
     ) else {
         return;
     };
-    let _guard = lock(&X11VNC_LOCK);
+    let _guard = lock(X11VNC_LOCK);
     two_tasks_take_turns_on_one_desktop(json!({"provider": "vnc", "address": addr}), &display);
 }

@@ -145,9 +145,11 @@ fn files_outside_the_allowed_directories_are_refused_and_contents_never_quoted()
 
 #[test]
 fn env_names_base_urls_files_and_limits_are_what_the_operator_allows() {
+    // The tasks name loopback addresses as stand-ins (they are parked, nothing connects): allowed.
     let daemon = Daemon::start(
         "[worker]\nallowed_env = [\"AGENTD_TEST_VNC_PW\"]\n\
-         [models.openai-compatible]\nallowed_base_urls = [\"http://127.0.0.1:9/v1\"]\n",
+         [models.openai-compatible]\nallowed_base_urls = [\"http://127.0.0.1:9/v1\"]\n\
+         [outbound]\nallow = [\"127.0.0.1\"]\n",
     );
     // Tasks that pass are parked on a label no worker has: only the submission is under test.
     let parked = |mut task: Value| {
@@ -224,7 +226,10 @@ fn the_worker_checks_again_what_its_own_config_allows() {
     std::fs::write(&scene, r#"{"screens": [{"id": "only"}]}"#).expect("write");
     let allow_paths = format!("allowed_paths = [{:?}]", allowed.display().to_string());
     let allow_env = "allowed_env = [\"AGENTD_TEST_VNC_PW\"]";
-    let mut daemon = Daemon::start_with_api(&allow_paths, &format!("[worker]\n{allow_env}\n"));
+    let mut daemon = Daemon::start_with_api(
+        &allow_paths,
+        &format!("[worker]\n{allow_env}\n\n[outbound]\nallow = [\"127.0.0.1\"]\n"),
+    );
 
     let parked = json!({"parked": "yes"});
     let mut vnc = json!({"id": "vnc-env", "instructions": "x",

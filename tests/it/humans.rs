@@ -231,7 +231,7 @@ fn submit_offline_after_restart(daemon: &mut Daemon) {
 #[test]
 fn on_two_postgres_nodes_a_question_is_answered_through_either_and_timed_out_once() {
     let Some(url) = postgres_url() else {
-        eprintln!("skipping: AGENTD_TEST_POSTGRES_URL is not set");
+        agentd_testenv::skip("AGENTD_TEST_POSTGRES_URL is not set");
         return;
     };
     let schema = PgSchema::create(&url);
@@ -429,7 +429,7 @@ mod wire {
         }
         let spec = TaskSpec::parse(&task.to_string(), "t.json").expect("task");
         let resolved = spec.resolve(&Default::default(), &Default::default());
-        backends::toolbox(&resolved, &Default::default(), Default::default()).expect("toolbox")
+        backends::toolbox(&resolved, &Default::default(), Default::default(), &Default::default()).expect("toolbox")
     }
 
     async fn attempt(

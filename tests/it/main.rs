@@ -37,6 +37,7 @@ mod console;
 mod crash;
 mod cua;
 mod daemon;
+mod defects;
 mod desktops;
 mod doubles;
 mod events;

@@ -43,9 +43,7 @@ fn wait_state(daemon: &Daemon, id: &str, state: &str) {
 
 fn promtool_check(text: &str) {
     let Some(promtool) = std::env::var_os("AGENTD_TEST_PROMTOOL") else {
-        eprintln!(
-            "skipping the promtool check: AGENTD_TEST_PROMTOOL is not set (scripts/setup/45-openapi.sh installs it)"
-        );
+        agentd_testenv::skip("AGENTD_TEST_PROMTOOL is not set (scripts/setup/45-openapi.sh installs it)");
         return;
     };
     use std::io::Write;

@@ -121,9 +121,9 @@ fn routes_are_added_in_one_place_only() {
 #[test]
 fn the_document_is_valid_openapi() {
     let Some(validator) = std::env::var_os("AGENTD_TEST_OPENAPI_VALIDATOR") else {
-        eprintln!(
-            "skipping: AGENTD_TEST_OPENAPI_VALIDATOR is not set (scripts/setup/45-openapi.sh installs \
-             openapi-spec-validator and sets it)"
+        agentd_testenv::skip(
+            "AGENTD_TEST_OPENAPI_VALIDATOR is not set (scripts/setup/45-openapi.sh installs \
+             openapi-spec-validator and sets it)",
         );
         return;
     };

@@ -79,7 +79,7 @@ fn man_available() -> bool {
     let ok = Command::new("man").arg("--version").output().is_ok_and(|o| o.status.success())
         && Command::new("col").arg("-V").output().is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: man or col is not installed (scripts/setup/10-cli.sh installs them)");
+        agentd_testenv::skip("man or col is not installed (scripts/setup/10-cli.sh installs them)");
     }
     ok
 }
@@ -135,9 +135,24 @@ fn man_pages_render_one_per_command() {
         assert!(text.contains("NAME") && text.contains("SYNOPSIS"), "{page}:\n{text}");
     }
     let submit = render(&dir.join("agentd-submit.1"));
-    for expected in ["agentd-submit - Send a task to the daemon", "--wait", "--socket", "--url", "Examples:"] {
+    for expected in ["agentd-submit - Send a task to the daemon", "--wait", "--socket", "--url", "EXAMPLES"] {
         assert!(submit.contains(expected), "agentd-submit.1 lacks {expected:?}:\n{submit}");
     }
+    // Every page says what the environment and the exit status mean; examples keep their lines.
+    for page in &pages {
+        let text = render(&dir.join(page));
+        assert!(text.contains("ENVIRONMENT") && text.contains("AGENTD_TOKEN"), "{page} has no ENVIRONMENT:\n{text}");
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words.contains("EXIT STATUS") && words.contains("2 Invalid input"),
+            "{page} has no EXIT STATUS:\n{text}"
+        );
+    }
+    let approve = render(&dir.join("agentd-approve.1"));
+    assert!(
+        approve.lines().any(|l| l.trim() == "agentd approve ID"),
+        "the examples were filled into one paragraph:\n{approve}"
+    );
     let run = render(&dir.join("agentd-run.1"));
     assert!(!run.contains("--socket") && !run.contains("--url"), "agentd-run.1 offers --socket or --url:\n{run}");
 }

@@ -93,16 +93,15 @@ fn desktops(daemon: &Daemon) -> Vec<Value> {
 }
 
 fn xservers() -> Option<Vec<XServer>> {
-    if std::process::Command::new("xsetroot").arg("-help").output().is_err() {
-        eprintln!("skipped: xsetroot (x11-xserver-utils) is not installed");
-        return None;
+    for (program, package) in [("xsetroot", "x11-xserver-utils"), ("Xvfb", "xvfb")] {
+        if std::process::Command::new(program).arg("-help").output().is_err() {
+            agentd_testenv::skip(format!("{program} ({package}) is not installed"));
+            return None;
+        }
     }
     match (0..3).map(|_| XServer::xvfb(640, 480)).collect::<Result<Vec<_>, _>>() {
         Ok(servers) => Some(servers),
-        Err(e) => {
-            eprintln!("skipped: Xvfb: {e}");
-            None
-        }
+        Err(e) => panic!("Xvfb is installed but did not start: {e}"),
     }
 }
 
@@ -219,11 +218,9 @@ on_both_backends!(twelve_tasks_on_three_desktops, a_failing_reset_takes_the_desk
 fn tasks_on_an_x11vnc_desktop_of_the_pool_see_their_reset_screen() {
     let Some(mut servers) = xservers() else { return };
     let x = servers.remove(0);
-    let Ok(port) = agentd_local::testing::free_port() else { return };
-    let Ok(_x11vnc) = agentd_local::testing::x11vnc(&x.display, port, None) else {
-        eprintln!("skipped: x11vnc did not start");
-        return;
-    };
+    let port = agentd_local::testing::free_port().expect("a free port");
+    let _x11vnc = agentd_local::testing::x11vnc(&x.display, port, None)
+        .unwrap_or_else(|e| panic!("x11vnc is installed but did not start: {e}"));
     let config = format!(
         "[worker]\nconcurrency = 2\n\n[[desktops]]\nname = \"vnc-1\"\ncomputer = {{ provider = \"vnc\", address = \
          \"127.0.0.1:{port}\" }}\nreset = {:?}\ntimeout_secs = 30\n",
@@ -248,7 +245,7 @@ fn tasks_on_an_x11vnc_desktop_of_the_pool_see_their_reset_screen() {
 #[test]
 fn setup_starts_a_desktop_and_teardown_stops_it() {
     if std::process::Command::new("Xvfb").arg("-help").output().is_err() {
-        eprintln!("skipped: Xvfb is not installed");
+        agentd_testenv::skip("Xvfb is not installed");
         return;
     }
     // A display number nobody uses: no socket and no lock file for it.
@@ -256,7 +253,7 @@ fn setup_starts_a_desktop_and_teardown_stops_it() {
         !std::path::Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
             && !std::path::Path::new(&format!("/tmp/.X{n}-lock")).exists()
     }) else {
-        eprintln!("skipped: no free X display number");
+        agentd_testenv::skip("no free X display number");
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -316,13 +313,13 @@ fn setup_starts_a_desktop_and_teardown_stops_it() {
 #[test]
 fn a_guest_reset_runs_through_the_computer_server() {
     let Some(python) = std::env::var("AGENTD_TEST_CUA_PYTHON").ok().filter(|v| !v.is_empty()) else {
-        eprintln!("skipped: AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)");
+        agentd_testenv::skip("AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)");
         return;
     };
     let Some(mut servers) = xservers() else { return };
     let (good, bad) = (servers.remove(0), servers.remove(0));
-    let ports = [agentd_local::testing::free_port(), agentd_local::testing::free_port()];
-    let [Ok(good_port), Ok(bad_port)] = ports else { return };
+    let good_port = agentd_local::testing::free_port().expect("a free port");
+    let bad_port = agentd_local::testing::free_port().expect("a free port");
     let _good_server = crate::cua::start_server(&python, &good.display, good_port);
     let _bad_server = crate::cua::start_server(&python, &bad.display, bad_port);
     let config = format!(

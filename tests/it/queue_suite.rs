@@ -216,7 +216,7 @@ async fn fencing_rejects_a_stale_worker(queue: &dyn Queue) {
     assert!(fresh.token > stale.token);
     assert_eq!(fresh.attempt, 2, "a lost worker uses an attempt");
     assert!(matches!(
-        queue.record_step("fence-1", stale.token, &step(0), Duration::ZERO).await,
+        queue.record_step("fence-1", stale.token, &step(0), Duration::ZERO, &agentd::record::Usage::default()).await,
         Err(QueueError::LeaseLost(_))
     ));
     assert!(matches!(queue.finish("fence-1", stale.token, &finish(true)).await, Err(QueueError::LeaseLost(_))));
@@ -238,7 +238,10 @@ async fn fencing_rejects_a_stale_worker(queue: &dyn Queue) {
         queue.heartbeat("fence-1", fresh.token, LEASE).await,
         Ok(LeaseStatus::Held { cancel_requested: false, pause_requested: false })
     ));
-    queue.record_step("fence-1", fresh.token, &step(0), Duration::from_secs(3)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue
+        .record_step("fence-1", fresh.token, &step(0), Duration::from_secs(3), &agentd::record::Usage::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     // Out of attempts: the rescuer fails the task instead of queueing it a third time.
     tokio::time::sleep(Duration::from_millis(5)).await;
     let expired = queue.heartbeat("fence-1", fresh.token, Duration::ZERO).await.unwrap_or_else(|e| panic!("{e}"));
@@ -389,12 +392,21 @@ async fn steps_are_journaled_and_returned(queue: &dyn Queue) {
     let lease = claim_id(queue, &who, "steps-1").await;
     let mut pending = step(1);
     pending.finished = false;
-    queue.record_step("steps-1", lease.token, &step(0), Duration::from_secs(1)).await.unwrap_or_else(|e| panic!("{e}"));
-    queue.record_step("steps-1", lease.token, &pending, Duration::from_secs(2)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue
+        .record_step("steps-1", lease.token, &step(0), Duration::from_secs(1), &agentd::record::Usage::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    queue
+        .record_step("steps-1", lease.token, &pending, Duration::from_secs(2), &agentd::record::Usage::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let record = queue.get("steps-1").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(record.steps.len(), 2);
     assert!(!record.steps[1].finished);
-    queue.record_step("steps-1", lease.token, &step(1), Duration::from_secs(3)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue
+        .record_step("steps-1", lease.token, &step(1), Duration::from_secs(3), &agentd::record::Usage::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         queue.get("steps-1").await.unwrap_or_else(|e| panic!("{e}")).steps[1].finished,
         "a second write replaces the first"
@@ -561,7 +573,7 @@ async fn park(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> Lease {
     queue.submit(new_task(id, &[("r", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
     let lease = claim_id(queue, who, id).await;
     queue
-        .record_step(id, lease.token, &parked_step(0), Duration::from_millis(5))
+        .record_step(id, lease.token, &parked_step(0), Duration::from_millis(5), &agentd::record::Usage::default())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(
@@ -678,7 +690,10 @@ async fn ask(queue: &dyn Queue, who: &WorkerIdentity, id: &str) -> Lease {
         kind: CallKind::Function { name: "ask_human".into(), arguments: serde_json::json!({"question": "which?"}) },
     };
     let asking = StepRecord { calls: vec![call], awaiting_tools: vec!["q1".into()], finished: false, ..step(0) };
-    queue.record_step(id, lease.token, &asking, Duration::from_millis(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue
+        .record_step(id, lease.token, &asking, Duration::from_millis(5), &agentd::record::Usage::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let text = HumanAnswer::Text("x".into());
     let running = queue.answer_question(id, &text).await;
     assert!(matches!(running, Err(QueueError::WrongState { state: "running", .. })), "{running:?}");
@@ -744,7 +759,7 @@ async fn with_history(queue: &dyn Queue, who: &WorkerIdentity, id: &str, labels:
     let lease = claim_id(queue, who, id).await;
     for index in 0..2 {
         queue
-            .record_step(id, lease.token, &step(index), Duration::from_millis(5))
+            .record_step(id, lease.token, &step(index), Duration::from_millis(5), &agentd::record::Usage::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
@@ -875,7 +890,13 @@ async fn a_message_to_a_finished_task_queues_a_new_turn(queue: &dyn Queue) {
     assert!(matches!(queue.add_turn("talk", "too early").await, Err(QueueError::WrongState { state: "running", .. })));
     for index in 0..2 {
         queue
-            .record_step("talk", lease.token, &step(index), Duration::from_millis(700))
+            .record_step(
+                "talk",
+                lease.token,
+                &step(index),
+                Duration::from_millis(700),
+                &agentd::record::Usage::default(),
+            )
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
@@ -905,7 +926,10 @@ async fn a_message_to_a_finished_task_queues_a_new_turn(queue: &dyn Queue) {
     assert_eq!(next.steps.len(), 2, "with every step of the earlier turn");
     assert_eq!(next.turns, record.turns);
     assert_eq!(next.next_seq, events.last().map_or(0, |e| e.seq) + 1, "events keep counting");
-    queue.record_step("talk", next.token, &step(2), Duration::from_millis(100)).await.unwrap_or_else(|e| panic!("{e}"));
+    queue
+        .record_step("talk", next.token, &step(2), Duration::from_millis(100), &agentd::record::Usage::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     queue.finish("talk", next.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
     let done = queue.get("talk").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.state, TaskState::Succeeded);
@@ -948,7 +972,10 @@ async fn a_person_takes_the_desktop_over_and_hands_it_back(queue: &dyn Queue) {
     assert_eq!(queue.pause("take").await.unwrap_or_else(ok), Paused::Requested, "asking again changes nothing");
     let held = queue.heartbeat("take", lease.token, LEASE).await.unwrap_or_else(ok);
     assert_eq!(held, LeaseStatus::Held { cancel_requested: false, pause_requested: true });
-    queue.record_step("take", lease.token, &step(0), Duration::from_millis(5)).await.unwrap_or_else(ok);
+    queue
+        .record_step("take", lease.token, &step(0), Duration::from_millis(5), &agentd::record::Usage::default())
+        .await
+        .unwrap_or_else(ok);
     queue.release("take", lease.token, &Release::TakeOver).await.unwrap_or_else(ok);
     let parked = queue.get("take").await.unwrap_or_else(ok);
     assert_eq!(parked.waiting, Some(Waiting::Takeover { step: Some(0) }));

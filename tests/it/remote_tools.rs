@@ -225,7 +225,7 @@ fn a_task_awaiting_tools_survives_a_restart_and_is_cancelled_at_once(backend: Ba
 #[test]
 fn on_two_postgres_nodes_one_parks_and_the_answer_arrives_through_the_other() {
     let Some(url) = postgres_url() else {
-        eprintln!("skipping: AGENTD_TEST_POSTGRES_URL is not set");
+        agentd_testenv::skip("AGENTD_TEST_POSTGRES_URL is not set");
         return;
     };
     let schema = PgSchema::create(&url);
@@ -256,4 +256,30 @@ fn on_two_postgres_nodes_one_parks_and_the_answer_arrives_through_the_other() {
     drop(first);
     drop(second);
     drop(schema);
+}
+
+/// A `remote` call nobody answers within its `timeout_secs` fails with a result saying so, and the task goes
+/// on (here: the model reads the failure and completes). The rescuer's round (every half lease: the test
+/// daemon's lease is 3 s) ends the wait.
+#[test]
+fn an_unanswered_remote_call_fails_after_its_timeout_and_the_task_goes_on() {
+    let daemon = Daemon::start("");
+    let task = json!({
+        "id": "patient",
+        "instructions": "ask the client",
+        "computer": {"provider": "mock", "scene": "blank"},
+        "tools": [{"name": "ask_client", "description": "d", "parameters": {"type": "object"}, "kind": "remote",
+                   "timeout_secs": 1}],
+        "model": {"provider": "scripted", "script": {"turns": [
+            {"calls": [{"name": "ask_client", "arguments": {}}]},
+            {"complete": {"success": true, "summary": "went on without the client"}}
+        ]}}
+    });
+    submit(&daemon, &task);
+    wait_awaiting(&daemon, "patient", 1);
+    let done = daemon.wait_terminal("patient", Duration::from_secs(60));
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", daemon.log());
+    let result = &done["steps"][0]["call_results"][0];
+    assert_eq!(result["ok"], false, "{result}");
+    assert!(result["message"].as_str().unwrap_or("").contains("no answer from the API client within 1 s"), "{result}");
 }

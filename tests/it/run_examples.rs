@@ -165,7 +165,7 @@ fn the_library_example_runs_an_in_process_tool_on_the_mock_desktop() {
     let exe = std::env::current_exe().expect("test binary path");
     let example = exe.parent().and_then(Path::parent).map(|dir| dir.join("examples").join("library"));
     let Some(example) = example.filter(|p| p.is_file()) else {
-        eprintln!("skipped: the library example is not built (`cargo build --examples`; `cargo test` builds it)");
+        agentd_testenv::skip("the library example is not built (`cargo build --examples`; `cargo test` builds it)");
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");

@@ -26,9 +26,9 @@ fn moto(test: &str) -> Option<String> {
     match std::env::var("AGENTD_TEST_S3_ENDPOINT") {
         Ok(endpoint) if !endpoint.is_empty() => Some(endpoint),
         _ => {
-            eprintln!(
-                "skipping {test}: AGENTD_TEST_S3_ENDPOINT is not set (run ./scripts/test, which starts moto_server)"
-            );
+            agentd_testenv::skip(format!(
+                "{test}: AGENTD_TEST_S3_ENDPOINT is not set (run ./scripts/test, which starts moto_server)"
+            ));
             None
         }
     }

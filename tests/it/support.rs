@@ -3,18 +3,20 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// Tests that load the machine (several daemons, kill loops) hold this exclusively; tests whose checks are
-/// sensitive to timing (real desktops and the apps on them) hold it shared, so the two never overlap.
-pub static LOAD: std::sync::RwLock<()> = std::sync::RwLock::new(());
+/// The machine's load, as a lock across test processes (the test runner may give every test a process of
+/// its own): tests that load the machine (several daemons, kill loops) hold it exclusively; tests whose
+/// checks are sensitive to timing (real desktops and the apps on them) hold it shared, so the two never
+/// overlap.
+const LOAD: &str = "machine-load";
 
 /// Holds [`LOAD`] exclusively: this test loads the machine.
-pub fn heavy() -> std::sync::RwLockWriteGuard<'static, ()> {
-    LOAD.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+pub fn heavy() -> agentd_testenv::Held {
+    agentd_testenv::lock(LOAD, agentd_testenv::Mode::Exclusive)
 }
 
 /// Holds [`LOAD`] shared: this test's checks depend on timing.
-pub fn timing_sensitive() -> std::sync::RwLockReadGuard<'static, ()> {
-    LOAD.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+pub fn timing_sensitive() -> agentd_testenv::Held {
+    agentd_testenv::lock(LOAD, agentd_testenv::Mode::Shared)
 }
 
 /// The repository root (where `config/` lives).
@@ -121,14 +123,10 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The test PostgreSQL server (`./scripts/test` sets `AGENTD_TEST_POSTGRES_URL`), or `None` after saying
-/// that the calling test skips.
+/// The test PostgreSQL server (`./scripts/test` sets `AGENTD_TEST_POSTGRES_URL`), or `None` after
+/// [`agentd_testenv::skip`] (a failure under CI).
 pub fn postgres_url() -> Option<String> {
-    let url = std::env::var("AGENTD_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty());
-    if url.is_none() {
-        eprintln!("skipping: AGENTD_TEST_POSTGRES_URL is not set (./scripts/test sets it to a private PostgreSQL)");
-    }
-    url
+    agentd_testenv::var_or_skip("AGENTD_TEST_POSTGRES_URL", "./scripts/test sets it to a private PostgreSQL")
 }
 
 /// A schema of its own on the test PostgreSQL server, so tests running side by side never see each other's
@@ -386,6 +384,11 @@ impl Drop for Daemon {
     }
 }
 
+/// How long [`http`] waits on a peer that neither sends nor takes a byte: a daemon answers within
+/// milliseconds and an event stream sends a keep-alive every 15 s, so only a stopped or wedged server is this
+/// silent. The request then fails (saying so) instead of hanging the test.
+pub const SILENT_PEER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// One HTTP/1.1 request over a Unix socket (or TCP when `target` has a `:port` and no `/`), returning the
 /// status and body. `headers` are extra header lines.
 pub fn http(
@@ -418,16 +421,33 @@ pub fn http_with_head(
     request.push_str("\r\n");
     let target_str = target.to_string_lossy();
     let mut raw = Vec::new();
-    if !target_str.contains('/') && target_str.contains(':') {
+    let read = if !target_str.contains('/') && target_str.contains(':') {
         let mut stream = std::net::TcpStream::connect(target_str.as_ref())?;
+        stream.set_read_timeout(Some(SILENT_PEER))?;
+        stream.set_write_timeout(Some(SILENT_PEER))?;
         stream.write_all(request.as_bytes())?;
         early_answer(stream.write_all(body))?;
-        let _ = stream.read_to_end(&mut raw);
+        stream.read_to_end(&mut raw)
     } else {
         let mut stream = std::os::unix::net::UnixStream::connect(target)?;
+        stream.set_read_timeout(Some(SILENT_PEER))?;
+        stream.set_write_timeout(Some(SILENT_PEER))?;
         stream.write_all(request.as_bytes())?;
         early_answer(stream.write_all(body))?;
-        let _ = stream.read_to_end(&mut raw);
+        stream.read_to_end(&mut raw)
+    };
+    if let Err(e) = read
+        && matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "{method} {path} on {}: silent for {SILENT_PEER:?} (a server that stopped answering); \
+                 received so far: {:?}",
+                target.display(),
+                String::from_utf8_lossy(&raw)
+            ),
+        ));
     }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);

@@ -11,7 +11,7 @@ use crate::support::{Agentd, http, repo};
 fn analyze_available() -> bool {
     let ok = Command::new("systemd-analyze").arg("--version").output().is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: systemd-analyze is not installed");
+        agentd_testenv::skip("systemd-analyze is not installed");
     }
     ok
 }

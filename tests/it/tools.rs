@@ -220,7 +220,11 @@ fn agentd_run_calls_http_and_command_tools_and_records_their_envelopes() {
 fn the_daemon_runs_declared_tools_and_streams_command_output() {
     let (base, seen) = tool_server();
     let scratch = tempfile::tempdir().expect("tempdir");
-    let config = format!("[worker]\nallowed_env = [\"{KEY_VAR}\"]\n{}", notify_script(scratch.path()));
+    // The tool server is on loopback: the operator allows it to tasks submitted over the API.
+    let config = format!(
+        "[worker]\nallowed_env = [\"{KEY_VAR}\"]\n\n[outbound]\nallow = [\"127.0.0.1\"]\n{}",
+        notify_script(scratch.path())
+    );
     let daemon = Daemon::start_with_env(&config, &[(KEY_VAR, KEY)]);
     let body = task(&base, "tools-daemon").to_string();
     let (code, reply) = http(&daemon.socket, "POST", "/v1/tasks", Some(body.as_bytes()), &[]).expect("submit");

@@ -254,7 +254,9 @@ fn the_http_check_asks_a_real_server() {
     let found = checks(&doc);
     assert!(found.iter().all(|c| c["ok"] == false), "{found:?}");
     let first = found[0]["message"].as_str().unwrap_or_default();
-    assert!(first.contains("/order/status: expected \"shipped\", found \"saved\""), "{first}");
+    // What the server answered is not quoted: a verifier is no way to read a URL.
+    assert!(first.contains("/order/status: expected \"shipped\", found another value"), "{first}");
+    assert!(!first.contains("saved"), "{first}");
     let second = found[1]["message"].as_str().unwrap_or_default();
     assert!(second.contains("answered 404, expected a 2xx status"), "{second}");
 }

@@ -50,6 +50,9 @@ pub enum CuaError {
     /// The provider's configuration is unusable (a URL that is not http(s)).
     #[error("{0}")]
     Config(String),
+    /// The task's outbound policy does not allow the server's address.
+    #[error("{0}")]
+    Refused(agentd_computer::outbound::OutboundError),
 }
 
 impl CuaError {

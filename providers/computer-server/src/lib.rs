@@ -70,6 +70,8 @@ pub struct CuaConfig {
     /// How commands travel: `POST /cmd`, the `/ws` WebSocket, or `/cmd` falling back to `/ws` when the
     /// server has no `/cmd` (older servers).
     pub transport: Transport,
+    /// Where the server may be: the address connected to must be one this allows (default: anywhere).
+    pub outbound: agentd_computer::outbound::Outbound,
 }
 
 /// How commands reach the server (`computer.transport`).
@@ -104,6 +106,7 @@ impl std::fmt::Debug for CuaConfig {
             .field("request_timeout", &self.request_timeout)
             .field("reconnect_grace", &self.reconnect_grace)
             .field("transport", &self.transport)
+            .field("outbound", &self.outbound)
             .finish()
     }
 }
@@ -118,6 +121,7 @@ impl CuaConfig {
             request_timeout: Duration::from_secs(120),
             reconnect_grace: Duration::from_secs(15),
             transport: Transport::Auto,
+            outbound: agentd_computer::outbound::Outbound::open(),
         }
     }
 }
@@ -182,9 +186,11 @@ impl CuaServerProvider {
     /// that is down fails at once, as for VNC; the reconnect grace is for servers lost mid-task).
     pub async fn connect(config: CuaConfig) -> Result<Self, CuaError> {
         let url = normalize_url(&config.url)?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .timeout(config.request_timeout)
+        let parsed = reqwest::Url::parse(&url).map_err(|e| CuaError::Config(format!("{url:?}: {e}")))?;
+        agentd_computer::outbound::http::check_url(&config.outbound, &parsed).map_err(CuaError::Refused)?;
+        let builder =
+            reqwest::Client::builder().connect_timeout(config.connect_timeout).timeout(config.request_timeout);
+        let client = agentd_computer::outbound::http::apply(builder, &config.outbound, 10)
             .build()
             .map_err(|e| CuaError::Config(format!("cannot build the HTTP client: {e}")))?;
         let ws = ws::WsTransport::new(&url, &config);
@@ -226,13 +232,18 @@ impl CuaServerProvider {
                 if !status.is_success() {
                     return Err(self.http_error("status", status, &text));
                 }
-                let value: Value = serde_json::from_str(&text).map_err(|e| CuaError::Protocol {
+                // What the server answered is never quoted: a task may name any URL as its computer, and an
+                // error message must not become a way to read it.
+                let value: Value = serde_json::from_str(&text).map_err(|_| CuaError::Protocol {
                     url: self.url.clone(),
                     command: "status".into(),
-                    reason: format!("not JSON: {e}"),
+                    reason: "the answer is not JSON (is this a computer-server?)".into(),
                 })?;
                 if value["status"] != "ok" {
-                    return Err(CuaError::Unavailable { url: self.url.clone(), detail: format!("status {value}") });
+                    return Err(CuaError::Unavailable {
+                        url: self.url.clone(),
+                        detail: "its /status does not say \"ok\"".into(),
+                    });
                 }
                 Ok(value)
             }
@@ -312,10 +323,12 @@ impl CuaServerProvider {
     }
 
     fn http_error(&self, command: &str, status: reqwest::StatusCode, body: &str) -> CuaError {
+        // computer-server's own error answers are JSON with a short `detail`; anything else is not quoted (a
+        // task may name any URL, and an error message must not become a way to read it).
         let detail = serde_json::from_str::<Value>(body)
             .ok()
-            .and_then(|v| v["detail"].as_str().map(str::to_string))
-            .unwrap_or_else(|| body.chars().take(200).collect());
+            .and_then(|v| v["detail"].as_str().map(|d| d.chars().take(200).collect()))
+            .unwrap_or_else(|| format!("HTTP {}", status.as_u16()));
         let url = self.url.clone();
         match status.as_u16() {
             401 | 403 => CuaError::Auth { url, detail },

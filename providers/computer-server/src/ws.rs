@@ -34,6 +34,7 @@ pub(crate) struct WsTransport {
     container_name: Option<String>,
     connect_timeout: Duration,
     request_timeout: Duration,
+    outbound: agentd_computer::outbound::Outbound,
     socket: tokio::sync::Mutex<Option<Socket>>,
 }
 
@@ -50,6 +51,7 @@ impl WsTransport {
             container_name: config.container_name.clone(),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
+            outbound: config.outbound.clone(),
             socket: tokio::sync::Mutex::new(None),
         }
     }
@@ -122,7 +124,13 @@ impl WsTransport {
 
     async fn handshake(&self) -> Result<Socket, CuaError> {
         let (host, port, tls) = endpoint(&self.url).map_err(|e| CuaError::Config(e.to_string()))?;
-        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        // Only to addresses the outbound policy allows, resolved here so the address connected is the one
+        // checked.
+        let addresses = self.outbound.resolve(&host, port).await.map_err(|e| match e {
+            e @ agentd_computer::outbound::OutboundError::Refused { .. } => CuaError::Refused(e),
+            e => self.connect_error(e.to_string()),
+        })?;
+        let tcp = tokio::net::TcpStream::connect(addresses.as_slice())
             .await
             .map_err(|e| self.connect_error(e.to_string()))?;
         let _ = tcp.set_nodelay(true);

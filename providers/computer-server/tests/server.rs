@@ -5,7 +5,7 @@
 //! Needs `AGENTD_TEST_CUA_PYTHON` (the virtualenv `scripts/setup/35-cua.sh` makes) and Xvfb; without them
 //! each test prints why it skips.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agentd_computer::conformance::{self, Options};
@@ -21,7 +21,9 @@ const SERVER_START: Duration = Duration::from_secs(120);
 fn python() -> Option<String> {
     let python = std::env::var("AGENTD_TEST_CUA_PYTHON").ok().filter(|v| !v.is_empty());
     if python.is_none() {
-        eprintln!("skipped: AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)");
+        agentd_local::testing::skip(
+            "AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)",
+        );
     }
     python
 }
@@ -34,18 +36,15 @@ fn start_server(python: &str, display: &str, port: u16, container_name: Option<&
         .args(["-m", "computer_server", "--host", "127.0.0.1", "--port", &port.to_string(), "--log-level", "warning"])
         .env("DISPLAY", display)
         .env_remove("CONTAINER_NAME")
-        .env_remove("UNAVAILABLE_WITHOUT_CONTAINER_NAME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .env_remove("UNAVAILABLE_WITHOUT_CONTAINER_NAME");
     if let Some(name) = container_name {
         command.env("CONTAINER_NAME", name);
     }
-    let process = Process::spawn("computer_server", &mut command).expect("start computer_server");
     // The server imports a large Python package before it listens: 2–5 s here, 20 s and more seen on a
-    // slow machine under the whole suite's load.
-    testing::wait_for_port_within(port, SERVER_START).expect("computer_server listens");
-    process
+    // slow machine under the whole suite's load. The wait ends as soon as it listens, or exits.
+    let log = std::env::temp_dir().join(format!("agentd-test-computer-server-{port}.log"));
+    testing::spawn_listening("computer_server", &mut command, port, &log, SERVER_START)
+        .unwrap_or_else(|e| panic!("computer_server on {display}: {e}"))
 }
 
 struct Machine {
@@ -197,9 +196,12 @@ async fn a_killed_server_is_waited_for_and_then_reported() {
     assert_eq!(again.size(), first.size());
     machine.server = restart.join().expect("restart thread");
 
-    machine.server.kill();
+    // Gone for good: a provider whose grace is short (the one above waits as long as a slow machine takes
+    // to start the server) fails its call with the reason, retryable, once its grace is over.
     let mut short = CuaConfig::new(machine.url());
     short.reconnect_grace = Duration::from_millis(1500);
+    let brief = CuaServerProvider::connect(short.clone()).await.expect("connect");
+    machine.server.kill();
     let start = Instant::now();
     let err = match CuaServerProvider::connect(short).await {
         Ok(_) => panic!("connected to a dead server"),
@@ -207,8 +209,9 @@ async fn a_killed_server_is_waited_for_and_then_reported() {
     };
     assert!(matches!(err, CuaError::Connect { .. }), "{err:?}");
     assert!(start.elapsed() < Duration::from_secs(10));
-    let err = provider.perform(&Action::Move { x: 1, y: 1, keys: Vec::new() }).await.unwrap_err();
+    let err = brief.perform(&Action::Move { x: 1, y: 1, keys: Vec::new() }).await.unwrap_err();
     assert!(err.is_retryable() && err.to_string().contains(&machine.url()), "{err}");
+    assert!(start.elapsed() < SERVER_START, "the call waited past its own grace: {:?}", start.elapsed());
 }
 
 /// A server in cloud mode (`CONTAINER_NAME` set) refuses commands without credentials: a clear, final error

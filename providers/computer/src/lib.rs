@@ -4,7 +4,8 @@
 //! the product contract §4), key-name parsing to X keysyms ([`keys`]), the raw [`Frame`] a provider captures,
 //! the [`ComputerProvider`] trait with its typed [`ProviderError`], and a [`conformance`] kit every provider
 //! runs in its tests; and [`locate`], the one field locator of the JSON files people write (task files,
-//! scripts, scenes), which agentd and the mock provider share. Providers know nothing of queues, models or
+//! scripts, scenes), which agentd and the mock provider share; and [`outbound`], the one policy for where a
+//! task may connect, which agentd and the providers that open connections apply. Providers know nothing of queues, models or
 //! storage; the agent loop knows providers only through this crate.
 
 pub mod action;
@@ -12,6 +13,7 @@ pub mod conformance;
 pub mod frame;
 pub mod keys;
 pub mod locate;
+pub mod outbound;
 pub mod provider;
 
 pub use action::{Action, ActionError, MouseButton, Point, Size};

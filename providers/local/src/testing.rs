@@ -3,14 +3,17 @@
 //! `scripts/setup/20-desktops.sh` exports.
 //!
 //! Tests that need a desktop call [`desktop_env`] (or [`skip_unless`]) first: without the variables they
-//! print `skipped: …` and return, so `cargo test` on a machine without X still passes, and CI (which runs
-//! the setup script) runs them all.
+//! skip through [`agentd_testenv::skip`] — a loud pass on a machine without X, a failure under CI (which runs
+//! the setup script, so a missing desktop means the setup broke). Tests that share one of the setup script's
+//! displays hold its [`display_lock`] (a lock across test processes).
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub use agentd_testenv::{Held, skip};
 
 /// The variables the setup script exports.
 #[derive(Debug, Clone)]
@@ -40,7 +43,7 @@ impl DesktopEnv {
 pub fn desktop_env() -> Option<DesktopEnv> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let Some(display) = var("AGENTD_TEST_DISPLAY") else {
-        eprintln!("skipped: AGENTD_TEST_DISPLAY not set (scripts/test starts Xvfb, x11vnc and Xvnc and sets it)");
+        agentd_testenv::skip("AGENTD_TEST_DISPLAY is not set (scripts/test starts Xvfb, x11vnc and Xvnc and sets it)");
         return None;
     };
     Some(DesktopEnv {
@@ -53,12 +56,19 @@ pub fn desktop_env() -> Option<DesktopEnv> {
     })
 }
 
-/// `Some(value)`, or `None` after printing that the test skips because `name` is not set.
+/// `Some(value)`, or `None` after [`agentd_testenv::skip`] because `name` is not set.
+#[track_caller]
 pub fn skip_unless(value: Option<String>, name: &str) -> Option<String> {
     if value.is_none() {
-        eprintln!("skipped: {name} not set");
+        agentd_testenv::skip(format_args!("{name} is not set (scripts/setup/20-desktops.sh sets it)"));
     }
     value
+}
+
+/// Holds the X display (or VNC server) `name` for the calling test alone, across every test process of the
+/// machine: tests that type, click or read one shared display must not interleave.
+pub fn display_lock(name: &str) -> Held {
+    agentd_testenv::lock(&format!("display-{name}"), agentd_testenv::Mode::Exclusive)
 }
 
 /// A child process stopped (and reaped) when dropped.
@@ -275,6 +285,41 @@ pub fn wait_for_port(port: u16) -> std::io::Result<()> {
 pub fn wait_for_port_within(port: u16, timeout: Duration) -> std::io::Result<()> {
     wait_for(timeout, || TcpStream::connect(("127.0.0.1", port)).is_ok())
         .map_err(|_| std::io::Error::other(format!("nothing listens on port {port} after {timeout:?}")))
+}
+
+/// Starts `command` with its output in `log` and waits until it accepts TCP connections on `port`. The wait
+/// ends early, with what the server printed, when the process exits before it listens; `bound` only limits a
+/// server that neither listens nor exits (a hung start-up).
+pub fn spawn_listening(
+    name: &str,
+    command: &mut Command,
+    port: u16,
+    log: &Path,
+    bound: Duration,
+) -> std::io::Result<Process> {
+    let out = std::fs::File::create(log)?;
+    command.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+    let mut process = Process::spawn(name, command)?;
+    let start = Instant::now();
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(process);
+        }
+        let printed = || std::fs::read_to_string(log).unwrap_or_default();
+        if !process.running() {
+            return Err(std::io::Error::other(format!(
+                "{name} exited before listening on port {port}; it printed:\n{}",
+                printed()
+            )));
+        }
+        if start.elapsed() > bound {
+            return Err(std::io::Error::other(format!(
+                "{name} is running but did not listen on port {port} within {bound:?}; it printed:\n{}",
+                printed()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The project's recording test application (`tests/apps/recorder.py`), running on a display.

@@ -168,7 +168,8 @@ pub fn handshake(stream: &mut (impl Read + Write), password: Option<&str>) -> Re
         // 3.3, and the odd 3.4/3.6 some servers send, speak 3.3.
         Some((3, m)) if m < 7 => 3,
         Some((major, _)) if major > 3 => 8,
-        _ => return Err(protocol(format!("not an RFB server (it sent {text:?})"))),
+        // What the peer sent is not quoted: an address a task names must not become a way to read a banner.
+        _ => return Err(protocol("not an RFB server (its greeting is not an RFB protocol version)".to_string())),
     };
     stream.write_all(format!("RFB 003.00{minor}\n").as_bytes())?;
 

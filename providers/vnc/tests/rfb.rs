@@ -11,14 +11,12 @@ use std::time::{Duration, Instant};
 
 use agentd_computer::conformance::{self, Options};
 use agentd_computer::{Action, ComputerProvider, Point, ProviderError, Size};
-use agentd_local::testing::{self, RecorderApp, XServer, desktop_env, layout};
+use agentd_local::testing::{self, RecorderApp, XServer, desktop_env, display_lock, layout};
 use agentd_local::{LocalConfig, LocalProvider};
 use agentd_vnc::{VncConfig, VncError, VncProvider};
 use serde_json::Value;
 
-/// Tests using the shared x11vnc or Xvnc desktop run one at a time.
-static X11VNC_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-static XVNC_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+// Tests using the shared x11vnc or Xvnc desktop run one at a time: each holds that desktop's `display_lock`.
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -73,14 +71,14 @@ async fn conformance_on_x11vnc() {
     let Some(server) = x11vnc_server() else {
         return;
     };
-    let _guard = X11VNC_LOCK.lock().await;
+    let _guard = display_lock("x11vnc");
     conformance_on(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_on_xvnc_with_a_password() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = XVNC_LOCK.lock().await;
+    let _guard = display_lock("xvnc");
     conformance_on(&server).await;
 }
 
@@ -155,14 +153,14 @@ async fn input_lands_through_x11vnc() {
     let Some(server) = x11vnc_server() else {
         return;
     };
-    let _guard = X11VNC_LOCK.lock().await;
+    let _guard = display_lock("x11vnc");
     input_lands(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_lands_through_xvnc() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = XVNC_LOCK.lock().await;
+    let _guard = display_lock("xvnc");
     input_lands(&server).await;
 }
 
@@ -205,14 +203,14 @@ async fn shift_chords_keep_shift_through_x11vnc() {
     let Some(server) = x11vnc_server() else {
         return;
     };
-    let _guard = X11VNC_LOCK.lock().await;
+    let _guard = display_lock("x11vnc");
     shift_chords_land(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shift_chords_keep_shift_through_xvnc() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = XVNC_LOCK.lock().await;
+    let _guard = display_lock("xvnc");
     shift_chords_land(&server).await;
 }
 
@@ -253,21 +251,21 @@ async fn frames_match_the_display_through_x11vnc() {
     let Some(server) = x11vnc_server() else {
         return;
     };
-    let _guard = X11VNC_LOCK.lock().await;
+    let _guard = display_lock("x11vnc");
     frames_match_the_display(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_match_the_display_through_xvnc() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = XVNC_LOCK.lock().await;
+    let _guard = display_lock("xvnc");
     frames_match_the_display(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_desktop_resize_reaches_the_provider() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = XVNC_LOCK.lock().await;
+    let _guard = display_lock("xvnc");
     let provider = connect(&server).await;
     let original = provider.screen_size().await.expect("size");
     let xrandr = |size: &str| {
@@ -422,9 +420,9 @@ fn pixel(frame: &agentd_computer::Frame, x: u32, y: u32) -> (u8, u8, u8) {
 /// Both shared desktops' locks (always in this order): the fence tests use servers of their own, but their
 /// rapid full-screen repaints beside `input_lands_through_x11vnc` made x11vnc's added keysyms (Å, Ø typed
 /// with Shift) come out in lower case now and then.
-async fn alone() -> (tokio::sync::MutexGuard<'static, ()>, tokio::sync::MutexGuard<'static, ()>) {
-    let x11vnc = X11VNC_LOCK.lock().await;
-    (x11vnc, XVNC_LOCK.lock().await)
+async fn alone() -> (testing::Held, testing::Held) {
+    let x11vnc = display_lock("x11vnc");
+    (x11vnc, display_lock("xvnc"))
 }
 
 /// x11vnc neither polls the screen nor tracks X damage in the first half second with a new client (see the

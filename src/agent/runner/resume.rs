@@ -70,6 +70,9 @@ impl Loop {
             self.pending_tools = resume.pop();
         }
         self.resumed_completion = resume.last().and_then(|step| completion_made(step, &self.input.tools));
+        if self.resumed_completion.is_some() {
+            self.final_checks = resume.last().and_then(verifying::passed_checks);
+        }
         self.verify_failures = verifying::failed_rounds(&resume);
         let (invalid, problems) = invalid_outputs(&resume, &self.input.tools);
         self.invalid_outputs = invalid;

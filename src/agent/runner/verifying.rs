@@ -16,6 +16,21 @@ use crate::verify::{Subject, failures};
 /// How a `task_completion` refused by its checks begins.
 pub const REFUSED: &str = "verification failed";
 
+/// The key of a passing round's checks in the details of the completion's journaled result.
+pub const PASSED_CHECKS: &str = "verified_checks";
+
+fn is_completion(call: &crate::model::ToolCall) -> bool {
+    matches!(&call.kind, CallKind::Function { name, .. } if name == TASK_COMPLETION)
+}
+
+/// The checks of the round that passed a journaled step's completion, if it had one ([`PASSED_CHECKS`]).
+pub(super) fn passed_checks(step: &StepRecord) -> Option<Vec<CheckResult>> {
+    let call = step.calls.iter().find(|c| is_completion(c))?;
+    let result = step.call_results.iter().find(|r| r.call_id == call.id && r.ok)?;
+    let checks = result.details.as_ref()?.get(PASSED_CHECKS)?;
+    serde_json::from_value(checks.clone()).ok()
+}
+
 /// How many rounds the journaled steps' completions failed (their `task_completion` results refused with
 /// [`REFUSED`]).
 pub(super) fn failed_rounds(steps: &[StepRecord]) -> u32 {
@@ -44,6 +59,12 @@ impl Loop {
         };
         let results = self.verify_round(Some(&completion)).await;
         if results.iter().all(|r| r.ok) {
+            // Journaled with the completion's result: a worker that dies before the end is recorded leaves
+            // a resumed attempt the round that passed, not a new one on a desktop that may have moved on.
+            if let Some(call) = record.calls.iter().find(|c| is_completion(c)) {
+                let checks = serde_json::to_value(&results).unwrap_or_default();
+                executed.details.insert(call.id.clone(), json!({ PASSED_CHECKS: checks }));
+            }
             self.final_checks = Some(results);
             return;
         }
