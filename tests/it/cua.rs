@@ -7,7 +7,7 @@
 //! Needs `AGENTD_TEST_CUA_PYTHON` (`scripts/setup/35-cua.sh`) and Xvfb; without them each test says it skips.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agentd_local::testing::{self, Process, RecorderApp, XServer, layout};
@@ -36,23 +36,20 @@ pub(crate) fn start_server(python: &str, display: &str, port: u16) -> Process {
         .args(["-m", "computer_server", "--host", "127.0.0.1", "--port", &port.to_string(), "--log-level", "warning"])
         .env("DISPLAY", display)
         .env_remove("CONTAINER_NAME")
-        .env_remove("UNAVAILABLE_WITHOUT_CONTAINER_NAME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let process = Process::spawn("computer_server", &mut command).expect("start computer_server");
+        .env_remove("UNAVAILABLE_WITHOUT_CONTAINER_NAME");
     // The server imports a large Python package before it listens: 2–5 s here, 20 s and more seen on a
-    // slow machine under the whole suite's load.
-    testing::wait_for_port_within(port, SERVER_START).expect("computer_server listens");
-    process
+    // slow machine under the whole suite's load. The wait ends as soon as it listens, or exits.
+    let log = std::env::temp_dir().join(format!("agentd-test-computer-server-{port}.log"));
+    testing::spawn_listening("computer_server", &mut command, port, &log, SERVER_START)
+        .unwrap_or_else(|e| panic!("computer_server on {display}: {e}"))
 }
 
 impl Machine {
     fn start(dir: &Path) -> Option<Self> {
         let python = std::env::var("AGENTD_TEST_CUA_PYTHON").ok().filter(|v| !v.is_empty());
         let Some(python) = python else {
-            eprintln!(
-                "skipped: AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)"
+            agentd_testenv::skip(
+                "AGENTD_TEST_CUA_PYTHON is not set (scripts/test installs cua-computer-server and sets it)",
             );
             return None;
         };

@@ -805,7 +805,7 @@ fn xvnc_delivers_every_case_or_its_known_limit() {
 #[test]
 fn computer_server_delivers_every_case_or_its_known_limit() {
     let Some(python) = std::env::var("AGENTD_TEST_CUA_PYTHON").ok().filter(|v| !v.is_empty()) else {
-        eprintln!("skipped: AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)");
+        agentd_testenv::skip("AGENTD_TEST_CUA_PYTHON not set (scripts/test installs cua-computer-server and sets it)");
         return;
     };
     let _load = crate::support::timing_sensitive();

@@ -61,7 +61,7 @@ fn chromium() -> Option<PathBuf> {
         .map(|dir| dir.join("chromium"))
         .find(|p| p.is_file());
     if found.is_none() {
-        eprintln!("skipped: no chromium (./scripts/test installs it through scripts/setup/41-chromium.sh)");
+        agentd_testenv::skip("no chromium (./scripts/test installs it through scripts/setup/41-chromium.sh)");
     }
     found
 }
