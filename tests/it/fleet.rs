@@ -181,6 +181,32 @@ impl Fleet {
         repeated
     }
 
+    /// Checks every task's record and its desktop's own record of moves against the resume design
+    /// ([`crate::crash::audit_moves`]): one step per turn with its move and a screenshot, no move twice, a move
+    /// missing only where its step was in flight when an attempt died, at most one such step per attempt that
+    /// died. `tasks` pairs each id with its script's number of turns ([`walking_task`]). Returns the moves
+    /// skipped, the steps left in flight and the attempts after the first, over all tasks.
+    fn assert_moves_complete(&self, tasks: &[(String, usize)]) -> (usize, usize, usize) {
+        let (mut skipped, mut interrupted, mut resumed) = (0, 0, 0);
+        let mut problems = Vec::new();
+        for (i, (id, turns)) in tasks.iter().enumerate() {
+            let task = self.nodes[i % self.nodes.len()].task(id);
+            let log =
+                std::fs::read_to_string(self.mock_dir().join(id).join(agentd_mock::ACTIONS_FILE)).unwrap_or_default();
+            let expected: Vec<(i64, i64)> = (0..*turns as i64).map(|i| (5 + i, 7 + i / 3)).collect();
+            match crate::crash::audit_moves(id, &task, &log, &expected) {
+                Ok(audit) => {
+                    skipped += audit.skipped.len();
+                    interrupted += audit.interrupted.len();
+                    resumed += audit.attempts.saturating_sub(1);
+                }
+                Err(problem) => problems.push(problem),
+            }
+        }
+        assert!(problems.is_empty(), "{} tasks break the resume design:\n{}", problems.len(), problems.join("\n\n"));
+        (skipped, interrupted, resumed)
+    }
+
     /// Checks that every step screenshot (and final screenshot) of every task is in the bucket: each is
     /// fetched through a node's screenshot endpoint, which reads the object from S3 (never from a spool).
     /// Returns how many were checked.
@@ -397,12 +423,15 @@ fn sigkill_of_nodes_mid_run_loses_nothing_and_repeats_no_action() {
     assert_eq!(states(&tasks).get("succeeded"), Some(&TASKS), "{:?}\n{}", states(&tasks), fleet.logs());
     let repeated = fleet.repeated_actions(&ids);
     assert!(repeated.is_empty(), "actions executed twice: {repeated:?}");
-    let skipped: usize = ids.iter().map(|id| TURNS - fleet.actions(id).len()).sum();
+    // Every move arrived once, but for those of steps in flight at a kill: at most one per attempt that died.
+    let walked: Vec<(String, usize)> = ids.iter().map(|id| (id.clone(), TURNS)).collect();
+    let (skipped, interrupted, resumed) = fleet.assert_moves_complete(&walked);
     // A rescued task continues on whichever node claims it: count those that moved to another process.
     let moved = ids.iter().filter(|id| fleet.attempt_workers(id).iter().collect::<BTreeSet<_>>().len() > 1).count();
     eprintln!(
         "fleet kills: {kills} SIGKILLs of nodes with running tasks; {moved} tasks finished on another node; \
-         {skipped} moves were in flight at a kill and skipped; 0 repeated"
+         {skipped} moves were in flight at a kill and skipped ({interrupted} steps left in flight, {resumed} \
+         attempts after the first); 0 repeated"
     );
     assert!(moved >= 1, "no rescued task finished on another node");
     fleet.wait_uploads_drained(Duration::from_secs(120));
