@@ -40,15 +40,33 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::now_v7().simple())
 }
 
-/// Runs SQL on the test server (schema set-up and clean-up).
+/// Runs SQL on the test server (schema set-up).
 fn sql(url: &str, statement: String) {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    runtime.block_on(async {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(url).await.expect("connect to the test PostgreSQL");
-        sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut conn).await.expect("sql");
-        let _ = conn.close().await;
+    if let Err(e) = try_sql(url, statement) {
+        panic!("{e}");
+    }
+}
+
+/// How long one statement of [`try_sql`] may take, connecting included: the test server answers these in
+/// milliseconds; only a server that is gone or stuck takes this long.
+const SQL_WITHIN: Duration = Duration::from_secs(60);
+
+/// Runs SQL on the test server, within [`SQL_WITHIN`].
+fn try_sql(url: &str, statement: String) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    // The timeout is made inside the runtime (its timer needs one).
+    let run = runtime.block_on(async {
+        tokio::time::timeout(SQL_WITHIN, async {
+            use sqlx::Connection;
+            let mut conn =
+                sqlx::PgConnection::connect(url).await.map_err(|e| format!("connect to the test PostgreSQL: {e}"))?;
+            let done = sqlx::query(sqlx::AssertSqlSafe(statement.clone())).execute(&mut conn).await;
+            let _ = conn.close().await;
+            done.map(drop).map_err(|e| format!("{statement}: {e}"))
+        })
+        .await
     });
+    run.unwrap_or_else(|_| Err(format!("{statement}: no answer from the test PostgreSQL within {SQL_WITHIN:?}")))
 }
 
 /// `host:port` of an `http://host:port` endpoint.
@@ -130,24 +148,36 @@ impl Fleet {
         list["tasks"].as_array().cloned().unwrap_or_default()
     }
 
-    /// Waits until all `count` tasks are terminal, asking whichever node answers.
+    /// Waits until all `count` tasks are terminal, asking whichever node answers; fails after `timeout` with
+    /// what the nodes last answered (also when none answered at all).
     fn wait_all_terminal(&self, count: usize, timeout: Duration) -> Vec<serde_json::Value> {
         let deadline = Instant::now() + timeout;
+        let mut seen = String::from("no node answered yet");
         loop {
-            let node = self.nodes.iter().position(|n| n.child.is_some()).unwrap_or(0);
-            if let Ok((200, body)) = http(&self.nodes[node].socket, "GET", "/v1/tasks?limit=10000", None, &[])
-                && let Ok(list) = serde_json::from_str::<serde_json::Value>(&body)
-            {
-                let tasks = list["tasks"].as_array().cloned().unwrap_or_default();
-                let done = tasks
-                    .iter()
-                    .filter(|t| ["succeeded", "failed", "cancelled"].contains(&t["state"].as_str().unwrap_or("")))
-                    .count();
-                if done >= count {
-                    return tasks;
+            for (i, node) in self.nodes.iter().enumerate().filter(|(_, n)| n.child.is_some()) {
+                match http(&node.socket, "GET", "/v1/tasks?limit=10000", None, &[]) {
+                    Ok((200, body)) => match serde_json::from_str::<serde_json::Value>(&body) {
+                        Ok(list) => {
+                            let tasks = list["tasks"].as_array().cloned().unwrap_or_default();
+                            let done = tasks
+                                .iter()
+                                .filter(|t| {
+                                    ["succeeded", "failed", "cancelled"].contains(&t["state"].as_str().unwrap_or(""))
+                                })
+                                .count();
+                            if done >= count {
+                                return tasks;
+                            }
+                            seen = format!("node {i}: {done} of {count} tasks finished; states {:?}", states(&tasks));
+                            break;
+                        }
+                        Err(e) => seen = format!("node {i}: the task list is not JSON ({e}): {body}"),
+                    },
+                    Ok((status, body)) => seen = format!("node {i}: {status} {body}"),
+                    Err(e) => seen = format!("node {i}: {e}"),
                 }
-                assert!(Instant::now() < deadline, "only {done} of {count} tasks finished:\n{}", self.logs());
             }
+            assert!(Instant::now() < deadline, "after {timeout:?}: {seen}\n{}", self.logs());
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -276,7 +306,9 @@ impl Drop for Fleet {
         for node in &mut self.nodes {
             node.kill();
         }
-        sql(&self.postgres, format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        if let Err(e) = try_sql(&self.postgres, format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema)) {
+            eprintln!("could not drop schema {}: {e}", self.schema);
+        }
     }
 }
 
@@ -628,8 +660,12 @@ fn a_cancel_sent_to_any_node_stops_the_task_where_it_runs() {
     let id = "cancel-remote".to_string();
     fleet.submit(0, &walking_task(&id, 200, 50));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while fleet.nodes[0].task(&id)["state"] != "running" {
-        assert!(Instant::now() < deadline, "the task never started");
+    loop {
+        let task = fleet.nodes[0].task(&id);
+        if task["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the task never started: {task}\n{}", fleet.logs());
         std::thread::sleep(Duration::from_millis(20));
     }
     // A second node, which does not run the task, takes the cancel.

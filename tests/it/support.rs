@@ -387,7 +387,7 @@ impl Drop for Daemon {
 /// How long [`http`] waits on a peer that neither sends nor takes a byte: a daemon answers within
 /// milliseconds and an event stream sends a keep-alive every 15 s, so only a stopped or wedged server is this
 /// silent. The request then fails (saying so) instead of hanging the test.
-pub const SILENT_PEER: std::time::Duration = std::time::Duration::from_secs(60);
+const SILENT_PEER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One HTTP/1.1 request over a Unix socket (or TCP when `target` has a `:port` and no `/`), returning the
 /// status and body. `headers` are extra header lines.
@@ -409,6 +409,18 @@ pub fn http_with_head(
     body: Option<&[u8]>,
     headers: &[(&str, &str)],
 ) -> std::io::Result<(u16, String, String)> {
+    http_within(target, method, path, body, headers, SILENT_PEER)
+}
+
+/// Like [`http_with_head`], failing once the peer has been silent for `silent`.
+fn http_within(
+    target: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    headers: &[(&str, &str)],
+    silent: std::time::Duration,
+) -> std::io::Result<(u16, String, String)> {
     use std::io::{Read, Write};
     let body = body.unwrap_or_default();
     let mut request = format!("{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
@@ -423,15 +435,15 @@ pub fn http_with_head(
     let mut raw = Vec::new();
     let read = if !target_str.contains('/') && target_str.contains(':') {
         let mut stream = std::net::TcpStream::connect(target_str.as_ref())?;
-        stream.set_read_timeout(Some(SILENT_PEER))?;
-        stream.set_write_timeout(Some(SILENT_PEER))?;
+        stream.set_read_timeout(Some(silent))?;
+        stream.set_write_timeout(Some(silent))?;
         stream.write_all(request.as_bytes())?;
         early_answer(stream.write_all(body))?;
         stream.read_to_end(&mut raw)
     } else {
         let mut stream = std::os::unix::net::UnixStream::connect(target)?;
-        stream.set_read_timeout(Some(SILENT_PEER))?;
-        stream.set_write_timeout(Some(SILENT_PEER))?;
+        stream.set_read_timeout(Some(silent))?;
+        stream.set_write_timeout(Some(silent))?;
         stream.write_all(request.as_bytes())?;
         early_answer(stream.write_all(body))?;
         stream.read_to_end(&mut raw)
@@ -442,8 +454,8 @@ pub fn http_with_head(
         return Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!(
-                "{method} {path} on {}: silent for {SILENT_PEER:?} (a server that stopped answering); \
-                 received so far: {:?}",
+                "{method} {path} on {}: silent for {silent:?} (a server that stopped answering); received so \
+                 far: {:?}",
                 target.display(),
                 String::from_utf8_lossy(&raw)
             ),
@@ -477,4 +489,19 @@ fn dechunk(mut rest: &str) -> String {
         rest = tail[n..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// A server that accepts and never answers fails the request after the bound, saying so, instead of hanging.
+#[test]
+fn a_silent_server_fails_the_request_instead_of_hanging_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("silent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let started = std::time::Instant::now();
+    let answer = http_within(&socket, "GET", "/healthz", None, &[], std::time::Duration::from_millis(300));
+    let err = answer.expect_err("a silent server gives no answer");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+    assert!(err.to_string().contains("GET /healthz"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    drop(listener);
 }
