@@ -640,7 +640,8 @@ impl Loop {
             return Ok(());
         }
         let computer = self.input.computer.clone();
-        match settle(computer.as_ref(), &self.input.settle, before, self.deadline).await {
+        let typed = executed.actions.iter().any(|a| matches!(a, Action::Type { text } if !text.trim().is_empty()));
+        match settle(computer.as_ref(), &self.input.settle, before, self.deadline, typed).await {
             Ok(settled) => {
                 record.settle_ms = settled.waited.as_millis() as u64;
                 record.visual_change = Some(settled.changed);

@@ -7,6 +7,11 @@
 //! costs no extra capture. Providers whose frames reflect every action the moment it returns and never change
 //! by themselves (the mock desktop) are not polled at all. Comparing frames is a digest first (cheap) and a
 //! pixel count only when the digests differ.
+//!
+//! Typed text is expected to show: after a step that typed, a screen that has not changed yet is not taken
+//! for a settled one until it changes or the timeout passes. An application busy with a long burst of key
+//! events (hundreds of characters) may redraw only once it has handled them all, later than `quiet` on a
+//! loaded machine; the screenshot after typing must show the text.
 
 use std::time::{Duration, Instant};
 
@@ -45,11 +50,14 @@ async fn differs_off_runtime(a: &Frame, b: &Frame, tolerance: u64) -> bool {
 }
 
 /// Waits for the screen to settle after actions; `before` is the screen the actions started from.
+/// `expect_change`: the actions typed text, so an unchanged screen is waited on (up to the timeout) rather
+/// than taken as settled.
 pub async fn settle(
     computer: &dyn ComputerProvider,
     policy: &SettlePolicy,
     before: &Frame,
     deadline: Instant,
+    expect_change: bool,
 ) -> Result<Settled, ProviderError> {
     // tokio's clock, so that tests can pause it; `deadline` comes from the loop's std clock.
     let started = Clock::now();
@@ -63,8 +71,9 @@ pub async fn settle(
     let interval = Duration::from_millis(policy.interval_ms.max(1));
     let give_up = (started + Duration::from_millis(policy.timeout_ms)).min(deadline);
     let mut quiet_since = Clock::now();
+    let mut changed_yet = !expect_change || differs_off_runtime(before, &frame, policy.tolerance_pixels).await;
     loop {
-        if quiet_since.elapsed() >= quiet {
+        if changed_yet && quiet_since.elapsed() >= quiet {
             break;
         }
         if Clock::now() >= give_up {
@@ -75,6 +84,7 @@ pub async fn settle(
         let next = computer.screenshot().await?;
         if differs_off_runtime(&frame, &next, policy.tolerance_pixels).await {
             quiet_since = Clock::now();
+            changed_yet = true;
         }
         frame = next;
     }
@@ -116,12 +126,51 @@ mod tests {
         SettlePolicy { enabled: true, quiet_ms: 100, interval_ms: 20, timeout_ms: 2000, tolerance_pixels: 0 }
     }
 
+    /// A screen that shows `before` for its first `late` captures (an application still busy with a burst of
+    /// key events), then the typed text.
+    struct Late {
+        captures: AtomicU32,
+        late: u32,
+    }
+
+    #[async_trait]
+    impl ComputerProvider for Late {
+        fn kind(&self) -> &'static str {
+            "late"
+        }
+        async fn screen_size(&self) -> Result<Size, ProviderError> {
+            Ok(Size::new(64, 64))
+        }
+        async fn screenshot(&self) -> Result<Frame, ProviderError> {
+            let n = self.captures.fetch_add(1, Ordering::SeqCst);
+            Ok(Frame::filled(Size::new(64, 64), if n < self.late { [99, 0, 0] } else { [1, 2, 3] }))
+        }
+        async fn perform(&self, _: &Action) -> Result<ActionReport, ProviderError> {
+            Ok(ActionReport::default())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_typing_an_unchanged_screen_is_waited_on_until_it_shows_the_text() {
+        let before = Frame::filled(Size::new(64, 64), [99, 0, 0]);
+        let far = Instant::now() + Duration::from_secs(60);
+        // The redraw comes after 20 polls (500 ms), well past the 100 ms of quiet.
+        let typed =
+            settle(&Late { captures: AtomicU32::new(0), late: 20 }, &policy(), &before, far, true).await.unwrap();
+        assert!(typed.changed && !typed.timed_out, "{typed:?}");
+        assert_eq!(typed.frame.as_rgb()[0], 1, "the frame with the text");
+        // Without typing, a still screen is a settled one (a click on nothing must not cost the timeout).
+        let clicked =
+            settle(&Late { captures: AtomicU32::new(0), late: 20 }, &policy(), &before, far, false).await.unwrap();
+        assert!(!clicked.changed, "{clicked:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn waits_until_the_screen_is_quiet() {
         let screen = Animating { captures: AtomicU32::new(0), busy: 10 };
         let before = Frame::filled(Size::new(64, 64), [99, 0, 0]);
         let far = Instant::now() + Duration::from_secs(60);
-        let settled = settle(&screen, &policy(), &before, far).await.unwrap();
+        let settled = settle(&screen, &policy(), &before, far, false).await.unwrap();
         assert!(!settled.timed_out);
         assert!(settled.changed);
         assert_eq!(settled.frame.as_rgb()[0], 10, "the frame after the animation");
@@ -136,12 +185,13 @@ mod tests {
         let mut p = policy();
         p.timeout_ms = 500;
         let before = Frame::filled(Size::new(64, 64), [0, 0, 0]);
-        let settled = settle(&screen, &p, &before, Instant::now() + Duration::from_secs(60)).await.unwrap();
+        let settled = settle(&screen, &p, &before, Instant::now() + Duration::from_secs(60), false).await.unwrap();
         assert!(settled.timed_out);
         assert!(settled.waited >= Duration::from_millis(500) && settled.waited < Duration::from_millis(600));
 
         let still = Animating { captures: AtomicU32::new(0), busy: 0 };
-        let settled = settle(&still, &policy(), &before, Instant::now() + Duration::from_secs(60)).await.unwrap();
+        let settled =
+            settle(&still, &policy(), &before, Instant::now() + Duration::from_secs(60), false).await.unwrap();
         assert!(!settled.changed, "no visual change after the action");
     }
 

@@ -26,11 +26,11 @@ fn services() -> Option<Services> {
     match (postgres, s3) {
         (Some(postgres), Some(s3)) => Some(Services { postgres, s3 }),
         (postgres, s3) => {
-            eprintln!(
-                "skipping: fleet tests need PostgreSQL and S3 ({}{}); ./scripts/test starts both",
+            agentd_testenv::skip(format!(
+                "fleet tests need PostgreSQL and S3 ({}{}); ./scripts/test starts both",
                 if postgres.is_none() { "AGENTD_TEST_POSTGRES_URL is not set " } else { "" },
                 if s3.is_none() { "AGENTD_TEST_S3_ENDPOINT is not set" } else { "" },
-            );
+            ));
             None
         }
     }
@@ -474,7 +474,7 @@ fn sigkill_of_nodes_mid_run_loses_nothing_and_repeats_no_action() {
 fn a_postgres_restart_mid_run_loses_nothing_and_workers_reconnect() {
     let Some(services) = services() else { return };
     let Some(pg_ctl) = std::env::var("AGENTD_TEST_PG_CTL").ok().filter(|v| !v.is_empty()) else {
-        eprintln!("skipping: AGENTD_TEST_PG_CTL is not set (./scripts/test runs a private PostgreSQL it can restart)");
+        agentd_testenv::skip("AGENTD_TEST_PG_CTL is not set (./scripts/test runs a private PostgreSQL it can restart)");
         return;
     };
     let _heavy = crate::support::heavy();
