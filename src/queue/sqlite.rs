@@ -111,6 +111,21 @@ fn open_error(path: &Path, e: sqlx::Error) -> QueueError {
     }
 }
 
+/// A database file that holds no queue (emptied, truncated, another file), naming the marker that says one was
+/// created there when it does.
+fn no_queue(path: &Path, marker: &Path, size: u64) -> QueueError {
+    let created = if marker.exists() {
+        format!(" although {} says a queue was created there", marker.display())
+    } else {
+        String::new()
+    };
+    QueueError::Corrupt(format!(
+        "{} holds no agentd queue ({size} bytes: emptied, truncated or another file){created}; restore it from a \
+         backup, or move it away to start an empty queue",
+        path.display()
+    ))
+}
+
 /// Whether the file begins with SQLite's header string (every database file of one page or more does).
 fn starts_like_sqlite(path: &Path) -> bool {
     use std::io::Read;
@@ -170,16 +185,7 @@ impl SqliteQueue {
         // A file that is there but is no SQLite database (emptied, truncated to nothing, another file) is
         // refused before SQLite opens it for writing: opening would write a fresh header into it.
         if exists && !starts_like_sqlite(path) {
-            let created = if marker.exists() {
-                format!(" although {} says a queue was created there", marker.display())
-            } else {
-                String::new()
-            };
-            return Err(QueueError::Corrupt(format!(
-                "{} holds no agentd queue ({size} bytes: emptied, truncated or another file){created}; restore \
-                 it from a backup, or move it away to start an empty queue",
-                path.display()
-            )));
+            return Err(no_queue(path, &marker, size));
         }
         let options = Self::options(path);
         let pool = Self::pool(4).connect_with(options.clone()).await.map_err(|e| open_error(path, e))?;
@@ -349,16 +355,7 @@ impl SqliteQueue {
                 .await
                 .map_err(|e| damaged(e.to_string()))?;
         if tables == 0 {
-            let created = if marker.exists() {
-                format!(" although {} says a queue was created there", marker.display())
-            } else {
-                String::new()
-            };
-            return Err(QueueError::Corrupt(format!(
-                "{} holds no agentd queue ({size} bytes: emptied, truncated or another file){created}; restore \
-                 it from a backup, or move it away to start an empty queue",
-                path.display()
-            )));
+            return Err(no_queue(path, marker, size));
         }
         let problems: Vec<String> =
             sqlx::query_scalar("PRAGMA quick_check(5)").fetch_all(pool).await.map_err(|e| damaged(e.to_string()))?;
