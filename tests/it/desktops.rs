@@ -11,25 +11,15 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use agentd_local::testing::{self, RecorderApp, XServer, desktop_env, layout};
+use agentd_local::testing::{self, RecorderApp, VncDesktop, XServer, desktop_env, layout};
 use serde_json::{Value, json};
 
 use crate::support::{Agentd, Run};
-
-/// The shared desktops of `scripts/setup/20-desktops.sh`, by the name of their cross-process lock.
-const LOCAL_LOCK: &str = "local";
-const X11VNC_LOCK: &str = "x11vnc";
-const XVNC_LOCK: &str = "xvnc";
 
 const WAIT: Duration = Duration::from_secs(15);
 /// The environment variable the VNC tasks name in `password_env` (not `AGENTD_*`: the test command clears
 /// those).
 const PASSWORD_VAR: &str = "DESKTOPS_IT_VNC_PASSWORD";
-
-/// One test per desktop at a time, and none beside the tests that load the machine.
-fn lock(desktop: &str) -> (testing::Held, testing::Held) {
-    (crate::support::timing_sensitive(), testing::display_lock(desktop))
-}
 
 /// The script every end-to-end task plays: one action per turn, then success.
 const TYPED: &str = "Grüße aus Köln: naïve café, 10 € — ok?";
@@ -227,8 +217,8 @@ fn assert_succeeded(run: &Run) -> Value {
 
 #[test]
 fn a_task_on_the_local_display_lands_every_input() {
-    let Some(env) = desktop_env() else { return };
-    let _guard = lock(LOCAL_LOCK);
+    let Some(env) = testing::own_xvfb(1280, 800) else { return };
+    let _load = crate::support::timing_sensitive();
     let agentd = Agentd::new();
     let app = RecorderApp::start(&env.display, &agentd.dir.path().join("rec.log")).expect("recorder");
     let task = write_task(agentd.dir.path(), json!({"provider": "local", "display": env.display}), script());
@@ -273,8 +263,8 @@ fn without_the_portable_feature_a_portable_task_is_refused() {
 /// model on another fresh one; the second app's record shows the same input landing the same way.
 #[test]
 fn a_replay_on_the_local_display_lands_the_same_actions() {
-    let Some(env) = desktop_env() else { return };
-    let _guard = lock(LOCAL_LOCK);
+    let Some(env) = testing::own_xvfb(1280, 800) else { return };
+    let _load = crate::support::timing_sensitive();
     let agentd = Agentd::new();
     let dir = agentd.dir.path();
     let task = |id: &str, replay: Option<Value>| {
@@ -304,52 +294,43 @@ fn a_replay_on_the_local_display_lands_the_same_actions() {
     assert_script_landed(&app);
 }
 
-fn vnc_task(addr: &str, display: &str, password: Option<&str>, lock_on: &str) {
-    let _guard = lock(lock_on);
+fn vnc_task(server: &VncDesktop) {
+    let _load = crate::support::timing_sensitive();
     let agentd = Agentd::new();
-    let app = RecorderApp::start(display, &agentd.dir.path().join("rec.log")).expect("recorder");
-    let mut computer = json!({"provider": "vnc", "address": addr});
-    if password.is_some() {
+    let app = RecorderApp::start(&server.display, &agentd.dir.path().join("rec.log")).expect("recorder");
+    let mut computer = json!({"provider": "vnc", "address": server.addr});
+    if server.password.is_some() {
         computer["password_env"] = PASSWORD_VAR.into();
     }
     let task = write_task(agentd.dir.path(), computer, script());
-    let record = assert_succeeded(&run_task(&agentd, &task, password));
+    let record = assert_succeeded(&run_task(&agentd, &task, server.password.as_deref()));
     assert_eq!(record["steps"][0]["screenshot"]["height"], 800, "{record:#}");
     assert_script_landed(&app);
 }
 
 #[test]
 fn a_task_through_x11vnc_lands_every_input() {
-    let Some(env) = desktop_env() else { return };
-    let (Some(addr), Some(display)) = (
-        testing::skip_unless(env.vnc_addr.clone(), "AGENTD_TEST_VNC_ADDR"),
-        testing::skip_unless(env.vnc_display.clone(), "AGENTD_TEST_VNC_DISPLAY"),
-    ) else {
+    if desktop_env().is_none() {
         return;
-    };
-    vnc_task(&addr, &display, None, X11VNC_LOCK);
+    }
+    vnc_task(&VncDesktop::x11vnc(1280, 800).expect("Xvfb and x11vnc"));
 }
 
 #[test]
 fn a_task_through_xvnc_with_a_password_lands_every_input() {
-    let Some(env) = desktop_env() else { return };
-    let (Some(addr), Some(display), Some(password)) = (
-        testing::skip_unless(env.xvnc_addr.clone(), "AGENTD_TEST_XVNC_ADDR"),
-        testing::skip_unless(env.xvnc_display.clone(), "AGENTD_TEST_XVNC_DISPLAY"),
-        testing::skip_unless(env.vnc_password(), "AGENTD_TEST_VNC_PASSWORD_FILE"),
-    ) else {
+    if desktop_env().is_none() {
         return;
-    };
-    vnc_task(&addr, &display, Some(&password), XVNC_LOCK);
+    }
+    vnc_task(&VncDesktop::xvnc(1280, 800, Some("agentd-pw")).expect("Xvnc with a password"));
 }
 
 #[test]
 fn a_wrong_vnc_password_is_invalid_input_naming_the_field() {
-    let Some(env) = desktop_env() else { return };
-    let Some(addr) = testing::skip_unless(env.xvnc_addr.clone(), "AGENTD_TEST_XVNC_ADDR") else {
+    if desktop_env().is_none() {
         return;
-    };
-    let _guard = lock(XVNC_LOCK);
+    }
+    let server = VncDesktop::xvnc(640, 480, Some("agentd-pw")).expect("Xvnc with a password");
+    let addr = &server.addr;
     let agentd = Agentd::new();
     let task = write_task(
         agentd.dir.path(),
@@ -574,20 +555,17 @@ fn two_tasks_take_turns_on_one_desktop(computer: Value, display: &str) {
 
 #[test]
 fn two_tasks_for_one_local_display_take_turns() {
-    let Some(env) = desktop_env() else { return };
-    let _guard = lock(LOCAL_LOCK);
+    let Some(env) = testing::own_xvfb(1280, 800) else { return };
+    let _load = crate::support::timing_sensitive();
     two_tasks_take_turns_on_one_desktop(json!({"provider": "local", "display": env.display}), &env.display);
 }
 
 #[test]
 fn two_tasks_for_one_vnc_server_take_turns() {
-    let Some(env) = desktop_env() else { return };
-    let (Some(addr), Some(display)) = (
-        testing::skip_unless(env.vnc_addr.clone(), "AGENTD_TEST_VNC_ADDR"),
-        testing::skip_unless(env.vnc_display.clone(), "AGENTD_TEST_VNC_DISPLAY"),
-    ) else {
+    if desktop_env().is_none() {
         return;
-    };
-    let _guard = lock(X11VNC_LOCK);
-    two_tasks_take_turns_on_one_desktop(json!({"provider": "vnc", "address": addr}), &display);
+    }
+    let _load = crate::support::timing_sensitive();
+    let server = VncDesktop::x11vnc(1280, 800).expect("Xvfb and x11vnc");
+    two_tasks_take_turns_on_one_desktop(json!({"provider": "vnc", "address": server.addr}), &server.display);
 }

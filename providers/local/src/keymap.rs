@@ -99,19 +99,27 @@ impl Keymap {
     }
 
     /// Replaces the layout after a `MappingNotify` (someone changed the keyboard), keeping the spares this
-    /// provider owns and what they hold.
+    /// provider owns. What a spare holds is taken from the server: a keycode we own that holds one character
+    /// keysym in every column (what a borrowed spare looks like) or nothing keeps being ours with what it
+    /// holds now — the server's word is the truth, whoever wrote it, so a key is never pressed for a
+    /// character its keycode no longer holds; one that holds anything else was taken over by another client
+    /// (a layout change): it is given up.
     pub fn refresh(&mut self, min_keycode: u8, per_keycode: u8, keysyms: Vec<u32>) {
         let fresh = Keymap::new(min_keycode, per_keycode, keysyms);
         let owned: Vec<u8> = self.spares.iter().map(|s| s.keycode).collect();
         self.min_keycode = fresh.min_keycode;
         self.per_keycode = fresh.per_keycode;
         self.keysyms = fresh.keysyms;
-        // A keycode we own that now holds something else was taken over by another client: give it up.
-        let keysyms = &self.keysyms;
-        let (min, per) = (self.min_keycode, self.per_keycode);
-        self.spares.retain(|spare| {
-            let at = usize::from(spare.keycode.wrapping_sub(min)) * per;
-            keysyms.get(at..at + per).is_some_and(|syms| syms.iter().all(|&s| s == NO_SYMBOL || s == spare.keysym))
+        let held = |keycode: u8| fresh.spares.iter().find(|s| s.keycode == keycode).map(|s| s.keysym);
+        self.spares.retain_mut(|spare| match held(spare.keycode) {
+            Some(keysym) => {
+                if keysym != spare.keysym {
+                    spare.keysym = keysym;
+                    spare.last_used = None;
+                }
+                true
+            }
+            None => false,
         });
         for spare in fresh.spares {
             if !owned.contains(&spare.keycode) {
@@ -144,38 +152,42 @@ impl Keymap {
     }
 
     /// Chooses spares for every keysym of `needed` the layout lacks, least recently used first, never one
-    /// that holds a keysym of `needed`. Returns the remaps to send (in order) and the moment the oldest
-    /// reassigned spare becomes safe to reuse (`None`: already safe), or `Err(n)` when `needed` lacks more
-    /// keysyms than there are spares (`n` spares exist).
-    pub fn plan(&mut self, needed: &[u32]) -> Result<(Vec<Remap>, Option<Instant>), usize> {
+    /// that holds a keysym of `needed`. Returns the remaps to send (in order; nothing is changed here: each
+    /// is [`assign`](Self::assign)ed as it is sent) and the moment the oldest reassigned spare becomes safe
+    /// to reuse (`None`: already safe), or `Err(n)` when `needed` lacks more keysyms than there are spares
+    /// (`n` spares exist).
+    pub fn plan(&self, needed: &[u32]) -> Result<(Vec<Remap>, Option<Instant>), usize> {
         let mut missing: Vec<u32> = Vec::new();
         for &keysym in needed {
             if self.find(keysym).is_none() && !missing.contains(&keysym) {
                 missing.push(keysym);
             }
         }
-        let free = self.spares.iter().filter(|s| !needed.contains(&s.keysym)).count();
-        if missing.len() > free {
+        let mut free: Vec<&Spare> = self.spares.iter().filter(|s| !needed.contains(&s.keysym)).collect();
+        if missing.len() > free.len() {
             return Err(self.spares.len());
         }
-        let mut remaps = Vec::new();
+        // Least recently used first; never used (None) before any use.
+        free.sort_by_key(|s| s.last_used);
+        let mut remaps = Vec::with_capacity(missing.len());
         let mut safe_at: Option<Instant> = None;
-        for keysym in missing {
-            let Some(spare) =
-                self.spares.iter_mut().filter(|s| !needed.contains(&s.keysym)).min_by_key(|s| s.last_used)
-            else {
-                break;
-            };
+        for (keysym, spare) in missing.into_iter().zip(free) {
             if let Some(used) = spare.last_used {
                 let at = used + REUSE_AFTER;
                 safe_at = Some(safe_at.map_or(at, |s: Instant| s.max(at)));
             }
-            spare.keysym = keysym;
-            spare.last_used = Some(Instant::now());
             remaps.push(Remap { keycode: spare.keycode, keysym });
         }
         let now = Instant::now();
         Ok((remaps, safe_at.filter(|at| *at > now)))
+    }
+
+    /// Records that `remap` was sent to the server: its spare holds its keysym from now on.
+    pub fn assign(&mut self, remap: Remap, now: Instant) {
+        if let Some(spare) = self.spares.iter_mut().find(|s| s.keycode == remap.keycode) {
+            spare.keysym = remap.keysym;
+            spare.last_used = Some(now);
+        }
     }
 
     /// Records that `keycode` was just pressed (spares only; other keycodes are not tracked).
@@ -235,6 +247,15 @@ fn upper_case(keysym: u32) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// Plans `needed` and assigns every remap, as the session does once it has sent them.
+    fn apply(map: &mut Keymap, needed: &[u32]) -> Result<(Vec<Remap>, Option<Instant>), usize> {
+        let (remaps, wait) = map.plan(needed)?;
+        for &remap in &remaps {
+            map.assign(remap, Instant::now());
+        }
+        Ok((remaps, wait))
+    }
+
     /// keycodes 10..=14: a/A, 1/!, (spare), Shift_L, (spare)
     fn sample() -> Keymap {
         Keymap::new(10, 2, vec![0x61, 0x41, 0x31, 0x21, 0, 0, 0xffe1, 0, 0, 0])
@@ -254,7 +275,7 @@ mod tests {
     #[test]
     fn idle_spares_are_given_back() {
         let mut map = sample();
-        map.plan(&[0xe9, 0xea]).unwrap();
+        apply(&mut map, &[0xe9, 0xea]).unwrap();
         let now = Instant::now();
         assert!(map.idle_spares(now, Duration::from_secs(5)).is_empty());
         map.touch(12, now - Duration::from_secs(10));
@@ -283,62 +304,96 @@ mod tests {
     #[test]
     fn missing_keysyms_take_spares_and_stay() {
         let mut map = sample();
-        let (remaps, wait) = map.plan(&[0x61, 0xe9]).unwrap();
+        let (remaps, wait) = apply(&mut map, &[0x61, 0xe9]).unwrap();
         assert_eq!(remaps, vec![Remap { keycode: 12, keysym: 0xe9 }]);
         assert_eq!(wait, None);
         assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 12, shift: false }));
         // Asking again needs nothing.
-        assert_eq!(map.plan(&[0xe9]).unwrap().0, vec![]);
+        assert_eq!(apply(&mut map, &[0xe9]).unwrap().0, vec![]);
         assert_eq!(map.used_spares(), vec![12]);
     }
 
     #[test]
     fn least_recently_used_spare_is_reassigned_and_waits() {
         let mut map = sample();
-        let (first, _) = map.plan(&[0xe9, 0x20ac]).unwrap();
+        let (first, _) = apply(&mut map, &[0xe9, 0x20ac]).unwrap();
         assert_eq!(first.len(), 2);
         let now = Instant::now();
         map.touch(12, now);
         map.touch(14, now - Duration::from_secs(1));
         // A third keysym evicts the spare used longest ago (14), which is already safe.
-        let (remaps, wait) = map.plan(&[0x1000041]).unwrap();
+        let (remaps, wait) = apply(&mut map, &[0x1000041]).unwrap();
         assert_eq!(remaps, vec![Remap { keycode: 14, keysym: 0x1000041 }]);
         assert_eq!(wait, None);
         map.touch(14, Instant::now());
         map.touch(12, Instant::now());
         // Now both spares were used just now: a fourth keysym must wait.
-        let (_, wait) = map.plan(&[0x1000042]).unwrap();
+        let (_, wait) = apply(&mut map, &[0x1000042]).unwrap();
         assert!(wait.is_some());
     }
 
     #[test]
     fn spares_in_use_count_against_a_run() {
         let mut map = sample();
-        map.plan(&[0xe9]).unwrap();
+        apply(&mut map, &[0xe9]).unwrap();
         assert!(!map.in_layout(0xe9) && map.in_layout(0x61));
         // é is on a spare; with it, two new keysyms do not fit in two spares.
-        assert_eq!(map.plan(&[0xe9, 0xea, 0xeb]), Err(2));
-        assert!(map.plan(&[0xe9, 0xea]).is_ok());
+        assert_eq!(apply(&mut map, &[0xe9, 0xea, 0xeb]), Err(2));
+        assert!(apply(&mut map, &[0xe9, 0xea]).is_ok());
     }
 
     #[test]
     fn too_many_missing_keysyms_is_reported() {
         let mut map = sample();
-        assert_eq!(map.plan(&[0xe9, 0xea, 0xeb]), Err(2));
+        assert_eq!(apply(&mut map, &[0xe9, 0xea, 0xeb]), Err(2));
         // A keysym of the same run is never evicted to make room for another.
         let mut map = sample();
-        map.plan(&[0xe9, 0xea]).unwrap();
-        assert_eq!(map.plan(&[0xe9, 0xea, 0xeb]), Err(2));
+        apply(&mut map, &[0xe9, 0xea]).unwrap();
+        assert_eq!(apply(&mut map, &[0xe9, 0xea, 0xeb]), Err(2));
     }
 
     #[test]
     fn refresh_keeps_owned_spares() {
         let mut map = sample();
-        map.plan(&[0xe9]).unwrap();
+        apply(&mut map, &[0xe9]).unwrap();
         // The server now reports keycode 12 holding é (our own remap) and keycode 14 taken by someone else.
         map.refresh(10, 2, vec![0x61, 0x41, 0x31, 0x21, 0xe9, 0xe9, 0xffe1, 0, 0x63, 0]);
         assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 12, shift: false }));
         assert_eq!(map.spare_count(), 1);
         assert_eq!(map.find(0x63), Some(KeyPlace { keycode: 14, shift: false }));
+    }
+
+    /// A keymap read while a plan waits (before its remaps are sent) shows the spares' old keysyms: the
+    /// plan starts from it, and a later read shows each remap as sent. (A plan that changed the spares
+    /// before sending lost them to such a read on a fresh Xvfb: "keysym 0xe6 could not be mapped".)
+    #[test]
+    fn a_keymap_read_between_plan_and_send_loses_nothing() {
+        let mut map = sample();
+        apply(&mut map, &[0xe8, 0xea]).unwrap();
+        // The server as it is: both spares hold what they were given.
+        let server = |a: u32, b: u32| vec![0x61, 0x41, 0x31, 0x21, a, a, 0xffe1, 0, b, b];
+        let (remaps, _) = map.plan(&[0xe6]).unwrap();
+        assert_eq!(remaps.len(), 1);
+        map.refresh(10, 2, server(0xe8, 0xea));
+        assert_eq!(map.spare_count(), 2, "nothing was taken over");
+        let (remaps, _) = map.plan(&[0xe6]).unwrap();
+        let remap = remaps[0];
+        map.assign(remap, Instant::now());
+        let (a, b) = if remap.keycode == 12 { (0xe6, 0xea) } else { (0xe8, 0xe6) };
+        map.refresh(10, 2, server(a, b));
+        assert_eq!(map.find(0xe6), Some(KeyPlace { keycode: remap.keycode, shift: false }));
+    }
+
+    /// Another client writing a borrowed-looking keysym onto a spare we hold: the spare now holds that one.
+    #[test]
+    fn a_spare_rewritten_by_another_client_holds_what_the_server_says() {
+        let mut map = sample();
+        apply(&mut map, &[0xe9]).unwrap();
+        let at = map.find(0xe9).map(|p| p.keycode);
+        assert_eq!(at, Some(12));
+        map.refresh(10, 2, vec![0x61, 0x41, 0x31, 0x21, 0xf1, 0xf1, 0xffe1, 0, 0, 0]);
+        assert_eq!(map.find(0xe9), None, "é is no longer there");
+        assert_eq!(map.find(0xf1), Some(KeyPlace { keycode: 12, shift: false }));
+        assert_eq!(map.spare_count(), 2);
     }
 }

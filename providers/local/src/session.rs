@@ -561,18 +561,30 @@ impl X {
     /// Where each of `keysyms` is typed from, borrowing spare keycodes for the ones the layout lacks (and
     /// waiting, when a spare must be reassigned, until clients have had time to read its last use).
     pub fn place_keys(&mut self, keysyms: &[u32]) -> Result<Vec<KeyPlace>, XErr> {
-        let (remaps, safe_at) = self.keymap.plan(keysyms).map_err(|spares| {
+        let too_many = |spares| {
             XErr::Local(LocalError::Invalid(format!(
                 "more different characters missing from the keyboard layout at once than the X server has spare keycodes ({spares})"
             )))
-        })?;
-        if let Some(at) = safe_at {
-            self.wait_until_quiet(at)?;
-        }
+        };
+        // The wait comes before the plan that is sent: events read while waiting may change the keymap
+        // (another client, or the server's own notifications), and the plan must start from what it is then.
+        let mut waits = 0;
+        let remaps = loop {
+            let (remaps, safe_at) = self.keymap.plan(keysyms).map_err(too_many)?;
+            match safe_at {
+                Some(at) if waits < 3 => {
+                    self.wait_until_quiet(at)?;
+                    waits += 1;
+                }
+                _ => break remaps,
+            }
+        };
         let per = self.keymap.per_keycode();
-        for remap in &remaps {
+        for &remap in &remaps {
             let keysyms = vec![remap.keysym; usize::from(per)];
             self.conn.change_keyboard_mapping(1, remap.keycode, per, &keysyms)?;
+            // Assigned as sent: a keymap read after this request (the server answers in order) shows it.
+            self.keymap.assign(remap, Instant::now());
             // One change at a time: a burst of keymap changes makes clients (Xlib's XKB map cache, seen with
             // Tk) miss all but the first, and later keys come out as the keycodes' old symbols.
             self.finish()?;

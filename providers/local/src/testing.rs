@@ -2,10 +2,10 @@
 //! ports and stopped when dropped, the project's recording test application, and the environment variables
 //! `scripts/setup/20-desktops.sh` exports.
 //!
-//! Tests that need a desktop call [`desktop_env`] (or [`skip_unless`]) first: without the variables they
-//! skip through [`agentd_testenv::skip`] — a loud pass on a machine without X, a failure under CI (which runs
-//! the setup script, so a missing desktop means the setup broke). Tests that share one of the setup script's
-//! displays hold its [`display_lock`] (a lock across test processes).
+//! Tests that need a desktop call [`desktop_env`] (or [`own_xvfb`]) first: without the variable they skip
+//! through [`agentd_testenv::skip`] — a loud pass on a machine without X, a failure under CI (which runs the
+//! setup script, so a missing desktop means the setup broke). A test that types or clicks starts X and VNC
+//! servers of its own, so that nothing one test leaves on a display reaches another.
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
@@ -15,45 +15,24 @@ use std::time::{Duration, Instant};
 
 pub use agentd_testenv::{Held, skip};
 
-/// The variables the setup script exports.
+/// What the setup script exports.
 #[derive(Debug, Clone)]
 pub struct DesktopEnv {
-    /// An Xvfb display for the local provider (`AGENTD_TEST_DISPLAY`).
+    /// An Xvfb display (`AGENTD_TEST_DISPLAY`): X, its tools and the VNC servers are installed. Tests that
+    /// only read a screen may use it; tests that type or click start servers of their own ([`own_xvfb`],
+    /// [`VncDesktop`]).
     pub display: String,
-    /// x11vnc serving another Xvfb, no password (`AGENTD_TEST_VNC_ADDR`), and its display
-    /// (`AGENTD_TEST_VNC_DISPLAY`).
-    pub vnc_addr: Option<String>,
-    pub vnc_display: Option<String>,
-    /// TigerVNC Xvnc with VNC authentication (`AGENTD_TEST_XVNC_ADDR`), its display
-    /// (`AGENTD_TEST_XVNC_DISPLAY`) and a file holding the plain password (`AGENTD_TEST_VNC_PASSWORD_FILE`).
-    pub xvnc_addr: Option<String>,
-    pub xvnc_display: Option<String>,
-    pub vnc_password_file: Option<PathBuf>,
-}
-
-impl DesktopEnv {
-    /// The plain VNC password of the Xvnc server.
-    pub fn vnc_password(&self) -> Option<String> {
-        let path = self.vnc_password_file.as_ref()?;
-        std::fs::read_to_string(path).ok().map(|s| s.trim_end_matches(['\n', '\r']).to_string())
-    }
 }
 
 /// The desktop variables, or `None` after printing why the calling test skips.
 pub fn desktop_env() -> Option<DesktopEnv> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let Some(display) = var("AGENTD_TEST_DISPLAY") else {
-        agentd_testenv::skip("AGENTD_TEST_DISPLAY is not set (scripts/test starts Xvfb, x11vnc and Xvnc and sets it)");
+    let Some(display) = std::env::var("AGENTD_TEST_DISPLAY").ok().filter(|v| !v.is_empty()) else {
+        agentd_testenv::skip(
+            "AGENTD_TEST_DISPLAY is not set (scripts/test installs X and the VNC servers and sets it)",
+        );
         return None;
     };
-    Some(DesktopEnv {
-        display,
-        vnc_addr: var("AGENTD_TEST_VNC_ADDR"),
-        vnc_display: var("AGENTD_TEST_VNC_DISPLAY"),
-        xvnc_addr: var("AGENTD_TEST_XVNC_ADDR"),
-        xvnc_display: var("AGENTD_TEST_XVNC_DISPLAY"),
-        vnc_password_file: var("AGENTD_TEST_VNC_PASSWORD_FILE").map(PathBuf::from),
-    })
+    Some(DesktopEnv { display })
 }
 
 /// `Some(value)`, or `None` after [`agentd_testenv::skip`] because `name` is not set.
@@ -65,10 +44,12 @@ pub fn skip_unless(value: Option<String>, name: &str) -> Option<String> {
     value
 }
 
-/// Holds the X display (or VNC server) `name` for the calling test alone, across every test process of the
-/// machine: tests that type, click or read one shared display must not interleave.
-pub fn display_lock(name: &str) -> Held {
-    agentd_testenv::lock(&format!("display-{name}"), agentd_testenv::Mode::Exclusive)
+/// An Xvfb of the calling test's own (`width` x `height`), or `None` after [`desktop_env`] said why the test
+/// skips. Tests that type or click start one of these instead of sharing the setup script's display: the
+/// keyboard mapping a test leaves behind (borrowed spare keycodes) and its windows would reach the next test.
+pub fn own_xvfb(width: u32, height: u32) -> Option<XServer> {
+    desktop_env()?;
+    Some(XServer::xvfb(width, height).unwrap_or_else(|e| panic!("cannot start Xvfb: {e}")))
 }
 
 /// A child process stopped (and reaped) when dropped.
@@ -244,6 +225,103 @@ pub fn x11vnc(display: &str, port: u16, password_file: Option<&Path>) -> std::io
     let process = Process::spawn("x11vnc", &mut command)?;
     wait_for_port(port)?;
     Ok(process)
+}
+
+/// A VNC desktop of the calling test's own: an X server served over RFB on a free port, stopped when
+/// dropped. Tests that type through a VNC server start one of these rather than share one: both servers
+/// write characters outside their keyboard layout onto spare keycodes and keep them (Xvnc never frees them:
+/// 19 spares, then later characters are dropped; x11vnc empties them every 5 minutes), so on a server shared
+/// by a whole test run what one test typed changes what the next one types.
+#[derive(Debug)]
+pub struct VncDesktop {
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// The X display the server serves (where the recorder app goes).
+    pub display: String,
+    /// The plain VNC password, when the server asks for one.
+    pub password: Option<String>,
+    /// Whether the server passes the horizontal wheel (RFB buttons 6 and 7) on. Debian 12's x11vnc 0.9.16
+    /// handles 5 buttons only (7 came with LibVNC/x11vnc#116 in 2019, 8 with #212): it drops them.
+    pub horizontal_wheel: bool,
+    // Dropped in this order: the VNC server before its X server.
+    _vnc: Option<Process>,
+    _x: XServer,
+    password_dir: Option<PathBuf>,
+}
+
+impl VncDesktop {
+    /// Xvfb (`width` x `height`) served by x11vnc, no password.
+    pub fn x11vnc(width: u32, height: u32) -> std::io::Result<Self> {
+        let x = XServer::xvfb(width, height)?;
+        let port = free_port()?;
+        let vnc = x11vnc(&x.display, port, None)?;
+        Ok(Self {
+            addr: format!("127.0.0.1:{port}"),
+            display: x.display.clone(),
+            password: None,
+            horizontal_wheel: false,
+            _vnc: Some(vnc),
+            _x: x,
+            password_dir: None,
+        })
+    }
+
+    /// TigerVNC's Xvnc (`width` x `height`), with VNC authentication when `password` is given.
+    pub fn xvnc(width: u32, height: u32, password: Option<&str>) -> std::io::Result<Self> {
+        let password_dir = match password {
+            Some(_) => {
+                let dir = std::env::temp_dir().join(format!("agentd-vnc-{}-{}", std::process::id(), unique()));
+                std::fs::create_dir_all(&dir)?;
+                Some(dir)
+            }
+            None => None,
+        };
+        let started = (|| {
+            let file = match (password, &password_dir) {
+                (Some(password), Some(dir)) => {
+                    let file = dir.join("passwd");
+                    store_vnc_password(password, &file)?;
+                    Some(file)
+                }
+                _ => None,
+            };
+            let port = free_port()?;
+            let x = XServer::xvnc(width, height, port, file.as_deref())?;
+            Ok::<_, std::io::Error>((port, x))
+        })();
+        let (port, x) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                if let Some(dir) = &password_dir {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            addr: format!("127.0.0.1:{port}"),
+            display: x.display.clone(),
+            password: password.map(str::to_string),
+            horizontal_wheel: true,
+            _vnc: None,
+            _x: x,
+            password_dir,
+        })
+    }
+}
+
+impl Drop for VncDesktop {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.password_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// A number no other call of this process returned.
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Writes `password` in the obfuscated `vncpasswd` format both x11vnc and Xvnc read.

@@ -1,16 +1,15 @@
 //! The local provider on real X servers: the conformance kit on the test display, input checked by the
 //! recording app, long and non-ASCII typing, monitors, frame reuse, and the X server going away.
 //!
-//! Needs `AGENTD_TEST_DISPLAY` (set by `scripts/test`); without it every test skips (fails under CI). Tests
-//! that use the shared display hold its `display_lock` (across test processes); the others start an Xvfb of
-//! their own.
+//! Needs `AGENTD_TEST_DISPLAY` (set by `scripts/test`: X is there); without it every test skips (fails under
+//! CI). Every test starts an Xvfb of its own.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agentd_computer::conformance::{self, Options};
 use agentd_computer::{Action, ComputerProvider, MouseButton, Point, ProviderError, Size};
-use agentd_local::testing::{RecorderApp, XServer, desktop_env, display_lock, layout};
+use agentd_local::testing::{RecorderApp, XServer, desktop_env, layout, own_xvfb};
 use agentd_local::{CaptureMethod, LocalConfig, LocalProvider};
 use serde_json::Value;
 
@@ -31,8 +30,7 @@ fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_on_xvfb() {
-    let Some(env) = desktop_env() else { return };
-    let _guard = display_lock("local");
+    let Some(env) = own_xvfb(1280, 800) else { return };
     let provider = LocalProvider::open(config(&env.display)).await.expect("open the test display");
     let report = conformance::run(&provider, &Options { static_screen: true, ..Options::default() }).await;
     report.assert_passed();
@@ -42,8 +40,7 @@ async fn conformance_on_xvfb() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_image_capture_matches_shared_memory() {
-    let Some(env) = desktop_env() else { return };
-    let _guard = display_lock("local");
+    let Some(env) = own_xvfb(1280, 800) else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let _app = RecorderApp::start(&env.display, &dir.path().join("log")).expect("recorder");
     let shm = LocalProvider::open(config(&env.display)).await.expect("open");
@@ -67,8 +64,7 @@ async fn get_image_capture_matches_shared_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_lands_where_and_as_asked() {
-    let Some(env) = desktop_env() else { return };
-    let _guard = display_lock("local");
+    let Some(env) = own_xvfb(1280, 800) else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&env.display, &dir.path().join("log")).expect("recorder");
     let provider = LocalProvider::open(config(&env.display)).await.expect("open");
@@ -146,8 +142,7 @@ async fn input_lands_where_and_as_asked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typing_keeps_every_character_and_chords_carry_modifiers() {
-    let Some(env) = desktop_env() else { return };
-    let _guard = display_lock("local");
+    let Some(env) = own_xvfb(1280, 800) else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&env.display, &dir.path().join("log")).expect("recorder");
     let provider = LocalProvider::open(config(&env.display)).await.expect("open");
@@ -203,8 +198,7 @@ async fn typing_keeps_every_character_and_chords_carry_modifiers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_screen_reuses_the_frame_and_changes_are_seen() {
-    let Some(env) = desktop_env() else { return };
-    let _guard = display_lock("local");
+    let Some(env) = own_xvfb(1280, 800) else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&env.display, &dir.path().join("log")).expect("recorder");
     let provider = LocalProvider::open(config(&env.display)).await.expect("open");

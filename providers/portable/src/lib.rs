@@ -30,6 +30,7 @@
 
 pub mod error;
 pub mod keys;
+pub mod spares;
 mod worker;
 
 use std::collections::HashMap;

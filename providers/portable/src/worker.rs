@@ -2,12 +2,13 @@
 //! asked, so nothing that is not `Send` on some platform ever crosses threads.
 
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agentd_computer::{Frame, MouseButton, Point, Size};
 use enigo::{Axis, Coordinate, Direction, Enigo, Keyboard, Mouse, Settings};
 
 use crate::error::{PortableError, input_error};
+use crate::spares::{self, Spares};
 
 /// One monitor of the session, in its global coordinates.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +60,7 @@ impl Worker {
         std::thread::Builder::new()
             .name("agentd-portable".into())
             .spawn(move || {
-                let mut desk = Desk { monitor, enigo: None, info: None, held: Vec::new() };
+                let mut desk = Desk { monitor, enigo: None, info: None, held: Vec::new(), spares: None };
                 while let Ok(job) = inbox.recv() {
                     job(&mut desk);
                 }
@@ -90,8 +91,10 @@ pub(crate) struct Desk {
     enigo: Option<Enigo>,
     /// The monitor as last listed (refreshed by every capture).
     info: Option<MonitorInfo>,
-    /// Keys each `mouse_down` pressed with its button, released by the matching `mouse_up` (§24).
+    /// Keys each `mouse_down` pressed with its button, released by the matching `mouse_up`.
     held: Vec<(MouseButton, Vec<enigo::Key>)>,
+    /// enigo's borrowed keycodes on X11, paced (see [`Spares`]); `None` elsewhere.
+    spares: Option<Spares>,
 }
 
 impl Desk {
@@ -101,12 +104,29 @@ impl Desk {
         Ok(())
     }
 
+    /// Sends one key event through enigo. A press that would make enigo empty its borrowed keycodes waits
+    /// until the keys already sent have had [`spares::REUSE_AFTER`] to be read.
+    fn key(&mut self, action: &'static str, key: enigo::Key, direction: Direction) -> Result<(), PortableError> {
+        if direction != Direction::Release
+            && let Some(spares) = &mut self.spares
+        {
+            let wait = spares.before_key(keysym(key), Instant::now());
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+        }
+        self.with_enigo(action, |e| e.key(key, direction))
+    }
+
     fn enigo(&mut self) -> Result<&mut Enigo, PortableError> {
         if self.enigo.is_none() {
             // No XTest delay on button and motion events (enigo's default is 12 ms each, which the server
             // waits out before it processes the event: a click took 24 ms); the X11 provider sends none either.
             let settings = Settings { release_keys_when_dropped: true, linux_delay: 0, ..Settings::default() };
             let enigo = Enigo::new(&settings).map_err(|e| PortableError::Connect(e.to_string()))?;
+            // A new connection reads the mapping anew, and so does the pacing (what an earlier one borrowed
+            // is no longer empty).
+            self.spares = spares::of_display();
             self.enigo = Some(enigo);
         }
         self.enigo.as_mut().ok_or_else(|| PortableError::Connect("no input connection".into()))
@@ -199,8 +219,14 @@ impl Desk {
             Step::Text(text) => {
                 for piece in text_pieces(&text) {
                     match piece {
+                        // Paced on X11: one key per character, as enigo's text entry does there.
+                        Piece::Text(run) if self.spares.is_some() => {
+                            for c in run.chars() {
+                                self.key("type", enigo::Key::Unicode(c), Direction::Click)?;
+                            }
+                        }
                         Piece::Text(run) => self.with_enigo("type", |e| e.text(run))?,
-                        Piece::Key(key) => self.with_enigo("type", |e| e.key(key, Direction::Click))?,
+                        Piece::Key(key) => self.key("type", key, Direction::Click)?,
                     }
                 }
                 Ok(())
@@ -221,7 +247,7 @@ impl Desk {
     /// Presses `keys` in order; when one fails, the ones already down go up again.
     pub(crate) fn press_keys(&mut self, keys: Vec<enigo::Key>) -> Result<(), PortableError> {
         for (i, key) in keys.iter().enumerate() {
-            if let Err(e) = self.with_enigo("keypress", |e| e.key(*key, Direction::Press)) {
+            if let Err(e) = self.key("keypress", *key, Direction::Press) {
                 let _ = self.release_keys(keys[..i].to_vec());
                 return Err(e);
             }
@@ -233,7 +259,7 @@ impl Desk {
     pub(crate) fn release_keys(&mut self, keys: Vec<enigo::Key>) -> Result<(), PortableError> {
         let mut result = Ok(());
         for key in keys.iter().rev() {
-            let released = self.with_enigo("keypress", |e| e.key(*key, Direction::Release));
+            let released = self.key("keypress", *key, Direction::Release);
             if result.is_ok() {
                 result = released;
             }
@@ -297,6 +323,17 @@ pub(crate) fn text_pieces(text: &str) -> Vec<Piece<'_>> {
         pieces.push(Piece::Text(&text[start..]));
     }
     pieces
+}
+
+/// The keysym enigo's X backend sends for `key`.
+#[cfg(target_os = "linux")]
+fn keysym(key: enigo::Key) -> u32 {
+    xkeysym::Keysym::from(key).raw()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn keysym(_key: enigo::Key) -> u32 {
+    0
 }
 
 fn enigo_button(button: MouseButton) -> enigo::Button {

@@ -11,37 +11,25 @@ use std::time::{Duration, Instant};
 
 use agentd_computer::conformance::{self, Options};
 use agentd_computer::{Action, ComputerProvider, Point, ProviderError, Size};
-use agentd_local::testing::{self, RecorderApp, XServer, desktop_env, display_lock, layout};
+use agentd_local::testing::{self, RecorderApp, VncDesktop, XServer, desktop_env, layout};
 use agentd_local::{LocalConfig, LocalProvider};
 use agentd_vnc::{VncConfig, VncError, VncProvider};
 use serde_json::Value;
 
-// Tests using the shared x11vnc or Xvnc desktop run one at a time: each holds that desktop's `display_lock`.
-
 const WAIT: Duration = Duration::from_secs(10);
 
-struct Server {
-    addr: String,
-    display: String,
-    password: Option<String>,
-    /// The server passes wheel buttons 6 and 7 on. Debian 12's x11vnc 0.9.16 handles 5 buttons only
-    /// (7 came with LibVNC/x11vnc#116 in 2019, 8 with #212): the client sends them, the server drops them.
-    horizontal_wheel: bool,
-}
+/// A VNC server of the calling test's own ([`VncDesktop`]): typing through a server shared by the whole run
+/// would depend on what earlier tests typed (both servers keep the spare keycodes they borrowed).
+type Server = VncDesktop;
 
 fn x11vnc_server() -> Option<Server> {
-    let env = desktop_env()?;
-    let addr = testing::skip_unless(env.vnc_addr.clone(), "AGENTD_TEST_VNC_ADDR")?;
-    let display = testing::skip_unless(env.vnc_display.clone(), "AGENTD_TEST_VNC_DISPLAY")?;
-    Some(Server { addr, display, password: None, horizontal_wheel: false })
+    desktop_env()?;
+    Some(VncDesktop::x11vnc(1280, 800).expect("Xvfb and x11vnc"))
 }
 
 fn xvnc_server() -> Option<Server> {
-    let env = desktop_env()?;
-    let addr = testing::skip_unless(env.xvnc_addr.clone(), "AGENTD_TEST_XVNC_ADDR")?;
-    let display = testing::skip_unless(env.xvnc_display.clone(), "AGENTD_TEST_XVNC_DISPLAY")?;
-    let password = testing::skip_unless(env.vnc_password(), "AGENTD_TEST_VNC_PASSWORD_FILE")?;
-    Some(Server { addr, display, password: Some(password), horizontal_wheel: true })
+    desktop_env()?;
+    Some(VncDesktop::xvnc(1280, 800, Some("agentd-pw")).expect("Xvnc with a password"))
 }
 
 async fn connect(server: &Server) -> VncProvider {
@@ -71,20 +59,19 @@ async fn conformance_on_x11vnc() {
     let Some(server) = x11vnc_server() else {
         return;
     };
-    let _guard = display_lock("x11vnc");
     conformance_on(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_on_xvnc_with_a_password() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = display_lock("xvnc");
     conformance_on(&server).await;
 }
 
 /// Clicks, buttons with modifiers, scrolls both ways, a drag, typing with non-ASCII text and chords: the
 /// recording app on the server's display sees each where and as asked.
 async fn input_lands(server: &Server) {
+    let _typing = typing();
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&server.display, &dir.path().join("log")).expect("recorder");
     let provider = connect(server).await;
@@ -153,14 +140,12 @@ async fn input_lands_through_x11vnc() {
     let Some(server) = x11vnc_server() else {
         return;
     };
-    let _guard = display_lock("x11vnc");
     input_lands(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_lands_through_xvnc() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = display_lock("xvnc");
     input_lands(&server).await;
 }
 
@@ -169,6 +154,7 @@ async fn input_lands_through_xvnc() {
 /// `ISO_Left_Tab` (back-tab) with Shift. (Sent as the unshifted keysym, x11vnc lifts Shift to type `t` and Xvnc
 /// fakes Caps Lock.)
 async fn shift_chords_land(server: &Server) {
+    let _typing = typing();
     let dir = tempfile::tempdir().expect("tempdir");
     let app = RecorderApp::start(&server.display, &dir.path().join("log")).expect("recorder");
     let provider = connect(server).await;
@@ -203,14 +189,12 @@ async fn shift_chords_keep_shift_through_x11vnc() {
     let Some(server) = x11vnc_server() else {
         return;
     };
-    let _guard = display_lock("x11vnc");
     shift_chords_land(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shift_chords_keep_shift_through_xvnc() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = display_lock("xvnc");
     shift_chords_land(&server).await;
 }
 
@@ -251,21 +235,18 @@ async fn frames_match_the_display_through_x11vnc() {
     let Some(server) = x11vnc_server() else {
         return;
     };
-    let _guard = display_lock("x11vnc");
     frames_match_the_display(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_match_the_display_through_xvnc() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = display_lock("xvnc");
     frames_match_the_display(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_desktop_resize_reaches_the_provider() {
     let Some(server) = xvnc_server() else { return };
-    let _guard = display_lock("xvnc");
     let provider = connect(&server).await;
     let original = provider.screen_size().await.expect("size");
     let xrandr = |size: &str| {
@@ -417,12 +398,17 @@ fn pixel(frame: &agentd_computer::Frame, x: u32, y: u32) -> (u8, u8, u8) {
     (r, g, b)
 }
 
-/// Both shared desktops' locks (always in this order): the fence tests use servers of their own, but their
-/// rapid full-screen repaints beside `input_lands_through_x11vnc` made x11vnc's added keysyms (Å, Ø typed
-/// with Shift) come out in lower case now and then.
-async fn alone() -> (testing::Held, testing::Held) {
-    let x11vnc = display_lock("x11vnc");
-    (x11vnc, display_lock("xvnc"))
+/// The fence tests repaint the whole screen as fast as they can; beside them x11vnc's added keysyms (Å, Ø
+/// typed with Shift) came out in lower case now and then in the typing tests of this file. They take
+/// this lock exclusively and the typing tests shared, so the two never overlap.
+const REPAINTS: &str = "vnc-repaints";
+
+fn alone() -> agentd_testenv::Held {
+    agentd_testenv::lock(REPAINTS, agentd_testenv::Mode::Exclusive)
+}
+
+fn typing() -> agentd_testenv::Held {
+    agentd_testenv::lock(REPAINTS, agentd_testenv::Mode::Shared)
 }
 
 /// x11vnc neither polls the screen nor tracks X damage in the first half second with a new client (see the
@@ -457,16 +443,8 @@ async fn no_screenshot_older_than_the_last_action_through_x11vnc() {
     if desktop_env().is_none() {
         return;
     }
-    let _guards = alone().await;
-    let display = XServer::xvfb(640, 480).expect("Xvfb");
-    let port = testing::free_port().expect("port");
-    let _vnc = testing::x11vnc(&display.display, port, None).expect("x11vnc");
-    let server = Server {
-        addr: format!("127.0.0.1:{port}"),
-        display: display.display.clone(),
-        password: None,
-        horizontal_wheel: false,
-    };
+    let _alone = alone();
+    let server = VncDesktop::x11vnc(640, 480).expect("Xvfb and x11vnc");
     no_screenshot_older_than_the_last_action(&server, X11VNC_BLIND).await;
 }
 
@@ -475,15 +453,8 @@ async fn no_screenshot_older_than_the_last_action_through_xvnc() {
     if desktop_env().is_none() {
         return;
     }
-    let _guards = alone().await;
-    let port = testing::free_port().expect("port");
-    let server_process = XServer::xvnc(640, 480, port, None).expect("Xvnc");
-    let server = Server {
-        addr: format!("127.0.0.1:{port}"),
-        display: server_process.display.clone(),
-        password: None,
-        horizontal_wheel: true,
-    };
+    let _alone = alone();
+    let server = VncDesktop::xvnc(640, 480, None).expect("Xvnc");
     no_screenshot_older_than_the_last_action(&server, Duration::ZERO).await;
 }
 
@@ -496,7 +467,7 @@ async fn a_shared_connection_keeps_x11vnc_current_between_tasks() {
     if desktop_env().is_none() {
         return;
     }
-    let _guards = alone().await;
+    let _alone = alone();
     let display = XServer::xvfb(640, 480).expect("Xvfb");
     let port = testing::free_port().expect("port");
     let _vnc = testing::x11vnc(&display.display, port, None).expect("x11vnc");
