@@ -8,16 +8,24 @@
 //! moment, so a keycode emptied while the application still has unread events for it types nothing — the
 //! lost character the fidelity suite saw on a loaded machine.
 //!
+//! Its start-over has a second hazard: the burst of keymap changes (every borrowed keycode emptied, one
+//! written again) right before the key makes a busy application miss the last change, so the key comes out
+//! as the keycode's old, empty symbol.
+//!
 //! [`Spares`] mirrors enigo's bookkeeping (which keysyms sit on borrowed keycodes, how many empty keycodes
-//! the layout has) and says when the next key would make enigo start over; the worker then lets the keys
-//! already sent be read first: it waits until [`REUSE_AFTER`] has passed since the last key event, as the
-//! X11 provider does before it reassigns a spare keycode.
+//! the layout has) and says when the next key would make enigo start over. The worker then starts over
+//! itself, apart from any key: it lets the keys already sent be read ([`REUSE_AFTER`] since the last key
+//! event, as the X11 provider waits before it reassigns a spare keycode), drops enigo's connection (which
+//! empties every keycode it borrowed), gives applications [`SETTLE`] to read those changes, and opens a new
+//! one that finds every spare empty: the next key is then mapped alone, as on first use.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 /// How long the keys sent before enigo empties its borrowed keycodes are given to be read.
 pub const REUSE_AFTER: Duration = Duration::from_millis(150);
+/// How long applications are given to read the emptied keycodes before the next key is mapped.
+pub const SETTLE: Duration = Duration::from_millis(30);
 
 /// What enigo's X backend holds on the keycodes it borrowed, as far as this provider can tell.
 #[derive(Debug, Clone)]
@@ -54,22 +62,23 @@ impl Spares {
         Self { layout, capacity, borrowed: HashSet::new(), last_key: None }
     }
 
-    /// Before a key with `keysym` is sent at `now`: how long to wait first (zero unless enigo is about to
-    /// empty its borrowed keycodes). Notes the key as sent.
-    pub fn before_key(&mut self, keysym: u32, now: Instant) -> Duration {
-        let mut wait = Duration::ZERO;
+    /// Before a key with `keysym` is sent at `now`: `None` when enigo types it without emptying its
+    /// borrowed keycodes, else how long to wait before starting over. Notes the key as sent (after the
+    /// start-over: it then holds that keysym alone).
+    pub fn before_key(&mut self, keysym: u32, now: Instant) -> Option<Duration> {
+        let mut start_over = None;
         if !self.layout.contains(&keysym) && !self.borrowed.contains(&keysym) {
-            if self.borrowed.len() >= self.capacity {
+            // With nothing to borrow there is nothing to start over: enigo says it cannot map the key.
+            if self.borrowed.len() >= self.capacity && self.capacity > 0 {
                 // enigo empties every borrowed keycode before it borrows one again.
                 self.borrowed.clear();
-                if let Some(last) = self.last_key {
-                    wait = REUSE_AFTER.saturating_sub(now.saturating_duration_since(last));
-                }
+                let since = self.last_key.map_or(REUSE_AFTER, |last| now.saturating_duration_since(last));
+                start_over = Some(REUSE_AFTER.saturating_sub(since));
             }
             self.borrowed.insert(keysym);
         }
-        self.last_key = Some(now + wait);
-        wait
+        self.last_key = Some(now + start_over.unwrap_or_default());
+        start_over
     }
 
     /// How many keycodes enigo may borrow.
@@ -117,26 +126,35 @@ mod tests {
     }
 
     #[test]
-    fn only_the_key_that_makes_enigo_start_over_waits() {
+    fn only_the_key_that_makes_enigo_start_over_starts_over() {
         let mut s = spares();
         let t0 = Instant::now();
         // Layout keys and the first three borrowed keysyms go at once; a borrowed one again costs nothing.
-        assert_eq!(s.before_key(0x61, t0), Duration::ZERO);
+        assert_eq!(s.before_key(0x61, t0), None);
         for (i, keysym) in [0xe9, 0x41, 0x20ac, 0xe9].into_iter().enumerate() {
-            assert_eq!(s.before_key(keysym, t0 + Duration::from_millis(i as u64)), Duration::ZERO, "{keysym:#x}");
+            assert_eq!(s.before_key(keysym, t0 + Duration::from_millis(i as u64)), None, "{keysym:#x}");
         }
-        // A fourth distinct one: enigo empties all three first, so the keys sent are given time to be read.
+        // A fourth distinct one: enigo would empty all three, so the keys sent are given time to be read.
         let now = t0 + Duration::from_millis(10);
-        assert_eq!(s.before_key(0xdf, now), REUSE_AFTER - Duration::from_millis(7));
+        assert_eq!(s.before_key(0xdf, now), Some(REUSE_AFTER - Duration::from_millis(7)));
         // It then holds only that one: two more go at once, the next start-over waits again.
         let later = now + REUSE_AFTER;
-        assert_eq!(s.before_key(0xf6, later), Duration::ZERO);
-        assert_eq!(s.before_key(0xfc, later), Duration::ZERO);
-        assert_eq!(s.before_key(0xe4, later), REUSE_AFTER);
+        assert_eq!(s.before_key(0xf6, later), None);
+        assert_eq!(s.before_key(0xfc, later), None);
+        assert_eq!(s.before_key(0xe4, later), Some(REUSE_AFTER));
         // Long after the last key, starting over needs no wait.
         let idle = later + REUSE_AFTER * 3;
-        assert_eq!(s.before_key(0x41, idle), Duration::ZERO);
-        assert_eq!(s.before_key(0x42, idle), Duration::ZERO);
-        assert_eq!(s.before_key(0xe9, idle + REUSE_AFTER), Duration::ZERO, "full, but idle long enough");
+        assert_eq!(s.before_key(0x41, idle), None);
+        assert_eq!(s.before_key(0x42, idle), None);
+        assert_eq!(s.before_key(0xe9, idle + REUSE_AFTER), Some(Duration::ZERO), "full, but idle long enough");
+    }
+
+    #[test]
+    fn a_layout_without_spares_never_starts_over() {
+        // Nothing to borrow: enigo fails to map the key and says so; there is nothing to start over.
+        let mut s = Spares::new(9, 1, &[0x61]);
+        assert_eq!(s.capacity(), 0);
+        assert_eq!(s.before_key(0x61, Instant::now()), None);
+        assert_eq!(s.before_key(0xe9, Instant::now()), None);
     }
 }

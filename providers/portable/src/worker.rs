@@ -60,7 +60,7 @@ impl Worker {
         std::thread::Builder::new()
             .name("agentd-portable".into())
             .spawn(move || {
-                let mut desk = Desk { monitor, enigo: None, info: None, held: Vec::new(), spares: None };
+                let mut desk = Desk { monitor, enigo: None, info: None, held: Vec::new(), spares: None, pressed: 0 };
                 while let Ok(job) = inbox.recv() {
                     job(&mut desk);
                 }
@@ -95,6 +95,8 @@ pub(crate) struct Desk {
     held: Vec<(MouseButton, Vec<enigo::Key>)>,
     /// enigo's borrowed keycodes on X11, paced (see [`Spares`]); `None` elsewhere.
     spares: Option<Spares>,
+    /// Keys pressed through [`Desk::key`] and not released yet.
+    pressed: usize,
 }
 
 impl Desk {
@@ -104,18 +106,33 @@ impl Desk {
         Ok(())
     }
 
-    /// Sends one key event through enigo. A press that would make enigo empty its borrowed keycodes waits
-    /// until the keys already sent have had [`spares::REUSE_AFTER`] to be read.
+    /// Sends one key event through enigo. A press that would make enigo empty its borrowed keycodes
+    /// starts over apart from the key instead, when no key or button is held (see [`Spares`]).
     fn key(&mut self, action: &'static str, key: enigo::Key, direction: Direction) -> Result<(), PortableError> {
         if direction != Direction::Release
             && let Some(spares) = &mut self.spares
+            && let Some(wait) = spares.before_key(keysym(key), Instant::now())
         {
-            let wait = spares.before_key(keysym(key), Instant::now());
-            if !wait.is_zero() {
-                std::thread::sleep(wait);
+            std::thread::sleep(wait);
+            if self.pressed == 0 && self.held.is_empty() {
+                // Dropping the connection empties every keycode it borrowed (one change at a time).
+                self.enigo = None;
+                std::thread::sleep(spares::SETTLE);
+                self.enigo()?;
+                if let Some(spares) = &mut self.spares {
+                    spares.before_key(keysym(key), Instant::now());
+                }
             }
         }
-        self.with_enigo(action, |e| e.key(key, direction))
+        let sent = self.with_enigo(action, |e| e.key(key, direction));
+        if sent.is_ok() {
+            match direction {
+                Direction::Press => self.pressed += 1,
+                Direction::Release => self.pressed = self.pressed.saturating_sub(1),
+                Direction::Click => {}
+            }
+        }
+        sent
     }
 
     fn enigo(&mut self) -> Result<&mut Enigo, PortableError> {
