@@ -203,6 +203,15 @@ pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<Model
     }
 }
 
+/// What a build without an optional cargo feature answers when the config or a task asks for it. Every
+/// `cfg(not(feature = …))` branch of this module says it through here, so the default build's tests check the
+/// wording a lean build gives (a build without default features is linted in CI, not run: its tests would
+/// cost a second whole build).
+#[cfg_attr(all(feature = "local", feature = "vnc", feature = "computer-server", feature = "portable", feature = "s3"), allow(dead_code))]
+fn not_built(field: &'static str, feature: &str) -> BuildError {
+    BuildError::invalid(field, format!("this agentd was built without the `{feature}` feature"))
+}
+
 /// The local X display (Linux). One connection per display and monitor is kept for the life of the process
 /// and shared by every task that asks for it.
 #[cfg(all(feature = "local", target_os = "linux"))]
@@ -219,7 +228,7 @@ async fn local_computer(spec: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, B
 
 #[cfg(all(not(feature = "local"), target_os = "linux"))]
 async fn local_computer(_: &LocalSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
-    Err(BuildError::invalid("computer.provider", "this agentd was built without the `local` feature"))
+    Err(not_built("computer.provider", "local"))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -271,7 +280,7 @@ async fn vnc_computer(spec: &VncSpec, outbound: &Outbound) -> Result<Arc<dyn Com
 
 #[cfg(not(feature = "vnc"))]
 async fn vnc_computer(_: &VncSpec, _: &Outbound) -> Result<Arc<dyn ComputerProvider>, BuildError> {
-    Err(BuildError::invalid("computer.provider", "this agentd was built without the `vnc` feature"))
+    Err(not_built("computer.provider", "vnc"))
 }
 
 #[cfg_attr(not(feature = "vnc"), allow(dead_code))]
@@ -328,7 +337,7 @@ async fn cua_computer(spec: &ComputerServerSpec, outbound: &Outbound) -> Result<
 
 #[cfg(not(feature = "computer-server"))]
 async fn cua_computer(_: &ComputerServerSpec, _: &Outbound) -> Result<Arc<dyn ComputerProvider>, BuildError> {
-    Err(BuildError::invalid("computer.provider", "this agentd was built without the `computer-server` feature"))
+    Err(not_built("computer.provider", "computer-server"))
 }
 
 /// The desktop of the session agentd runs in, through enigo and xcap. One provider per monitor is kept for
@@ -345,7 +354,7 @@ async fn portable_computer(spec: &PortableSpec) -> Result<Arc<dyn ComputerProvid
 
 #[cfg(not(feature = "portable"))]
 async fn portable_computer(_: &PortableSpec) -> Result<Arc<dyn ComputerProvider>, BuildError> {
-    Err(BuildError::invalid("computer.provider", "this agentd was built without the `portable` feature"))
+    Err(not_built("computer.provider", "portable"))
 }
 
 /// Builds the model a task names, drawing HTTP clients, rate limiters, prices and keys from `shared` (one per
@@ -716,5 +725,20 @@ async fn s3_store(config: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError>
 
 #[cfg(not(feature = "s3"))]
 async fn s3_store(_: &Config) -> Result<Arc<dyn ArtifactStore>, BuildError> {
-    Err(BuildError::invalid("artifacts.backend", "this agentd was built without the `s3` feature"))
+    Err(not_built("artifacts.backend", "s3"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a lean build answers for a part it was built without: invalid input (exit 2, HTTP 400) naming
+    /// the field and the cargo feature.
+    #[test]
+    fn a_part_left_out_of_the_build_is_invalid_input_naming_its_feature() {
+        let error = not_built("computer.provider", "portable");
+        assert!(matches!(error, BuildError::Invalid { .. }), "{error:?}");
+        assert_eq!(error.field(), Some("computer.provider"));
+        assert!(error.to_string().contains("built without the `portable` feature"), "{error}");
+    }
 }
