@@ -207,7 +207,10 @@ pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<Model
 /// `cfg(not(feature = …))` branch of this module says it through here, so the default build's tests check the
 /// wording a lean build gives (a build without default features is linted in CI, not run: its tests would
 /// cost a second whole build).
-#[cfg_attr(all(feature = "local", feature = "vnc", feature = "computer-server", feature = "portable", feature = "s3"), allow(dead_code))]
+#[cfg_attr(
+    all(feature = "local", feature = "vnc", feature = "computer-server", feature = "portable", feature = "s3"),
+    allow(dead_code)
+)]
 fn not_built(field: &'static str, feature: &str) -> BuildError {
     BuildError::invalid(field, format!("this agentd was built without the `{feature}` feature"))
 }

@@ -11,7 +11,9 @@
 //! Typed text is expected to show: after a step that typed, a screen that has not changed yet is not taken
 //! for a settled one until it changes or the timeout passes. An application busy with a long burst of key
 //! events (hundreds of characters) may redraw only once it has handled them all, later than `quiet` on a
-//! loaded machine; the screenshot after typing must show the text.
+//! loaded machine; the screenshot after typing must show the text. Any changed pixel counts as the text
+//! showing, whatever `tolerance_pixels` says: one typed character changes fewer pixels than the default
+//! tolerance, and waiting for more would cost every short `type` the whole timeout.
 
 use std::time::{Duration, Instant};
 
@@ -71,7 +73,7 @@ pub async fn settle(
     let interval = Duration::from_millis(policy.interval_ms.max(1));
     let give_up = (started + Duration::from_millis(policy.timeout_ms)).min(deadline);
     let mut quiet_since = Clock::now();
-    let mut changed_yet = !expect_change || differs_off_runtime(before, &frame, policy.tolerance_pixels).await;
+    let mut changed_yet = !expect_change || differs_off_runtime(before, &frame, 0).await;
     loop {
         if changed_yet && quiet_since.elapsed() >= quiet {
             break;
@@ -83,6 +85,10 @@ pub async fn settle(
         tokio::time::sleep(interval).await;
         let next = computer.screenshot().await?;
         if differs_off_runtime(&frame, &next, policy.tolerance_pixels).await {
+            quiet_since = Clock::now();
+            changed_yet = true;
+        } else if !changed_yet && differs_off_runtime(before, &next, 0).await {
+            // The text showed, by fewer pixels than the tolerance: quiet counts from here.
             quiet_since = Clock::now();
             changed_yet = true;
         }
@@ -163,6 +169,40 @@ mod tests {
         let clicked =
             settle(&Late { captures: AtomicU32::new(0), late: 20 }, &policy(), &before, far, false).await.unwrap();
         assert!(!clicked.changed, "{clicked:?}");
+    }
+
+    /// One typed character: a few pixels, fewer than the tolerance (a blinking caret's allowance).
+    struct OneCharacter;
+
+    #[async_trait]
+    impl ComputerProvider for OneCharacter {
+        fn kind(&self) -> &'static str {
+            "one character"
+        }
+        async fn screen_size(&self) -> Result<Size, ProviderError> {
+            Ok(Size::new(64, 64))
+        }
+        async fn screenshot(&self) -> Result<Frame, ProviderError> {
+            let mut rgb = vec![0u8; 64 * 64 * 3];
+            rgb[..30].fill(255);
+            Ok(Frame::from_rgb(Size::new(64, 64), rgb).expect("frame"))
+        }
+        async fn perform(&self, _: &Action) -> Result<ActionReport, ProviderError> {
+            Ok(ActionReport::default())
+        }
+    }
+
+    /// A short `type` settles once the screen is quiet, not at the timeout: its few changed pixels are the
+    /// text showing (each one-letter `type` on the local display cost the whole 3 s timeout before).
+    #[tokio::test(start_paused = true)]
+    async fn after_typing_a_change_smaller_than_the_tolerance_is_the_text_showing() {
+        let before = Frame::filled(Size::new(64, 64), [0, 0, 0]);
+        let mut p = policy();
+        p.tolerance_pixels = 256;
+        p.timeout_ms = 3000;
+        let settled = settle(&OneCharacter, &p, &before, Instant::now() + Duration::from_secs(60), true).await.unwrap();
+        assert!(!settled.timed_out, "{settled:?}");
+        assert!(settled.waited < Duration::from_millis(200), "{:?}", settled.waited);
     }
 
     #[tokio::test(start_paused = true)]
