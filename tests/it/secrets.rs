@@ -335,8 +335,9 @@ fn sweep_config(model_url: &str, extra: &str) -> String {
 /// The vendor fake's script, by the turn a request asks for: (0) text with the value in the middle (the fake
 /// streams a text in two halves, so the value is split across two deltas), the computer signing in with the
 /// placeholder as the password; (1) the `http` tool and both command tools with the placeholder in their
-/// arguments, and `shout` with the value itself written out (streamed in two halves too); (2) completion
-/// with a fragment of the value in its summary (verified by `peek`).
+/// arguments, and `shout` with the value itself written out (streamed in two halves too); (2) `grumble`,
+/// which fails echoing its arguments on stderr; (3) completion with a fragment of the value in its summary
+/// (verified by `peek`).
 fn sweep_model() -> agentd_testkit::fake::Responder {
     let login = agentd_mock::MockDesktop::new(agentd_mock::Scene::resolve("login", None).expect("scene"), None)
         .expect("desktop");
@@ -356,13 +357,14 @@ fn sweep_model() -> agentd_testkit::fake::Responder {
                 // No Return: the field keeps what was typed, so `computer_state` holds the value (redacted).
                 computer("c4", json!({"action": "type", "text": "<secret:password>"})),
             ],
+            // A failed call skips the rest of its turn: each failing one comes last.
             1 => vec![
                 call("t1", "lookup", json!({"token": "<secret:password>"})),
-                call("t2", "lookup_fail", json!({"token": "<secret:password>"})),
-                call("t3", "shout", json!({"text": "<secret:password>"})),
-                call("t4", "grumble", json!({"text": "<secret:password>"})),
-                call("t5", "shout", json!({"text": VALUE})),
+                call("t2", "shout", json!({"text": "<secret:password>"})),
+                call("t3", "shout", json!({"text": VALUE})),
+                call("t4", "lookup_fail", json!({"token": "<secret:password>"})),
             ],
+            2 => vec![call("t5", "grumble", json!({"text": "<secret:password>"}))],
             _ => vec![call(
                 "done",
                 "task_completion",
@@ -441,13 +443,33 @@ fn sweep(backend: Backend, log_format: &str, full: bool) {
     // The task did what the sweep needs: the desktop got the value (the field shows the placeholder), every
     // tool ran with it, the verifier printed it, the model streamed it.
     assert_eq!(record["computer_state"]["fields"]["password"], "<secret:password>", "{record:#}");
-    let results = record["steps"][1]["call_results"].as_array().cloned().unwrap_or_default();
+    let mut results = record["steps"][1]["call_results"].as_array().cloned().unwrap_or_default();
+    results.extend(record["steps"][2]["call_results"].as_array().cloned().unwrap_or_default());
     assert_eq!(results.len(), 5, "{record:#}");
     assert!(
         results[0]["message"].as_str().unwrap_or_default().contains("you sent {\"token\":\"<secret:password>\"}"),
         "{results:#?}"
     );
     assert_eq!(record["outcome"]["verified"], true, "{}", record["outcome"]);
+    // Each route carried the value and brought it back redacted: the model's streamed text, the echoes of
+    // the http tool (answer and error body) and of both programs (stdout, stderr), the value the model wrote
+    // into a call, the verifier's output, the fragment in the summary.
+    let says = |v: &Value, text: &str| v.as_str().unwrap_or_default().contains(text);
+    assert!(says(&record["steps"][0]["model_text"], "says <secret:password> - so"), "{record:#}");
+    for (i, echoed) in [
+        "<secret:password>",
+        "heard {\"text\":\"<secret:password>\"}",
+        "heard {\"text\":\"<secret:password>\"}",
+        "refused: {\"token\":\"<secret:password>\"}",
+        "cannot take {\"text\":\"<secret:password>\"}",
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert!(says(&results[i]["message"], echoed), "result {i} lacks {echoed}: {results:#?}");
+    }
+    assert!(says(&record["outcome"]["checks"][0]["message"], "saw <secret:password>"), "{}", record["outcome"]);
+    assert!(says(&record["outcome"]["summary"], "signed in with <secret:password>"), "{}", record["outcome"]);
     assert!(fake.problems().is_empty(), "{:#?}", fake.problems());
     sweep.search("agentd submit --wait (stdout)", submit.stdout.as_bytes());
     sweep.search("agentd submit --wait (stderr)", submit.stderr.as_bytes());
