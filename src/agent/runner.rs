@@ -509,6 +509,8 @@ impl Loop {
         self.complete_step(&mut record, &mut executed, started).await?;
 
         let no_calls = turn.calls.is_empty();
+        let mut turn = turn;
+        self.input.tools.secrets().redact_turn(&mut turn);
         self.history.push(Exchange {
             step: index,
             screenshot: Some(prepared.model),

@@ -249,6 +249,33 @@ impl Secrets {
         }
     }
 
+    /// Redacts a model's turn in place before it joins the history the model is shown again: its text, its
+    /// thinking, its calls' arguments and typed texts, the vendor's raw content the adapter replays, and an
+    /// approval's reason. A model that wrote a value (read off the screen, or guessed) does not get it back:
+    /// the history it reads is the record it would read after a resume.
+    pub fn redact_turn(&self, turn: &mut crate::model::ModelTurn) {
+        if self.inner.is_none() {
+            return;
+        }
+        let redact = |s: &mut String| {
+            if let Cow::Owned(r) = self.redact(s) {
+                *s = r;
+            }
+        };
+        redact(&mut turn.text);
+        redact(&mut turn.thinking);
+        for call in &mut turn.calls {
+            self.redact_call(call);
+        }
+        if let Some(raw) = &mut turn.raw {
+            self.redact_json(raw);
+        }
+        if let Some(approval) = &mut turn.approval {
+            redact(&mut approval.reason);
+            self.redact_json(&mut approval.details);
+        }
+    }
+
     fn redact_action(&self, action: &mut agentd_computer::Action) {
         if let agentd_computer::Action::Type { text } = action
             && let Cow::Owned(r) = self.redact(text)
@@ -560,6 +587,37 @@ mod tests {
         assert_eq!(s.redact_serde(&outcome).unwrap().unwrap().summary, "saw <secret:token>");
         let tag = secrets(&[("t", "error")]);
         assert!(tag.redact_serde(&outcome).is_err());
+    }
+
+    #[test]
+    fn a_turn_is_redacted_in_its_text_calls_and_raw_content() {
+        let s = secrets(&[("pw", "turn-secret-77x")]);
+        let mut turn = crate::model::ModelTurn {
+            text: "typing turn-secret-77x".into(),
+            thinking: "it is turn-secret-77".into(),
+            calls: vec![
+                ToolCall {
+                    id: "c1".into(),
+                    kind: crate::record::CallKind::Computer {
+                        actions: vec![agentd_computer::Action::Type { text: "turn-secret-77x".into() }],
+                    },
+                },
+                ToolCall {
+                    id: "c2".into(),
+                    kind: crate::record::CallKind::Function {
+                        name: "lookup".into(),
+                        arguments: json!({"token": "turn-secret-77x"}),
+                    },
+                },
+            ],
+            raw: Some(json!([{"type": "text", "text": "typing turn-secret-77x"}])),
+            ..Default::default()
+        };
+        s.redact_turn(&mut turn);
+        let shown = format!("{turn:?}");
+        assert!(!shown.contains("turn-secret-77"), "{shown}");
+        assert_eq!(turn.text, "typing <secret:pw>");
+        assert_eq!(turn.raw.unwrap()[0]["text"], "typing <secret:pw>");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::proxy::FaultProxy;
 use crate::support::{Agentd, Daemon, Run};
 
 /// The moto endpoint, or `None` after saying why the test is skipped.
-fn moto(test: &str) -> Option<String> {
+pub(crate) fn moto(test: &str) -> Option<String> {
     match std::env::var("AGENTD_TEST_S3_ENDPOINT") {
         Ok(endpoint) if !endpoint.is_empty() => Some(endpoint),
         _ => {
@@ -51,7 +51,7 @@ fn s3_config(endpoint: &str, bucket: &str, prefix: &str) -> ArtifactsConfig {
 }
 
 /// A store on a new bucket of its own.
-async fn fresh_store(endpoint: &str, tag: &str, prefix: &str) -> S3Store {
+pub(crate) async fn fresh_store(endpoint: &str, tag: &str, prefix: &str) -> S3Store {
     let bucket = unique_bucket(tag);
     let store = S3Store::new(&s3_config(endpoint, &bucket, prefix)).await.expect("S3 store");
     store.client().create_bucket().bucket(&bucket).send().await.expect("create the test bucket");
@@ -248,7 +248,7 @@ async fn s3_uploader_spools_through_an_outage_and_delivers_everything() {
     tracker.wait().await;
 }
 
-fn artifacts_section(endpoint: &str, bucket: &str) -> String {
+pub(crate) fn artifacts_section(endpoint: &str, bucket: &str) -> String {
     format!(
         "[artifacts]\nbackend = \"s3\"\nbucket = {bucket:?}\nprefix = \"runs\"\nregion = \"us-east-1\"\n\
          endpoint = {endpoint:?}\nforce_path_style = true\n"

@@ -331,6 +331,76 @@ impl Daemon {
         }
     }
 
+    /// Every row of every table of this daemon's queue database, read behind its back as text (one line a
+    /// row: PostgreSQL's `row_to_json`, SQLite's columns as text), for tests that search what is stored.
+    pub fn queue_dump(&self) -> String {
+        let (postgres, sqlite) = match &self._backend {
+            Backend::Postgres(schema) => (Some(schema.url()), None),
+            Backend::Sqlite => (None, Some(self.agentd.data_dir().join("queue.db"))),
+        };
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async {
+                use sqlx::{Connection, Row};
+                let mut out = String::new();
+                if let Some(url) = postgres {
+                    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect to PostgreSQL");
+                    let tables: Vec<String> = sqlx::query_scalar(
+                        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema()",
+                    )
+                    .fetch_all(&mut conn)
+                    .await
+                    .expect("tables");
+                    assert!(!tables.is_empty(), "no tables in the daemon's schema");
+                    for table in tables {
+                        let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                            "SELECT row_to_json(t)::text FROM \"{table}\" t"
+                        )))
+                        .fetch_all(&mut conn)
+                        .await
+                        .unwrap_or_else(|e| panic!("{table}: {e}"));
+                        for row in rows {
+                            out.push_str(&format!("{table}: {row}\n"));
+                        }
+                    }
+                    let _ = conn.close().await;
+                }
+                if let Some(path) = sqlite {
+                    let options = sqlx::sqlite::SqliteConnectOptions::new()
+                        .filename(&path)
+                        .busy_timeout(std::time::Duration::from_secs(10));
+                    let mut conn = sqlx::SqliteConnection::connect_with(&options).await.expect("open queue.db");
+                    let tables: Vec<String> = sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
+                        .fetch_all(&mut conn)
+                        .await
+                        .expect("tables");
+                    assert!(!tables.is_empty(), "no tables in queue.db");
+                    for table in tables {
+                        let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM \"{table}\"")))
+                            .fetch_all(&mut conn)
+                            .await
+                            .unwrap_or_else(|e| panic!("{table}: {e}"));
+                        for row in rows {
+                            out.push_str(&format!("{table}:"));
+                            for i in 0..row.len() {
+                                if let Ok(Some(text)) = row.try_get::<Option<String>, _>(i) {
+                                    out.push_str(&format!(" {text}"));
+                                } else if let Ok(Some(bytes)) = row.try_get::<Option<Vec<u8>>, _>(i) {
+                                    out.push_str(&format!(" {}", String::from_utf8_lossy(&bytes)));
+                                }
+                            }
+                            out.push('\n');
+                        }
+                    }
+                    let _ = conn.close().await;
+                }
+                out
+            })
+        })
+        .join()
+        .expect("the dump's thread")
+    }
+
     /// Runs a CLI command against this daemon.
     pub fn cli(&self, args: &[&str]) -> Run {
         let mut full = vec!["--socket", self.socket.to_str().expect("socket path")];

@@ -76,14 +76,14 @@ fn json_logs_are_one_object_a_line_with_the_task_and_step() {
 }
 
 /// A receiver of OTLP/HTTP trace exports on loopback: every request's body, decoded.
-struct Receiver {
-    endpoint: String,
+pub(crate) struct Receiver {
+    pub(crate) endpoint: String,
     requests: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Receiver {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
         listener.set_nonblocking(true).expect("nonblocking");
@@ -105,7 +105,7 @@ impl Receiver {
         Self { endpoint, requests, stop }
     }
 
-    fn spans(&self) -> Vec<Span> {
+    pub(crate) fn spans(&self) -> Vec<Span> {
         let requests = self.requests.lock().expect("lock");
         requests
             .iter()

@@ -47,6 +47,10 @@ pub enum CuaError {
     /// The action is not something the server can do (e.g. a mouse button it does not know).
     #[error("{action} is not supported by the computer-server provider: {reason}")]
     Unsupported { action: &'static str, reason: String },
+    /// Keys were not sent: the machine's X display has no focused window for them (see
+    /// [`crate::KeyboardFocus`]).
+    #[error("nothing was sent: {}", focus.why_keys_go_nowhere(url, *characters))]
+    NoKeyboardFocus { url: String, focus: crate::KeyboardFocus, characters: bool },
     /// The provider's configuration is unusable (a URL that is not http(s)).
     #[error("{0}")]
     Config(String),
@@ -67,6 +71,7 @@ impl From<CuaError> for ProviderError {
         match e {
             CuaError::Invalid(message) => ProviderError::InvalidAction(message),
             e @ CuaError::Uncertain { .. } => ProviderError::Uncertain(e.to_string()),
+            e @ CuaError::NoKeyboardFocus { .. } => ProviderError::NotDelivered(e.to_string()),
             CuaError::Unsupported { action, reason } => {
                 ProviderError::Unsupported { provider: "computer-server", action, reason }
             }

@@ -29,6 +29,15 @@
 //!   Rejected credentials are [`CuaError::Auth`] (`Failed`).
 //! - **Guest commands**: [`CuaServerProvider::run_command`] runs a shell command on the machine (for
 //!   verifiers and desktop setup), outside the action vocabulary.
+//! - **Keyboard focus**: the server's Linux handler types characters with pynput, which sends each one
+//!   (`XSendEvent`) to the window X reports as focused; on a display whose focus is `PointerRoot`, the root
+//!   window or `None` (a bare Xvfb with no window manager, where clicks do not move the focus) they are
+//!   dropped and the server still answers success. Named keys (Return, Tab, modifiers) go through XTest and
+//!   reach the window under the pointer, unless the focus is `None`. Before a `type`, `keypress` or
+//!   `hold_key` on a Linux server the provider asks the display where the focus is ([`KeyboardFocus`],
+//!   through `run_command` with the server's own Python and python-xlib) and refuses keys that would go
+//!   nowhere with [`CuaError::NoKeyboardFocus`] (a tool error naming the cause); a server where the question
+//!   cannot be asked (not Linux, no python-xlib, no `run_command`) is not asked again and types as before.
 
 pub mod error;
 pub mod keys;
@@ -153,6 +162,92 @@ pub struct CommandOutput {
     pub return_code: Option<i64>,
 }
 
+/// Where an X display's keyboard input goes, as the computer-server's Linux handler sends it: pynput sends a
+/// typed character (`XSendEvent`) to the window `XGetInputFocus` names, and a named key (Return, Tab, a
+/// modifier) through XTest, which X delivers to the focus or, with focus `PointerRoot` or the root window, to
+/// the window under the pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyboardFocus {
+    /// A window has the focus: every key goes to it.
+    Window,
+    /// The focus follows the pointer (`PointerRoot`, X's default with no window manager): characters are
+    /// dropped, named keys reach the window under the pointer.
+    PointerRoot,
+    /// The root window has the focus (a focused window closed): as `PointerRoot`.
+    Root,
+    /// No focus at all (`None`): no key reaches any window.
+    Nothing,
+}
+
+impl KeyboardFocus {
+    /// Whether keys of this kind (typed characters, or named keys only) reach a window.
+    pub fn delivers(self, characters: bool) -> bool {
+        match self {
+            Self::Window => true,
+            Self::PointerRoot | Self::Root => !characters,
+            Self::Nothing => false,
+        }
+    }
+
+    /// Why keys sent to a display with this focus go nowhere, and what the machine needs (the error's text).
+    pub fn why_keys_go_nowhere(self, url: &str, characters: bool) -> String {
+        let focus = match self {
+            Self::Window => "a focused window",
+            Self::PointerRoot => "no focused window (its input focus is PointerRoot)",
+            Self::Root => "no focused window (its input focus is the root window)",
+            Self::Nothing => "no input focus at all (None)",
+        };
+        let lost = if self == Self::Nothing {
+            "no key reaches any window"
+        } else if characters {
+            "the typed characters would be dropped: the server sends them to the focused window"
+        } else {
+            "the keys would be dropped"
+        };
+        format!(
+            "the X display of the computer-server at {url} has {focus}, so {lost} (the server would still report \
+             success). Without a window manager a click does not give a window the focus: the machine needs a \
+             window manager, or the application must take the focus itself"
+        )
+    }
+}
+
+/// What the provider knows of the server's keyboard focus question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FocusProbe {
+    /// Ask before keys (a Linux server that has not failed the question).
+    Ask,
+    /// The question cannot be asked there (not Linux, no python-xlib, no `run_command`): keys go as before.
+    Unanswerable,
+}
+
+/// The shell command that asks the machine's X display where its keyboard focus is, with the same library
+/// and display the server's pynput uses: the server's own interpreter (the first word of its command line;
+/// `run_command`'s shell is its child), else `python3`. It prints `agentd-focus: window|pointer-root|root|none`.
+const FOCUS_PROBE: &str = r#"for p in "$(tr '\0' '\n' </proc/$PPID/cmdline 2>/dev/null | head -n 1)" python3; do [ -n "$p" ] && "$p" -c 'import Xlib.display
+d = Xlib.display.Display()
+f = d.get_input_focus().focus
+i = getattr(f, "id", f)
+print("agentd-focus:", "none" if i == 0 else "pointer-root" if i == 1 else "root" if i == d.screen().root.id else "window")' 2>/dev/null && exit 0; done; exit 3"#;
+
+/// The focus a [`FOCUS_PROBE`] printed, or `None` when it printed no answer.
+pub fn parse_focus_probe(stdout: &str) -> Option<KeyboardFocus> {
+    let answer = stdout.lines().find_map(|line| line.trim().strip_prefix("agentd-focus:"))?;
+    match answer.trim() {
+        "window" => Some(KeyboardFocus::Window),
+        "pointer-root" => Some(KeyboardFocus::PointerRoot),
+        "root" => Some(KeyboardFocus::Root),
+        "none" => Some(KeyboardFocus::Nothing),
+        _ => None,
+    }
+}
+
+/// Whether keys named by the server (`keys::server_name`) include a character (pynput sends those to the
+/// focused window; named keys go through XTest).
+fn has_character(names: &[String]) -> bool {
+    names.iter().any(|name| name.chars().count() == 1)
+}
+
 /// A machine running cua's computer-server.
 pub struct CuaServerProvider {
     config: CuaConfig,
@@ -166,6 +261,10 @@ pub struct CuaServerProvider {
     /// The `/ws` transport, used when configured or once `/cmd` turned out missing.
     ws: ws::WsTransport,
     over_ws: std::sync::atomic::AtomicBool,
+    /// Whether the keyboard focus is asked before keys.
+    focus_probe: std::sync::Mutex<FocusProbe>,
+    /// Whether the operator was told (in the log) that keys go nowhere on this machine.
+    focus_warned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for CuaServerProvider {
@@ -203,8 +302,15 @@ impl CuaServerProvider {
             input: tokio::sync::Mutex::default(),
             ws,
             over_ws,
+            focus_probe: std::sync::Mutex::new(FocusProbe::Unanswerable),
+            focus_warned: std::sync::atomic::AtomicBool::new(false),
         };
-        provider.status_within(Duration::ZERO).await?;
+        let status = provider.status_within(Duration::ZERO).await?;
+        if status["os_type"] == "linux"
+            && let Ok(mut probe) = provider.focus_probe.lock()
+        {
+            *probe = FocusProbe::Ask;
+        }
         Ok(provider)
     }
 
@@ -261,6 +367,42 @@ impl CuaServerProvider {
         let reply = self.call("run_command", json!({ "command": command }), Retry::Input).await?;
         let text = |field: &str| reply[field].as_str().unwrap_or_default().to_string();
         Ok(CommandOutput { stdout: text("stdout"), stderr: text("stderr"), return_code: reply["return_code"].as_i64() })
+    }
+
+    /// Where the machine's X display sends keys now, asked through `run_command`; `Ok(None)` when the server
+    /// cannot answer that (not Linux, no python-xlib, `run_command` refused): it is then not asked again.
+    pub async fn keyboard_focus(&self) -> Result<Option<KeyboardFocus>, CuaError> {
+        if self.focus_probe.lock().map_or(true, |p| *p == FocusProbe::Unanswerable) {
+            return Ok(None);
+        }
+        let answer = match self.call("run_command", json!({ "command": FOCUS_PROBE }), Retry::Observe).await {
+            Ok(reply) => parse_focus_probe(reply["stdout"].as_str().unwrap_or_default()),
+            // The server cannot be reached: the keys could not be sent either.
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => {
+                tracing::debug!(url = %self.url, error = %e, "computer-server: cannot ask where the keyboard focus is");
+                None
+            }
+        };
+        if answer.is_none()
+            && let Ok(mut probe) = self.focus_probe.lock()
+        {
+            *probe = FocusProbe::Unanswerable;
+        }
+        Ok(answer)
+    }
+
+    /// Refuses keys that the machine's keyboard focus would drop (`characters`: whether they include typed
+    /// characters, which need a focused window).
+    async fn check_keyboard(&self, characters: bool) -> Result<(), CuaError> {
+        let Some(focus) = self.keyboard_focus().await? else { return Ok(()) };
+        if focus.delivers(characters) {
+            return Ok(());
+        }
+        if !self.focus_warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(url = %self.url, "computer-server: {}", focus.why_keys_go_nowhere(&self.url, characters));
+        }
+        Err(CuaError::NoKeyboardFocus { url: self.url.clone(), focus, characters })
     }
 
     /// Sends one command, retrying within the reconnect grace while the server cannot be reached (and, for
@@ -588,11 +730,14 @@ impl CuaServerProvider {
             }
             Action::Type { text } => {
                 if !text.is_empty() {
+                    // pynput types Return and Tab as named keys, every other character to the focused window.
+                    self.check_keyboard(text.chars().any(|c| !matches!(c, '\n' | '\r' | '\t'))).await?;
                     self.cmd("type_text", json!({ "text": one_return_per_line(text) })).await?;
                 }
             }
             Action::Keypress { keys } => {
                 let names = server_keys(keys)?;
+                self.check_keyboard(has_character(&names)).await?;
                 match names.as_slice() {
                     [one] => self.cmd("press_key", json!({ "key": one })).await?,
                     _ => self.cmd("hotkey", json!({ "keys": names })).await?,
@@ -600,6 +745,7 @@ impl CuaServerProvider {
             }
             Action::HoldKey { keys, duration_ms } => {
                 let names = server_keys(keys)?;
+                self.check_keyboard(has_character(&names)).await?;
                 self.holding(&names, async {
                     tokio::time::sleep(Duration::from_millis(*duration_ms)).await;
                     Ok(())
@@ -760,6 +906,20 @@ impl ComputerProvider for CuaServerProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_focus_probe_answer_is_read_and_anything_else_is_no_answer() {
+        assert_eq!(parse_focus_probe("agentd-focus: window\n"), Some(KeyboardFocus::Window));
+        assert_eq!(parse_focus_probe("noise\nagentd-focus: pointer-root\n"), Some(KeyboardFocus::PointerRoot));
+        assert_eq!(parse_focus_probe("agentd-focus: root"), Some(KeyboardFocus::Root));
+        assert_eq!(parse_focus_probe("agentd-focus: none\n"), Some(KeyboardFocus::Nothing));
+        assert_eq!(parse_focus_probe(""), None);
+        assert_eq!(parse_focus_probe("agentd-focus: maybe"), None);
+        // Characters need a focused window; named keys need some focus.
+        assert!(KeyboardFocus::PointerRoot.delivers(false) && !KeyboardFocus::PointerRoot.delivers(true));
+        assert!(!KeyboardFocus::Nothing.delivers(false) && KeyboardFocus::Window.delivers(true));
+        assert!(has_character(&["ctrl".into(), "a".into()]) && !has_character(&["ctrl".into(), "enter".into()]));
+    }
 
     #[test]
     fn a_windows_line_end_is_one_return() {

@@ -438,3 +438,104 @@ async fn a_server_without_cmd_is_tried_over_the_websocket() {
     assert!(err.to_string().contains("computer.transport"), "{err}");
     server.abort();
 }
+
+/// Sets the input focus of `display` with python-xlib (in the server's virtualenv: pynput needs it):
+/// `pointer-root`, `none`, or `recorder` (the recording app's window).
+fn set_focus(python: &str, display: &str, to: &str) {
+    let script = r#"import sys, Xlib.display, Xlib.X as X
+d = Xlib.display.Display()
+def find(w):
+    if w.get_wm_name() == "agentd recorder":
+        return w
+    for c in w.query_tree().children:
+        found = find(c)
+        if found:
+            return found
+to = sys.argv[1]
+target = X.PointerRoot if to == "pointer-root" else X.NONE if to == "none" else find(d.screen().root)
+d.set_input_focus(target, X.RevertToParent, X.CurrentTime)
+d.sync()"#;
+    let out = Command::new(python).args(["-c", script, to]).env("DISPLAY", display).output().expect("python");
+    assert!(out.status.success(), "setting the focus to {to}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// What the provider now refuses, and why: cua's computer-server types characters with pynput, which sends
+/// them to the window X names as focused. On a bare Xvfb with no window manager the focus is PointerRoot and
+/// clicks do not move it: the server answers success and the characters land nowhere (the control below,
+/// straight to the server), while named keys (XTest) reach the window under the pointer. The provider asks
+/// the display first: it refuses keys that would be dropped with the reason (a tool error), lets named keys
+/// through, and types again once a window has the focus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_no_focused_window_would_receive_are_refused_with_the_reason() {
+    let Some(machine) = Machine::start() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = RecorderApp::start(&machine.x.display, &dir.path().join("log")).expect("recorder");
+    let provider = machine.connect().await;
+    // The recording app takes the focus itself (as most test fixtures must on a bare X server).
+    assert_eq!(provider.keyboard_focus().await.expect("focus"), Some(agentd_cuaserver::KeyboardFocus::Window));
+
+    set_focus(&machine.python, &machine.x.display, "pointer-root");
+    assert_eq!(provider.keyboard_focus().await.expect("focus"), Some(agentd_cuaserver::KeyboardFocus::PointerRoot));
+    act(&provider, json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1})).await;
+    // The control: the server itself answers success to typing that lands nowhere, then a named key, which
+    // goes through XTest, lands; the app saw it and no character before it.
+    let raw = reqwest::Client::new()
+        .post(format!("{}/cmd", machine.url()))
+        .header("content-type", "application/json")
+        .body(json!({"command": "type_text", "params": {"text": "lost"}}).to_string())
+        .send()
+        .await
+        .expect("type_text")
+        .text()
+        .await
+        .expect("answer");
+    assert!(raw.contains("\"success\": true"), "{raw}");
+    act(&provider, json!({"type": "keypress", "keys": ["Return"]})).await;
+    let events = app.wait_until(WAIT, |events| of_kind(events, "key").iter().any(|e| e["keysym"] == "Return"));
+    let keys: Vec<&Value> = of_kind(&events, "key").into_iter().map(|e| &e["keysym"]).collect();
+    assert_eq!(keys, [&json!("Return")], "only the named key landed: {events:#?}");
+
+    for action in [
+        json!({"type": "type", "text": "hello"}),
+        json!({"type": "keypress", "keys": ["ctrl", "a"]}),
+        json!({"type": "hold_key", "keys": ["a"], "duration_ms": 10}),
+    ] {
+        let parsed: Action = serde_json::from_value(action.clone()).expect("action");
+        let err = provider.perform(&parsed).await.expect_err("refused");
+        assert!(matches!(err, ProviderError::NotDelivered(_)) && err.is_tool_error(), "{action}: {err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains("nothing was sent")
+                && message.contains("PointerRoot")
+                && message.contains("window manager")
+                && message.contains(&machine.url()),
+            "{message}"
+        );
+    }
+
+    // No focus at all: not even a named key would land.
+    set_focus(&machine.python, &machine.x.display, "none");
+    let err = provider.perform(&Action::Keypress { keys: vec!["Return".into()] }).await.expect_err("refused");
+    assert!(err.to_string().contains("no input focus at all"), "{err}");
+
+    // A window given the focus (what a window manager does on a click): typing is sent, and lands.
+    set_focus(&machine.python, &machine.x.display, "recorder");
+    act(&provider, json!({"type": "type", "text": "landed"})).await;
+    let events = app
+        .wait_until(WAIT, |events| of_kind(events, "text").last().and_then(|e| e["value"].as_str()) == Some("landed"));
+    assert!(
+        !of_kind(&events, "text").iter().any(|e| e["value"].as_str().unwrap_or_default().contains("lost")),
+        "{events:#?}"
+    );
+}
+
+/// A server that cannot say where its focus is (the stand-in answers `run_command` with no output, as a
+/// machine without python-xlib would): keys are sent as before, and the question is asked once only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_tell_its_focus_types_as_before_and_is_asked_once() {
+    let (url, commands, _server) = stand_in_server(|_, _| false).await;
+    let provider = CuaServerProvider::connect(CuaConfig::new(url)).await.expect("connect");
+    act(&provider, json!({"type": "type", "text": "one"})).await;
+    act(&provider, json!({"type": "keypress", "keys": ["ctrl", "a"]})).await;
+    assert_eq!(*commands.lock().expect("commands"), ["run_command", "type_text", "hotkey"]);
+}

@@ -37,12 +37,17 @@ pub enum ProviderError {
     /// known. The model is told (it sees the screen next) and the task goes on; the action is not repeated.
     #[error("not known whether the action took effect: {0}")]
     Uncertain(String),
+    /// The action was not sent because the computer would not deliver it anywhere (e.g. keys on an X display
+    /// with no focused window, through a server that sends them to the focused window). The model is told
+    /// why and the task goes on.
+    #[error("{0}")]
+    NotDelivered(String),
 }
 
 impl ProviderError {
     /// Whether the model should be told and the task go on.
     pub fn is_tool_error(&self) -> bool {
-        matches!(self, Self::Unsupported { .. } | Self::InvalidAction(_) | Self::Uncertain(_))
+        matches!(self, Self::Unsupported { .. } | Self::InvalidAction(_) | Self::Uncertain(_) | Self::NotDelivered(_))
     }
 
     /// Whether a later attempt (a reconnect, another worker) may succeed.

@@ -134,6 +134,8 @@ impl Loop {
         if record.index == self.input.turns.last().map_or(0, |turn| turn.first_step) {
             notes.splice(0..0, std::mem::take(&mut self.resumed_turn_notes));
         }
+        let mut turn = turn;
+        self.input.tools.secrets().redact_turn(&mut turn);
         self.history.push(Exchange {
             step: record.index,
             screenshot: None,
