@@ -217,9 +217,16 @@ impl KeyboardFocus {
 enum FocusProbe {
     /// Ask before keys (a Linux server that has not failed the question).
     Ask,
+    /// A window had the focus when last asked, at this moment: keys go without asking again until
+    /// [`FOCUS_TRUSTED_FOR`] has passed (asking costs a guest command, 0.1–0.3 s, per keyboard action).
+    Window(std::time::Instant),
     /// The question cannot be asked there (not Linux, no python-xlib, no `run_command`): keys go as before.
     Unanswerable,
 }
+
+/// How long a focused window, once seen, is trusted without asking again. A focus that goes nowhere is
+/// asked about before every keyboard action until a window has it.
+const FOCUS_TRUSTED_FOR: Duration = Duration::from_secs(5);
 
 /// The shell command that asks the machine's X display where its keyboard focus is, with the same library
 /// and display the server's pynput uses: the server's own interpreter (the first word of its command line;
@@ -372,8 +379,10 @@ impl CuaServerProvider {
     /// Where the machine's X display sends keys now, asked through `run_command`; `Ok(None)` when the server
     /// cannot answer that (not Linux, no python-xlib, `run_command` refused): it is then not asked again.
     pub async fn keyboard_focus(&self) -> Result<Option<KeyboardFocus>, CuaError> {
-        if self.focus_probe.lock().map_or(true, |p| *p == FocusProbe::Unanswerable) {
-            return Ok(None);
+        match self.focus_probe.lock().map_or(FocusProbe::Unanswerable, |p| *p) {
+            FocusProbe::Unanswerable => return Ok(None),
+            FocusProbe::Window(at) if at.elapsed() < FOCUS_TRUSTED_FOR => return Ok(Some(KeyboardFocus::Window)),
+            FocusProbe::Window(_) | FocusProbe::Ask => {}
         }
         let answer = match self.call("run_command", json!({ "command": FOCUS_PROBE }), Retry::Observe).await {
             Ok(reply) => parse_focus_probe(reply["stdout"].as_str().unwrap_or_default()),
@@ -384,10 +393,12 @@ impl CuaServerProvider {
                 None
             }
         };
-        if answer.is_none()
-            && let Ok(mut probe) = self.focus_probe.lock()
-        {
-            *probe = FocusProbe::Unanswerable;
+        if let Ok(mut probe) = self.focus_probe.lock() {
+            *probe = match answer {
+                None => FocusProbe::Unanswerable,
+                Some(KeyboardFocus::Window) => FocusProbe::Window(std::time::Instant::now()),
+                Some(_) => FocusProbe::Ask,
+            };
         }
         Ok(answer)
     }
