@@ -714,7 +714,7 @@ mod tests {
         async fn get(&self, id: &str) -> Result<TaskRecord, QueueError> {
             self.inner.get(id).await
         }
-        async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+        async fn list(&self, filter: &ListFilter) -> Result<Vec<crate::status::ListedTask>, QueueError> {
             self.inner.list(filter).await
         }
         async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::record::Usage;
 use crate::record::events::Event;
 use crate::record::{HandBack, Outcome, ScreenshotRef, StepRecord, TaskState, Turn};
-use crate::status::TaskRecord;
+use crate::status::{ListedTask, TaskRecord};
 use crate::task::TaskSpec;
 
 #[derive(Debug, Error)]
@@ -48,6 +48,13 @@ pub enum QueueError {
     /// Stored data could not be read back.
     #[error("queue data corrupt: {0}")]
     Corrupt(String),
+    /// One task's stored row, or one of its steps, cannot be decoded (changed outside agentd, or written by a
+    /// broken version); `reason` names the column or step and says why. Other tasks are not affected.
+    #[error(
+        "task {id} cannot be read: {reason} (its stored record was changed outside agentd or written by a broken \
+         version; once it is finished, agentd delete {id} removes it)"
+    )]
+    Unreadable { id: String, reason: String },
     /// The request does not fit the task (answers to remote tool calls it does not wait for, or not all of
     /// them): `field` names the part of the request at fault (`results[1].id`).
     #[error("{field}: {message}")]
@@ -243,11 +250,13 @@ pub trait Queue: Send + Sync {
     /// Enqueues a task (writing its `task_queued` event), or returns the existing task with that id.
     async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError>;
 
-    /// A task with its steps.
+    /// A task with its steps; one whose row or a step of which cannot be decoded is
+    /// [`QueueError::Unreadable`], naming the column or step.
     async fn get(&self, id: &str) -> Result<TaskRecord, QueueError>;
 
-    /// Tasks newest first, without their steps.
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError>;
+    /// Tasks newest first, without their steps. A task whose row cannot be decoded is listed as
+    /// [`ListedTask::Unreadable`] in its place, never failing the listing.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<ListedTask>, QueueError>;
 
     /// How many steps each of these tasks has recorded (what [`Queue::list`] leaves out). A task with no
     /// step, or unknown, is missing from the answer. The backends count in one query; this default reads

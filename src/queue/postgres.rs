@@ -36,7 +36,7 @@ use super::{
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState, Usage};
-use crate::status::TaskRecord;
+use crate::status::{ListedTask, TaskRecord};
 
 /// Channel notified when a task may have become claimable.
 const WORK_CHANNEL: &str = "agentd_work";
@@ -317,10 +317,11 @@ impl PostgresQueue {
         &self.pool
     }
 
-    fn record_from_row(row: &PgRow) -> Result<TaskRecord, QueueError> {
+    /// A task's row as read, its JSON columns not decoded yet.
+    fn task_row(row: &PgRow) -> Result<TaskRow, QueueError> {
         let get = |column: &str| row.try_get::<Option<String>, _>(column).map_err(db_error);
         let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
-        TaskRow {
+        Ok(TaskRow {
             id: row.try_get("id").map_err(db_error)?,
             spec: row.try_get("spec").map_err(db_error)?,
             state: row.try_get("state").map_err(db_error)?,
@@ -338,8 +339,7 @@ impl PostgresQueue {
             takeover: get("takeover")?,
             desktop_name: get("desktop_name")?,
             desktop_failure: get("desktop_failure")?,
-        }
-        .decode()
+        })
     }
 
     /// Takes the transaction-scoped advisory lock on a desktop key, then tells whether no live task holds
@@ -364,12 +364,13 @@ impl PostgresQueue {
     }
 
     async fn steps(executor: impl sqlx::PgExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
-        let rows: Vec<String> = sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx")
-            .bind(id)
-            .fetch_all(executor)
-            .await
-            .map_err(db_error)?;
-        rows.iter().map(|text| row::step(text)).collect()
+        let rows: Vec<(i32, String)> =
+            sqlx::query_as("SELECT idx, record FROM agentd_steps WHERE task_id = $1 ORDER BY idx")
+                .bind(id)
+                .fetch_all(executor)
+                .await
+                .map_err(db_error)?;
+        rows.iter().map(|(idx, text)| row::step_at(i64::from(*idx), text)).collect()
     }
 
     async fn next_seq(executor: impl sqlx::PgExecutor<'_>, task_id: &str) -> Result<i64, QueueError> {
@@ -605,14 +606,14 @@ impl Queue for PostgresQueue {
             .await
             .map_err(db_error)?
             .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
-        let mut record = Self::record_from_row(&row)?;
-        record.steps = Self::steps(&mut *tx, id).await?;
+        let mut record = Self::task_row(&row)?.decode().map_err(|e| row::unreadable(id, e))?;
+        record.steps = Self::steps(&mut *tx, id).await.map_err(|e| row::unreadable(id, e))?;
         tx.commit().await.map_err(db_error)?;
         record.derive();
         Ok(record)
     }
 
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<ListedTask>, QueueError> {
         let limit = row::list_limit(filter);
         let rows = sqlx::query(
             "SELECT * FROM agentd_tasks WHERE ($1::text IS NULL OR state = $1)
@@ -623,7 +624,7 @@ impl Queue for PostgresQueue {
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        rows.iter().map(Self::record_from_row).collect()
+        rows.iter().map(|row| Self::task_row(row).map(TaskRow::listed)).collect()
     }
 
     async fn step_counts(&self, ids: &[String]) -> Result<BTreeMap<String, u64>, QueueError> {
@@ -1041,7 +1042,10 @@ impl Queue for PostgresQueue {
         let Some(row) = row else {
             return Err(rollback(tx, QueueError::NotFound(id.to_string())).await);
         };
-        let record = Self::record_from_row(&row)?;
+        let record = match Self::task_row(&row).and_then(TaskRow::decode) {
+            Ok(record) => record,
+            Err(e) => return Err(rollback(tx, row::unreadable(id, e)).await),
+        };
         let next_step: i64 =
             sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0)::bigint FROM agentd_steps WHERE task_id = $1")
                 .bind(id)

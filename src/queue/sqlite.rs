@@ -27,7 +27,7 @@ use super::{
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState, Usage};
-use crate::status::TaskRecord;
+use crate::status::{ListedTask, TaskRecord};
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS tasks (
@@ -428,11 +428,12 @@ impl SqliteQueue {
         Ok(())
     }
 
-    fn record_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord, QueueError> {
+    /// A task's row as read, its JSON columns not decoded yet.
+    fn task_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRow, QueueError> {
         let get = |column: &str| row.try_get::<Option<String>, _>(column).map_err(db_error);
         let started: Option<i64> = row.try_get("started_ms").map_err(db_error)?;
         let finished: Option<i64> = row.try_get("finished_ms").map_err(db_error)?;
-        TaskRow {
+        Ok(TaskRow {
             id: row.try_get("id").map_err(db_error)?,
             spec: row.try_get("spec").map_err(db_error)?,
             state: row.try_get("state").map_err(db_error)?,
@@ -450,8 +451,7 @@ impl SqliteQueue {
             takeover: get("takeover")?,
             desktop_name: get("desktop_name")?,
             desktop_failure: get("desktop_failure")?,
-        }
-        .decode()
+        })
     }
 
     /// The desktop keys live tasks hold: running under a live lease, or parked for a take-over (§20).
@@ -472,12 +472,17 @@ impl SqliteQueue {
     }
 
     async fn steps(&self, executor: impl sqlx::SqliteExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
-        let rows = sqlx::query("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx")
+        let rows = sqlx::query("SELECT idx, record FROM steps WHERE task_id = ?1 ORDER BY idx")
             .bind(id)
             .fetch_all(executor)
             .await
             .map_err(db_error)?;
-        rows.iter().map(|r| row::step(&r.try_get::<String, _>("record").map_err(db_error)?)).collect()
+        rows.iter()
+            .map(|r| {
+                let idx: i64 = r.try_get("idx").map_err(db_error)?;
+                row::step_at(idx, &r.try_get::<String, _>("record").map_err(db_error)?)
+            })
+            .collect()
     }
 
     /// Appends an event the queue itself emits, numbered after the task's last event.
@@ -697,13 +702,13 @@ impl Queue for SqliteQueue {
             .await
             .map_err(db_error)?
             .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
-        let mut record = Self::record_from_row(&row)?;
-        record.steps = self.steps(&self.pool, id).await?;
+        let mut record = Self::task_row(&row)?.decode().map_err(|e| row::unreadable(id, e))?;
+        record.steps = self.steps(&self.pool, id).await.map_err(|e| row::unreadable(id, e))?;
         record.derive();
         Ok(record)
     }
 
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<ListedTask>, QueueError> {
         let limit = row::list_limit(filter);
         let rows = match filter.state {
             Some(state) => {
@@ -721,7 +726,7 @@ impl Queue for SqliteQueue {
             }
         }
         .map_err(db_error)?;
-        rows.iter().map(Self::record_from_row).collect()
+        rows.iter().map(|row| Self::task_row(row).map(TaskRow::listed)).collect()
     }
 
     async fn step_counts(&self, ids: &[String]) -> Result<BTreeMap<String, u64>, QueueError> {
@@ -1128,7 +1133,10 @@ impl Queue for SqliteQueue {
         let Some(row) = row else {
             return Err(rollback(tx, QueueError::NotFound(id.to_string())).await);
         };
-        let record = Self::record_from_row(&row)?;
+        let record = match Self::task_row(&row).and_then(TaskRow::decode) {
+            Ok(record) => record,
+            Err(e) => return Err(rollback(tx, row::unreadable(id, e)).await),
+        };
         let next_step: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0) FROM steps WHERE task_id = ?1")
             .bind(id)
             .fetch_one(&mut *tx)

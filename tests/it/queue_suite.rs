@@ -444,11 +444,11 @@ async fn listing_and_counts(queue: &dyn Queue) {
     queue.submit(new_task(id.as_str(), &[("never", "matches")])).await.unwrap_or_else(|e| panic!("{e}"));
     let newest = queue.list(&ListFilter { state: None, limit: 1 }).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(newest.len(), 1);
-    assert_eq!(newest[0].id, id.as_str(), "newest first");
+    assert_eq!(newest[0].id(), id.as_str(), "newest first");
     let queued =
         queue.list(&ListFilter { state: Some(TaskState::Queued), limit: 100 }).await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(queued.iter().all(|t| t.state == TaskState::Queued));
-    assert!(queued.iter().any(|t| t.id == id.as_str()));
+    assert!(queued.iter().all(|t| t.record().is_some_and(|r| r.state == TaskState::Queued)), "{queued:?}");
+    assert!(queued.iter().any(|t| t.id() == id.as_str()));
     let counts = queue.counts().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(counts.get(&TaskState::Succeeded).copied().unwrap_or(0) >= 3, "{counts:?}");
     assert!(counts.get(&TaskState::Queued).copied().unwrap_or(0) >= 1, "{counts:?}");
