@@ -197,14 +197,16 @@ pub async fn approve(
         Some(actions) => Decision::ApproveEdited { actions },
         None => Decision::Approve,
     };
-    state.queue.decide(&id, &decision).await.map_err(|e| match e {
+    // Decided under the row's lock with the answer written into the waiting step: a 200 here is an approval
+    // the record keeps, whatever comes next (a cancel right after it ends the task before the calls run).
+    let now = state.queue.decide(&id, &decision).await.map_err(|e| match e {
         crate::queue::QueueError::Invalid { field, message } => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", format!("{field}: {message}")).with_field(field)
         }
         other => other.into(),
     })?;
     state.workers.wake.notify_one();
-    Ok(Json(json!({"id": id, "state": "queued", "approved": true, "edited": edited})))
+    Ok(Json(json!({"id": id, "state": now.as_str(), "approved": true, "edited": edited})))
 }
 
 pub async fn reject(
@@ -218,9 +220,9 @@ pub async fn reject(
     } else {
         crate::task::parse_json(&text, "request body").map_err(invalid_task)?
     };
-    state.queue.decide(&id, &Decision::Reject { reason: body.reason }).await?;
-    // An approval rule's hold goes on (the model is told why); anything else ends the task.
-    let now = state.queue.get(&id).await.map(|r| r.state).unwrap_or(TaskState::Failed);
+    // An approval rule's hold goes on (the model is told why); anything else ends the task. The answer is the
+    // state the decision left the task in, not one read afterwards (a cancel may have come in between).
+    let now = state.queue.decide(&id, &Decision::Reject { reason: body.reason }).await?;
     state.workers.events_stored.notify_waiters();
     if now != TaskState::Failed {
         state.workers.wake.notify_one();

@@ -114,8 +114,6 @@ pub struct Lease {
     pub next_seq: u64,
     /// Time the task ran in earlier attempts.
     pub elapsed: Duration,
-    /// A human approved the step the task was waiting on.
-    pub approved: bool,
     /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
     pub turns: Vec<Turn>,
     /// A person had taken the desktop over (`pause`) and handed it back (`resume`) since the last attempt
@@ -308,8 +306,10 @@ pub trait Queue: Send + Sync {
     /// Cancels a queued, waiting or running task.
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError>;
 
-    /// Answers a task in `waiting_for_human` (not one a person took over: that one is resumed).
-    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError>;
+    /// Answers a task in `waiting_for_human` (not one a person took over: that one is resumed), writing the
+    /// answer into its waiting step in the same transaction; returns the state the answer left the task in
+    /// (what the API reports: read again later, a cancel may have moved it on).
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError>;
 
     /// A person takes the task's desktop over (§20): a queued task waits in `waiting_for_human` at once, a
     /// running one is asked to park after its current step (the heartbeat and `QueueSignal::Pause` carry the

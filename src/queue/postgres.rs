@@ -465,6 +465,9 @@ impl PostgresQueue {
             .bind(id)
             .bind(Takeover::Resumed.as_str())
             .bind(note.clone()),
+            // The answer itself is in the waiting step (`transitions::decide`); the `approved` column is no
+            // longer read, only kept up for an older version reading this queue (a downgrade, or the other
+            // nodes of a fleet during a rolling upgrade).
             Change::Approve => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'queued', approved = true, same_attempt = true,
                     waiting_reason = NULL, not_before = '-infinity'
@@ -703,7 +706,7 @@ impl Queue for PostgresQueue {
                     desktop_held = $4, takeover = NULL, takeover_note = NULL,
                     desktop_name = COALESCE($5, t.desktop_name)
                  WHERE t.id = $1
-                 RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved, t.turns",
+                 RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.turns",
             )
             .bind(&id)
             .bind(&worker.name)
@@ -721,7 +724,6 @@ impl Queue for PostgresQueue {
                 max_attempts: i64::from(max_attempts),
                 token: row.try_get("lease_token").map_err(db_error)?,
                 elapsed_ms: row.try_get("elapsed_ms").map_err(db_error)?,
-                approved: row.try_get("approved").map_err(db_error)?,
                 steps: Self::steps(&mut *tx, &id).await?,
                 next_seq: Self::next_seq(&mut *tx, &id).await?,
                 turns: row.try_get("turns").map_err(db_error)?,
@@ -967,7 +969,7 @@ impl Queue for PostgresQueue {
         Ok(transitions::cancelled(&change))
     }
 
-    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let (state, takeover) = Self::lock_facts(&mut tx, id).await?;
         let last: Option<String> =
@@ -996,7 +998,8 @@ impl Queue for PostgresQueue {
         if change.wakes_workers() {
             Self::notify_work(&mut tx).await?;
         }
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        Ok(change.state())
     }
 
     async fn pause(&self, id: &str) -> Result<Paused, QueueError> {

@@ -541,6 +541,9 @@ impl SqliteQueue {
             .bind(id)
             .bind(Takeover::Resumed.as_str())
             .bind(note.clone()),
+            // The answer itself is in the waiting step (`transitions::decide`); the `approved` column is no
+            // longer read, only kept up for an older version reading this queue (a downgrade, or the other
+            // nodes of a fleet during a rolling upgrade).
             Change::Approve => sqlx::query(
                 "UPDATE tasks SET state = 'queued', approved = 1, same_attempt = 1, waiting_reason = NULL,
                     not_before_ms = 0
@@ -815,7 +818,7 @@ impl Queue for SqliteQueue {
                 waiting_reason = NULL, desktop_held = ?5, takeover = NULL, takeover_note = NULL,
                 desktop_name = COALESCE(?6, desktop_name)
              WHERE id = ?1 AND state = 'queued'
-             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, approved, turns",
+             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, turns",
         )
         .bind(&id)
         .bind(&worker.name)
@@ -826,14 +829,12 @@ impl Queue for SqliteQueue {
         .fetch_one(&mut *tx)
         .await
         .map_err(|e| self.failed(e))?;
-        let approved: i64 = row.try_get("approved").map_err(|e| self.failed(e))?;
         let lease = LeaseRow {
             spec: row.try_get("spec").map_err(|e| self.failed(e))?,
             attempt: row.try_get("attempt").map_err(|e| self.failed(e))?,
             max_attempts: row.try_get("max_attempts").map_err(|e| self.failed(e))?,
             token: row.try_get("lease_token").map_err(|e| self.failed(e))?,
             elapsed_ms: row.try_get("elapsed_ms").map_err(|e| self.failed(e))?,
-            approved: approved != 0,
             steps: self.steps(&mut *tx, &id).await?,
             next_seq: Self::next_seq(&mut *tx, &id).await?,
             turns: row.try_get("turns").map_err(|e| self.failed(e))?,
@@ -1060,7 +1061,7 @@ impl Queue for SqliteQueue {
         Ok(transitions::cancelled(&change))
     }
 
-    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError> {
         let _write = self.writes.lock().await;
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let (state, takeover) = Self::facts(&mut tx, id).await?;
@@ -1086,7 +1087,8 @@ impl Queue for SqliteQueue {
                 .map_err(|e| self.failed(e))?;
         }
         Self::apply(&mut tx, id, &decided.change).await?;
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        Ok(decided.change.state())
     }
 
     async fn pause(&self, id: &str) -> Result<Paused, QueueError> {
