@@ -27,13 +27,6 @@ use crate::task::{TaskId, TaskSpec};
 
 pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     let (spec, source) = TaskSpec::read(task_path)?;
-    // A task file's `id` is an idempotency key, as for `agentd submit`: the same task file again gets the
-    // earlier run's result without running again, another task file under that id is refused.
-    if let Some(id) = &spec.id
-        && let Some(earlier) = earlier_run(config, id.as_str(), &spec, &source)?
-    {
-        return Ok(show_earlier(config, earlier, json));
-    }
     let task_id = spec.id.clone().unwrap_or_else(TaskId::generate);
     let build_error = |e: BuildError| {
         // Found after parsing (a scene or script file that does not exist): point at the field in the file.
@@ -75,6 +68,14 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         .build()
         .await
         .map_err(build_error)?;
+    // A task file's `id` is an idempotency key, as for `agentd submit`: checked as the daemon checks a
+    // submission, after the task was found runnable here. The same task file again gets the earlier run's
+    // result without running again; another task file under that id is refused.
+    if let Some(id) = &spec.id
+        && let Some(earlier) = earlier_run(config, id.as_str(), &spec, &source)?
+    {
+        return Ok(show_earlier(config, earlier, json));
+    }
     eprintln!(
         "agentd: task {}: {} on {} with {}",
         sanitize(task_id.as_str()),
