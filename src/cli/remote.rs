@@ -480,7 +480,7 @@ fn table(tasks: &[Listed], now: time::OffsetDateTime, style: Style, width: Optio
                 term::age((now - task.created_at).whole_seconds()),
                 "-".to_string(),
                 "-".to_string(),
-                sanitize(&format!("cannot be read: {}", task.error)).into_owned(),
+                sanitize(&task.error).into_owned(),
             ],
         })
         .collect();

@@ -150,7 +150,7 @@
           return h('tr', { 'data-id': t.id, class: 'unreadable' },
             h('td', {}, h('a', { href: `#/tasks/${encodeURIComponent(t.id)}`, class: 'mono', 'data-task': t.id, text: t.id })),
             h('td', {}, t.state ? stateBadge(t.state) : h('span', { class: 'state unknown', text: 'unknown' })),
-            h('td', { class: 'what wide problem', title: t.error, text: `Cannot be read: ${t.error}` }),
+            h('td', { class: 'what wide problem', title: t.error, text: t.error }),
             h('td', { class: 'num', title: t.created_at, text: age(t.created_at) }),
             h('td', { class: 'num', text: '–' }),
             h('td', { class: 'num', text: '–' }));
