@@ -407,6 +407,18 @@ pub(crate) mod ending {
         }
     }
 
+    /// A task a claim found whose stored row cannot be decoded: it can never run.
+    pub fn unreadable(reason: &str) -> Outcome {
+        Outcome {
+            success: false,
+            summary: format!("the stored task cannot be read, so it cannot run: {reason}"),
+            reason: EndReason::Error,
+            output: None,
+            verified: None,
+            checks: Vec::new(),
+        }
+    }
+
     /// A task whose lease expired for the last time.
     pub fn worker_lost(attempts: i64) -> Outcome {
         Outcome {

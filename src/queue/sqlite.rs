@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
-use super::row::{LeaseRow, TaskRow, corrupt, json};
+use super::row::{LeaseRow, TaskRow, json};
 use super::transitions::{self, Change, Handback, TAKEOVER_REASON, Takeover};
 use super::{
     Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Paused, Queue, QueueError,
@@ -79,6 +79,9 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_ms) WHERE state IN ('succeeded', 'failed', 'cancelled')",
     "CREATE TABLE IF NOT EXISTS purges (task_id TEXT PRIMARY KEY, deleted_ms INTEGER NOT NULL)",
 ];
+
+/// How many tasks that cannot be read one claim ends before it answers that there is nothing to run.
+const UNREADABLE_PER_CLAIM: usize = 16;
 
 pub struct SqliteQueue {
     /// Reads, and the writes that may be lost to a power cut without harm (events, heartbeats):
@@ -454,6 +457,117 @@ impl SqliteQueue {
         })
     }
 
+    /// One claim ([`Queue::claim`]); a task it took whose row cannot be decoded is ended, and is the answer as
+    /// [`QueueError::Unreadable`].
+    async fn claim_one(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
+        let _write = self.writes.lock().await;
+        let now = now_ms();
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop), and
+        // so does one whose desktop a person took over (§20: a task parked for a take-over keeps it).
+        // Built from constants only (no input reaches the text).
+        let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id, labels, desktop, desktop_name, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
+               AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.state = 'running' AND r.lease_until_ms >= ?1
+                                 AND r.desktop_held = {qualified})
+               AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'waiting_for_human' AND p.takeover = 'parked'
+                                 AND p.desktop_held = {qualified})
+             ORDER BY created_ms, id LIMIT 200",
+            qualified = desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
+        )))
+        .bind(now)
+        .bind(&worker.desktops.default)
+        .bind(&worker.desktops.host)
+        .bind(&worker.desktops.display)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.failed(e))?;
+        let mut chosen = None;
+        // The keys live tasks hold, read once and only when a pool task (§23) needs a desktop chosen.
+        let mut held: Option<std::collections::HashSet<String>> = None;
+        for row in &candidates {
+            let labels_text: String = row.try_get("labels").map_err(|e| self.failed(e))?;
+            // The queue's own copy of the task's labels, unreadable only if changed by hand: that task is left
+            // (never one claim's failure for every task behind it).
+            let Ok(labels) = serde_json::from_str::<BTreeMap<String, String>>(&labels_text) else { continue };
+            if !labels_match(&labels, &worker.labels) {
+                continue;
+            }
+            let id = row.try_get::<String, _>("id").map_err(|e| self.failed(e))?;
+            let desktop: Option<String> = row.try_get("desktop").map_err(|e| self.failed(e))?;
+            let qualified = worker.desktops.qualify(desktop.as_deref());
+            let (desktop_held, desktop_name) = match qualified.as_deref().and_then(desktop::pool_request) {
+                None => (qualified, None),
+                Some(request) => {
+                    if held.is_none() {
+                        held = Some(self.held_desktops(&mut *tx, now).await?);
+                    }
+                    let held = held.as_ref();
+                    let before: Option<String> = row.try_get("desktop_name").map_err(|e| self.failed(e))?;
+                    let is_held = |key: &str| held.is_some_and(|h| h.contains(key));
+                    match desktop::choose(&request, &worker.pool, before.as_deref(), is_held) {
+                        Some(offer) => (Some(offer.key.clone()), Some(offer.name.clone())),
+                        None => continue,
+                    }
+                }
+            };
+            let takeover: (Option<String>, Option<String>) = (
+                row.try_get("takeover").map_err(|e| self.failed(e))?,
+                row.try_get("takeover_note").map_err(|e| self.failed(e))?,
+            );
+            chosen = Some((id, desktop_held, desktop_name, takeover));
+            break;
+        }
+        let Some((id, desktop_held, desktop_name, (takeover, takeover_note))) = chosen else {
+            return Ok(None);
+        };
+        let row = sqlx::query(
+            "UPDATE tasks SET state = 'running', attempt = attempt + 1 - same_attempt, same_attempt = 0,
+                worker = ?2, lease_token = lease_token + 1,
+                lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
+                waiting_reason = NULL, desktop_held = ?5, takeover = NULL, takeover_note = NULL,
+                desktop_name = COALESCE(?6, desktop_name)
+             WHERE id = ?1 AND state = 'queued'
+             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, turns",
+        )
+        .bind(&id)
+        .bind(&worker.name)
+        .bind(now + lease_for.as_millis() as i64)
+        .bind(now)
+        .bind(desktop_held)
+        .bind(&desktop_name)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| self.failed(e))?;
+        let steps = self.steps(&mut *tx, &id).await;
+        let lease = LeaseRow {
+            spec: row.try_get("spec").map_err(|e| self.failed(e))?,
+            attempt: row.try_get("attempt").map_err(|e| self.failed(e))?,
+            max_attempts: row.try_get("max_attempts").map_err(|e| self.failed(e))?,
+            token: row.try_get("lease_token").map_err(|e| self.failed(e))?,
+            elapsed_ms: row.try_get("elapsed_ms").map_err(|e| self.failed(e))?,
+            steps: Vec::new(),
+            next_seq: Self::next_seq(&mut *tx, &id).await?,
+            turns: row.try_get("turns").map_err(|e| self.failed(e))?,
+            takeover,
+            takeover_note,
+            desktop: desktop_name,
+            id: id.clone(),
+        };
+        match steps.and_then(|steps| LeaseRow { steps, ..lease }.decode()) {
+            Ok(lease) => {
+                self.wrote(tx.commit().await)?;
+                Ok(Some(lease))
+            }
+            Err(QueueError::Corrupt(reason)) => {
+                Self::apply(&mut tx, &id, &transitions::unreadable(&reason)).await?;
+                self.wrote(tx.commit().await)?;
+                Err(QueueError::Unreadable { id, reason })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// The desktop keys live tasks hold: running under a live lease, or parked for a take-over (§20).
     async fn held_desktops(
         &self,
@@ -751,101 +865,17 @@ impl Queue for SqliteQueue {
     }
 
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
-        let _write = self.writes.lock().await;
-        let now = now_ms();
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
-        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop), and
-        // so does one whose desktop a person took over (§20: a task parked for a take-over keeps it).
-        // Built from constants only (no input reaches the text).
-        let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT id, labels, desktop, desktop_name, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
-               AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.state = 'running' AND r.lease_until_ms >= ?1
-                                 AND r.desktop_held = {qualified})
-               AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'waiting_for_human' AND p.takeover = 'parked'
-                                 AND p.desktop_held = {qualified})
-             ORDER BY created_ms, id LIMIT 200",
-            qualified = desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
-        )))
-        .bind(now)
-        .bind(&worker.desktops.default)
-        .bind(&worker.desktops.host)
-        .bind(&worker.desktops.display)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| self.failed(e))?;
-        let mut chosen = None;
-        // The keys live tasks hold, read once and only when a pool task (§23) needs a desktop chosen.
-        let mut held: Option<std::collections::HashSet<String>> = None;
-        for row in &candidates {
-            let labels_text: String = row.try_get("labels").map_err(|e| self.failed(e))?;
-            let labels: BTreeMap<String, String> =
-                serde_json::from_str(&labels_text).map_err(|e| corrupt("labels", e))?;
-            if !labels_match(&labels, &worker.labels) {
-                continue;
-            }
-            let id = row.try_get::<String, _>("id").map_err(|e| self.failed(e))?;
-            let desktop: Option<String> = row.try_get("desktop").map_err(|e| self.failed(e))?;
-            let qualified = worker.desktops.qualify(desktop.as_deref());
-            let (desktop_held, desktop_name) = match qualified.as_deref().and_then(desktop::pool_request) {
-                None => (qualified, None),
-                Some(request) => {
-                    if held.is_none() {
-                        held = Some(self.held_desktops(&mut *tx, now).await?);
-                    }
-                    let held = held.as_ref();
-                    let before: Option<String> = row.try_get("desktop_name").map_err(|e| self.failed(e))?;
-                    let is_held = |key: &str| held.is_some_and(|h| h.contains(key));
-                    match desktop::choose(&request, &worker.pool, before.as_deref(), is_held) {
-                        Some(offer) => (Some(offer.key.clone()), Some(offer.name.clone())),
-                        None => continue,
-                    }
+        // A task that cannot be read ends where a claim takes it (`transitions::unreadable`); the claim goes on
+        // with the next one.
+        for _ in 0..UNREADABLE_PER_CLAIM {
+            match self.claim_one(worker, lease_for).await {
+                Err(QueueError::Unreadable { id, reason }) => {
+                    tracing::warn!(task = %id, %reason, "a queued task cannot be read: it failed without running");
                 }
-            };
-            let takeover: (Option<String>, Option<String>) = (
-                row.try_get("takeover").map_err(|e| self.failed(e))?,
-                row.try_get("takeover_note").map_err(|e| self.failed(e))?,
-            );
-            chosen = Some((id, desktop_held, desktop_name, takeover));
-            break;
+                other => return other,
+            }
         }
-        let Some((id, desktop_held, desktop_name, (takeover, takeover_note))) = chosen else {
-            return Ok(None);
-        };
-        let row = sqlx::query(
-            "UPDATE tasks SET state = 'running', attempt = attempt + 1 - same_attempt, same_attempt = 0,
-                worker = ?2, lease_token = lease_token + 1,
-                lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
-                waiting_reason = NULL, desktop_held = ?5, takeover = NULL, takeover_note = NULL,
-                desktop_name = COALESCE(?6, desktop_name)
-             WHERE id = ?1 AND state = 'queued'
-             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, turns",
-        )
-        .bind(&id)
-        .bind(&worker.name)
-        .bind(now + lease_for.as_millis() as i64)
-        .bind(now)
-        .bind(desktop_held)
-        .bind(&desktop_name)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| self.failed(e))?;
-        let lease = LeaseRow {
-            spec: row.try_get("spec").map_err(|e| self.failed(e))?,
-            attempt: row.try_get("attempt").map_err(|e| self.failed(e))?,
-            max_attempts: row.try_get("max_attempts").map_err(|e| self.failed(e))?,
-            token: row.try_get("lease_token").map_err(|e| self.failed(e))?,
-            elapsed_ms: row.try_get("elapsed_ms").map_err(|e| self.failed(e))?,
-            steps: self.steps(&mut *tx, &id).await?,
-            next_seq: Self::next_seq(&mut *tx, &id).await?,
-            turns: row.try_get("turns").map_err(|e| self.failed(e))?,
-            takeover,
-            takeover_note,
-            desktop: desktop_name,
-            id,
-        }
-        .decode()?;
-        self.wrote(tx.commit().await)?;
-        Ok(Some(lease))
+        Ok(None)
     }
 
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {

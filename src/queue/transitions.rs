@@ -498,6 +498,13 @@ pub fn rescue(facts: &Expired) -> Change {
     }
 }
 
+/// A task a claim took whose stored row (its task file, turns or steps) cannot be decoded: it can never run,
+/// so it ends `failed` (reason `error`, the summary saying why) and its lease is fenced, rather than failing
+/// that claim and every claim after it while it stays the oldest queued task.
+pub fn unreadable(reason: &str) -> Change {
+    Change::End { outcome: ending::unreadable(reason), fence: true }
+}
+
 /// What a worker's hand-back writes (fenced by its token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handback<'a> {
@@ -1007,6 +1014,14 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_claimed_task_that_cannot_be_read_fails_fenced_saying_why() {
+        let Change::End { outcome, fence } = unreadable("spec: EOF") else { panic!("not an end") };
+        assert!(fence);
+        assert_eq!((outcome.state(), outcome.reason), (TaskState::Failed, EndReason::Error));
+        assert!(outcome.summary.ends_with("cannot run: spec: EOF"), "{}", outcome.summary);
     }
 
     #[test]

@@ -1,13 +1,17 @@
 //! A task whose stored record cannot be decoded (its row changed by hand, or written by a broken version) on
 //! both queue backends: the listing (`GET /v1/tasks`, `agentd list`, `--json`) shows every other task as ever
 //! and the broken one in its place, with its id, its state when that column reads, and why it cannot be read;
-//! its status (`GET /v1/tasks/{id}`, `agentd status`) is a 500 naming the task and the column or step.
+//! its status (`GET /v1/tasks/{id}`, `agentd status`) is a 500 naming the task and the column or step. A
+//! worker that claims such a task ends it `failed` saying why, and goes on with the tasks behind it.
 
 use serde_json::Value;
 
 use crate::support::{Backend, Daemon, http};
 
-on_both_backends!(one_unreadable_task_is_listed_in_its_place_and_the_others_as_ever);
+on_both_backends!(
+    one_unreadable_task_is_listed_in_its_place_and_the_others_as_ever,
+    a_queued_task_that_cannot_be_read_fails_and_the_tasks_behind_it_run
+);
 
 /// `tasks` tables of the two backends.
 fn corrupt(daemon: &Daemon, sqlite: &str) {
@@ -89,4 +93,36 @@ fn one_unreadable_task_is_listed_in_its_place_and_the_others_as_ever(backend: Ba
     let status = daemon.cli(&["status", "bad-spec"]);
     assert_ne!(status.code, 0, "{}", status.stdout);
     assert!(status.stderr.contains("task bad-spec cannot be read: spec"), "{}", status.stderr);
+}
+
+fn a_queued_task_that_cannot_be_read_fails_and_the_tasks_behind_it_run(backend: Backend) {
+    let daemon = Daemon::start_on(backend, "", "");
+    // Queued where no worker takes it, broken, then made claimable: the oldest task a worker finds.
+    let broken = serde_json::json!({"id": "broken", "instructions": "never runs", "labels": {"gpu": "yes"}});
+    let (status, body) =
+        http(&daemon.socket, "POST", "/v1/tasks", Some(broken.to_string().as_bytes()), &[]).expect("submit");
+    assert_eq!(status, 201, "{body}");
+    corrupt(&daemon, "UPDATE tasks SET spec = 'not json', labels = '{}' WHERE id = 'broken'");
+    let good = serde_json::json!({
+        "id": "behind", "instructions": "runs",
+        "computer": {"provider": "mock", "scene": "blank"},
+        "model": {"provider": "scripted", "script": {"turns": [{"complete": {"success": true, "summary": "ran"}}]}}
+    });
+    let (status, body) =
+        http(&daemon.socket, "POST", "/v1/tasks", Some(good.to_string().as_bytes()), &[]).expect("submit");
+    assert_eq!(status, 201, "{body}");
+
+    let done = daemon.wait_terminal("behind", std::time::Duration::from_secs(30));
+    assert_eq!(done["state"], "succeeded", "the task behind the broken one ran: {done}\n{}", daemon.log());
+    let (_, list) = get(&daemon, "/v1/tasks");
+    let entry = list["tasks"].as_array().into_iter().flatten().find(|t| t["id"] == "broken").cloned();
+    let entry = entry.unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(entry["state"], "failed", "it ended where the claim took it: {entry}");
+    assert!(entry["error"].as_str().is_some_and(|e| e.contains("spec")), "{entry}");
+    // The daemon says so in its log; and, finished, the task can be deleted.
+    let log = daemon.log();
+    assert!(log.contains("a queued task cannot be read: it failed without running") && log.contains("broken"), "{log}");
+    let deleted = daemon.cli(&["delete", "broken"]);
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    assert_eq!(get(&daemon, "/v1/tasks/broken").0, 404);
 }
