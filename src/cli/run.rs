@@ -170,10 +170,15 @@ fn earlier_run(
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(id_refused(source, format!("cannot read the record of an earlier run {}: {e}", path.display()))),
+        Err(e) => {
+            return Err(id_refused(source, format!("cannot read the record of an earlier run {}: {e}", path.display())));
+        }
     };
     let record: TaskRecord = serde_json::from_str(&text).map_err(|e| {
-        id_refused(source, format!("the record of an earlier run of task {id}, {}, cannot be read: {e}", path.display()))
+        id_refused(
+            source,
+            format!("the record of an earlier run of task {id}, {}, cannot be read: {e}", path.display()),
+        )
     })?;
     let same = serde_json::to_value(&record.task).ok() == serde_json::to_value(spec).ok();
     if !same {

@@ -267,7 +267,10 @@ mod tests {
         bad.spec = "{".into();
         match bad.listed() {
             ListedTask::Unreadable(task) => {
-                assert_eq!((task.id.as_str(), task.state, task.created_at), ("t", Some(TaskState::Failed), OffsetDateTime::UNIX_EPOCH));
+                assert_eq!(
+                    (task.id.as_str(), task.state, task.created_at),
+                    ("t", Some(TaskState::Failed), OffsetDateTime::UNIX_EPOCH)
+                );
                 assert!(task.error.contains("spec: "), "{}", task.error);
             }
             other => panic!("{other:?}"),

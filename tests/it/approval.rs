@@ -277,7 +277,11 @@ fn answers_racing_a_cancel_are_what_the_record_says(backend: Backend) {
             }
             (_, 409) => {
                 assert_eq!(decision["error"]["code"], "wrong_state", "{said}");
-                assert_eq!((cancelled, done["state"].as_str()), (200, Some("cancelled")), "the cancel came first: {said}");
+                assert_eq!(
+                    (cancelled, done["state"].as_str()),
+                    (200, Some("cancelled")),
+                    "the cancel came first: {said}"
+                );
                 assert_eq!(step["approval"]["approved"], Value::Null, "refused, so the step holds no answer: {said}");
             }
             _ => panic!("unexpected answer: {said}"),

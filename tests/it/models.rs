@@ -108,7 +108,9 @@ pub async fn run_task(
                 approvals += 1;
                 resume = output.steps;
                 // The answer goes into the waiting step, as the queue writes it.
-                if let Some(approval) = resume.last_mut().and_then(|s: &mut agentd::record::StepRecord| s.approval.as_mut()) {
+                if let Some(approval) =
+                    resume.last_mut().and_then(|s: &mut agentd::record::StepRecord| s.approval.as_mut())
+                {
                     approval.approved = Some(true);
                 }
             }

@@ -370,7 +370,11 @@ async fn humans_approve_and_reject(queue: &dyn Queue) {
             assert_eq!(now, TaskState::Queued);
             let resumed = claim_id(queue, &who, id).await;
             let approval = resumed.steps.last().and_then(|s| s.approval.clone());
-            assert_eq!(approval.map(|a| (a.approved, a.started)), Some((Some(true), false)), "the answer is in the step");
+            assert_eq!(
+                approval.map(|a| (a.approved, a.started)),
+                Some((Some(true), false)),
+                "the answer is in the step"
+            );
             assert_eq!(resumed.attempt, 1, "waiting for a human does not use an attempt");
             queue.finish(id, resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
         } else {

@@ -342,8 +342,7 @@ fn a_message_to_a_finished_replay_goes_to_its_model_and_is_refused_without_one()
     assert_eq!(server.requests().len(), 0);
 
     // With a model: the replay itself calls none; the message's turn is the model's.
-    let replay =
-        daemon.cli(&["replay", &of, "--fallback", "anthropic:claude-sonnet-4-5", "--wait", "--json"]);
+    let replay = daemon.cli(&["replay", &of, "--fallback", "anthropic:claude-sonnet-4-5", "--wait", "--json"]);
     assert_eq!(replay.code, 0, "{}", replay.stderr);
     let replayed = replay.json();
     let id = replayed["id"].as_str().expect("id");

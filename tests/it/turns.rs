@@ -518,7 +518,9 @@ fn the_readme_conversation_example_runs_as_written() {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|t| (t["outcome"]["summary"].as_str().unwrap_or_default(), t["first_step"].clone(), t["last_step"].clone()))
+        .map(|t| {
+            (t["outcome"]["summary"].as_str().unwrap_or_default(), t["first_step"].clone(), t["last_step"].clone())
+        })
         .collect();
     assert_eq!(
         turns,

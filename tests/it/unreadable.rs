@@ -30,8 +30,8 @@ fn one_unreadable_task_is_listed_in_its_place_and_the_others_as_ever(backend: Ba
     let ids = ["good-1", "bad-spec", "bad-state", "bad-step"];
     for id in ids {
         let task = serde_json::json!({"id": id, "instructions": format!("task {id}"), "labels": {"gpu": "yes"}});
-        let (status, body) = http(&daemon.socket, "POST", "/v1/tasks", Some(task.to_string().as_bytes()), &[])
-            .expect("submit");
+        let (status, body) =
+            http(&daemon.socket, "POST", "/v1/tasks", Some(task.to_string().as_bytes()), &[]).expect("submit");
         assert_eq!(status, 201, "{body}");
     }
     // Behind the daemon's back: a task file that is not JSON, a state no version knows, a step that is not JSON.
@@ -64,8 +64,7 @@ fn one_unreadable_task_is_listed_in_its_place_and_the_others_as_ever(backend: Ba
 
     // Filtered by state: the broken task whose state reads is there.
     let (_, queued) = get(&daemon, "/v1/tasks?state=queued");
-    let queued: Vec<&str> =
-        queued["tasks"].as_array().into_iter().flatten().filter_map(|t| t["id"].as_str()).collect();
+    let queued: Vec<&str> = queued["tasks"].as_array().into_iter().flatten().filter_map(|t| t["id"].as_str()).collect();
     assert_eq!(queued, ["bad-step", "bad-spec", "good-1"]);
 
     // Its status: 500, naming the task and what cannot be read; so for a step that cannot be read.
