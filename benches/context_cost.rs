@@ -310,7 +310,6 @@ async fn run_one(setup: Setup) -> Run {
         shutdown: CancellationToken::new(),
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
-        approved: false,
         pause: Default::default(),
         handed_back: None,
         // Tokens, not timing: no waiting for the screen to settle.

@@ -180,7 +180,6 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
         shutdown: CancellationToken::new(),
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
-        approved: false,
         pause: Default::default(),
         handed_back: None,
         settle: Default::default(),

@@ -45,8 +45,6 @@ pub struct RunContext<'a> {
     /// Steps of earlier attempts (the loop continues after them).
     pub resume: Vec<StepRecord>,
     pub elapsed_before: Duration,
-    /// A human approved the action the last attempt stopped before.
-    pub approved: bool,
     /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
     pub turns: Vec<crate::record::Turn>,
     /// A person wants the desktop (§20 take-over): stop after the current step, [`Ending::Paused`].
@@ -167,7 +165,6 @@ impl Attempt<'_> {
             shutdown: context.shutdown,
             resume: context.resume,
             elapsed_before: context.elapsed_before,
-            approved: context.approved,
             pause: context.pause,
             handed_back: context.handed_back,
             settle,

@@ -66,6 +66,45 @@ pub struct TaskRecord {
     pub desktop_failure: Option<serde_json::Value>,
 }
 
+/// A task in a listing (`GET /v1/tasks`, `agentd list`, the console's list): its record, or — when its stored
+/// row cannot be decoded (changed by hand, or written by a broken version) — what could be read of it, so
+/// one such row never hides the others.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListedTask {
+    Record(Box<TaskRecord>),
+    Unreadable(UnreadableTask),
+}
+
+impl ListedTask {
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Record(record) => &record.id,
+            Self::Unreadable(task) => &task.id,
+        }
+    }
+
+    /// The record, if the task could be read.
+    pub fn record(&self) -> Option<&TaskRecord> {
+        match self {
+            Self::Record(record) => Some(record),
+            Self::Unreadable(_) => None,
+        }
+    }
+}
+
+/// What a listing shows of a task whose stored row cannot be decoded: its id, its state when that column is
+/// readable, when it was created, and why the rest cannot be read (the column and the decoder's message).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnreadableTask {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<TaskState>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    pub error: String,
+}
+
 impl TaskRecord {
     /// Fills every derived field (`pending_tool_calls`, `replay`, `waiting`) from the stored ones.
     pub fn derive(&mut self) {

@@ -64,8 +64,6 @@ pub struct LoopInput {
     pub resume: Vec<StepRecord>,
     /// Time the task already ran in earlier attempts (counts against `timeout_secs`).
     pub elapsed_before: Duration,
-    /// A human approved the step the task was waiting on (the last of `resume`).
-    pub approved: bool,
     /// A person wants the desktop (§20 take-over): stop after the current step with [`LoopEnd::Paused`].
     pub pause: CancellationToken,
     /// A person had the desktop since the last attempt and handed it back: the next step's screenshot goes

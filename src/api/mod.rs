@@ -122,6 +122,10 @@ impl From<QueueError> for ApiError {
                 Self::new(StatusCode::BAD_REQUEST, "invalid_tool_results", format!("{field}: {message}"))
                     .with_field(field)
             }
+            // One task's stored record cannot be decoded: a fault of the server's data, named, not a request's.
+            QueueError::Unreadable { .. } => {
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "unreadable_task", e.to_string())
+            }
             QueueError::LeaseLost(_) | QueueError::Corrupt(_) => {
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
             }

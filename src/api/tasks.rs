@@ -20,7 +20,7 @@ use crate::backends;
 use crate::queue::{Cancelled, Decision, HumanAnswer, ListFilter, NewTask, Submitted, ToolAnswer};
 use crate::record::events::EventKind;
 use crate::record::{EndReason, ScreenshotRef, TaskState};
-use crate::status::TaskRecord;
+use crate::status::{ListedTask, TaskRecord};
 use crate::task::{TaskFileError, TaskId, TaskSpec};
 
 pub(super) fn body_text(body: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
@@ -88,17 +88,21 @@ pub async fn list(
         ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e)
     })?;
     let tasks = state.queue.list(&ListFilter { state: filter_state, limit: query.limit.unwrap_or(100) }).await?;
-    // The list leaves the steps out (they can be long); each task says how many it has in `step_count`.
-    let ids: Vec<String> = tasks.iter().map(|task| task.id.clone()).collect();
+    // The list leaves the steps out (they can be long); each task says how many it has in `step_count`. A task
+    // whose stored row cannot be read is listed in its place as `{id, state?, created_at, error}`.
+    let ids: Vec<String> = tasks.iter().filter_map(ListedTask::record).map(|task| task.id.clone()).collect();
     let counts = state.queue.step_counts(&ids).await?;
     let tasks: Vec<serde_json::Value> = tasks
         .iter()
-        .map(|task| {
-            let mut value = serde_json::to_value(task).unwrap_or_default();
-            if let Some(fields) = value.as_object_mut() {
-                fields.insert("step_count".into(), counts.get(&task.id).copied().unwrap_or(0).into());
+        .map(|task| match task {
+            ListedTask::Record(record) => {
+                let mut value = serde_json::to_value(record).unwrap_or_default();
+                if let Some(fields) = value.as_object_mut() {
+                    fields.insert("step_count".into(), counts.get(&record.id).copied().unwrap_or(0).into());
+                }
+                value
             }
-            value
+            ListedTask::Unreadable(unreadable) => serde_json::to_value(unreadable).unwrap_or_default(),
         })
         .collect();
     Ok(Json(json!({ "tasks": tasks })))
@@ -193,14 +197,16 @@ pub async fn approve(
         Some(actions) => Decision::ApproveEdited { actions },
         None => Decision::Approve,
     };
-    state.queue.decide(&id, &decision).await.map_err(|e| match e {
+    // Decided under the row's lock with the answer written into the waiting step: a 200 here is an approval
+    // the record keeps, whatever comes next (a cancel right after it ends the task before the calls run).
+    let now = state.queue.decide(&id, &decision).await.map_err(|e| match e {
         crate::queue::QueueError::Invalid { field, message } => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", format!("{field}: {message}")).with_field(field)
         }
         other => other.into(),
     })?;
     state.workers.wake.notify_one();
-    Ok(Json(json!({"id": id, "state": "queued", "approved": true, "edited": edited})))
+    Ok(Json(json!({"id": id, "state": now.as_str(), "approved": true, "edited": edited})))
 }
 
 pub async fn reject(
@@ -214,9 +220,9 @@ pub async fn reject(
     } else {
         crate::task::parse_json(&text, "request body").map_err(invalid_task)?
     };
-    state.queue.decide(&id, &Decision::Reject { reason: body.reason }).await?;
-    // An approval rule's hold goes on (the model is told why); anything else ends the task.
-    let now = state.queue.get(&id).await.map(|r| r.state).unwrap_or(TaskState::Failed);
+    // An approval rule's hold goes on (the model is told why); anything else ends the task. The answer is the
+    // state the decision left the task in, not one read afterwards (a cancel may have come in between).
+    let now = state.queue.decide(&id, &Decision::Reject { reason: body.reason }).await?;
     state.workers.events_stored.notify_waiters();
     if now != TaskState::Failed {
         state.workers.wake.notify_one();

@@ -107,7 +107,7 @@ pub enum Command {
     },
     /// Replay a succeeded task's recorded actions without a model (§18), comparing the screen before each step.
     #[command(after_help = "Examples:
-  agentd replay example-form --wait                run example-form's actions again; exit with the outcome
+  agentd replay ID --wait                          run task ID's actions again; exit with the outcome
   agentd replay ID --param 'zoe@example.com=ada@example.com'   type ada@… where the recording typed zoe@…
   agentd replay ID --fallback anthropic:claude-sonnet-4-5      on divergence, the model takes over
   agentd replay ID --task other-computer.json      the task file to run (its computer, limits), not ID's

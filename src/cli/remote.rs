@@ -13,7 +13,7 @@ use super::sanitize::sanitize;
 use super::term::{self, Style};
 use crate::model::scripted::Script;
 use crate::record::events::Event;
-use crate::status::TaskRecord;
+use crate::status::{TaskRecord, UnreadableTask};
 use crate::task::{ComputerSpec, MockSpec, ModelSpec, SceneSource, ScriptSource, ScriptedSpec, TaskSpec};
 
 /// Makes a task file self-contained for a daemon that cannot see it (and that takes file paths only from
@@ -424,10 +424,14 @@ pub async fn list(client: &Client, state: Option<&str>, limit: Option<u32>, watc
 }
 
 /// A task as `list` shows it.
-struct Listed {
-    record: TaskRecord,
-    /// What the daemon counted (`step_count`), else the steps in the record.
-    steps: u64,
+enum Listed {
+    Task {
+        record: Box<TaskRecord>,
+        /// What the daemon counted (`step_count`), else the steps in the record.
+        steps: u64,
+    },
+    /// A task whose stored record the daemon cannot read: a row saying so, in its place.
+    Unreadable(UnreadableTask),
 }
 
 fn listed(reply: &Value) -> Result<Vec<Listed>, CliError> {
@@ -436,9 +440,12 @@ fn listed(reply: &Value) -> Result<Vec<Listed>, CliError> {
     items
         .into_iter()
         .map(|item| {
+            if item.get("error").is_some() {
+                return Ok(Listed::Unreadable(serde_json::from_value(item).map_err(unexpected)?));
+            }
             let count = item["step_count"].as_u64();
             let record: TaskRecord = serde_json::from_value(item).map_err(unexpected)?;
-            Ok(Listed { steps: count.unwrap_or(record.steps.len() as u64), record })
+            Ok(Listed::Task { steps: count.unwrap_or(record.steps.len() as u64), record: Box::new(record) })
         })
         .collect()
 }
@@ -449,21 +456,32 @@ fn table(tasks: &[Listed], now: time::OffsetDateTime, style: Style, width: Optio
     const HEADERS: [&str; 6] = ["ID", "STATE", "AGE", "STEPS", "COST", "SUMMARY"];
     let rows: Vec<[String; 6]> = tasks
         .iter()
-        .map(|Listed { record: task, steps }| {
-            let summary = task
-                .outcome
-                .as_ref()
-                .map(|o| o.summary.clone())
-                .or_else(|| task.waiting_reason.clone())
-                .unwrap_or_default();
-            [
+        .map(|listed| match listed {
+            Listed::Task { record: task, steps } => {
+                let summary = task
+                    .outcome
+                    .as_ref()
+                    .map(|o| o.summary.clone())
+                    .or_else(|| task.waiting_reason.clone())
+                    .unwrap_or_default();
+                [
+                    sanitize(&task.id).into_owned(),
+                    task.state.as_str().to_string(),
+                    term::age((now - task.created_at).whole_seconds()),
+                    steps.to_string(),
+                    format!("${:.4}", task.usage.cost_usd),
+                    sanitize(&summary).into_owned(),
+                ]
+            }
+            // What can be read, and why the rest cannot (`agentd status ID` says the same).
+            Listed::Unreadable(task) => [
                 sanitize(&task.id).into_owned(),
-                task.state.as_str().to_string(),
+                task.state.map_or("?", |state| state.as_str()).to_string(),
                 term::age((now - task.created_at).whole_seconds()),
-                steps.to_string(),
-                format!("${:.4}", task.usage.cost_usd),
-                sanitize(&summary).into_owned(),
-            ]
+                "-".to_string(),
+                "-".to_string(),
+                sanitize(&task.error).into_owned(),
+            ],
         })
         .collect();
     let mut widths = HEADERS.map(str::len);
@@ -497,11 +515,15 @@ fn table(tasks: &[Listed], now: time::OffsetDateTime, style: Style, width: Optio
         if let Some(room) = summary_room {
             row[5] = term::truncate(&row[5], room.max(1));
         }
-        let state = task.record.state;
+        let (state, unreadable) = match task {
+            Listed::Task { record, .. } => (Some(record.state), false),
+            Listed::Unreadable(task) => (task.state, true),
+        };
         let paint = |i: usize, cell: String| match (i, state) {
-            (1, crate::record::TaskState::Succeeded) => style.green(&cell),
-            (1, crate::record::TaskState::Failed | crate::record::TaskState::Cancelled) => style.red(&cell),
-            (1, crate::record::TaskState::Running) => style.cyan(&cell),
+            (5, _) if unreadable => style.red(&cell),
+            (1, Some(crate::record::TaskState::Succeeded)) => style.green(&cell),
+            (1, Some(crate::record::TaskState::Failed | crate::record::TaskState::Cancelled)) => style.red(&cell),
+            (1, Some(crate::record::TaskState::Running)) => style.cyan(&cell),
             (1, _) => style.yellow(&cell),
             _ => cell,
         };

@@ -68,6 +68,14 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         .build()
         .await
         .map_err(build_error)?;
+    // A task file's `id` is an idempotency key, as for `agentd submit`: checked as the daemon checks a
+    // submission, after the task was found runnable here. The same task file again gets the earlier run's
+    // result without running again; another task file under that id is refused.
+    if let Some(id) = &spec.id
+        && let Some(earlier) = earlier_run(config, id.as_str(), &spec, &source)?
+    {
+        return Ok(show_earlier(config, earlier, json));
+    }
     eprintln!(
         "agentd: task {}: {} on {} with {}",
         sanitize(task_id.as_str()),
@@ -118,7 +126,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     record.derive();
     let document =
         serde_json::to_vec_pretty(&record).context("serializing the task record").map_err(CliError::failed)?;
-    let record_path = config.data_dir.join("runs").join(format!("{task_id}.json"));
+    let record_path = record_path(config, task_id.as_str());
     if let Err(e) = write_atomically(&record_path, &document) {
         eprintln!("agentd: warning: {}", sanitize(&format!("cannot write {}: {e}", record_path.display())));
     }
@@ -143,6 +151,82 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
         }
     }
     Ok(if outcome.success { Exit::Success } else { Exit::Unsuccessful })
+}
+
+fn record_path(config: &Config, id: &str) -> std::path::PathBuf {
+    config.data_dir.join("runs").join(format!("{id}.json"))
+}
+
+/// The record of an earlier run of task `id` when the task file is the same (`spec`); `None` when no task of
+/// that id was run here. Another task file under that id, or a record that cannot be read, is refused (exit 2,
+/// naming the file's `id` and the record).
+fn earlier_run(
+    config: &Config,
+    id: &str,
+    spec: &TaskSpec,
+    source: &crate::task::TaskSource,
+) -> Result<Option<TaskRecord>, CliError> {
+    let path = record_path(config, id);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(id_refused(source, format!("cannot read the record of an earlier run {}: {e}", path.display())));
+        }
+    };
+    let record: TaskRecord = serde_json::from_str(&text).map_err(|e| {
+        id_refused(
+            source,
+            format!("the record of an earlier run of task {id}, {}, cannot be read: {e}", path.display()),
+        )
+    })?;
+    let same = serde_json::to_value(&record.task).ok() == serde_json::to_value(spec).ok();
+    if !same {
+        return Err(id_refused(
+            source,
+            format!(
+                "task {id} was run before from another task file (its record: {}); an id names one task: change \
+                 the id, or leave it out to have one generated for each run",
+                path.display()
+            ),
+        ));
+    }
+    Ok(Some(record))
+}
+
+/// An input error at the task file's `id` field.
+fn id_refused(source: &crate::task::TaskSource, message: String) -> CliError {
+    let position = crate::task::locate_field(&source.text, "id")
+        .map(|(line, column)| format!(" (line {line}, column {column})"))
+        .unwrap_or_default();
+    CliError::invalid(anyhow::anyhow!("{}: id{position}: {message}", source.name))
+}
+
+/// What `agentd run` prints for a task file run before under the same id: that run's result, as if it had just
+/// run (stdout and the exit code), and on stderr that it did not run again.
+fn show_earlier(config: &Config, record: TaskRecord, json: bool) -> Exit {
+    eprintln!(
+        "agentd: task {} was run before from this task file (record: {}); its result is shown, and it is not run \
+         again (the task file's id makes runs idempotent: leave it out to run the task anew)",
+        sanitize(&record.id),
+        sanitize(&record_path(config, &record.id).display().to_string())
+    );
+    let Some(outcome) = record.outcome.clone() else {
+        eprintln!("agentd: the earlier run has no outcome ({})", record.state.as_str());
+        return Exit::Unsuccessful;
+    };
+    if json {
+        match serde_json::to_string_pretty(&record) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("agentd: {}", sanitize(&e.to_string())),
+        }
+    } else {
+        println!("{}: {} ({} steps)", record.state.as_str(), sanitize(&outcome.summary), record.steps.len());
+        if let Some(output) = &outcome.output {
+            println!("output: {}", sanitize(&output.to_string()));
+        }
+    }
+    if outcome.success { Exit::Success } else { Exit::Unsuccessful }
 }
 
 /// The record a local replay (§18) replays: `agentd run` writes each task's to `data_dir/runs/{id}.json`.

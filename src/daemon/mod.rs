@@ -262,6 +262,18 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
     Ok(())
 }
 
+/// A listed task the daemon's rounds (question and tool timeouts) look at: its record, or `None`, logged, for
+/// one whose stored row cannot be read: the round leaves it and goes on with the others.
+fn readable(task: crate::status::ListedTask) -> Option<Box<crate::status::TaskRecord>> {
+    match task {
+        crate::status::ListedTask::Record(record) => Some(record),
+        crate::status::ListedTask::Unreadable(task) => {
+            tracing::debug!(task = %task.id, error = %task.error, "skipping a task that cannot be read");
+            None
+        }
+    }
+}
+
 /// What other nodes sharing the queue tell this one: new work wakes the claim loop, a cancellation stops the
 /// task here at its next safe point (the heartbeat would carry it too, within one interval).
 fn signal_handler(workers: &Arc<Workers>) -> SignalHandler {

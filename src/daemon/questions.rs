@@ -31,10 +31,16 @@ pub async fn time_out(queue: &dyn Queue, defaults: &LimitsSpec) -> Result<Vec<Ti
     let now = OffsetDateTime::now_utc();
     let mut ended = Vec::new();
     for task in waiting {
+        // A task that cannot be read is left as it is (its listing and status say why); the others go on.
+        let Some(task) = super::readable(task) else { continue };
         let Some((after, then)) = human_timeout(&task.task.limits, defaults) else { continue };
         let mut record = match queue.get(&task.id).await {
             Ok(record) => record,
             Err(QueueError::NotFound(_)) => continue,
+            Err(e @ QueueError::Unreadable { .. }) => {
+                tracing::debug!(task = %task.id, error = %e, "a waiting task cannot be read; its wait is not timed");
+                continue;
+            }
             Err(e) => return Err(e),
         };
         record.derive_waiting();

@@ -41,9 +41,15 @@ pub async fn time_out(queue: &dyn Queue, catalog: &BTreeMap<String, ToolDecl>) -
     let now = OffsetDateTime::now_utc();
     let mut ended = Vec::new();
     for task in parked {
+        // A task that cannot be read is left as it is (its listing and status say why); the others go on.
+        let Some(task) = super::readable(task) else { continue };
         let mut record = match queue.get(&task.id).await {
             Ok(record) => record,
             Err(QueueError::NotFound(_)) => continue,
+            Err(e @ QueueError::Unreadable { .. }) => {
+                tracing::debug!(task = %task.id, error = %e, "a task awaiting tools cannot be read; its wait is not timed");
+                continue;
+            }
             Err(e) => return Err(e),
         };
         record.derive_pending_tool_calls();

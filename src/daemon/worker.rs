@@ -379,7 +379,6 @@ impl Workers {
                 shutdown,
                 resume: lease.steps.clone(),
                 elapsed_before: lease.elapsed,
-                approved: lease.approved,
                 turns: lease.turns.clone(),
                 pause,
                 handed_back: lease.handed_back.clone(),
@@ -714,7 +713,7 @@ mod tests {
         async fn get(&self, id: &str) -> Result<TaskRecord, QueueError> {
             self.inner.get(id).await
         }
-        async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+        async fn list(&self, filter: &ListFilter) -> Result<Vec<crate::status::ListedTask>, QueueError> {
             self.inner.list(filter).await
         }
         async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
@@ -751,7 +750,7 @@ mod tests {
         async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
             self.inner.cancel(id).await
         }
-        async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+        async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError> {
             self.inner.decide(id, decision).await
         }
         async fn pause(&self, id: &str) -> Result<crate::queue::Paused, QueueError> {

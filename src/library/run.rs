@@ -173,7 +173,7 @@ async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> 
         Uploader::start(store, spool_dir.clone(), 64, config.artifacts.spool_max_bytes, &tracker, background.clone());
     attempt::emit_started(&events, 1, &worker);
     let started = std::time::Instant::now();
-    let (mut resume, mut approved) = (Vec::new(), false);
+    let mut resume = Vec::new();
     let output = loop {
         let attempt = Attempt {
             task: task.clone(),
@@ -188,7 +188,6 @@ async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> 
                 shutdown: CancellationToken::new(),
                 resume: std::mem::take(&mut resume),
                 elapsed_before: started.elapsed(),
-                approved,
                 turns: Vec::new(),
                 pause: CancellationToken::new(),
                 handed_back: None,
@@ -218,13 +217,17 @@ async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> 
                     details: None,
                     duration_ms: 0,
                 });
-                approved = false;
             }
             Some(Waiting::Approval { reason, proposed, .. }) => match tokio::select! {
                 yes = human.approve(&reason, &proposed) => yes,
                 () = cancel.cancelled() => None,
             } {
-                Some(true) => approved = true,
+                // The answer goes into the step it answers, as the queue writes it: the loop runs it from there.
+                Some(true) => {
+                    if let Some(approval) = last.approval.as_mut() {
+                        approval.approved = Some(true);
+                    }
+                }
                 Some(false) => {
                     if let Some(approval) = last.approval.as_mut() {
                         approval.approved = Some(false);

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::record::Usage;
 use crate::record::events::Event;
 use crate::record::{HandBack, Outcome, ScreenshotRef, StepRecord, TaskState, Turn};
-use crate::status::TaskRecord;
+use crate::status::{ListedTask, TaskRecord};
 use crate::task::TaskSpec;
 
 #[derive(Debug, Error)]
@@ -48,6 +48,13 @@ pub enum QueueError {
     /// Stored data could not be read back.
     #[error("queue data corrupt: {0}")]
     Corrupt(String),
+    /// One task's stored row, or one of its steps, cannot be decoded (changed outside agentd, or written by a
+    /// broken version); `reason` names the column or step and says why. Other tasks are not affected.
+    #[error(
+        "task {id} cannot be read: {reason} (its stored record was changed outside agentd or written by a broken \
+         version; once it is finished, agentd delete {id} removes it)"
+    )]
+    Unreadable { id: String, reason: String },
     /// The request does not fit the task (answers to remote tool calls it does not wait for, or not all of
     /// them): `field` names the part of the request at fault (`results[1].id`).
     #[error("{field}: {message}")]
@@ -107,8 +114,6 @@ pub struct Lease {
     pub next_seq: u64,
     /// Time the task ran in earlier attempts.
     pub elapsed: Duration,
-    /// A human approved the step the task was waiting on.
-    pub approved: bool,
     /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
     pub turns: Vec<Turn>,
     /// A person had taken the desktop over (`pause`) and handed it back (`resume`) since the last attempt
@@ -243,11 +248,13 @@ pub trait Queue: Send + Sync {
     /// Enqueues a task (writing its `task_queued` event), or returns the existing task with that id.
     async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError>;
 
-    /// A task with its steps.
+    /// A task with its steps; one whose row or a step of which cannot be decoded is
+    /// [`QueueError::Unreadable`], naming the column or step.
     async fn get(&self, id: &str) -> Result<TaskRecord, QueueError>;
 
-    /// Tasks newest first, without their steps.
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError>;
+    /// Tasks newest first, without their steps. A task whose row cannot be decoded is listed as
+    /// [`ListedTask::Unreadable`] in its place, never failing the listing.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<ListedTask>, QueueError>;
 
     /// How many steps each of these tasks has recorded (what [`Queue::list`] leaves out). A task with no
     /// step, or unknown, is missing from the answer. The backends count in one query; this default reads
@@ -299,8 +306,10 @@ pub trait Queue: Send + Sync {
     /// Cancels a queued, waiting or running task.
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError>;
 
-    /// Answers a task in `waiting_for_human` (not one a person took over: that one is resumed).
-    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError>;
+    /// Answers a task in `waiting_for_human` (not one a person took over: that one is resumed), writing the
+    /// answer into its waiting step in the same transaction; returns the state the answer left the task in
+    /// (what the API reports: read again later, a cancel may have moved it on).
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError>;
 
     /// A person takes the task's desktop over (§20): a queued task waits in `waiting_for_human` at once, a
     /// running one is asked to park after its current step (the heartbeat and `QueueSignal::Pause` carry the
@@ -392,6 +401,18 @@ pub(crate) mod ending {
             success: false,
             summary,
             reason: EndReason::Rejected,
+            output: None,
+            verified: None,
+            checks: Vec::new(),
+        }
+    }
+
+    /// A task a claim found whose stored row cannot be decoded: it can never run.
+    pub fn unreadable(reason: &str) -> Outcome {
+        Outcome {
+            success: false,
+            summary: format!("the stored task cannot be read, so it cannot run: {reason}"),
+            reason: EndReason::Error,
             output: None,
             verified: None,
             checks: Vec::new(),

@@ -36,7 +36,7 @@ use super::{
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState, Usage};
-use crate::status::TaskRecord;
+use crate::status::{ListedTask, TaskRecord};
 
 /// Channel notified when a task may have become claimable.
 const WORK_CHANNEL: &str = "agentd_work";
@@ -161,6 +161,9 @@ impl Default for PostgresSettings {
 
 /// How long the server lets one of our sessions sit idle inside a transaction (see `connect`).
 const IDLE_IN_TRANSACTION: &str = "SET idle_in_transaction_session_timeout = '5s'";
+
+/// How many tasks that cannot be read one claim ends before it answers that there is nothing to run.
+const UNREADABLE_PER_CLAIM: usize = 16;
 
 pub struct PostgresQueue {
     pool: PgPool,
@@ -317,10 +320,11 @@ impl PostgresQueue {
         &self.pool
     }
 
-    fn record_from_row(row: &PgRow) -> Result<TaskRecord, QueueError> {
+    /// A task's row as read, its JSON columns not decoded yet.
+    fn task_row(row: &PgRow) -> Result<TaskRow, QueueError> {
         let get = |column: &str| row.try_get::<Option<String>, _>(column).map_err(db_error);
         let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
-        TaskRow {
+        Ok(TaskRow {
             id: row.try_get("id").map_err(db_error)?,
             spec: row.try_get("spec").map_err(db_error)?,
             state: row.try_get("state").map_err(db_error)?,
@@ -338,8 +342,7 @@ impl PostgresQueue {
             takeover: get("takeover")?,
             desktop_name: get("desktop_name")?,
             desktop_failure: get("desktop_failure")?,
-        }
-        .decode()
+        })
     }
 
     /// Takes the transaction-scoped advisory lock on a desktop key, then tells whether no live task holds
@@ -364,12 +367,13 @@ impl PostgresQueue {
     }
 
     async fn steps(executor: impl sqlx::PgExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
-        let rows: Vec<String> = sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx")
-            .bind(id)
-            .fetch_all(executor)
-            .await
-            .map_err(db_error)?;
-        rows.iter().map(|text| row::step(text)).collect()
+        let rows: Vec<(i32, String)> =
+            sqlx::query_as("SELECT idx, record FROM agentd_steps WHERE task_id = $1 ORDER BY idx")
+                .bind(id)
+                .fetch_all(executor)
+                .await
+                .map_err(db_error)?;
+        rows.iter().map(|(idx, text)| row::step_at(i64::from(*idx), text)).collect()
     }
 
     async fn next_seq(executor: impl sqlx::PgExecutor<'_>, task_id: &str) -> Result<i64, QueueError> {
@@ -464,6 +468,9 @@ impl PostgresQueue {
             .bind(id)
             .bind(Takeover::Resumed.as_str())
             .bind(note.clone()),
+            // The answer itself is in the waiting step (`transitions::decide`); the `approved` column is no
+            // longer read, only kept up for an older version reading this queue (a downgrade, or the other
+            // nodes of a fleet during a rolling upgrade).
             Change::Approve => sqlx::query(
                 "UPDATE agentd_tasks SET state = 'queued', approved = true, same_attempt = true,
                     waiting_reason = NULL, not_before = '-infinity'
@@ -511,6 +518,119 @@ impl PostgresQueue {
 }
 
 impl PostgresQueue {
+    /// One claim ([`Queue::claim`]); a task it took whose row cannot be decoded is ended, and is the answer as
+    /// [`QueueError::Unreadable`].
+    async fn claim_one(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
+        // The oldest claimable task, skipping those whose desktop a task running under a live lease holds
+        // (queue::desktop). Two nodes may pick two tasks of one free desktop at the same moment (neither sees
+        // the other's uncommitted claim), so a task with a desktop is claimed under a transaction-scoped
+        // advisory lock on its key and the desktop checked again after it, in a statement that sees every
+        // claim committed before: of two such claims, the second finds the first and leaves its task queued.
+        // A pool task (§23) is claimed with one of the worker's free pool desktops its request matches,
+        // under the same lock and check on that desktop's key. A few of the oldest tasks are looked at, so
+        // that a task whose desktops are all busy does not hold back the ones behind it.
+        let pick = format!(
+            "SELECT id, {qualified} AS desktop_key, desktop_name, takeover, takeover_note FROM agentd_tasks t
+             WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
+               AND NOT EXISTS (SELECT 1 FROM agentd_tasks r WHERE r.state = 'running' AND r.lease_until > now()
+                                 AND r.desktop_held = {qualified})
+               AND NOT EXISTS (SELECT 1 FROM agentd_tasks p WHERE p.state = 'waiting_for_human'
+                                 AND p.takeover = 'parked' AND p.desktop_held = {qualified})
+             ORDER BY created_at, id
+             LIMIT 16
+             FOR UPDATE SKIP LOCKED",
+            qualified = desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
+        );
+        type Picked = (String, Option<String>, Option<String>, Option<String>, Option<String>);
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let picked: Vec<Picked> = // Built from constants only (no input reaches the text).
+            sqlx::query_as(sqlx::AssertSqlSafe(pick.as_str()))
+                .bind(Json(&worker.labels))
+                .bind(&worker.desktops.default)
+                .bind(&worker.desktops.host)
+                .bind(&worker.desktops.display)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        for (id, desktop_key, before, takeover, takeover_note) in picked {
+            let (desktop_key, desktop_name) = match desktop_key.as_deref().and_then(desktop::pool_request) {
+                None => match desktop_key {
+                    Some(key) if !Self::desktop_free(&mut tx, &key).await? => continue,
+                    key => (key, None),
+                },
+                Some(request) => {
+                    let mut chosen = None;
+                    let mut offers: Vec<&desktop::PoolOffer> = worker
+                        .pool
+                        .iter()
+                        .filter(|o| request.matches(&o.name, o.labels.iter().map(String::as_str)))
+                        .collect();
+                    offers.sort_by_key(|o| before.as_deref() != Some(o.name.as_str()));
+                    for offer in offers {
+                        if Self::desktop_free(&mut tx, &offer.key).await? {
+                            chosen = Some((Some(offer.key.clone()), Some(offer.name.clone())));
+                            break;
+                        }
+                    }
+                    match chosen {
+                        Some(chosen) => chosen,
+                        None => continue,
+                    }
+                }
+            };
+            let row = sqlx::query(
+                "UPDATE agentd_tasks t SET state = 'running',
+                    attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
+                    worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
+                    started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL,
+                    desktop_held = $4, takeover = NULL, takeover_note = NULL,
+                    desktop_name = COALESCE($5, t.desktop_name)
+                 WHERE t.id = $1
+                 RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.turns",
+            )
+            .bind(&id)
+            .bind(&worker.name)
+            .bind(secs(lease_for))
+            .bind(&desktop_key)
+            .bind(&desktop_name)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
+            let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
+            let steps = Self::steps(&mut *tx, &id).await;
+            let lease = LeaseRow {
+                spec: row.try_get("spec").map_err(db_error)?,
+                attempt: i64::from(attempt),
+                max_attempts: i64::from(max_attempts),
+                token: row.try_get("lease_token").map_err(db_error)?,
+                elapsed_ms: row.try_get("elapsed_ms").map_err(db_error)?,
+                steps: Vec::new(),
+                next_seq: Self::next_seq(&mut *tx, &id).await?,
+                turns: row.try_get("turns").map_err(db_error)?,
+                takeover,
+                takeover_note,
+                desktop: desktop_name,
+                id: id.clone(),
+            };
+            return match steps.and_then(|steps| LeaseRow { steps, ..lease }.decode()) {
+                Ok(lease) => {
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(Some(lease))
+                }
+                Err(QueueError::Corrupt(reason)) => {
+                    Self::apply(&mut tx, &id, &transitions::unreadable(&reason)).await?;
+                    tx.commit().await.map_err(db_error)?;
+                    Err(QueueError::Unreadable { id, reason })
+                }
+                Err(e) => Err(e),
+            };
+        }
+        tx.rollback().await.map_err(db_error)?;
+        // Every pick's desktop is busy: the next poll or wake-up looks again.
+        Ok(None)
+    }
+
     /// Answers what the last step of a task waits for (remote tool results, a question): `decide` reads the
     /// state and that step under the row's lock and says what to write.
     async fn answer_last_step(
@@ -605,14 +725,14 @@ impl Queue for PostgresQueue {
             .await
             .map_err(db_error)?
             .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
-        let mut record = Self::record_from_row(&row)?;
-        record.steps = Self::steps(&mut *tx, id).await?;
+        let mut record = Self::task_row(&row)?.decode().map_err(|e| row::unreadable(id, e))?;
+        record.steps = Self::steps(&mut *tx, id).await.map_err(|e| row::unreadable(id, e))?;
         tx.commit().await.map_err(db_error)?;
         record.derive();
         Ok(record)
     }
 
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<ListedTask>, QueueError> {
         let limit = row::list_limit(filter);
         let rows = sqlx::query(
             "SELECT * FROM agentd_tasks WHERE ($1::text IS NULL OR state = $1)
@@ -623,7 +743,7 @@ impl Queue for PostgresQueue {
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        rows.iter().map(Self::record_from_row).collect()
+        rows.iter().map(|row| Self::task_row(row).map(TaskRow::listed)).collect()
     }
 
     async fn step_counts(&self, ids: &[String]) -> Result<BTreeMap<String, u64>, QueueError> {
@@ -637,104 +757,16 @@ impl Queue for PostgresQueue {
     }
 
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
-        // The oldest claimable task, skipping those whose desktop a task running under a live lease holds
-        // (queue::desktop). Two nodes may pick two tasks of one free desktop at the same moment (neither sees
-        // the other's uncommitted claim), so a task with a desktop is claimed under a transaction-scoped
-        // advisory lock on its key and the desktop checked again after it, in a statement that sees every
-        // claim committed before: of two such claims, the second finds the first and leaves its task queued.
-        // A pool task (§23) is claimed with one of the worker's free pool desktops its request matches,
-        // under the same lock and check on that desktop's key. A few of the oldest tasks are looked at, so
-        // that a task whose desktops are all busy does not hold back the ones behind it.
-        let pick = format!(
-            "SELECT id, {qualified} AS desktop_key, desktop_name, takeover, takeover_note FROM agentd_tasks t
-             WHERE state = 'queued' AND not_before <= now() AND labels <@ $1
-               AND NOT EXISTS (SELECT 1 FROM agentd_tasks r WHERE r.state = 'running' AND r.lease_until > now()
-                                 AND r.desktop_held = {qualified})
-               AND NOT EXISTS (SELECT 1 FROM agentd_tasks p WHERE p.state = 'waiting_for_human'
-                                 AND p.takeover = 'parked' AND p.desktop_held = {qualified})
-             ORDER BY created_at, id
-             LIMIT 16
-             FOR UPDATE SKIP LOCKED",
-            qualified = desktop::sql_qualify("t.desktop", "$2", "$3", "$4"),
-        );
-        type Picked = (String, Option<String>, Option<String>, Option<String>, Option<String>);
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let picked: Vec<Picked> = // Built from constants only (no input reaches the text).
-            sqlx::query_as(sqlx::AssertSqlSafe(pick.as_str()))
-                .bind(Json(&worker.labels))
-                .bind(&worker.desktops.default)
-                .bind(&worker.desktops.host)
-                .bind(&worker.desktops.display)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        for (id, desktop_key, before, takeover, takeover_note) in picked {
-            let (desktop_key, desktop_name) = match desktop_key.as_deref().and_then(desktop::pool_request) {
-                None => match desktop_key {
-                    Some(key) if !Self::desktop_free(&mut tx, &key).await? => continue,
-                    key => (key, None),
-                },
-                Some(request) => {
-                    let mut chosen = None;
-                    let mut offers: Vec<&desktop::PoolOffer> = worker
-                        .pool
-                        .iter()
-                        .filter(|o| request.matches(&o.name, o.labels.iter().map(String::as_str)))
-                        .collect();
-                    offers.sort_by_key(|o| before.as_deref() != Some(o.name.as_str()));
-                    for offer in offers {
-                        if Self::desktop_free(&mut tx, &offer.key).await? {
-                            chosen = Some((Some(offer.key.clone()), Some(offer.name.clone())));
-                            break;
-                        }
-                    }
-                    match chosen {
-                        Some(chosen) => chosen,
-                        None => continue,
-                    }
+        // A task that cannot be read ends where a claim takes it (`transitions::unreadable`); the claim goes on
+        // with the next one.
+        for _ in 0..UNREADABLE_PER_CLAIM {
+            match self.claim_one(worker, lease_for).await {
+                Err(QueueError::Unreadable { id, reason }) => {
+                    tracing::warn!(task = %id, %reason, "a queued task cannot be read: it failed without running");
                 }
-            };
-            let row = sqlx::query(
-                "UPDATE agentd_tasks t SET state = 'running',
-                    attempt = t.attempt + CASE WHEN t.same_attempt THEN 0 ELSE 1 END, same_attempt = false,
-                    worker = $2, lease_token = t.lease_token + 1, lease_until = now() + make_interval(secs => $3),
-                    started_at = COALESCE(t.started_at, now()), cancel_requested = false, waiting_reason = NULL,
-                    desktop_held = $4, takeover = NULL, takeover_note = NULL,
-                    desktop_name = COALESCE($5, t.desktop_name)
-                 WHERE t.id = $1
-                 RETURNING t.spec, t.attempt, t.max_attempts, t.lease_token, t.elapsed_ms, t.approved, t.turns",
-            )
-            .bind(&id)
-            .bind(&worker.name)
-            .bind(secs(lease_for))
-            .bind(&desktop_key)
-            .bind(&desktop_name)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-            let attempt: i32 = row.try_get("attempt").map_err(db_error)?;
-            let max_attempts: i32 = row.try_get("max_attempts").map_err(db_error)?;
-            let lease = LeaseRow {
-                spec: row.try_get("spec").map_err(db_error)?,
-                attempt: i64::from(attempt),
-                max_attempts: i64::from(max_attempts),
-                token: row.try_get("lease_token").map_err(db_error)?,
-                elapsed_ms: row.try_get("elapsed_ms").map_err(db_error)?,
-                approved: row.try_get("approved").map_err(db_error)?,
-                steps: Self::steps(&mut *tx, &id).await?,
-                next_seq: Self::next_seq(&mut *tx, &id).await?,
-                turns: row.try_get("turns").map_err(db_error)?,
-                takeover,
-                takeover_note,
-                desktop: desktop_name,
-                id,
+                other => return other,
             }
-            .decode()?;
-            tx.commit().await.map_err(db_error)?;
-            return Ok(Some(lease));
         }
-        tx.rollback().await.map_err(db_error)?;
-        // Every pick's desktop is busy: the next poll or wake-up looks again.
         Ok(None)
     }
 
@@ -966,7 +998,7 @@ impl Queue for PostgresQueue {
         Ok(transitions::cancelled(&change))
     }
 
-    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let (state, takeover) = Self::lock_facts(&mut tx, id).await?;
         let last: Option<String> =
@@ -995,7 +1027,8 @@ impl Queue for PostgresQueue {
         if change.wakes_workers() {
             Self::notify_work(&mut tx).await?;
         }
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        Ok(change.state())
     }
 
     async fn pause(&self, id: &str) -> Result<Paused, QueueError> {
@@ -1041,7 +1074,10 @@ impl Queue for PostgresQueue {
         let Some(row) = row else {
             return Err(rollback(tx, QueueError::NotFound(id.to_string())).await);
         };
-        let record = Self::record_from_row(&row)?;
+        let record = match Self::task_row(&row).and_then(TaskRow::decode) {
+            Ok(record) => record,
+            Err(e) => return Err(rollback(tx, row::unreadable(id, e)).await),
+        };
         let next_step: i64 =
             sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0)::bigint FROM agentd_steps WHERE task_id = $1")
                 .bind(id)

@@ -14,7 +14,7 @@ use super::transitions::{Expired, Takeover};
 use super::{Lease, ListFilter, QueueError};
 use crate::record::events::{Event, EventKind};
 use crate::record::{HandBack, RECORD_VERSION, StepRecord, TaskState};
-use crate::status::TaskRecord;
+use crate::status::{ListedTask, TaskRecord, UnreadableTask};
 use crate::task::TaskSpec;
 
 pub(super) fn corrupt(what: &str, e: impl std::fmt::Display) -> QueueError {
@@ -40,6 +40,20 @@ pub(super) fn state(text: &str) -> Result<TaskState, QueueError> {
 
 pub(super) fn step(text: &str) -> Result<StepRecord, QueueError> {
     parse("step", text)
+}
+
+/// A stored step of the journal, `idx` its index column: one that cannot be decoded names its index.
+pub(super) fn step_at(idx: i64, text: &str) -> Result<StepRecord, QueueError> {
+    parse(&format!("steps[{idx}]"), text)
+}
+
+/// What [`super::Queue::get`] answers when task `id`'s row or steps cannot be decoded: the task named, so that
+/// the API and the CLI can say which record is broken.
+pub(super) fn unreadable(id: &str, e: QueueError) -> QueueError {
+    match e {
+        QueueError::Corrupt(reason) => QueueError::Unreadable { id: id.to_string(), reason },
+        other => other,
+    }
 }
 
 pub(super) fn event(text: &str) -> Result<Event, QueueError> {
@@ -106,6 +120,27 @@ pub(super) struct TaskRow {
 }
 
 impl TaskRow {
+    /// The task as a listing shows it: its record without steps, or, when the row cannot be decoded, its id,
+    /// state (if that column reads), creation time and why the rest does not read.
+    pub fn listed(self) -> ListedTask {
+        let (id, state_text, created_at) = (self.id.clone(), self.state.clone(), self.created_at);
+        match self.decode() {
+            Ok(record) => ListedTask::Record(Box::new(record)),
+            Err(e) => {
+                let reason = match e {
+                    QueueError::Corrupt(reason) => reason,
+                    other => other.to_string(),
+                };
+                ListedTask::Unreadable(UnreadableTask {
+                    state: state(&state_text).ok(),
+                    error: format!("the stored task cannot be read: {reason}"),
+                    id,
+                    created_at,
+                })
+            }
+        }
+    }
+
     /// The task's record, without its steps.
     pub fn decode(self) -> Result<TaskRecord, QueueError> {
         let mut record = TaskRecord {
@@ -145,7 +180,6 @@ pub(super) struct LeaseRow {
     pub max_attempts: i64,
     pub token: i64,
     pub elapsed_ms: i64,
-    pub approved: bool,
     pub steps: Vec<StepRecord>,
     pub next_seq: i64,
     /// The stored turns (§19), `NULL` for a task never sent a message.
@@ -168,7 +202,6 @@ impl LeaseRow {
             steps: self.steps,
             next_seq: self.next_seq.max(1) as u64,
             elapsed: Duration::from_millis(self.elapsed_ms.max(0) as u64),
-            approved: self.approved,
             turns: parse_optional("turns", self.turns.as_deref())?.unwrap_or_default(),
             handed_back: (Takeover::parse(self.takeover.as_deref()) == Some(Takeover::Resumed))
                 .then_some(HandBack { note: self.takeover_note }),
@@ -225,6 +258,37 @@ mod tests {
                 other => panic!("{column}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_row_that_cannot_be_decoded_is_listed_with_what_reads_and_why() {
+        assert!(matches!(row().listed(), ListedTask::Record(record) if record.id == "t"));
+        let mut bad = row();
+        bad.spec = "{".into();
+        match bad.listed() {
+            ListedTask::Unreadable(task) => {
+                assert_eq!(
+                    (task.id.as_str(), task.state, task.created_at),
+                    ("t", Some(TaskState::Failed), OffsetDateTime::UNIX_EPOCH)
+                );
+                assert!(task.error.contains("spec: "), "{}", task.error);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The state itself unreadable: left out, and named.
+        let mut bad = row();
+        bad.state = "sleeping".into();
+        match bad.listed() {
+            ListedTask::Unreadable(task) => assert!(task.state.is_none() && task.error.contains("state: "), "{task:?}"),
+            other => panic!("{other:?}"),
+        }
+        // What `get` says names the task and the step.
+        let said = unreadable("t", step_at(3, "{").map(drop).unwrap_err());
+        assert!(
+            matches!(&said, QueueError::Unreadable { id, reason } if id == "t" && reason.starts_with("steps[3]: ")),
+            "{said:?}"
+        );
+        assert!(matches!(unreadable("t", QueueError::NotFound("t".into())), QueueError::NotFound(_)));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
-use super::row::{LeaseRow, TaskRow, corrupt, json};
+use super::row::{LeaseRow, TaskRow, json};
 use super::transitions::{self, Change, Handback, TAKEOVER_REASON, Takeover};
 use super::{
     Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Paused, Queue, QueueError,
@@ -27,7 +27,7 @@ use super::{
 };
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState, Usage};
-use crate::status::TaskRecord;
+use crate::status::{ListedTask, TaskRecord};
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS tasks (
@@ -79,6 +79,9 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_ms) WHERE state IN ('succeeded', 'failed', 'cancelled')",
     "CREATE TABLE IF NOT EXISTS purges (task_id TEXT PRIMARY KEY, deleted_ms INTEGER NOT NULL)",
 ];
+
+/// How many tasks that cannot be read one claim ends before it answers that there is nothing to run.
+const UNREADABLE_PER_CLAIM: usize = 16;
 
 pub struct SqliteQueue {
     /// Reads, and the writes that may be lost to a power cut without harm (events, heartbeats):
@@ -428,11 +431,12 @@ impl SqliteQueue {
         Ok(())
     }
 
-    fn record_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRecord, QueueError> {
+    /// A task's row as read, its JSON columns not decoded yet.
+    fn task_row(row: &sqlx::sqlite::SqliteRow) -> Result<TaskRow, QueueError> {
         let get = |column: &str| row.try_get::<Option<String>, _>(column).map_err(db_error);
         let started: Option<i64> = row.try_get("started_ms").map_err(db_error)?;
         let finished: Option<i64> = row.try_get("finished_ms").map_err(db_error)?;
-        TaskRow {
+        Ok(TaskRow {
             id: row.try_get("id").map_err(db_error)?,
             spec: row.try_get("spec").map_err(db_error)?,
             state: row.try_get("state").map_err(db_error)?,
@@ -450,8 +454,118 @@ impl SqliteQueue {
             takeover: get("takeover")?,
             desktop_name: get("desktop_name")?,
             desktop_failure: get("desktop_failure")?,
+        })
+    }
+
+    /// One claim ([`Queue::claim`]); a task it took whose row cannot be decoded is ended, and is the answer as
+    /// [`QueueError::Unreadable`].
+    async fn claim_one(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
+        let _write = self.writes.lock().await;
+        let now = now_ms();
+        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop), and
+        // so does one whose desktop a person took over (§20: a task parked for a take-over keeps it).
+        // Built from constants only (no input reaches the text).
+        let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id, labels, desktop, desktop_name, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
+               AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.state = 'running' AND r.lease_until_ms >= ?1
+                                 AND r.desktop_held = {qualified})
+               AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'waiting_for_human' AND p.takeover = 'parked'
+                                 AND p.desktop_held = {qualified})
+             ORDER BY created_ms, id LIMIT 200",
+            qualified = desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
+        )))
+        .bind(now)
+        .bind(&worker.desktops.default)
+        .bind(&worker.desktops.host)
+        .bind(&worker.desktops.display)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.failed(e))?;
+        let mut chosen = None;
+        // The keys live tasks hold, read once and only when a pool task (§23) needs a desktop chosen.
+        let mut held: Option<std::collections::HashSet<String>> = None;
+        for row in &candidates {
+            let labels_text: String = row.try_get("labels").map_err(|e| self.failed(e))?;
+            // The queue's own copy of the task's labels, unreadable only if changed by hand: that task is left
+            // (never one claim's failure for every task behind it).
+            let Ok(labels) = serde_json::from_str::<BTreeMap<String, String>>(&labels_text) else { continue };
+            if !labels_match(&labels, &worker.labels) {
+                continue;
+            }
+            let id = row.try_get::<String, _>("id").map_err(|e| self.failed(e))?;
+            let desktop: Option<String> = row.try_get("desktop").map_err(|e| self.failed(e))?;
+            let qualified = worker.desktops.qualify(desktop.as_deref());
+            let (desktop_held, desktop_name) = match qualified.as_deref().and_then(desktop::pool_request) {
+                None => (qualified, None),
+                Some(request) => {
+                    if held.is_none() {
+                        held = Some(self.held_desktops(&mut *tx, now).await?);
+                    }
+                    let held = held.as_ref();
+                    let before: Option<String> = row.try_get("desktop_name").map_err(|e| self.failed(e))?;
+                    let is_held = |key: &str| held.is_some_and(|h| h.contains(key));
+                    match desktop::choose(&request, &worker.pool, before.as_deref(), is_held) {
+                        Some(offer) => (Some(offer.key.clone()), Some(offer.name.clone())),
+                        None => continue,
+                    }
+                }
+            };
+            let takeover: (Option<String>, Option<String>) = (
+                row.try_get("takeover").map_err(|e| self.failed(e))?,
+                row.try_get("takeover_note").map_err(|e| self.failed(e))?,
+            );
+            chosen = Some((id, desktop_held, desktop_name, takeover));
+            break;
         }
-        .decode()
+        let Some((id, desktop_held, desktop_name, (takeover, takeover_note))) = chosen else {
+            return Ok(None);
+        };
+        let row = sqlx::query(
+            "UPDATE tasks SET state = 'running', attempt = attempt + 1 - same_attempt, same_attempt = 0,
+                worker = ?2, lease_token = lease_token + 1,
+                lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
+                waiting_reason = NULL, desktop_held = ?5, takeover = NULL, takeover_note = NULL,
+                desktop_name = COALESCE(?6, desktop_name)
+             WHERE id = ?1 AND state = 'queued'
+             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, turns",
+        )
+        .bind(&id)
+        .bind(&worker.name)
+        .bind(now + lease_for.as_millis() as i64)
+        .bind(now)
+        .bind(desktop_held)
+        .bind(&desktop_name)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| self.failed(e))?;
+        let steps = self.steps(&mut *tx, &id).await;
+        let lease = LeaseRow {
+            spec: row.try_get("spec").map_err(|e| self.failed(e))?,
+            attempt: row.try_get("attempt").map_err(|e| self.failed(e))?,
+            max_attempts: row.try_get("max_attempts").map_err(|e| self.failed(e))?,
+            token: row.try_get("lease_token").map_err(|e| self.failed(e))?,
+            elapsed_ms: row.try_get("elapsed_ms").map_err(|e| self.failed(e))?,
+            steps: Vec::new(),
+            next_seq: Self::next_seq(&mut *tx, &id).await?,
+            turns: row.try_get("turns").map_err(|e| self.failed(e))?,
+            takeover,
+            takeover_note,
+            desktop: desktop_name,
+            id: id.clone(),
+        };
+        match steps.and_then(|steps| LeaseRow { steps, ..lease }.decode()) {
+            Ok(lease) => {
+                self.wrote(tx.commit().await)?;
+                Ok(Some(lease))
+            }
+            Err(QueueError::Corrupt(reason)) => {
+                Self::apply(&mut tx, &id, &transitions::unreadable(&reason)).await?;
+                self.wrote(tx.commit().await)?;
+                Err(QueueError::Unreadable { id, reason })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The desktop keys live tasks hold: running under a live lease, or parked for a take-over (§20).
@@ -472,12 +586,17 @@ impl SqliteQueue {
     }
 
     async fn steps(&self, executor: impl sqlx::SqliteExecutor<'_>, id: &str) -> Result<Vec<StepRecord>, QueueError> {
-        let rows = sqlx::query("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx")
+        let rows = sqlx::query("SELECT idx, record FROM steps WHERE task_id = ?1 ORDER BY idx")
             .bind(id)
             .fetch_all(executor)
             .await
             .map_err(db_error)?;
-        rows.iter().map(|r| row::step(&r.try_get::<String, _>("record").map_err(db_error)?)).collect()
+        rows.iter()
+            .map(|r| {
+                let idx: i64 = r.try_get("idx").map_err(db_error)?;
+                row::step_at(idx, &r.try_get::<String, _>("record").map_err(db_error)?)
+            })
+            .collect()
     }
 
     /// Appends an event the queue itself emits, numbered after the task's last event.
@@ -536,6 +655,9 @@ impl SqliteQueue {
             .bind(id)
             .bind(Takeover::Resumed.as_str())
             .bind(note.clone()),
+            // The answer itself is in the waiting step (`transitions::decide`); the `approved` column is no
+            // longer read, only kept up for an older version reading this queue (a downgrade, or the other
+            // nodes of a fleet during a rolling upgrade).
             Change::Approve => sqlx::query(
                 "UPDATE tasks SET state = 'queued', approved = 1, same_attempt = 1, waiting_reason = NULL,
                     not_before_ms = 0
@@ -697,13 +819,13 @@ impl Queue for SqliteQueue {
             .await
             .map_err(db_error)?
             .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
-        let mut record = Self::record_from_row(&row)?;
-        record.steps = self.steps(&self.pool, id).await?;
+        let mut record = Self::task_row(&row)?.decode().map_err(|e| row::unreadable(id, e))?;
+        record.steps = self.steps(&self.pool, id).await.map_err(|e| row::unreadable(id, e))?;
         record.derive();
         Ok(record)
     }
 
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<TaskRecord>, QueueError> {
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<ListedTask>, QueueError> {
         let limit = row::list_limit(filter);
         let rows = match filter.state {
             Some(state) => {
@@ -721,7 +843,7 @@ impl Queue for SqliteQueue {
             }
         }
         .map_err(db_error)?;
-        rows.iter().map(Self::record_from_row).collect()
+        rows.iter().map(|row| Self::task_row(row).map(TaskRow::listed)).collect()
     }
 
     async fn step_counts(&self, ids: &[String]) -> Result<BTreeMap<String, u64>, QueueError> {
@@ -743,103 +865,17 @@ impl Queue for SqliteQueue {
     }
 
     async fn claim(&self, worker: &WorkerIdentity, lease_for: Duration) -> Result<Option<Lease>, QueueError> {
-        let _write = self.writes.lock().await;
-        let now = now_ms();
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
-        // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop), and
-        // so does one whose desktop a person took over (§20: a task parked for a take-over keeps it).
-        // Built from constants only (no input reaches the text).
-        let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT id, labels, desktop, desktop_name, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
-               AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.state = 'running' AND r.lease_until_ms >= ?1
-                                 AND r.desktop_held = {qualified})
-               AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'waiting_for_human' AND p.takeover = 'parked'
-                                 AND p.desktop_held = {qualified})
-             ORDER BY created_ms, id LIMIT 200",
-            qualified = desktop::sql_qualify("t.desktop", "?2", "?3", "?4")
-        )))
-        .bind(now)
-        .bind(&worker.desktops.default)
-        .bind(&worker.desktops.host)
-        .bind(&worker.desktops.display)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| self.failed(e))?;
-        let mut chosen = None;
-        // The keys live tasks hold, read once and only when a pool task (§23) needs a desktop chosen.
-        let mut held: Option<std::collections::HashSet<String>> = None;
-        for row in &candidates {
-            let labels_text: String = row.try_get("labels").map_err(|e| self.failed(e))?;
-            let labels: BTreeMap<String, String> =
-                serde_json::from_str(&labels_text).map_err(|e| corrupt("labels", e))?;
-            if !labels_match(&labels, &worker.labels) {
-                continue;
-            }
-            let id = row.try_get::<String, _>("id").map_err(|e| self.failed(e))?;
-            let desktop: Option<String> = row.try_get("desktop").map_err(|e| self.failed(e))?;
-            let qualified = worker.desktops.qualify(desktop.as_deref());
-            let (desktop_held, desktop_name) = match qualified.as_deref().and_then(desktop::pool_request) {
-                None => (qualified, None),
-                Some(request) => {
-                    if held.is_none() {
-                        held = Some(self.held_desktops(&mut *tx, now).await?);
-                    }
-                    let held = held.as_ref();
-                    let before: Option<String> = row.try_get("desktop_name").map_err(|e| self.failed(e))?;
-                    let is_held = |key: &str| held.is_some_and(|h| h.contains(key));
-                    match desktop::choose(&request, &worker.pool, before.as_deref(), is_held) {
-                        Some(offer) => (Some(offer.key.clone()), Some(offer.name.clone())),
-                        None => continue,
-                    }
+        // A task that cannot be read ends where a claim takes it (`transitions::unreadable`); the claim goes on
+        // with the next one.
+        for _ in 0..UNREADABLE_PER_CLAIM {
+            match self.claim_one(worker, lease_for).await {
+                Err(QueueError::Unreadable { id, reason }) => {
+                    tracing::warn!(task = %id, %reason, "a queued task cannot be read: it failed without running");
                 }
-            };
-            let takeover: (Option<String>, Option<String>) = (
-                row.try_get("takeover").map_err(|e| self.failed(e))?,
-                row.try_get("takeover_note").map_err(|e| self.failed(e))?,
-            );
-            chosen = Some((id, desktop_held, desktop_name, takeover));
-            break;
+                other => return other,
+            }
         }
-        let Some((id, desktop_held, desktop_name, (takeover, takeover_note))) = chosen else {
-            return Ok(None);
-        };
-        let row = sqlx::query(
-            "UPDATE tasks SET state = 'running', attempt = attempt + 1 - same_attempt, same_attempt = 0,
-                worker = ?2, lease_token = lease_token + 1,
-                lease_until_ms = ?3, started_ms = COALESCE(started_ms, ?4), cancel_requested = 0,
-                waiting_reason = NULL, desktop_held = ?5, takeover = NULL, takeover_note = NULL,
-                desktop_name = COALESCE(?6, desktop_name)
-             WHERE id = ?1 AND state = 'queued'
-             RETURNING spec, attempt, max_attempts, lease_token, elapsed_ms, approved, turns",
-        )
-        .bind(&id)
-        .bind(&worker.name)
-        .bind(now + lease_for.as_millis() as i64)
-        .bind(now)
-        .bind(desktop_held)
-        .bind(&desktop_name)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| self.failed(e))?;
-        let approved: i64 = row.try_get("approved").map_err(|e| self.failed(e))?;
-        let lease = LeaseRow {
-            spec: row.try_get("spec").map_err(|e| self.failed(e))?,
-            attempt: row.try_get("attempt").map_err(|e| self.failed(e))?,
-            max_attempts: row.try_get("max_attempts").map_err(|e| self.failed(e))?,
-            token: row.try_get("lease_token").map_err(|e| self.failed(e))?,
-            elapsed_ms: row.try_get("elapsed_ms").map_err(|e| self.failed(e))?,
-            approved: approved != 0,
-            steps: self.steps(&mut *tx, &id).await?,
-            next_seq: Self::next_seq(&mut *tx, &id).await?,
-            turns: row.try_get("turns").map_err(|e| self.failed(e))?,
-            takeover,
-            takeover_note,
-            desktop: desktop_name,
-            id,
-        }
-        .decode()?;
-        self.wrote(tx.commit().await)?;
-        Ok(Some(lease))
+        Ok(None)
     }
 
     async fn heartbeat(&self, task_id: &str, token: i64, lease_for: Duration) -> Result<LeaseStatus, QueueError> {
@@ -1055,7 +1091,7 @@ impl Queue for SqliteQueue {
         Ok(transitions::cancelled(&change))
     }
 
-    async fn decide(&self, id: &str, decision: &Decision) -> Result<(), QueueError> {
+    async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError> {
         let _write = self.writes.lock().await;
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
         let (state, takeover) = Self::facts(&mut tx, id).await?;
@@ -1081,7 +1117,8 @@ impl Queue for SqliteQueue {
                 .map_err(|e| self.failed(e))?;
         }
         Self::apply(&mut tx, id, &decided.change).await?;
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        Ok(decided.change.state())
     }
 
     async fn pause(&self, id: &str) -> Result<Paused, QueueError> {
@@ -1128,7 +1165,10 @@ impl Queue for SqliteQueue {
         let Some(row) = row else {
             return Err(rollback(tx, QueueError::NotFound(id.to_string())).await);
         };
-        let record = Self::record_from_row(&row)?;
+        let record = match Self::task_row(&row).and_then(TaskRow::decode) {
+            Ok(record) => record,
+            Err(e) => return Err(rollback(tx, row::unreadable(id, e)).await),
+        };
         let next_step: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0) FROM steps WHERE task_id = ?1")
             .bind(id)
             .fetch_one(&mut *tx)

@@ -86,7 +86,8 @@ pub enum Change {
     End { outcome: Outcome, fence: bool },
     /// The task runs: its worker is asked to stop at the next safe point (the heartbeat carries the request).
     RequestCancel,
-    /// A human approved: back to `queued`, claimable at once, in the same attempt, marked approved.
+    /// A human approved (the answer is in the waiting step): back to `queued`, claimable at once, in the same
+    /// attempt.
     Approve,
     /// The API client answered the pending remote tool calls: back to `queued`, claimable at once, in the
     /// same attempt (not marked approved: the answers are in the step).
@@ -171,9 +172,12 @@ pub fn rejected_message(reason: &str) -> String {
 }
 
 /// A human's answer, only to a task waiting for one (not one a person took over), `last` being its last
-/// step: approval queues it again (with an edit, the edited actions go into the step); a rejection of an
-/// approval rule's hold finishes the step with every call refused and the reason, and queues the task (the
-/// model is told and goes on); any other rejection fails the task.
+/// step. Every answer is written into the waiting step in the transaction that decides it, so the record
+/// says what the API answered whatever happens next (a cancel right after an approval ends the task before
+/// the approved calls run, and the step still says approved): approval marks the step approved (with an
+/// edit, the edited actions too) and queues the task; a rejection of an approval rule's hold finishes the
+/// step with every call refused and the reason, and queues the task (the model is told and goes on); any
+/// other rejection fails the task.
 pub fn decide(
     id: &str,
     state: TaskState,
@@ -190,7 +194,15 @@ pub fn decide(
     let waiting = last.filter(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none()));
     let invalid = |message: &str| QueueError::Invalid { field: "actions".into(), message: message.into() };
     Ok(match decision {
-        Decision::Approve => Decided { step: None, change: Change::Approve },
+        Decision::Approve => {
+            let step = waiting.map(|mut step| {
+                if let Some(approval) = step.approval.as_mut() {
+                    approval.approved = Some(true);
+                }
+                step
+            });
+            Decided { step, change: Change::Approve }
+        }
         Decision::ApproveEdited { actions } => {
             let Some(mut step) = waiting else {
                 return Err(invalid("the task waits for no step's approval, so there is nothing to edit"));
@@ -202,6 +214,7 @@ pub fn decide(
                 return Err(invalid("give at least one action to run instead"));
             }
             if let Some(approval) = step.approval.as_mut() {
+                approval.approved = Some(true);
                 approval.edited = Some(actions.clone());
             }
             Decided { step: Some(step), change: Change::Approve }
@@ -483,6 +496,13 @@ pub fn rescue(facts: &Expired) -> Change {
     } else {
         Change::Requeue
     }
+}
+
+/// A task a claim took whose stored row (its task file, turns or steps) cannot be decoded: it can never run,
+/// so it ends `failed` (reason `error`, the summary saying why) and its lease is fenced, rather than failing
+/// that claim and every claim after it while it stays the oldest queued task.
+pub fn unreadable(reason: &str) -> Change {
+    Change::End { outcome: ending::unreadable(reason), fence: true }
 }
 
 /// What a worker's hand-back writes (fenced by its token).
@@ -947,6 +967,23 @@ mod tests {
     }
 
     #[test]
+    fn an_approval_is_written_into_the_waiting_step_it_answers() {
+        let decided =
+            decide("t", TaskState::WaitingForHuman, None, Some(held(None)), &Decision::Approve).expect("decided");
+        assert_eq!(decided.change, Change::Approve);
+        let step = decided.step.expect("the step is written with the answer");
+        let approval = step.approval.as_ref().expect("approval");
+        assert_eq!((approval.approved, approval.started, step.finished), (Some(true), false, false));
+        assert!(approval.awaits_its_run());
+        // No waiting step (nothing journaled yet): the task is queued, nothing else to write.
+        let bare = decide("t", TaskState::WaitingForHuman, None, None, &Decision::Approve).expect("decided");
+        assert_eq!((bare.step, bare.change), (None, Change::Approve));
+        // A step answered already is no longer waiting: a second answer writes nothing into it.
+        let again = decide("t", TaskState::WaitingForHuman, None, Some(step), &Decision::Approve).expect("decided");
+        assert_eq!(again.step, None);
+    }
+
+    #[test]
     fn an_edit_goes_into_the_waiting_step_and_only_there() {
         use agentd_computer::Action;
         let typed = vec![Action::Type { text: "bob".into() }];
@@ -954,6 +991,7 @@ mod tests {
         let decided = decide("t", TaskState::WaitingForHuman, None, Some(held(Some(1))), &edit).expect("decided");
         assert_eq!(decided.change, Change::Approve);
         let step = decided.step.expect("step");
+        assert_eq!(step.approval.as_ref().and_then(|a| a.approved), Some(true));
         assert_eq!(step.approval.and_then(|a| a.edited), Some(typed));
         // (the waiting step, the actions, a word of the refusal)
         let mut no_computer = held(Some(0));
@@ -976,6 +1014,14 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_claimed_task_that_cannot_be_read_fails_fenced_saying_why() {
+        let Change::End { outcome, fence } = unreadable("spec: EOF") else { panic!("not an end") };
+        assert!(fence);
+        assert_eq!((outcome.state(), outcome.reason), (TaskState::Failed, EndReason::Error));
+        assert!(outcome.summary.ends_with("cannot run: spec: EOF"), "{}", outcome.summary);
     }
 
     #[test]

@@ -595,7 +595,8 @@ pub struct StepApproval {
     pub reason: String,
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub details: serde_json::Value,
-    /// `None` while waiting.
+    /// `None` while waiting; the human's answer from the moment it is given (the queue writes it into the
+    /// step in the same transaction that answers the API), whatever happens to the task afterwards.
     pub approved: Option<bool>,
     /// The approval rule that held the step (its position among the task's rules, the config's first):
     /// a rejection then tells the model and the task goes on (§20). `None` for a vendor's safety check.
@@ -610,12 +611,31 @@ pub struct StepApproval {
     /// Why a human rejected a rule's hold (the model was told; none of the step's calls ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
+    /// The approved calls began to run: the worker journaled the step so just before them. A step found
+    /// unfinished with this set was interrupted while they ran, and they are never run again; an approved
+    /// step without it has not run any of them (a cancel that came first ended the task before they ran).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started: bool,
 }
 
 impl StepApproval {
     /// A vendor's or a script's request for approval.
     pub fn asked(reason: String, details: serde_json::Value) -> Self {
-        Self { reason, details, approved: None, rule: None, annotated: None, edited: None, rejected: None }
+        Self {
+            reason,
+            details,
+            approved: None,
+            rule: None,
+            annotated: None,
+            edited: None,
+            rejected: None,
+            started: false,
+        }
+    }
+
+    /// Approved and not begun: the step's calls run once the task is claimed again.
+    pub fn awaits_its_run(&self) -> bool {
+        self.approved == Some(true) && !self.started
     }
 }
 

@@ -102,7 +102,6 @@ impl Harness {
             shutdown: self.shutdown.clone(),
             resume: Vec::new(),
             elapsed_before: Duration::ZERO,
-            approved: false,
             pause: Default::default(),
             handed_back: None,
             settle: Default::default(),
@@ -623,11 +622,17 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
     assert!(matches!(again.end, LoopEnd::WaitingForHuman { .. }));
     assert_eq!(screen.received().len(), 1);
 
-    // Approved: the click runs once, then the task goes on to completion.
-    let model = Observed::new(script(script_json));
+    // Approved (the queue writes the answer into the waiting step): the click runs once, journaled as begun
+    // before it runs, then the task goes on to completion.
+    let mut approved = first.steps.clone();
+    if let Some(approval) = approved.last_mut().and_then(|s| s.approval.as_mut()) {
+        approval.approved = Some(true);
+    }
+    let model = Observed::new(script(script_json.clone()));
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
-    input.resume = first.steps.clone();
-    input.approved = true;
+    let writes = Arc::new(WritesJournal { screen: screen.clone(), writes: Default::default() });
+    input.journal = writes.clone();
+    input.resume = approved.clone();
     let done = run(input).await;
     assert_eq!(outcome(&done), (true, EndReason::Completed));
     assert_eq!(
@@ -643,7 +648,51 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
     let seen = model.seen();
     assert_eq!(seen.len(), 1, "only the turn after the approved one was asked for");
     assert_eq!(seen[0].history_len, 2);
+    // (step, begun, finished, actions the screen had received when it was written)
+    let step_1: Vec<(bool, bool, usize)> = writes
+        .writes()
+        .iter()
+        .filter(|(step, _)| step.index == 1)
+        .map(|(step, received)| (step.approval.as_ref().is_some_and(|a| a.started), step.finished, *received))
+        .collect();
+    assert_eq!(step_1.first(), Some(&(true, false, 1)), "journaled as begun before the click: {step_1:?}");
+    assert_eq!(step_1.last(), Some(&(true, true, 2)), "{step_1:?}");
+
+    // A worker lost while the approved click ran leaves the step begun and unfinished: the next attempt
+    // marks it interrupted and goes on; the click is never run again.
+    let mut begun = approved;
+    if let Some(approval) = begun.last_mut().and_then(|s| s.approval.as_mut()) {
+        approval.started = true;
+    }
+    let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json)));
+    input.resume = begun;
+    let after_loss = run(input).await;
+    assert_eq!(outcome(&after_loss), (true, EndReason::Completed));
+    assert_eq!(screen.received().len(), 2, "nothing ran again: {:?}", screen.received());
+    let interrupted = &after_loss.steps[1];
+    assert!(interrupted.finished && !interrupted.results[0].ok, "{interrupted:?}");
     harness.finish().await;
+}
+
+/// A journal that keeps every write, with how many actions the screen had received at that moment.
+struct WritesJournal {
+    screen: Arc<RecordingScreen>,
+    writes: std::sync::Mutex<Vec<(StepRecord, usize)>>,
+}
+
+impl WritesJournal {
+    fn writes(&self) -> Vec<(StepRecord, usize)> {
+        self.writes.lock().map(|w| w.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Journal for WritesJournal {
+    async fn record_step(&self, step: &StepRecord) -> Result<(), JournalError> {
+        let received = self.screen.received().len();
+        self.writes.lock().map_err(|_| JournalError::Unavailable("poisoned".into()))?.push((step.clone(), received));
+        Ok(())
+    }
 }
 
 /// Makes no tools: the structured-output tests declare none.

@@ -13,7 +13,11 @@ use crate::support::{Agentd, Backend, Daemon, files_under, http};
 
 const KEY: &str = "sk-test-0123456789";
 
-on_both_backends!(rules_hold_matching_turns_and_an_edit_runs_instead, a_rejected_hold_tells_the_model_and_goes_on);
+on_both_backends!(
+    rules_hold_matching_turns_and_an_edit_runs_instead,
+    a_rejected_hold_tells_the_model_and_goes_on,
+    answers_racing_a_cancel_are_what_the_record_says
+);
 
 fn post(daemon: &Daemon, path: &str, body: Option<&Value>) -> (u16, Value) {
     let text = body.map(|b| b.to_string());
@@ -213,4 +217,95 @@ fn malformed_rules_in_the_config_and_through_the_api_name_the_field() {
     }
     let (_, list) = crate::support::http(&daemon.socket, "GET", "/v1/tasks", None, &[]).expect("list");
     assert!(!list.contains("\"x\""), "nothing was queued: {list}");
+}
+
+/// Approvals (and rejections) sent at the same moment as a cancel, over the API, on tasks a rule holds: what
+/// each request was answered is what the finished record says. An approval answered 200 is in the step, and
+/// when the cancel answered `cancelled` (the task was still queued) none of the approved actions ran; an
+/// approval refused with 409 came after the cancel, and the step holds no answer.
+fn answers_racing_a_cancel_are_what_the_record_says(backend: Backend) {
+    const TASKS: usize = 8;
+    let daemon = Daemon::start_on(backend, "", "[[approval]]\naction = \"type\"\nreason = \"typing needs a look\"\n");
+    let ids: Vec<String> = (0..TASKS).map(|i| format!("race-{i}")).collect();
+    for id in &ids {
+        let task = json!({
+            "id": id,
+            "instructions": "type a name",
+            "computer": {"provider": "mock", "scene": "login"},
+            "model": {"provider": "scripted", "script": {"turns": [
+                {"actions": [{"type": "click", "x": 640, "y": 370}, {"type": "type", "text": "alice"}]},
+                {"complete": {"success": true, "summary": "typed"}}
+            ]}}
+        });
+        assert_eq!(post(&daemon, "/v1/tasks", Some(&task)).0, 201);
+    }
+    let mut seen = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        wait_waiting(&daemon, id, 0);
+        // Every third a rejection (a rule's hold: the model is told and the task goes on), else an approval.
+        let verb = if i % 3 == 2 { "reject" } else { "approve" };
+        let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let socket = daemon.socket.clone();
+        let (gate, path) = (start.clone(), format!("/v1/tasks/{id}/{verb}"));
+        let decision = std::thread::spawn(move || {
+            gate.wait();
+            http(&socket, "POST", &path, None, &[]).expect("decision")
+        });
+        let socket = daemon.socket.clone();
+        let (gate, path) = (start, format!("/v1/tasks/{id}/cancel"));
+        let cancel = std::thread::spawn(move || {
+            gate.wait();
+            http(&socket, "POST", &path, None, &[]).expect("cancel")
+        });
+        let (decided, decision) = decision.join().expect("decision thread");
+        let (cancelled, cancel) = cancel.join().expect("cancel thread");
+        let decision: Value = serde_json::from_str(&decision).unwrap_or(Value::Null);
+        let cancel: Value = serde_json::from_str(&cancel).unwrap_or(Value::Null);
+        let done = daemon.wait_terminal(id, Duration::from_secs(60));
+        let step = &done["steps"][0];
+        let said = format!("{id}: {verb} {decided} {decision}, cancel {cancelled} {cancel}; record: {done}");
+        assert!(["succeeded", "cancelled"].contains(&done["state"].as_str().unwrap_or_default()), "{said}");
+        match (verb, decided) {
+            ("approve", 200) => {
+                assert_eq!(decision["state"], "queued", "{said}");
+                assert_eq!(step["approval"]["approved"], true, "answered 200, so the step says approved: {said}");
+            }
+            ("reject", 200) => {
+                assert_eq!(decision["state"], "queued", "a rule's hold goes on: {said}");
+                assert_eq!(step["approval"]["approved"], false, "{said}");
+                assert_eq!(step["results"][0]["ok"], false, "{said}");
+            }
+            (_, 409) => {
+                assert_eq!(decision["error"]["code"], "wrong_state", "{said}");
+                assert_eq!(
+                    (cancelled, done["state"].as_str()),
+                    (200, Some("cancelled")),
+                    "the cancel came first: {said}"
+                );
+                assert_eq!(step["approval"]["approved"], Value::Null, "refused, so the step holds no answer: {said}");
+            }
+            _ => panic!("unexpected answer: {said}"),
+        }
+        match cancelled {
+            // It was waiting or queued: it ended there, and no action of the held step ran (an approved step
+            // has no result, a rejected one only the refusals).
+            200 => {
+                assert_eq!(
+                    (cancel["state"].as_str(), done["state"].as_str()),
+                    (Some("cancelled"), Some("cancelled")),
+                    "{said}"
+                );
+                let results = step["results"].as_array().cloned().unwrap_or_default();
+                assert!(results.iter().all(|r| r["ok"] == false), "nothing of the step ran: {said}");
+                assert_eq!(step["approval"]["started"], Value::Null, "{said}");
+            }
+            // A worker had it: it stops at its next safe point (or had finished before it looked).
+            202 => assert_eq!(cancel["cancel"], "requested", "{said}"),
+            // It had finished already (the decision let it run to the end).
+            409 => assert_eq!(done["state"], "succeeded", "{said}"),
+            other => panic!("cancel answered {other}: {said}"),
+        }
+        seen.push((verb, decided, cancelled));
+    }
+    eprintln!("(verb, decision, cancel) per task: {seen:?}");
 }

@@ -9,8 +9,9 @@ fn a_compiled_run_plays_again_with_other_values() {
     let recorded = agentd.run(&["run", "config/tasks/mock-form.json", "--json"]);
     assert_eq!(recorded.code, 0, "{}", recorded.stderr);
     let recorded = recorded.json();
+    let id = recorded["id"].as_str().expect("the run's id").to_string();
 
-    let compiled = agentd.run(&["compile", "example-form", "--local", "--param", "email=zoe@example.com"]);
+    let compiled = agentd.run(&["compile", &id, "--local", "--param", "email=zoe@example.com"]);
     assert_eq!(compiled.code, 0, "{}", compiled.stderr);
     let script: serde_json::Value = serde_json::from_str(&compiled.stdout).expect("the script is JSON");
     let turns = script["turns"].as_array().expect("turns");
@@ -54,12 +55,13 @@ fn compile_and_params_refuse_what_does_not_fit() {
     let agentd = Agentd::new();
     let recorded = agentd.run(&["run", "config/tasks/mock-form.json", "--json"]);
     assert_eq!(recorded.code, 0, "{}", recorded.stderr);
+    let id = recorded.json()["id"].as_str().expect("the run's id").to_string();
 
-    let never_typed = agentd.run(&["compile", "example-form", "--local", "--param", "email=nobody@example.com"]);
+    let never_typed = agentd.run(&["compile", &id, "--local", "--param", "email=nobody@example.com"]);
     assert_eq!(never_typed.code, 2, "{}", never_typed.stderr);
     assert!(never_typed.stderr.contains("--param email=nobody@example.com"), "{}", never_typed.stderr);
     assert!(never_typed.stdout.is_empty());
-    let bad_name = agentd.run(&["compile", "example-form", "--local", "--param", "e mail=zoe@example.com"]);
+    let bad_name = agentd.run(&["compile", &id, "--local", "--param", "e mail=zoe@example.com"]);
     assert_eq!(bad_name.code, 2, "{}", bad_name.stderr);
     assert!(bad_name.stderr.contains("NAME=TEXT"), "{}", bad_name.stderr);
     let unknown = agentd.run(&["compile", "no-such-task", "--local"]);
@@ -67,7 +69,7 @@ fn compile_and_params_refuse_what_does_not_fit() {
     assert!(unknown.stderr.contains("no-such-task"), "{}", unknown.stderr);
 
     // A script with {{email}} and no value for it, or a value it never types: exit 2 naming model.params.
-    let compiled = agentd.run(&["compile", "example-form", "--local", "--param", "email=zoe@example.com"]);
+    let compiled = agentd.run(&["compile", &id, "--local", "--param", "email=zoe@example.com"]);
     let script_path = agentd.dir.path().join("signup.json");
     std::fs::write(&script_path, &compiled.stdout).expect("write the script");
     for (params, field) in [

@@ -643,3 +643,36 @@ async fn a_person_takes_the_desktop_over_and_hands_it_back_from_the_page() {
     assert_eq!(notes[0]["note"], "closed the cookie banner", "{done}");
     browser.close().await;
 }
+
+/// A task whose stored record cannot be read (changed behind the daemon's back) is a row of the list saying so
+/// beside the others, and its page says why; the list still works around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_cannot_be_read_is_a_row_saying_so_and_the_list_goes_on() {
+    let Some(browser) = launch().await else { return };
+    let (daemon, _dir, addr) = console_daemon();
+    // No worker takes these (their label): they stay queued as submitted.
+    for id in ["console-good", "console-broken"] {
+        let task = serde_json::json!({"id": id, "instructions": format!("task {id}"), "labels": {"gpu": "yes"}});
+        submit(&daemon, &task.to_string());
+    }
+    daemon.queue_sql("UPDATE tasks SET spec = 'not json' WHERE id = 'console-broken'", "");
+    let tab = browser.tab(1280, 800, false).await.expect("tab");
+    log_in(&tab, &addr).await;
+    let broken = "document.querySelector('tr.unreadable[data-id=\"console-broken\"]')";
+    if let Err(e) = tab.wait_for(&format!("{broken} && {broken}.textContent.includes('cannot be read')"), WAIT).await {
+        let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
+        panic!("no row for the broken task: {e}\npage: {text}");
+    }
+    let good = "document.querySelector('tr[data-id=\"console-good\"]')";
+    tab.wait_for(&format!("{good} && {good}.textContent.includes('task console-good')"), WAIT)
+        .await
+        .expect("the other task is listed as ever");
+    let said: String = tab.eval(&format!("{broken}.textContent")).await.expect("row text");
+    assert!(said.contains("queued") && said.contains("spec"), "{said}");
+    save(&tab, "list-unreadable.png").await;
+    tab.click("a[data-task=\"console-broken\"]").await.expect("open the broken task");
+    tab.wait_for("document.querySelector('.problem') && document.querySelector('.problem').textContent.includes('cannot be read')", WAIT)
+        .await
+        .expect("its page says why");
+    browser.close().await;
+}

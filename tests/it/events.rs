@@ -110,7 +110,6 @@ async fn run_with(
         shutdown: CancellationToken::new(),
         resume: Vec::new(),
         elapsed_before: Duration::ZERO,
-        approved: false,
         pause: Default::default(),
         handed_back: None,
         settle: Default::default(),

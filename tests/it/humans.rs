@@ -391,7 +391,11 @@ fn agentd_run_on_a_terminal_asks_the_question_and_the_approval_there() {
     assert_eq!(record["steps"][1]["approval"]["approved"], true, "{record}");
     assert_eq!(record["computer_state"]["fields"]["username"], "alice", "{record}");
 
-    // "n" to the approval: the run ends rejected, the action never ran.
+    // "n" to the approval: the run ends rejected, the action never ran. (In a data dir of its own: the same
+    // task file run again where it ran would only show the earlier result, the id being an idempotency key.)
+    let agentd = Agentd::new();
+    let path = agentd.dir.path().join("terminal.json");
+    std::fs::write(&path, task.to_string()).expect("write task");
     let (code, screen) = run_on_a_terminal(&agentd, &path, &[("answer> ", "that one"), ("[y/n]> ", "n")]);
     assert_eq!(code, Some(1), "{screen}");
     let record: Value = serde_json::from_str(

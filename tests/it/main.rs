@@ -71,4 +71,5 @@ mod takeover;
 mod telemetry;
 mod tools;
 mod turns;
+mod unreadable;
 mod verify;

@@ -80,7 +80,6 @@ pub async fn run_task(
     // A human approves every turn that asks (a vendor safety check), as `agentd approve` would: the task is
     // resumed from its journaled steps with the approval.
     let mut resume = Vec::new();
-    let mut approved = false;
     let mut approvals = 0;
     let output = loop {
         let output = run(LoopInput {
@@ -97,7 +96,6 @@ pub async fn run_task(
             shutdown: CancellationToken::new(),
             resume: std::mem::take(&mut resume),
             elapsed_before: Duration::ZERO,
-            approved,
             pause: Default::default(),
             handed_back: None,
             settle: Default::default(),
@@ -109,7 +107,12 @@ pub async fn run_task(
             LoopEnd::WaitingForHuman { .. } if approvals < 10 => {
                 approvals += 1;
                 resume = output.steps;
-                approved = true;
+                // The answer goes into the waiting step, as the queue writes it.
+                if let Some(approval) =
+                    resume.last_mut().and_then(|s: &mut agentd::record::StepRecord| s.approval.as_mut())
+                {
+                    approval.approved = Some(true);
+                }
             }
             _ => break output,
         }
@@ -156,7 +159,6 @@ pub async fn one_attempt(
         shutdown: CancellationToken::new(),
         resume,
         elapsed_before: Duration::ZERO,
-        approved: false,
         settle: Default::default(),
         verifier: Default::default(),
         turns: Vec::new(),

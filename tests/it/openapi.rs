@@ -403,6 +403,22 @@ fn answers_fit_the_document(backend: Backend) {
         conforms(&doc, "POST", "/v1/tasks/{id}/messages", &call(&daemon, "POST", path, Some(body)));
     }
 
+    // A task whose stored record cannot be read: listed in its place, and its status a documented 500.
+    let mut broken = scripted("doc-broken", json!([{"complete": {"success": true, "summary": "x"}}]));
+    broken["labels"] = json!({"gpu": "yes"});
+    assert_eq!(call(&daemon, "POST", "/v1/tasks", Some(&broken)).0, 201);
+    daemon.queue_sql(
+        "UPDATE tasks SET spec = 'not json' WHERE id = 'doc-broken'",
+        "UPDATE agentd_tasks SET spec = 'not json' WHERE id = 'doc-broken'",
+    );
+    let listed = conforms(&doc, "GET", "/v1/tasks", &call(&daemon, "GET", "/v1/tasks", None));
+    assert!(
+        listed["tasks"].as_array().into_iter().flatten().any(|t| t["id"] == "doc-broken" && t["error"].is_string()),
+        "{listed}"
+    );
+    let unreadable = conforms(&doc, "GET", "/v1/tasks/{id}", &call(&daemon, "GET", "/v1/tasks/doc-broken", None));
+    assert_eq!(unreadable["error"]["code"], "unreadable_task", "{unreadable}");
+
     // Operations.
     conforms(&doc, "GET", "/healthz", &call(&daemon, "GET", "/healthz", None));
     conforms(&doc, "GET", "/livez", &call(&daemon, "GET", "/livez", None));

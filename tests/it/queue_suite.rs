@@ -12,7 +12,7 @@ use agentd::queue::{
 };
 use agentd::record::Usage;
 use agentd::record::events::{Event, EventKind};
-use agentd::record::{EndReason, HandBack, Outcome, ScreenshotRef, StepRecord, TaskState, Waiting};
+use agentd::record::{EndReason, HandBack, Outcome, ScreenshotRef, StepApproval, StepRecord, TaskState, Waiting};
 use agentd::task::{TaskId, TaskSpec};
 use time::OffsetDateTime;
 
@@ -61,6 +61,7 @@ queue_suite!(
     a_cancelled_task_whose_worker_died_stays_cancelled,
     release_and_attempts,
     humans_approve_and_reject,
+    an_approval_racing_a_cancel_is_in_the_record_exactly_when_it_was_answered,
     events_are_ordered_and_resumable,
     steps_are_journaled_and_returned,
     listing_and_counts,
@@ -100,6 +101,14 @@ fn step(index: u32) -> StepRecord {
     step.duration_ms = 1;
     step.model_text = format!("step {index}");
     step.finished = true;
+    step
+}
+
+/// A step held for a human's approval (a vendor's safety check), journaled before any of it ran.
+fn held_step(index: u32) -> StepRecord {
+    let mut step = step(index);
+    step.finished = false;
+    step.approval = Some(StepApproval::asked("confirm the purchase".into(), serde_json::Value::Null));
     step
 }
 
@@ -336,11 +345,15 @@ async fn humans_approve_and_reject(queue: &dyn Queue) {
     for (id, approve) in [("human-yes", true), ("human-no", false)] {
         queue.submit(new_task(id, &[("h", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
         let lease = claim_id(queue, &who, id).await;
-        assert!(!lease.approved);
         assert!(
             matches!(queue.decide(id, &Decision::Approve).await, Err(QueueError::WrongState { .. })),
             "not waiting yet"
         );
+        // The step held for the human is journaled before the task parks, as the loop does.
+        queue
+            .record_step(id, lease.token, &held_step(0), Duration::from_secs(1), &Usage::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         queue
             .release(id, lease.token, &Release::WaitForHuman { reason: "confirm the purchase".into() })
             .await
@@ -353,9 +366,15 @@ async fn humans_approve_and_reject(queue: &dyn Queue) {
             "a waiting task holds no worker"
         );
         if approve {
-            queue.decide(id, &Decision::Approve).await.unwrap_or_else(|e| panic!("{e}"));
+            let now = queue.decide(id, &Decision::Approve).await.unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(now, TaskState::Queued);
             let resumed = claim_id(queue, &who, id).await;
-            assert!(resumed.approved);
+            let approval = resumed.steps.last().and_then(|s| s.approval.clone());
+            assert_eq!(
+                approval.map(|a| (a.approved, a.started)),
+                Some((Some(true), false)),
+                "the answer is in the step"
+            );
             assert_eq!(resumed.attempt, 1, "waiting for a human does not use an attempt");
             queue.finish(id, resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
         } else {
@@ -370,6 +389,54 @@ async fn humans_approve_and_reject(queue: &dyn Queue) {
             assert!(outcome.summary.contains("too expensive"));
         }
     }
+}
+
+/// An approval and a cancel of a waiting task at the same moment, many times, in both orders: each answer is
+/// what the record says. An approval answered `Ok` is in the waiting step (and the cancel that followed ended
+/// the task before any of its calls ran: the step was never begun); an approval refused came after the cancel,
+/// and the step holds no answer.
+async fn an_approval_racing_a_cancel_is_in_the_record_exactly_when_it_was_answered(queue: &dyn Queue) {
+    let who = worker("w", &[("race", "1")]);
+    let mut outcomes = BTreeMap::new();
+    for round in 0..24 {
+        let id = format!("race-{round}");
+        queue.submit(new_task(&id, &[("race", "1")])).await.unwrap_or_else(|e| panic!("{e}"));
+        let lease = claim_id(queue, &who, &id).await;
+        queue
+            .record_step(&id, lease.token, &held_step(0), Duration::from_secs(1), &Usage::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        queue
+            .release(&id, lease.token, &Release::WaitForHuman { reason: "confirm the purchase".into() })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Both at once; which is asked first alternates.
+        let (approved, cancelled) = if round % 2 == 0 {
+            tokio::join!(queue.decide(&id, &Decision::Approve), queue.cancel(&id))
+        } else {
+            let (cancelled, approved) = tokio::join!(queue.cancel(&id), queue.decide(&id, &Decision::Approve));
+            (approved, cancelled)
+        };
+        let record = queue.get(&id).await.unwrap_or_else(|e| panic!("{e}"));
+        let step = record.steps.first().unwrap_or_else(|| panic!("{id}: no step: {record:?}"));
+        let approval = step.approval.clone().unwrap_or_else(|| panic!("{id}: no approval: {step:?}"));
+        let said = format!("{id}: approve {approved:?}, cancel {cancelled:?}; record: {record:?}");
+        assert_eq!(cancelled.as_ref().ok(), Some(&Cancelled::Now), "nobody runs it, so a cancel ends it: {said}");
+        assert_eq!(record.state, TaskState::Cancelled, "{said}");
+        match &approved {
+            Ok(state) => {
+                assert_eq!(*state, TaskState::Queued, "{said}");
+                assert_eq!(approval.approved, Some(true), "answered 200, so the step says approved: {said}");
+                assert!(!approval.started && step.results.is_empty(), "none of its calls ran: {said}");
+            }
+            Err(QueueError::WrongState { state: "cancelled", .. }) => {
+                assert_eq!(approval.approved, None, "refused, so the step holds no answer: {said}");
+            }
+            Err(e) => panic!("{e}: {said}"),
+        }
+        *outcomes.entry(approved.is_ok()).or_insert(0) += 1;
+    }
+    assert_eq!(outcomes.len(), 2, "both orders were seen (approve first, cancel first): {outcomes:?}");
 }
 
 async fn events_are_ordered_and_resumable(queue: &dyn Queue) {
@@ -444,11 +511,11 @@ async fn listing_and_counts(queue: &dyn Queue) {
     queue.submit(new_task(id.as_str(), &[("never", "matches")])).await.unwrap_or_else(|e| panic!("{e}"));
     let newest = queue.list(&ListFilter { state: None, limit: 1 }).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(newest.len(), 1);
-    assert_eq!(newest[0].id, id.as_str(), "newest first");
+    assert_eq!(newest[0].id(), id.as_str(), "newest first");
     let queued =
         queue.list(&ListFilter { state: Some(TaskState::Queued), limit: 100 }).await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(queued.iter().all(|t| t.state == TaskState::Queued));
-    assert!(queued.iter().any(|t| t.id == id.as_str()));
+    assert!(queued.iter().all(|t| t.record().is_some_and(|r| r.state == TaskState::Queued)), "{queued:?}");
+    assert!(queued.iter().any(|t| t.id() == id.as_str()));
     let counts = queue.counts().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(counts.get(&TaskState::Succeeded).copied().unwrap_or(0) >= 3, "{counts:?}");
     assert!(counts.get(&TaskState::Queued).copied().unwrap_or(0) >= 1, "{counts:?}");
@@ -662,7 +729,7 @@ async fn remote_tools_park_and_take_one_answer_per_call(queue: &dyn Queue) {
     assert!(matches!(again, Err(QueueError::WrongState { state: "queued", .. })), "{again:?}");
     let resumed = claim_id(queue, &who, id).await;
     assert_eq!(resumed.attempt, lease.attempt, "waiting for tool results does not use an attempt");
-    assert!(!resumed.approved);
+    assert_eq!(resumed.steps.last().map(|s| s.approval.is_some()), Some(false), "answers are no approval");
     assert_eq!(resumed.steps.last().map(|s| s.call_results.len()), Some(2), "the lease carries the answers");
     queue.finish(id, resumed.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
 }
@@ -947,7 +1014,9 @@ async fn a_person_takes_the_desktop_over_and_hands_it_back(queue: &dyn Queue) {
     fn ok<T>(e: QueueError) -> T {
         panic!("{e}")
     }
-    let wrong = |result: Result<(), QueueError>| matches!(result, Err(QueueError::WrongState { .. }));
+    fn wrong<T>(result: Result<T, QueueError>) -> bool {
+        matches!(result, Err(QueueError::WrongState { .. }))
+    }
 
     queue.submit(new_task("take", &[("t", "1")])).await.unwrap_or_else(ok);
     assert_eq!(queue.pause("take").await.unwrap_or_else(ok), Paused::Now);

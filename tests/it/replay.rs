@@ -223,17 +223,18 @@ fn a_replay_on_a_changed_scene_stops_at_the_step_that_differs_until_a_human_deci
     let dir = daemon.agentd.dir.path().to_path_buf();
     let recorded = daemon.cli(&["submit", "config/tasks/mock-form.json", "--wait"]);
     assert_eq!(recorded.code, 0, "{}", recorded.stderr);
+    let of = recorded.stdout.trim().to_string();
     let moved = write(&dir, "moved.json", &form_task("unused", &moved_scene(), json!({"provider": "anthropic"})));
 
-    let submitted = daemon.cli(&["replay", "example-form", "--task", moved.to_str().unwrap()]);
+    let submitted = daemon.cli(&["replay", &of, "--task", moved.to_str().unwrap()]);
     assert_eq!(submitted.code, 0, "{}", submitted.stderr);
     let id = submitted.stdout.trim().to_string();
     let waiting = wait_for_state(&daemon, &id, "waiting_for_human");
     // The confirmation screen (step 6) is the first that differs: its "Edit details" button moved.
-    assert_eq!(waiting["replay"], json!({"of": "example-form", "diverged_at": 6}), "{waiting}");
+    assert_eq!(waiting["replay"], json!({"of": of, "diverged_at": 6}), "{waiting}");
     assert!(waiting["waiting_reason"].as_str().unwrap().starts_with("replay diverged at step 6"), "{waiting}");
     let details = &waiting["steps"][6]["approval"]["details"]["agentd_replay"];
-    assert_eq!(details["recorded_screenshot"]["key"], "tasks/example-form/1/00006.png", "{details}");
+    assert_eq!(details["recorded_screenshot"]["key"], format!("tasks/{of}/1/00006.png"), "{details}");
     assert!(details["score"].as_f64().unwrap() < 0.99, "{details}");
     assert!(details["differs"]["width"].as_u64().unwrap() > 0);
     assert_eq!(replayed_marks(&waiting).len(), 7);
@@ -246,7 +247,7 @@ fn a_replay_on_a_changed_scene_stops_at_the_step_that_differs_until_a_human_deci
     assert!(done["replay"].get("handed_over").is_none());
 
     // Rejected, the replay ends there.
-    let again = daemon.cli(&["replay", "example-form", "--task", moved.to_str().unwrap()]);
+    let again = daemon.cli(&["replay", &of, "--task", moved.to_str().unwrap()]);
     let id = again.stdout.trim().to_string();
     wait_for_state(&daemon, &id, "waiting_for_human");
     assert_eq!(daemon.cli(&["reject", &id]).code, 0);
@@ -268,6 +269,7 @@ fn with_a_fallback_the_model_takes_over_where_the_replay_diverged() {
     let dir = daemon.agentd.dir.path().to_path_buf();
     let recorded = daemon.cli(&["submit", "config/tasks/mock-form.json", "--wait"]);
     assert_eq!(recorded.code, 0, "{}", recorded.stderr);
+    let of = recorded.stdout.trim().to_string();
     let moved = write(
         &dir,
         "moved.json",
@@ -275,7 +277,7 @@ fn with_a_fallback_the_model_takes_over_where_the_replay_diverged() {
     );
     let replay = daemon.cli(&[
         "replay",
-        "example-form",
+        &of,
         "--task",
         moved.to_str().unwrap(),
         "--fallback",
@@ -285,7 +287,7 @@ fn with_a_fallback_the_model_takes_over_where_the_replay_diverged() {
     ]);
     assert_eq!(replay.code, 0, "{}\n{}", replay.stderr, replay.stdout);
     let record = replay.json();
-    assert_eq!(record["replay"], json!({"of": "example-form", "diverged_at": 6, "handed_over": 6}), "{record}");
+    assert_eq!(record["replay"], json!({"of": of, "diverged_at": 6, "handed_over": 6}), "{record}");
     assert_eq!(record["outcome"]["summary"], "checked by the model");
     assert_eq!(record["task"]["replay"]["on_divergence"], "model");
     assert!(record["steps"][6]["raw"].get("agentd_replay").is_none());
@@ -318,9 +320,10 @@ fn a_message_to_a_finished_replay_goes_to_its_model_and_is_refused_without_one()
     let daemon = anthropic_daemon(&server.url);
     let recorded = daemon.cli(&["submit", "config/tasks/mock-form.json", "--wait"]);
     assert_eq!(recorded.code, 0, "{}", recorded.stderr);
+    let of = recorded.stdout.trim().to_string();
 
     // Without a model: refused (409 through the API, exit 2 from `agentd send`), the task as it was.
-    let stop = daemon.cli(&["replay", "example-form", "--wait", "--json"]);
+    let stop = daemon.cli(&["replay", &of, "--wait", "--json"]);
     assert_eq!(stop.code, 0, "{}", stop.stderr);
     let stop = stop.json();
     let id = stop["id"].as_str().expect("id");
@@ -339,8 +342,7 @@ fn a_message_to_a_finished_replay_goes_to_its_model_and_is_refused_without_one()
     assert_eq!(server.requests().len(), 0);
 
     // With a model: the replay itself calls none; the message's turn is the model's.
-    let replay =
-        daemon.cli(&["replay", "example-form", "--fallback", "anthropic:claude-sonnet-4-5", "--wait", "--json"]);
+    let replay = daemon.cli(&["replay", &of, "--fallback", "anthropic:claude-sonnet-4-5", "--wait", "--json"]);
     assert_eq!(replay.code, 0, "{}", replay.stderr);
     let replayed = replay.json();
     let id = replayed["id"].as_str().expect("id");
@@ -355,7 +357,7 @@ fn a_message_to_a_finished_replay_goes_to_its_model_and_is_refused_without_one()
     assert_eq!(turns[1]["first_step"], steps, "{record}");
     assert_eq!(turns[1]["outcome"]["summary"], "answered by the model", "{record}");
     assert_eq!(turns[0]["outcome"]["summary"], replayed["outcome"]["summary"]);
-    assert_eq!(record["replay"], json!({"of": "example-form", "handed_over": steps}), "{record}");
+    assert_eq!(record["replay"], json!({"of": of, "handed_over": steps}), "{record}");
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
     assert!(server.problems().is_empty(), "{:#?}", server.problems());

@@ -89,7 +89,6 @@ fn the_form_example_fills_every_kind_of_widget() {
     let agentd = Agentd::new();
     let (run, doc) = run_example(&agentd, "config/tasks/mock-form.json");
     assert_eq!(run.code, 0, "stderr:\n{}", run.stderr);
-    assert_eq!(doc["id"], "example-form");
     let state = &doc["computer_state"];
     assert_eq!(state["screen"], "confirmation");
     assert_eq!(state["fields"]["full_name"], "Zoë Martín");
@@ -102,6 +101,68 @@ fn the_form_example_fills_every_kind_of_widget() {
     let drag = &doc["steps"][3]["actions"][1];
     assert_eq!(drag["type"], "drag");
     assert_eq!(drag["path"].as_array().map(Vec::len), Some(3));
+}
+
+/// The shipped examples name no `id`: each run is a task of its own, and the second run of one keeps the
+/// first's record.
+#[test]
+fn each_run_of_a_shipped_example_is_a_task_of_its_own() {
+    let agentd = Agentd::new();
+    for entry in std::fs::read_dir(repo().join("config/tasks")).expect("config/tasks").flatten() {
+        let text = std::fs::read_to_string(entry.path()).expect("read");
+        let task: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert!(task.get("id").is_none(), "{}: a shipped example names no id", entry.path().display());
+    }
+    let (first, one) = run_example(&agentd, "config/tasks/mock-form.json");
+    let (second, two) = run_example(&agentd, "config/tasks/mock-form.json");
+    assert_eq!((first.code, second.code), (0, 0), "{}\n{}", first.stderr, second.stderr);
+    assert_ne!(one["id"], two["id"]);
+    for doc in [&one, &two] {
+        let path = agentd.data_dir().join(format!("runs/{}.json", doc["id"].as_str().expect("id")));
+        let record: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("record")).expect("JSON");
+        assert_eq!(&record, doc, "{}", path.display());
+    }
+}
+
+/// A task file's `id` is an idempotency key for `agentd run` as for `agentd submit`: the same task file again
+/// gets the earlier run's result without running; another task file under that id is refused (exit 2, at
+/// the `id` field), and the earlier record is left as it was.
+#[test]
+fn a_run_under_an_id_that_ran_before_is_not_run_again() {
+    let agentd = Agentd::new();
+    let task = |summary: &str| {
+        serde_json::json!({
+            "id": "once",
+            "instructions": "say done",
+            "computer": {"provider": "mock", "scene": "blank"},
+            "model": {"provider": "scripted", "script": {"turns": [
+                {"actions": [{"type": "move", "x": 5, "y": 5}]},
+                {"complete": {"success": true, "summary": summary}}
+            ]}}
+        })
+    };
+    let path = agentd.dir.path().join("once.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&task("done")).expect("JSON")).expect("write task");
+    let file = path.to_str().expect("path");
+    let first = agentd.run(&["run", file, "--json"]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let record = agentd.data_dir().join("runs/once.json");
+    let written = std::fs::read(&record).expect("the first run's record");
+
+    let again = agentd.run(&["run", file, "--json"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.json(), first.json(), "the earlier run's document");
+    assert!(again.stderr.contains("is not run again"), "{}", again.stderr);
+    assert!(!again.stderr.lines().any(|l| l.trim_start().starts_with("step ")), "it did not run: {}", again.stderr);
+    let plain = agentd.run(&["run", file]);
+    assert_eq!((plain.code, plain.stdout.trim()), (0, "succeeded: done (2 steps)"), "{}", plain.stderr);
+
+    std::fs::write(&path, serde_json::to_string_pretty(&task("other")).expect("JSON")).expect("write task");
+    let other = agentd.run(&["run", file]);
+    assert_eq!(other.code, 2, "{}", other.stderr);
+    assert!(other.stderr.contains("once.json: id (line "), "names the field and its line: {}", other.stderr);
+    assert!(other.stderr.contains("task once was run before from another task file"), "{}", other.stderr);
+    assert_eq!(std::fs::read(&record).expect("record"), written, "the earlier record is kept");
 }
 
 #[test]

@@ -403,7 +403,6 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
             shutdown: Default::default(),
             resume,
             elapsed_before: Duration::ZERO,
-            approved: false,
             settle: Default::default(),
             verifier: Default::default(),
             turns,
@@ -469,4 +468,64 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
     background.cancel();
     tracker.close();
     tracker.wait().await;
+}
+
+/// The README's conversation example, its commands exactly as written (the `sh` block after the marker in the
+/// Conversations section), against a daemon, from the repository's directory: the shipped task exports March,
+/// the follow-up message April, and `agentd status` shows both turns.
+#[test]
+fn the_readme_conversation_example_runs_as_written() {
+    const MARKER: &str = "<!-- tests/it/turns.rs runs this block as written -->";
+    let readme = std::fs::read_to_string(crate::support::repo().join("README.md")).expect("README.md");
+    let after = readme.split_once(MARKER).map(|(_, after)| after).expect("the marker in README.md");
+    let block = after
+        .trim_start()
+        .strip_prefix("```sh\n")
+        .and_then(|rest| rest.split_once("\n```"))
+        .map(|(block, _)| block)
+        .expect("a ```sh block right after the marker");
+    assert!(block.contains("agentd send"), "{block}");
+
+    let daemon = Daemon::start("");
+    let binary = Path::new(env!("CARGO_BIN_EXE_agentd")).parent().expect("the binary's directory").to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(binary).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    let mut shell = std::process::Command::new("sh");
+    shell.args(["-eu", "-c", &format!("{block}\necho \"id=$id\"")]);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("AGENTD_") {
+            shell.env_remove(name);
+        }
+    }
+    let output = shell
+        .env("PATH", path)
+        .env("AGENTD_CONFIG", daemon.agentd.dir.path().join("agentd.toml"))
+        .env("AGENTD_SOCKET", &daemon.socket)
+        .current_dir(crate::support::repo())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run sh");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let said = format!("block:\n{block}\nstdout:\n{stdout}\nstderr:\n{stderr}\ndaemon:\n{}", daemon.log());
+    assert!(output.status.success(), "{said}");
+    let id = stdout.lines().find_map(|l| l.strip_prefix("id=")).expect("the id");
+    let task = daemon.task(id);
+    assert_eq!(task["state"], "succeeded", "{said}");
+    assert_eq!(task["computer_state"]["labels"]["report_status"], "Exported the April report", "{said}");
+    let turns: Vec<(&str, Value, Value)> = task["turns"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            (t["outcome"]["summary"].as_str().unwrap_or_default(), t["first_step"].clone(), t["last_step"].clone())
+        })
+        .collect();
+    assert_eq!(
+        turns,
+        [("Exported the March report", json!(0), json!(4)), ("Exported the April report", json!(5), json!(6))],
+        "{said}"
+    );
+    assert!(stdout.contains("turn 1") && stdout.contains("now export April too"), "status shows both turns: {said}");
 }

@@ -61,7 +61,11 @@ impl Loop {
         } else {
             self.notes.extend(current);
         }
-        if resume.last().is_some_and(|s| !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none())) {
+        // A step held for a human: still waiting, or approved with none of its calls begun. One whose calls
+        // began (`started`) and did not finish was interrupted, like any other step: they never run again.
+        if resume.last().is_some_and(|s| {
+            !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none() || a.awaits_its_run())
+        }) {
             self.pending_approval = resume.pop();
         }
         // A last step parked for remote tool results is no interrupted step: its calls after the awaited

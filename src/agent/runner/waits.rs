@@ -14,21 +14,22 @@ use crate::record::events::EventKind;
 use crate::record::{HandBack, Outcome, StepRecord, TAKEOVER_REASON};
 
 impl Loop {
-    /// Runs the calls of the step that waited for a human, now that the answer is known. They never ran
-    /// before, so this is not a replay.
+    /// Runs the calls of the step that waited for a human, now that the step records the approval (the
+    /// queue writes a human's answer into the step it answers). They never ran before, so this is not a
+    /// replay; the step is journaled as begun before they run, so a worker lost while they run leaves it
+    /// interrupted, never run twice.
     pub(super) async fn settle_pending_approval(&mut self) -> Result<Option<Outcome>, Stop> {
         let Some(mut record) = self.pending_approval.take() else {
             return Ok(None);
         };
         let reason = record.approval.as_ref().map(|a| a.reason.clone()).unwrap_or_default();
-        if !self.input.approved {
-            // Still no answer (a lease without approval): go back to waiting.
+        let Some(approval) = record.approval.as_mut().filter(|a| a.awaits_its_run()) else {
+            // Still no answer (a lease taken before one came): go back to waiting.
             self.steps.push(record);
             return Err(Stop::End(LoopEnd::WaitingForHuman { reason }));
-        }
-        if let Some(approval) = record.approval.as_mut() {
-            approval.approved = Some(true);
-        }
+        };
+        approval.started = true;
+        self.journal(&record).await?;
         let started = Instant::now();
         let turn = turn_of(&record);
         let edited = record.approval.as_ref().and_then(|a| a.edited.clone());

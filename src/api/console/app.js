@@ -145,6 +145,16 @@
       });
       const focused = document.activeElement && document.activeElement.dataset.task;
       tbody.replaceChildren(...shown.map((t) => {
+        // A task whose stored record cannot be read: what is known of it, and why (its page says the same).
+        if (t.error) {
+          return h('tr', { 'data-id': t.id, class: 'unreadable' },
+            h('td', {}, h('a', { href: `#/tasks/${encodeURIComponent(t.id)}`, class: 'mono', 'data-task': t.id, text: t.id })),
+            h('td', {}, t.state ? stateBadge(t.state) : h('span', { class: 'state unknown', text: 'unknown' })),
+            h('td', { class: 'what wide problem', title: t.error, text: t.error }),
+            h('td', { class: 'num', title: t.created_at, text: age(t.created_at) }),
+            h('td', { class: 'num', text: '–' }),
+            h('td', { class: 'num', text: '–' }));
+        }
         const steps = stepCounts.get(t.id);
         return h('tr', { 'data-id': t.id },
           h('td', {}, h('a', { href: `#/tasks/${encodeURIComponent(t.id)}`, class: 'mono', 'data-task': t.id, text: t.id })),
@@ -167,7 +177,7 @@
         tasks = (await api('GET', `/v1/tasks${query}`)).tasks || [];
         problem.textContent = '';
         // The list carries no steps: count them from each task's document, once for finished tasks.
-        const need = tasks.filter((t) => { const c = stepCounts.get(t.id); return !c || !c.final; }).slice(0, 25);
+        const need = tasks.filter((t) => { const c = stepCounts.get(t.id); return !t.error && (!c || !c.final); }).slice(0, 25);
         await Promise.all(need.map(async (t) => {
           try {
             const doc = await api('GET', `/v1/tasks/${encodeURIComponent(t.id)}`);
