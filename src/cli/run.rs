@@ -171,7 +171,10 @@ fn earlier_run(
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
-            return Err(id_refused(source, format!("cannot read the record of an earlier run {}: {e}", path.display())));
+            return Err(id_refused(
+                source,
+                format!("cannot read the record of an earlier run {}: {e}", path.display()),
+            ));
         }
     };
     let record: TaskRecord = serde_json::from_str(&text).map_err(|e| {

@@ -379,10 +379,8 @@ impl CuaServerProvider {
     /// Where the machine's X display sends keys now, asked through `run_command`; `Ok(None)` when the server
     /// cannot answer that (not Linux, no python-xlib, `run_command` refused): it is then not asked again.
     pub async fn keyboard_focus(&self) -> Result<Option<KeyboardFocus>, CuaError> {
-        match self.focus_probe.lock().map_or(FocusProbe::Unanswerable, |p| *p) {
-            FocusProbe::Unanswerable => return Ok(None),
-            FocusProbe::Window(at) if at.elapsed() < FOCUS_TRUSTED_FOR => return Ok(Some(KeyboardFocus::Window)),
-            FocusProbe::Window(_) | FocusProbe::Ask => {}
+        if self.focus_probe.lock().map_or(true, |p| *p == FocusProbe::Unanswerable) {
+            return Ok(None);
         }
         let answer = match self.call("run_command", json!({ "command": FOCUS_PROBE }), Retry::Observe).await {
             Ok(reply) => parse_focus_probe(reply["stdout"].as_str().unwrap_or_default()),
@@ -406,6 +404,11 @@ impl CuaServerProvider {
     /// Refuses keys that the machine's keyboard focus would drop (`characters`: whether they include typed
     /// characters, which need a focused window).
     async fn check_keyboard(&self, characters: bool) -> Result<(), CuaError> {
+        if let Ok(FocusProbe::Window(at)) = self.focus_probe.lock().map(|p| *p)
+            && at.elapsed() < FOCUS_TRUSTED_FOR
+        {
+            return Ok(());
+        }
         let Some(focus) = self.keyboard_focus().await? else { return Ok(()) };
         if focus.delivers(characters) {
             return Ok(());
