@@ -356,9 +356,10 @@ mod tests {
         assert_eq!(size, Size::new(800, 500 + caption_band(800)));
 
         let mut gif = Vec::new();
-        let mut writer = GifWriter::new(&record, &options, &mut gif).expect("gif");
-        crate::report::render(&record, &mut shots(), &mut [&mut writer]).expect("gif");
-        drop(writer);
+        {
+            let mut writer = GifWriter::new(&record, &options, &mut gif).expect("gif");
+            crate::report::render(&record, &mut shots(), &mut [&mut writer]).expect("gif");
+        }
         let mut decoder = gif::DecodeOptions::new().read_info(std::io::Cursor::new(&gif)).expect("decodes");
         let mut delays = Vec::new();
         while let Some(frame) = decoder.read_next_frame().expect("frame") {
@@ -368,9 +369,10 @@ mod tests {
         assert_eq!(delays, [120, 120, 120, 300], "one frame per step, then the final screen's");
 
         let mut webp = std::io::Cursor::new(Vec::new());
-        let mut writer = WebpWriter::new(&record, &options, &mut webp).expect("webp");
-        crate::report::render(&record, &mut shots(), &mut [&mut writer]).expect("webp");
-        drop(writer);
+        {
+            let mut writer = WebpWriter::new(&record, &options, &mut webp).expect("webp");
+            crate::report::render(&record, &mut shots(), &mut [&mut writer]).expect("webp");
+        }
         let webp = webp.into_inner();
         assert_eq!(u32::from_le_bytes([webp[4], webp[5], webp[6], webp[7]]) as usize, webp.len() - 8, "RIFF size");
         let mut decoder = image_webp::WebPDecoder::new(std::io::Cursor::new(&webp)).expect("decodes");

@@ -437,10 +437,11 @@ mod tests {
     /// The whole report of `record`, its screenshots missing.
     fn render(record: &TaskRecord) -> String {
         let mut out = Vec::new();
-        let mut writer = HtmlWriter::new(record, &mut out).expect("html");
-        let mut missing = Held::new(vec![None; record.steps.len()], None);
-        crate::report::render(record, &mut missing, &mut [&mut writer]).expect("render");
-        drop(writer);
+        {
+            let mut writer = HtmlWriter::new(record, &mut out).expect("html");
+            let mut missing = Held::new(vec![None; record.steps.len()], None);
+            crate::report::render(record, &mut missing, &mut [&mut writer]).expect("render");
+        }
         String::from_utf8(out).expect("UTF-8")
     }
 

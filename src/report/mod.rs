@@ -276,14 +276,17 @@ pub(crate) mod tests {
         }
     }
 
+    /// What [`Counting`] saw at a request: the shot asked for, how many screenshots were alive then, the
+    /// outputs' lengths then.
+    type Seen = (Shot, usize, Vec<usize>);
+
     /// Hands out a fresh copy of one PNG for every screenshot, and notes at each request how many it handed
     /// out are still alive and how much each output holds.
     struct Counting {
         png: Vec<u8>,
         alive: Rc<Cell<usize>>,
         outputs: Vec<Rc<Cell<usize>>>,
-        /// (the shot asked for, screenshots alive then, the outputs' lengths then)
-        seen: Rc<RefCell<Vec<(Shot, usize, Vec<usize>)>>>,
+        seen: Rc<RefCell<Vec<Seen>>>,
     }
 
     impl Screenshots for Counting {

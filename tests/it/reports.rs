@@ -323,6 +323,7 @@ fn an_agentd_run_result_is_exported_and_shown_without_a_daemon() {
 /// The peak resident memory (KiB) of `agentd export --local ID --gif FILE`: the kernel's `ru_maxrss` of that
 /// one child, from `wait4`, so no other process of the test run counts.
 #[cfg(target_os = "linux")]
+#[allow(clippy::zombie_processes)] // waited for with wait4, which std's Child does not know of
 fn export_peak_kib(agentd: &Agentd, id: &str, gif: &Path) -> u64 {
     let stderr = agentd.dir.path().join(format!("export-{id}.stderr"));
     let child = agentd
