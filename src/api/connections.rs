@@ -19,8 +19,13 @@
 //! be written for `api.write_timeout_secs` (a client that stopped reading, an SSE stream nobody drains) ends
 //! its connection: a write that makes no progress never holds a slot for ever. The Unix socket has slots of
 //! its own, so TCP clients can never take the local CLI's and probes' way in.
+//!
+//! Every request carries the address its connection came from as a [`Peer`] extension (the console's login
+//! throttle counts wrong tokens by it).
 
+use std::net::IpAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio_io_timeout::TimeoutStream;
@@ -33,6 +38,54 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// Where a request's connection came from: the client's IP address on TCP, `None` on the Unix socket (whose
+/// clients are all of one kind: whoever may open it). A request extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub Option<IpAddr>);
+
+/// The [`Peer`] of an accepted connection's address.
+pub(super) trait PeerAddr {
+    fn peer(&self) -> Peer;
+}
+
+impl PeerAddr for std::net::SocketAddr {
+    fn peer(&self) -> Peer {
+        Peer(Some(self.ip().to_canonical()))
+    }
+}
+
+#[cfg(unix)]
+impl PeerAddr for tokio::net::unix::SocketAddr {
+    fn peer(&self) -> Peer {
+        Peer(None)
+    }
+}
+
+/// The router of one connection: every request gets the connection's [`Peer`].
+#[derive(Clone)]
+struct WithPeer {
+    app: Router,
+    peer: Peer,
+}
+
+impl<B> tower_service::Service<axum::http::Request<B>> for WithPeer
+where
+    Router: tower_service::Service<axum::http::Request<B>>,
+{
+    type Response = <Router as tower_service::Service<axum::http::Request<B>>>::Response;
+    type Error = <Router as tower_service::Service<axum::http::Request<B>>>::Error;
+    type Future = <Router as tower_service::Service<axum::http::Request<B>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower_service::Service::<axum::http::Request<B>>::poll_ready(&mut self.app, cx)
+    }
+
+    fn call(&mut self, mut request: axum::http::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.peer);
+        tower_service::Service::<axum::http::Request<B>>::call(&mut self.app, request)
+    }
+}
 
 /// The request-head timeout of a connection accepted while few slots are free.
 pub const PRESSED_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -58,6 +111,7 @@ pub(super) async fn serve<L: Listener>(
     stop: CancellationToken,
 ) where
     L::Io: Send + 'static,
+    L::Addr: PeerAddr,
 {
     let header_timeout = timeouts.header;
     let mut relaxed = hyper::server::conn::http1::Builder::new();
@@ -74,7 +128,7 @@ pub(super) async fn serve<L: Listener>(
             },
         };
         // `Listener::accept` retries failed accepts itself (with a pause when out of file descriptors).
-        let (io, _) = tokio::select! {
+        let (io, address) = tokio::select! {
             () = stop.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
@@ -82,7 +136,8 @@ pub(super) async fn serve<L: Listener>(
         let mut io = TimeoutStream::new(io);
         io.set_write_timeout(Some(timeouts.write));
         let io = Box::pin(io);
-        let (app, stop, tls) = (app.clone(), stop.clone(), tls.clone());
+        let app = WithPeer { app: app.clone(), peer: address.peer() };
+        let (stop, tls) = (stop.clone(), tls.clone());
         open.spawn(async move {
             match tls {
                 None => drive(&http, TokioIo::new(io), app, stop).await,
@@ -109,7 +164,7 @@ pub(super) async fn serve<L: Listener>(
 }
 
 /// Serves one connection until it ends, or until `stop` fires and its response in flight is done.
-async fn drive<I>(http: &hyper::server::conn::http1::Builder, io: I, app: Router, stop: CancellationToken)
+async fn drive<I>(http: &hyper::server::conn::http1::Builder, io: I, app: WithPeer, stop: CancellationToken)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -138,8 +193,10 @@ mod tests {
     /// connection slots.
     async fn served(slots: usize, timeouts: Timeouts) -> (std::net::SocketAddr, CancellationToken) {
         // One handler for every path (routes are added only through `api::endpoints`).
-        let app = Router::new().fallback(|uri: axum::http::Uri| async move {
-            if uri.path() == "/stream" {
+        let app = Router::new().fallback(|uri: axum::http::Uri, peer: Option<axum::Extension<Peer>>| async move {
+            if uri.path() == "/peer" {
+                axum::body::Body::from(format!("{:?}", peer.map(|p| p.0)))
+            } else if uri.path() == "/stream" {
                 let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
                 let stream = futures_util::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
                 axum::body::Body::from_stream(stream)
@@ -161,6 +218,18 @@ mod tests {
         let mut answer = String::new();
         let _ = stream.read_to_string(&mut answer).await;
         answer
+    }
+
+    #[tokio::test]
+    async fn every_request_knows_the_address_its_connection_came_from() {
+        let long = Duration::from_secs(60);
+        let (address, stop) = served(4, Timeouts { header: long, write: long }).await;
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream.write_all(b"GET /peer HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer).await;
+        assert!(answer.ends_with("Some(Peer(Some(127.0.0.1)))"), "{answer}");
+        stop.cancel();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -361,6 +361,8 @@ pub struct TcpGuard {
     hosts: Vec<String>,
     /// The web console's sessions (cookies minted at login).
     sessions: console::Sessions,
+    /// Wrong tokens at the console's login, per client.
+    throttle: console::LoginThrottle,
     /// Whether session cookies are marked `Secure` (the listener serves TLS).
     secure_cookies: bool,
 }
@@ -375,7 +377,13 @@ impl TcpGuard {
             hosts.push(host);
         }
         hosts.push(listen.to_string());
-        Self { token, hosts, sessions: console::Sessions::default(), secure_cookies: false }
+        Self {
+            token,
+            hosts,
+            sessions: console::Sessions::default(),
+            throttle: console::LoginThrottle::default(),
+            secure_cookies: false,
+        }
     }
 
     /// Marks the console's session cookies `Secure`: for a listener that serves TLS.

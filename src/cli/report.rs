@@ -1,19 +1,28 @@
 //! `export` and `show` (§22): a task's trajectory — its status document and screenshots, from the daemon's API
 //! or, with `--local`, from what `agentd run` wrote (`data_dir/runs/ID.json` and the configured artifact
 //! store) — written as a report file (`crate::report`: HTML, GIF, WebP) or printed as a step table.
+//!
+//! `export` streams: the screenshots are fetched one at a time (the next while the current step renders, never
+//! more ahead), every requested file gets each step as it comes, and a file is written beside its destination
+//! under a temporary name and renamed over it only once whole — a failure part-way leaves no file that looks
+//! complete, and an existing file at the destination as it was.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use hyper::Method;
+use tokio::sync::mpsc;
 
 use super::client::Client;
 use super::exit::{CliError, CliResult, Exit};
 use super::print_stderr;
 use super::remote::{encode, record_of};
 use super::sanitize::sanitize;
+use crate::artifacts::ArtifactStore;
 use crate::config::Config;
-use crate::report::{StepView, Trajectory, anim, draw, duration, html};
+use crate::report::{self, ReportError, Screenshots, Shot, Sink, StepView, anim, draw, duration, html};
 use crate::status::TaskRecord;
 
 /// Where a task's record and screenshots come from.
@@ -37,39 +46,258 @@ pub async fn export(source: Source<'_>, id: &str, files: &ExportArgs<'_>, json: 
             "export needs at least one of --html FILE, --gif FILE, --webp FILE"
         )));
     }
-    let record = load_record(&source, id).await?;
-    let trajectory = load_screenshots(&source, record).await?;
-    let mut written = Vec::new();
-    // Rendering is CPU work (decoding, scaling, quantising): off the runtime's threads.
-    let trajectory = std::sync::Arc::new(trajectory);
-    let jobs: [(Option<&Path>, &str); 3] = [(files.html, "html"), (files.gif, "gif"), (files.webp, "webp")];
-    for (path, kind) in jobs {
-        let Some(path) = path else { continue };
-        let shared = trajectory.clone();
-        let kind_owned = kind.to_string();
-        let bytes = tokio::task::spawn_blocking(move || match kind_owned.as_str() {
-            "html" => Ok(html::render(&shared).into_bytes()),
-            "gif" => anim::gif(&shared, &anim::AnimOptions::default()),
-            _ => anim::webp(&shared, &anim::AnimOptions::default()),
-        })
-        .await
-        .map_err(|e| CliError::failed(anyhow::anyhow!("rendering the {kind} report: {e}")))?
-        .map_err(|e| CliError::unreachable(anyhow::anyhow!("task {id}: {kind} report: {e}")))?;
-        write_file(path, &bytes)?;
-        written.push((kind, path.to_path_buf(), bytes.len()));
+    let record = Arc::new(load_record(&source, id).await?);
+    let store = match source {
+        Source::Local(config) => Some(crate::backends::artifact_store(config).await.map_err(CliError::invalid)?),
+        Source::Daemon(_) => None,
+    };
+    let mut outputs = Vec::new();
+    for (path, kind) in [(files.html, Kind::Html), (files.gif, Kind::Gif), (files.webp, Kind::Webp)] {
+        if let Some(path) = path {
+            outputs.push(OutputFile::create(path, kind)?);
+        }
     }
+    let written = write_outputs(record.clone(), outputs, |shot| {
+        let wanted = match shot {
+            Shot::Step(i) => record.steps.get(i).map(|step| (step.index, step.screenshot.key.clone())),
+            // The daemon serves the final screen as step `steps.len()`.
+            Shot::Final => record.final_screenshot.as_ref().map(|s| (record.steps.len() as u32, s.key.clone())),
+        };
+        let (source, store, id) = (&source, store.as_ref(), record.id.as_str());
+        async move {
+            match wanted {
+                Some((index, key)) => fetch_screenshot(source, store, id, index, key).await,
+                None => Ok(None),
+            }
+        }
+    })
+    .await?;
     if json {
         let files: Vec<_> = written
             .iter()
-            .map(|(kind, path, bytes)| serde_json::json!({"format": kind, "path": path, "bytes": bytes}))
+            .map(|w| serde_json::json!({"format": w.kind.name(), "path": w.path, "bytes": w.bytes}))
             .collect();
-        println!("{}", serde_json::json!({"id": id, "steps": trajectory.record.steps.len(), "files": files}));
+        println!("{}", serde_json::json!({"id": id, "steps": record.steps.len(), "files": files}));
     } else {
-        for (kind, path, bytes) in &written {
-            print_stderr(&format!("wrote {} ({kind}, {bytes} bytes)", path.display()));
+        for w in &written {
+            print_stderr(&format!("wrote {} ({}, {} bytes)", w.path.display(), w.kind.name(), w.bytes));
         }
     }
     Ok(Exit::Success)
+}
+
+/// The formats `export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Html,
+    Gif,
+    Webp,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Html => "html",
+            Kind::Gif => "gif",
+            Kind::Webp => "webp",
+        }
+    }
+}
+
+/// A file `export` wrote.
+struct Written {
+    kind: Kind,
+    path: PathBuf,
+    bytes: u64,
+}
+
+/// A screenshot on its way from the fetcher to the renderer.
+type Fetched = (Shot, Option<Vec<u8>>);
+
+/// Renders `record` into `outputs`, fetching each screenshot (with `fetch`, in order: every step's, then the
+/// final screen's when the record has one) while the renderer, off the runtime's threads, works on the one
+/// before: at most one waits between them. Every output is committed (renamed to its destination) only when
+/// all were written whole; on any error none is, and their temporary files are gone.
+async fn write_outputs<F, Fut>(
+    record: Arc<TaskRecord>,
+    outputs: Vec<OutputFile>,
+    mut fetch: F,
+) -> Result<Vec<Written>, CliError>
+where
+    F: FnMut(Shot) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Vec<u8>>, CliError>>,
+{
+    let (sender, receiver) = mpsc::channel::<Fetched>(1);
+    let shots: Vec<Shot> =
+        (0..record.steps.len()).map(Shot::Step).chain(record.final_screenshot.as_ref().map(|_| Shot::Final)).collect();
+    let id = record.id.clone();
+    let rendering = tokio::task::spawn_blocking(move || render_outputs(&record, receiver, outputs));
+    let fetching = async move {
+        for shot in shots {
+            let png = fetch(shot).await?;
+            if sender.send((shot, png)).await.is_err() {
+                // The renderer stopped: its error says why.
+                break;
+            }
+        }
+        Ok::<(), CliError>(())
+    };
+    let (fetched, rendered) = tokio::join!(fetching, rendering);
+    // A failed fetch first: all the renderer saw of it is screenshots that stopped coming.
+    fetched?;
+    let outputs = rendered
+        .map_err(|e| CliError::failed(anyhow::anyhow!("rendering the report of task {id}: {e}")))?
+        .map_err(|e| match e {
+            ReportError::Write(e) => CliError::invalid(anyhow::anyhow!("cannot write {e}")),
+            other => CliError::unreachable(anyhow::anyhow!("task {id}: {other}")),
+        })?;
+    outputs.into_iter().map(OutputFile::commit).collect()
+}
+
+/// The screenshots the fetcher sends, in the order [`report::render`] asks for them.
+struct Received(mpsc::Receiver<Fetched>);
+
+impl Screenshots for Received {
+    type Png = Vec<u8>;
+
+    fn get(&mut self, shot: Shot) -> Result<Option<Vec<u8>>, ReportError> {
+        match self.0.blocking_recv() {
+            Some((sent, png)) if sent == shot => Ok(png),
+            Some((sent, _)) => Err(ReportError::Source(format!("{sent:?} arrived when {shot:?} was expected"))),
+            None => Err(ReportError::Source(format!("{shot:?} never arrived"))),
+        }
+    }
+}
+
+/// The renderer's side: every output's writer made, the screenshots rendered into all of them as they arrive.
+fn render_outputs(
+    record: &TaskRecord,
+    receiver: mpsc::Receiver<Fetched>,
+    mut outputs: Vec<OutputFile>,
+) -> Result<Vec<OutputFile>, ReportError> {
+    let options = anim::AnimOptions::default();
+    {
+        let mut sinks: Vec<Box<dyn Sink + '_>> = Vec::with_capacity(outputs.len());
+        for output in outputs.iter_mut() {
+            let out = &mut output.writer;
+            sinks.push(match output.kind {
+                Kind::Html => Box::new(html::HtmlWriter::new(record, out)?),
+                Kind::Gif => Box::new(anim::GifWriter::new(record, &options, out)?),
+                Kind::Webp => Box::new(anim::WebpWriter::new(record, &options, out)?),
+            });
+        }
+        let mut sinks: Vec<&mut dyn Sink> = sinks.iter_mut().map(|s| &mut **s as &mut dyn Sink).collect();
+        report::render(record, &mut Received(receiver), &mut sinks)?;
+    }
+    Ok(outputs)
+}
+
+/// One file `export` writes: under a temporary name beside its destination (removed unless committed), or,
+/// for a destination that exists and is no regular file (`/dev/stdout`, a FIFO), straight to it.
+struct OutputFile {
+    kind: Kind,
+    /// The destination as given.
+    path: PathBuf,
+    writer: Counted<BufWriter<File>>,
+    /// The temporary file and where it goes, when there is one.
+    part: Option<Part>,
+}
+
+/// A temporary file, removed when dropped unless it was renamed to `destination`.
+struct Part {
+    temporary: PathBuf,
+    destination: PathBuf,
+    renamed: bool,
+}
+
+impl Drop for Part {
+    fn drop(&mut self) {
+        if !self.renamed {
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
+}
+
+impl OutputFile {
+    fn create(path: &Path, kind: Kind) -> Result<Self, CliError> {
+        let cannot = |e: std::io::Error| CliError::invalid(anyhow::anyhow!("cannot write {}: {e}", path.display()));
+        let existing = std::fs::metadata(path).ok();
+        if existing.as_ref().is_some_and(|m| !m.is_file()) {
+            let file = File::create(path).map_err(cannot)?;
+            return Ok(Self { kind, path: path.to_path_buf(), writer: Counted::new(file, path), part: None });
+        }
+        // Beside the file a symbolic link points to, so the rename replaces that file and keeps the link.
+        let destination = match existing {
+            Some(_) => std::fs::canonicalize(path).map_err(cannot)?,
+            None => path.to_path_buf(),
+        };
+        let name = destination.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let dir = destination.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let temporary = dir.join(format!(".{name}.{}-{:08x}.part", std::process::id(), fastrand::u32(..)));
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&temporary).map_err(cannot)?;
+        let part = Part { temporary, destination, renamed: false };
+        // The file that replaces an existing one keeps its permissions (as writing over it would have).
+        #[cfg(unix)]
+        if let Some(existing) = &existing {
+            file.set_permissions(existing.permissions()).map_err(cannot)?;
+        }
+        Ok(Self { kind, path: path.to_path_buf(), writer: Counted::new(file, path), part: Some(part) })
+    }
+
+    /// Flushes the file and renames it to its destination.
+    fn commit(self) -> Result<Written, CliError> {
+        let cannot =
+            |e: std::io::Error| CliError::invalid(anyhow::anyhow!("cannot write {}: {e}", self.path.display()));
+        let bytes = self.writer.len;
+        let file = self.writer.inner.into_inner().map_err(|e| cannot(e.into_error()))?;
+        drop(file);
+        if let Some(mut part) = self.part {
+            std::fs::rename(&part.temporary, &part.destination).map_err(cannot)?;
+            part.renamed = true;
+        }
+        Ok(Written { kind: self.kind, path: self.path, bytes })
+    }
+}
+
+/// A writer that counts the file's length and names the file in its errors.
+struct Counted<W> {
+    inner: W,
+    path: PathBuf,
+    position: u64,
+    len: u64,
+}
+
+impl Counted<BufWriter<File>> {
+    fn new(file: File, path: &Path) -> Self {
+        Counted { inner: BufWriter::with_capacity(64 * 1024, file), path: path.to_path_buf(), position: 0, len: 0 }
+    }
+}
+
+impl<W> Counted<W> {
+    fn named(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display()))
+    }
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf).map_err(|e| self.named(e))?;
+        self.position += n as u64;
+        self.len = self.len.max(self.position);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().map_err(|e| self.named(e))
+    }
+}
+
+impl<W: Seek> Seek for Counted<W> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.position = self.inner.seek(to).map_err(|e| self.named(e))?;
+        self.len = self.len.max(self.position);
+        Ok(self.position)
+    }
 }
 
 /// `show ID`: one row per step (step, time, took, actions, result or error, tokens, cost), then the outcome.
@@ -266,61 +494,135 @@ fn local_record_path(config: &Config, id: &str) -> Result<PathBuf, CliError> {
     Ok(config.data_dir.join("runs").join(format!("{id}.json")))
 }
 
-/// Fetches every step's screenshot and the final one. A screenshot the store no longer has (or has not yet)
-/// is left out with a warning: the report says it is missing.
-async fn load_screenshots(source: &Source<'_>, record: TaskRecord) -> Result<Trajectory, CliError> {
-    let store = match source {
-        Source::Local(config) => Some(crate::backends::artifact_store(config).await.map_err(CliError::invalid)?),
-        Source::Daemon(_) => None,
-    };
-    let fetch = |index: u32, key: String| {
-        let store = store.clone();
-        let id = record.id.clone();
-        async move {
-            match (source, store) {
-                (Source::Daemon(client), _) => {
-                    let path = format!("/v1/tasks/{}/steps/{index}/screenshot", encode(&id));
-                    let (status, bytes) = client.get_bytes(&path).await?;
-                    match status {
-                        200..300 => Ok(Some(bytes)),
-                        404 | 410 => {
-                            let why = serde_json::from_slice::<serde_json::Value>(&bytes)
-                                .ok()
-                                .and_then(|v| v["error"]["message"].as_str().map(str::to_string));
-                            print_stderr(&format!(
-                                "warning: {}",
-                                why.unwrap_or_else(|| format!("the screenshot of step {index} is missing"))
-                            ));
-                            Ok(None)
-                        }
-                        other => Err(CliError::unreachable(anyhow::anyhow!(
-                            "the screenshot of step {index}: HTTP {other}: {}",
-                            String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
-                        ))),
-                    }
+/// Fetches one screenshot: step `index`'s (the daemon serves the final screen as step `steps.len()`), or the
+/// artifact `key` of an `agentd run` result. A screenshot the store no longer has (or has not yet) is `None`
+/// with a warning: the report says it is missing.
+async fn fetch_screenshot(
+    source: &Source<'_>,
+    store: Option<&Arc<dyn ArtifactStore>>,
+    id: &str,
+    index: u32,
+    key: String,
+) -> Result<Option<Vec<u8>>, CliError> {
+    match (source, store) {
+        (Source::Daemon(client), _) => {
+            let path = format!("/v1/tasks/{}/steps/{index}/screenshot", encode(id));
+            let (status, bytes) = client.get_bytes(&path).await?;
+            match status {
+                200..300 => Ok(Some(bytes)),
+                404 | 410 => {
+                    let why = serde_json::from_slice::<serde_json::Value>(&bytes)
+                        .ok()
+                        .and_then(|v| v["error"]["message"].as_str().map(str::to_string));
+                    print_stderr(&format!(
+                        "warning: {}",
+                        why.unwrap_or_else(|| format!("the screenshot of step {index} is missing"))
+                    ));
+                    Ok(None)
                 }
-                (Source::Local(_), Some(store)) => match store.get(&key).await {
-                    Ok(bytes) => Ok(Some(bytes)),
-                    Err(e) => {
-                        print_stderr(&format!("warning: the screenshot of step {index} ({key}): {e}"));
-                        Ok(None)
-                    }
-                },
-                (Source::Local(_), None) => Ok(None),
+                other => Err(CliError::unreachable(anyhow::anyhow!(
+                    "the screenshot of step {index}: HTTP {other}: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+                ))),
             }
         }
-    };
-    let mut screenshots = Vec::with_capacity(record.steps.len());
-    for step in &record.steps {
-        screenshots.push(fetch(step.index, step.screenshot.key.clone()).await?);
+        (Source::Local(_), Some(store)) => match store.get(&key).await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) => {
+                print_stderr(&format!("warning: the screenshot of step {index} ({key}): {e}"));
+                Ok(None)
+            }
+        },
+        (Source::Local(_), None) => Ok(None),
     }
-    let final_screenshot = match &record.final_screenshot {
-        Some(shot) => fetch(record.steps.len() as u32, shot.key.clone()).await?,
-        None => None,
-    };
-    Ok(Trajectory { record, screenshots, final_screenshot })
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, bytes).map_err(|e| CliError::invalid(anyhow::anyhow!("cannot write {}: {e}", path.display())))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::record_of;
+
+    fn png() -> Vec<u8> {
+        let frame = agentd_computer::Frame::filled(agentd_computer::Size::new(320, 200), [40, 120, 200]);
+        crate::screen::image::encode_png(&frame).expect("png")
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn a_failure_part_way_leaves_no_file_and_an_existing_one_as_it_was() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (html, gif, webp) = (dir.path().join("r.html"), dir.path().join("r.gif"), dir.path().join("r.webp"));
+        std::fs::write(&html, "the report of before").expect("write");
+        let record = Arc::new(record_of(6, (320, 200), true));
+        let outputs = || {
+            vec![
+                OutputFile::create(&html, Kind::Html).expect("html"),
+                OutputFile::create(&gif, Kind::Gif).expect("gif"),
+                OutputFile::create(&webp, Kind::Webp).expect("webp"),
+            ]
+        };
+        let png = png();
+        // The daemon fails to answer for step 3's screenshot, after steps 0 to 2 were written.
+        let failed = write_outputs(record.clone(), outputs(), |shot| {
+            let png = png.clone();
+            async move {
+                match shot {
+                    Shot::Step(3) => Err(CliError::unreachable(anyhow::anyhow!("the screenshot of step 3: HTTP 500"))),
+                    _ => Ok(Some(png)),
+                }
+            }
+        })
+        .await;
+        let error = failed.err().expect("the export fails");
+        assert_eq!(error.exit, Exit::Unreachable, "{error}");
+        assert!(error.to_string().contains("HTTP 500"), "the fetch's error, not the renderer's: {error}");
+        assert_eq!(names(dir.path()), ["r.html"], "no part of a file left behind");
+        assert_eq!(std::fs::read_to_string(&html).expect("read"), "the report of before");
+
+        // Whole, every file is in place (the HTML over the old one) and reports what it wrote.
+        let written = write_outputs(record, outputs(), |_| {
+            let png = png.clone();
+            async move { Ok(Some(png)) }
+        })
+        .await
+        .expect("export");
+        assert_eq!(names(dir.path()), ["r.gif", "r.html", "r.webp"]);
+        for w in &written {
+            assert_eq!(std::fs::metadata(&w.path).expect("file").len(), w.bytes, "{:?}", w.kind);
+        }
+        let text = std::fs::read_to_string(&html).expect("read");
+        assert_eq!(text.matches("data:image/png;base64,").count(), 7, "six steps and the final screen");
+        let webp = std::fs::read(&webp).expect("read");
+        let decoder = image_webp::WebPDecoder::new(std::io::Cursor::new(&webp)).expect("a WebP");
+        assert_eq!(decoder.num_frames(), 7);
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_destination_behind_a_symbolic_link_is_replaced_and_the_link_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let real = dir.path().join("real.gif");
+        let link = dir.path().join("link.gif");
+        std::fs::write(&real, "old").expect("write");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        let png = png();
+        let outputs = vec![OutputFile::create(&link, Kind::Gif).expect("gif")];
+        write_outputs(Arc::new(record_of(2, (320, 200), false)), outputs, |_| {
+            let png = png.clone();
+            async move { Ok(Some(png)) }
+        })
+        .await
+        .expect("export");
+        assert!(std::fs::symlink_metadata(&link).expect("link").file_type().is_symlink(), "the link is kept");
+        assert!(std::fs::read(&real).expect("real").starts_with(b"GIF89a"), "the file it points to is the GIF");
+        assert_eq!(names(dir.path()), ["link.gif", "real.gif"]);
+    }
 }

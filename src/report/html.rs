@@ -6,15 +6,19 @@
 //!
 //! Everything that comes from the task, the model or a tool goes through [`escape`]: a task whose text holds
 //! markup shows that markup as text.
+//!
+//! [`HtmlWriter`] writes the file as the steps arrive: the header (from the status document alone) first, then
+//! each step with its screenshot base64-encoded straight into the output, so one screenshot at a time is held.
 
 use std::fmt::Write as _;
+use std::io::Write;
 
-use base64::Engine as _;
 use time::OffsetDateTime;
 
 use super::draw;
-use super::{StepView, Trajectory, duration, png_size};
+use super::{ReportError, Sink, StepView, duration, png_size};
 use crate::record::{StepRecord, Usage};
+use crate::status::TaskRecord;
 
 /// Escapes text for HTML element content and quoted attribute values.
 pub fn escape(text: &str) -> String {
@@ -79,41 +83,66 @@ section.verifiers > div { background: var(--card); border: 1px dashed var(--line
 details summary { cursor: pointer; color: var(--muted); }
 "#;
 
-/// The whole report for `trajectory`.
-pub fn render(trajectory: &Trajectory) -> String {
-    let record = &trajectory.record;
-    let mut out = String::with_capacity(64 * 1024);
-    out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
-    // Defence in depth: everything is escaped, and the file may run no script and fetch nothing anyway.
-    out.push_str(
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; \
-         style-src 'unsafe-inline'\">\n",
-    );
-    out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
-    out.push_str("<meta name=\"referrer\" content=\"no-referrer\">\n");
-    let _ = writeln!(out, "<title>agentd task {} — {}</title>", escape(&record.id), record.state.as_str());
-    let _ = writeln!(out, "<style>{STYLE}</style>\n</head>\n<body>");
-    header(&mut out, trajectory);
-    verifiers(&mut out, record.outcome.as_ref());
-    out.push_str("<nav class=\"steps\" aria-label=\"Steps\">");
-    for step in &record.steps {
-        let class = if StepView::of(step).errors().is_empty() { "" } else { " class=\"has-error\"" };
-        let _ = write!(out, "<a href=\"#step-{0}\"{class}>{0}</a>", step.index);
+/// The HTML report, written to `W` a step at a time.
+pub struct HtmlWriter<W: Write> {
+    out: W,
+    done: bool,
+}
+
+impl<W: Write> HtmlWriter<W> {
+    /// Writes everything before the steps: the head, the task's header, the verifiers and the steps' links.
+    pub fn new(record: &TaskRecord, mut out: W) -> Result<Self, ReportError> {
+        let mut text = String::with_capacity(64 * 1024);
+        text.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+        // Defence in depth: everything is escaped, and the file may run no script and fetch nothing anyway.
+        text.push_str(
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; \
+             style-src 'unsafe-inline'\">\n",
+        );
+        text.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+        text.push_str("<meta name=\"referrer\" content=\"no-referrer\">\n");
+        let _ = writeln!(text, "<title>agentd task {} — {}</title>", escape(&record.id), record.state.as_str());
+        let _ = writeln!(text, "<style>{STYLE}</style>\n</head>\n<body>");
+        header(&mut text, record);
+        verifiers(&mut text, record.outcome.as_ref());
+        text.push_str("<nav class=\"steps\" aria-label=\"Steps\">");
+        for step in &record.steps {
+            let class = if StepView::of(step).errors().is_empty() { "" } else { " class=\"has-error\"" };
+            let _ = write!(text, "<a href=\"#step-{0}\"{class}>{0}</a>", step.index);
+        }
+        if record.final_screenshot.is_some() {
+            text.push_str("<a href=\"#final\">end</a>");
+        }
+        text.push_str("</nav>\n<main>\n");
+        out.write_all(text.as_bytes())?;
+        Ok(Self { out, done: false })
     }
-    if trajectory.final_screenshot.is_some() {
-        out.push_str("<a href=\"#final\">end</a>");
+}
+
+impl<W: Write> Sink for HtmlWriter<W> {
+    fn step(&mut self, step: &StepRecord, png: Option<&[u8]>) -> Result<(), ReportError> {
+        step_html(&mut self.out, step, png)?;
+        Ok(())
     }
-    out.push_str("</nav>\n<main>\n");
-    for (i, step) in record.steps.iter().enumerate() {
-        step_html(&mut out, step, trajectory.screenshots.get(i).and_then(Option::as_deref));
+
+    fn end(&mut self, record: &TaskRecord, png: Option<&[u8]>) -> Result<(), ReportError> {
+        let Some(shot) = &record.final_screenshot else { return Ok(()) };
+        self.out.write_all(
+            b"<article class=\"step final\" id=\"final\">\n<header><h2>After the last step</h2></header>\n",
+        )?;
+        screenshot(&mut self.out, png, shot.width, shot.height, "the screen after the last step", &[], &[])?;
+        self.out.write_all(b"</article>\n")?;
+        Ok(())
     }
-    if let (Some(png), Some(shot)) = (&trajectory.final_screenshot, &record.final_screenshot) {
-        out.push_str("<article class=\"step final\" id=\"final\">\n<header><h2>After the last step</h2></header>\n");
-        screenshot(&mut out, Some(png), shot.width, shot.height, "the screen after the last step", &[], &[]);
-        out.push_str("</article>\n");
+
+    fn finish(&mut self) -> Result<(), ReportError> {
+        if std::mem::replace(&mut self.done, true) {
+            return Err(ReportError::Encode("the report was finished already".into()));
+        }
+        self.out.write_all(b"</main>\n</body>\n</html>\n")?;
+        self.out.flush()?;
+        Ok(())
     }
-    out.push_str("</main>\n</body>\n</html>\n");
-    out
 }
 
 /// The verifier checks' last round (§16): `data-verifiers` is `none`, `passed` or `failed`; one row per
@@ -152,8 +181,7 @@ fn verifiers(out: &mut String, outcome: Option<&crate::record::Outcome>) {
     out.push_str("</ol></div>\n</section>\n");
 }
 
-fn header(out: &mut String, trajectory: &Trajectory) {
-    let record = &trajectory.record;
+fn header(out: &mut String, record: &TaskRecord) {
     let _ = writeln!(out, "<header>\n<h1>Task <code>{}</code></h1>\n<dl class=\"facts\">", escape(&record.id));
     let mut fact = |name: &str, html: String| {
         let _ = writeln!(out, "<dt>{name}</dt><dd>{html}</dd>");
@@ -228,9 +256,12 @@ fn pretty(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
-fn step_html(out: &mut String, step: &StepRecord, png: Option<&[u8]>) {
+/// One step's article: the text around its screenshot is made in memory, the screenshot streamed.
+fn step_html(writer: &mut impl Write, step: &StepRecord, png: Option<&[u8]>) -> std::io::Result<()> {
     let view = StepView::of(step);
     let errors = view.errors();
+    let mut text = String::with_capacity(4096);
+    let out = &mut text;
     let _ = writeln!(
         out,
         "<article class=\"step\" id=\"step-{0}\" data-step=\"{0}\">\n<header><h2>Step {0}</h2>\
@@ -244,7 +275,9 @@ fn step_html(out: &mut String, step: &StepRecord, png: Option<&[u8]>) {
     out.push_str("<div class=\"cols\">\n<div>");
     let (marks, labels) = draw::marks(&step.actions);
     let what = format!("the screenshot of step {}", step.index);
-    screenshot(out, png, step.screenshot.width, step.screenshot.height, &what, &marks, &labels);
+    writer.write_all(out.as_bytes())?;
+    out.clear();
+    screenshot(writer, png, step.screenshot.width, step.screenshot.height, &what, &marks, &labels)?;
     out.push_str("</div>\n<div>\n");
     if !step.model_text.is_empty() {
         let _ = writeln!(out, "<h3>Model</h3><pre class=\"model-text\">{}</pre>", escape(&step.model_text));
@@ -331,56 +364,61 @@ fn step_html(out: &mut String, step: &StepRecord, png: Option<&[u8]>) {
         out.push_str("</ul>\n");
     }
     out.push_str("</div>\n</div>\n</article>\n");
+    writer.write_all(text.as_bytes())
 }
 
-/// The screenshot as a `data:` URI with the marks over it (an SVG whose viewBox is the screen, so marks are
-/// drawn in screen pixels whatever size the page shows the image at), and the keyboard labels in a box.
+/// The screenshot as a `data:` URI (base64-encoded straight into `out`) with the marks over it (an SVG whose
+/// viewBox is the screen, so marks are drawn in screen pixels whatever size the page shows the image at), and
+/// the keyboard labels in a box.
 fn screenshot(
-    out: &mut String,
+    out: &mut impl Write,
     png: Option<&[u8]>,
     width: u32,
     height: u32,
     what: &str,
     marks: &[draw::Mark],
     labels: &[draw::Label],
-) {
+) -> std::io::Result<()> {
     let (width, height) = (width.max(1), height.max(1));
-    out.push_str("<figure class=\"shot\">");
+    out.write_all(b"<figure class=\"shot\">")?;
+    let mut text = String::new();
     match png.map(|bytes| (bytes, png_size(bytes))) {
         Some((bytes, Ok(_))) => {
-            let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+            out.write_all(b"<img class=\"step-shot\" src=\"data:image/png;base64,")?;
+            {
+                let mut encoder =
+                    base64::write::EncoderWriter::new(&mut *out, &base64::engine::general_purpose::STANDARD);
+                encoder.write_all(bytes)?;
+                encoder.finish()?;
+            }
+            let _ = write!(text, "\" width=\"{width}\" height=\"{height}\" alt=\"{}\">", escape(&capitalise(what)));
             let _ = write!(
-                out,
-                "<img class=\"step-shot\" src=\"data:image/png;base64,{data}\" width=\"{width}\" height=\"{height}\" \
-                 alt=\"{}\">",
-                escape(&capitalise(what))
-            );
-            let _ = write!(
-                out,
+                text,
                 "<svg viewBox=\"0 0 {width} {height}\" preserveAspectRatio=\"none\" aria-hidden=\"true\">{}</svg>",
                 draw::svg(marks, width)
             );
             if !labels.is_empty() {
-                out.push_str("<div class=\"keys\">");
+                text.push_str("<div class=\"keys\">");
                 for label in labels {
-                    let _ = write!(out, "<div><b>{}</b> {}</div>", label.n, escape(&label.text));
+                    let _ = write!(text, "<div><b>{}</b> {}</div>", label.n, escape(&label.text));
                 }
-                out.push_str("</div>");
+                text.push_str("</div>");
             }
         }
         Some((_, Err(why))) => {
             let _ = write!(
-                out,
+                text,
                 "<div class=\"missing\">{} is unreadable: {}</div>",
                 escape(&capitalise(what)),
                 escape(&why)
             );
         }
         None => {
-            let _ = write!(out, "<div class=\"missing\">{} is missing</div>", escape(&capitalise(what)));
+            let _ = write!(text, "<div class=\"missing\">{} is missing</div>", escape(&capitalise(what)));
         }
     }
-    out.push_str("</figure>\n");
+    text.push_str("</figure>\n");
+    out.write_all(text.as_bytes())
 }
 
 fn capitalise(text: &str) -> String {
@@ -394,6 +432,18 @@ fn capitalise(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::tests::Held;
+
+    /// The whole report of `record`, its screenshots missing.
+    fn render(record: &TaskRecord) -> String {
+        let mut out = Vec::new();
+        {
+            let mut writer = HtmlWriter::new(record, &mut out).expect("html");
+            let mut missing = Held::new(vec![None; record.steps.len()], None);
+            crate::report::render(record, &mut missing, &mut [&mut writer]).expect("render");
+        }
+        String::from_utf8(out).expect("UTF-8")
+    }
 
     #[test]
     fn markup_is_escaped_in_content_and_attributes() {
@@ -424,7 +474,7 @@ mod tests {
                 "call_results": [], "finished": true}]
         }))
         .expect("record");
-        let html = render(&Trajectory { record, screenshots: vec![None], final_screenshot: None });
+        let html = render(&record);
         assert!(!html.contains("<script"), "{html}");
         assert!(!html.contains("<img src=x"), "{html}");
         assert!(html.contains("&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"));

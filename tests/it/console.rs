@@ -676,3 +676,88 @@ async fn a_task_that_cannot_be_read_is_a_row_saying_so_and_the_list_goes_on() {
         .expect("its page says why");
     browser.close().await;
 }
+
+/// The `retry-after` header of a response head (lower case), in seconds.
+fn retry_after(head: &str) -> Option<u64> {
+    head.lines().find_map(|l| l.strip_prefix("retry-after:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// The login page's problem line, as the page shows it.
+fn problem(body: &str) -> &str {
+    let start = body.find("<p class=\"problem\" role=\"alert\">").map(|i| i + 32).unwrap_or(0);
+    body[start..].split("</p>").next().unwrap_or_default()
+}
+
+#[test]
+fn wrong_tokens_slow_the_login_down_and_the_right_one_works_after_the_wait() {
+    let (_daemon, _dir, addr) = console_daemon();
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let login = |token: &str| raw(&addr, "POST", "/console/login", &[form], &format!("token={token}"));
+    // A few wrong tokens are only wrong: 401 and the login page.
+    for n in 1..=5 {
+        let (code, head, body) = login("wrong");
+        assert_eq!(code, 401, "wrong token {n}: {head}\n{body}");
+        assert!(problem(&body).contains("not this daemon"), "wrong token {n}: {body}");
+    }
+    // Then each wrong token makes the client wait, longer each time: 429 with Retry-After, said on the page.
+    let (code, head, body) = login("wrong");
+    assert_eq!(code, 429, "{head}\n{body}");
+    let wait = retry_after(&head).unwrap_or_else(|| panic!("no Retry-After: {head}"));
+    assert!((1..=300).contains(&wait), "{head}");
+    assert!(problem(&body).contains("Too many wrong tokens"), "{body}");
+    assert!(problem(&body).contains(&format!("{wait} s")), "the page says how long to wait: {body}");
+    // While it waits, even the right token is refused (without being looked at), and no session starts.
+    let (code, head, body) = login(TOKEN);
+    assert_eq!(code, 429, "{head}\n{body}");
+    assert!(!head.contains("set-cookie"), "{head}");
+    // After the wait the right token logs in.
+    std::thread::sleep(Duration::from_secs(retry_after(&head).unwrap_or(wait)));
+    let (code, head, body) = login(TOKEN);
+    assert_eq!(code, 303, "the right token after the wait: {head}\n{body}");
+    assert!(head.contains("set-cookie: agentd_session="), "{head}");
+    // A right token clears the count: the next wrong one is only wrong again.
+    let (code, head, _) = login("wrong");
+    assert_eq!(code, 401, "{head}");
+}
+
+#[test]
+fn a_login_past_the_session_limit_is_refused_and_ends_nobodys_session() {
+    let (_daemon, _dir, addr) = console_daemon();
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let login = || raw(&addr, "POST", "/console/login", &[form], &format!("token={TOKEN}"));
+    let cookie = |head: &str| {
+        let line = head.lines().find(|l| l.starts_with("set-cookie:")).unwrap_or_else(|| panic!("no cookie: {head}"));
+        line.trim_start_matches("set-cookie:").trim().split(';').next().unwrap_or_default().to_string()
+    };
+    let mut sessions = Vec::new();
+    for n in 0..64 {
+        let (code, head, body) = login();
+        assert_eq!(code, 303, "login {n}: {head}\n{body}");
+        sessions.push(cookie(&head));
+    }
+    // The 65th: every session was used a moment ago, so none is ended for it; the page says why and what to do.
+    let (code, head, body) = login();
+    assert_eq!(code, 503, "{head}\n{body}");
+    assert!(!head.contains("set-cookie"), "{head}");
+    assert!(retry_after(&head).is_some(), "{head}");
+    let said = problem(&body);
+    assert!(said.contains("64 sessions") && said.contains("Log out"), "{body}");
+    for (n, session) in sessions.iter().enumerate() {
+        let (code, _, body) = raw(&addr, "GET", "/console/session", &[("cookie", session)], "");
+        assert_eq!(code, 200, "session {n} ended: {body}");
+    }
+    // Logging out of one makes room for a new login.
+    let (_, _, body) = raw(&addr, "GET", "/console/session", &[("cookie", &sessions[0])], "");
+    let csrf =
+        serde_json::from_str::<serde_json::Value>(&body).expect("JSON")["csrf"].as_str().expect("csrf").to_string();
+    let (code, head, _) = raw(
+        &addr,
+        "POST",
+        "/console/logout",
+        &[("cookie", &sessions[0]), ("x-agentd-csrf", &csrf), ("sec-fetch-site", "same-origin")],
+        "",
+    );
+    assert_eq!(code, 303, "{head}");
+    let (code, head, body) = login();
+    assert_eq!(code, 303, "a login after a logout: {head}\n{body}");
+}

@@ -319,3 +319,70 @@ fn an_agentd_run_result_is_exported_and_shown_without_a_daemon() {
     assert_eq!(missing.code, 2, "{}", missing.stderr);
     assert!(missing.stderr.contains("no-such-task.json"), "{}", missing.stderr);
 }
+
+/// The peak resident memory (KiB) of `agentd export --local ID --gif FILE`: the kernel's `ru_maxrss` of that
+/// one child, from `wait4`, so no other process of the test run counts.
+#[cfg(target_os = "linux")]
+#[allow(clippy::zombie_processes)] // waited for with wait4, which std's Child does not know of
+fn export_peak_kib(agentd: &Agentd, id: &str, gif: &Path) -> u64 {
+    let stderr = agentd.dir.path().join(format!("export-{id}.stderr"));
+    let child = agentd
+        .command()
+        .args(["export", "--local", id, "--gif", gif.to_str().expect("path")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+        .spawn()
+        .expect("spawn agentd");
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value to be overwritten; `pid` is our own child, not yet waited for
+    // (`child` is never waited on through std after this).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "export of {id} failed ({status}): {log}");
+    u64::try_from(usage.ru_maxrss).expect("maxrss")
+}
+
+/// `agentd export` holds one step's screenshot and frame at a time, whatever the number of steps: the peak
+/// memory of exporting 16 steps is that of exporting 2, give or take less than 16 MiB (every step's
+/// screenshot and frame held at once, as they once were, is about 2.4 MB per step of the mock's 1280x800
+/// screen: 34 MB more).
+#[cfg(target_os = "linux")]
+#[test]
+fn exporting_many_steps_takes_no_more_memory_than_a_few() {
+    let agentd = Agentd::new();
+    let run = agentd.run(&["run", "config/tasks/mock-login.json", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let id = run.json()["id"].as_str().expect("id").to_string();
+    let runs = agentd.data_dir().join("runs");
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(runs.join(format!("{id}.json"))).expect("record")).expect("JSON");
+    let steps = record["steps"].as_array().expect("steps").clone();
+    // The run's steps over and over (their screenshots are in the store already), numbered anew.
+    let with_steps = |name: &str, count: usize| {
+        let mut copy = record.clone();
+        copy["id"] = json!(name);
+        copy["steps"] = (0..count)
+            .map(|i| {
+                let mut step = steps[i % steps.len()].clone();
+                step["index"] = json!(i);
+                step
+            })
+            .collect();
+        std::fs::write(runs.join(format!("{name}.json")), copy.to_string()).expect("write record");
+    };
+    with_steps("few", 2);
+    with_steps("many", 16);
+    let few = export_peak_kib(&agentd, "few", &agentd.dir.path().join("few.gif"));
+    let many = export_peak_kib(&agentd, "many", &agentd.dir.path().join("many.gif"));
+    let (_, _, frames) = gif_frames(&std::fs::read(agentd.dir.path().join("many.gif")).expect("gif"));
+    assert_eq!(frames.len(), 16 + usize::from(record["final_screenshot"].is_object()));
+    eprintln!("peak memory of export: 2 steps {few} KiB, 16 steps {many} KiB");
+    assert!(
+        many < few + 16 * 1024,
+        "exporting 16 steps took {many} KiB at its peak, 2 steps {few} KiB: memory grows with the steps"
+    );
+}
