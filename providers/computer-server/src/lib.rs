@@ -237,7 +237,8 @@ f = d.get_input_focus().focus
 i = getattr(f, "id", f)
 print("agentd-focus:", "none" if i == 0 else "pointer-root" if i == 1 else "root" if i == d.screen().root.id else "window")' 2>/dev/null && exit 0; done; exit 3"#;
 
-/// The focus a [`FOCUS_PROBE`] printed, or `None` when it printed no answer.
+/// The focus the provider's probe printed on the machine (a line `agentd-focus: window`, `pointer-root`,
+/// `root` or `none`), or `None` when it printed no answer.
 pub fn parse_focus_probe(stdout: &str) -> Option<KeyboardFocus> {
     let answer = stdout.lines().find_map(|line| line.trim().strip_prefix("agentd-focus:"))?;
     match answer.trim() {
