@@ -9,6 +9,7 @@
 //! the same way (`row`), and pass the same scenarios (the `queue_suite` integration tests, one test per
 //! scenario and backend).
 
+mod choreography;
 pub mod desktop;
 pub mod postgres;
 mod row;

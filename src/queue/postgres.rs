@@ -28,6 +28,7 @@ use sqlx::{Connection, Postgres, Row, Transaction};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+use super::choreography;
 use super::row::{LeaseRow, TaskRow, json};
 use super::transitions::{self, Change, Handback, TAKEOVER_REASON, Takeover};
 use super::{
@@ -630,42 +631,127 @@ impl PostgresQueue {
         // Every pick's desktop is busy: the next poll or wake-up looks again.
         Ok(None)
     }
+}
 
-    /// Answers what the last step of a task waits for (remote tool results, a question): `decide` reads the
-    /// state and that step under the row's lock and says what to write.
-    async fn answer_last_step(
-        &self,
-        id: &str,
-        decide: impl FnOnce(TaskState, Option<StepRecord>, i64) -> Result<transitions::Answered, QueueError>,
-    ) -> Result<(), QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let state = Self::lock_state(&mut tx, id).await?;
+/// A write transaction of the queue's decisions ([`choreography`]): the task's row is locked `FOR UPDATE` by
+/// the first read, so the decision and its write see one state whichever node asks.
+pub(super) struct PgTx {
+    tx: Transaction<'static, Postgres>,
+}
+
+impl choreography::Backend for PostgresQueue {
+    type Tx<'a> = PgTx;
+
+    async fn begin(&self) -> Result<PgTx, QueueError> {
+        Ok(PgTx { tx: self.pool.begin().await.map_err(db_error)? })
+    }
+}
+
+impl choreography::Tx for PgTx {
+    async fn facts(&mut self, id: &str) -> Result<(TaskState, Option<Takeover>), QueueError> {
+        PostgresQueue::lock_facts(&mut self.tx, id).await
+    }
+
+    async fn record(&mut self, id: &str) -> Result<TaskRecord, QueueError> {
+        let row = sqlx::query("SELECT * FROM agentd_tasks WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        PostgresQueue::task_row(&row).and_then(TaskRow::decode).map_err(|e| row::unreadable(id, e))
+    }
+
+    async fn last_step(&mut self, id: &str) -> Result<Option<StepRecord>, QueueError> {
         let last: Option<String> =
             sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx DESC LIMIT 1")
                 .bind(id)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut *self.tx)
                 .await
                 .map_err(db_error)?;
-        let last = last.as_deref().map(row::step).transpose()?;
-        let now_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
-        let answered = match decide(state, last, now_ms) {
-            Ok(answered) => answered,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
+        last.as_deref().map(row::step).transpose()
+    }
+
+    async fn next_step(&mut self, id: &str) -> Result<u32, QueueError> {
+        let next: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0)::bigint FROM agentd_steps WHERE task_id = $1")
+                .bind(id)
+                .fetch_one(&mut *self.tx)
+                .await
+                .map_err(db_error)?;
+        Ok(u32::try_from(next).unwrap_or(u32::MAX))
+    }
+
+    async fn write_step(&mut self, id: &str, step: &StepRecord) -> Result<(), QueueError> {
         sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
             .bind(id)
-            .bind(answered.step.index.min(i32::MAX as u32) as i32)
-            .bind(json(&answered.step)?)
-            .execute(&mut *tx)
+            .bind(step.index.min(i32::MAX as u32) as i32)
+            .bind(json(step)?)
+            .execute(&mut *self.tx)
             .await
             .map_err(db_error)?;
-        for kind in answered.events {
-            Self::own_event(&mut tx, id, kind).await?;
-        }
-        Self::apply(&mut tx, id, &answered.change).await?;
-        // Any node may resume it: every listening node looks for work.
-        Self::notify_work(&mut tx).await?;
-        tx.commit().await.map_err(db_error)
+        Ok(())
+    }
+
+    async fn event(&mut self, id: &str, kind: EventKind) -> Result<(), QueueError> {
+        PostgresQueue::own_event(&mut self.tx, id, kind).await
+    }
+
+    async fn apply(&mut self, id: &str, change: &Change) -> Result<(), QueueError> {
+        PostgresQueue::apply(&mut self.tx, id, change).await
+    }
+
+    async fn start_turn(&mut self, id: &str, turns: &[crate::record::Turn]) -> Result<(), QueueError> {
+        sqlx::query(
+            "UPDATE agentd_tasks SET state = 'queued', turns = $2, started_at = NULL, finished_at = NULL,
+                outcome = NULL, attempt = 0, same_attempt = false, approved = false, elapsed_ms = 0,
+                not_before = '-infinity', cancel_requested = false, waiting_reason = NULL, worker = NULL,
+                lease_until = NULL
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(json(&turns)?)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn expired(&mut self) -> Result<Vec<(String, transitions::Expired)>, QueueError> {
+        // The database's clock decides. SKIP LOCKED: rescuers on several nodes split the work instead of
+        // queueing behind each other, and a row a worker is writing to right now (its lease being renewed) is
+        // left for the next round.
+        let expired: Vec<(String, i32, i32, bool, Option<String>)> = sqlx::query_as(
+            "SELECT id, attempt, max_attempts, cancel_requested, takeover FROM agentd_tasks
+             WHERE state = 'running' AND lease_until < now()
+             ORDER BY lease_until
+             LIMIT 500
+             FOR UPDATE SKIP LOCKED",
+        )
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
+        Ok(expired
+            .into_iter()
+            .map(|(id, attempt, max_attempts, cancel_requested, takeover)| {
+                let facts =
+                    row::expired(i64::from(attempt), i64::from(max_attempts), cancel_requested, takeover.as_deref());
+                (id, facts)
+            })
+            .collect())
+    }
+
+    async fn wake_workers(&mut self) -> Result<(), QueueError> {
+        // Any node may take it: every listening node looks for work.
+        PostgresQueue::notify_work(&mut self.tx).await
+    }
+
+    async fn commit(self) -> Result<(), QueueError> {
+        self.tx.commit().await.map_err(db_error)
+    }
+
+    async fn refuse(self, refusal: QueueError) -> QueueError {
+        rollback(self.tx, refusal).await
     }
 }
 
@@ -986,158 +1072,42 @@ impl Queue for PostgresQueue {
     }
 
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let state = Self::lock_state(&mut tx, id).await?;
-        // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
-        let change = match transitions::cancel(id, state) {
-            Ok(change) => change,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        Self::apply(&mut tx, id, &change).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(transitions::cancelled(&change))
+        choreography::cancel(self, id).await
     }
 
     async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let (state, takeover) = Self::lock_facts(&mut tx, id).await?;
-        let last: Option<String> =
-            sqlx::query_scalar("SELECT record FROM agentd_steps WHERE task_id = $1 ORDER BY idx DESC LIMIT 1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        let last = last.as_deref().map(row::step).transpose()?;
-        // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
-        let decided = match transitions::decide(id, state, takeover, last, decision) {
-            Ok(decided) => decided,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        if let Some(step) = &decided.step {
-            sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
-                .bind(id)
-                .bind(step.index.min(i32::MAX as u32) as i32)
-                .bind(json(step)?)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        }
-        let change = decided.change;
-        Self::apply(&mut tx, id, &change).await?;
-        if change.wakes_workers() {
-            Self::notify_work(&mut tx).await?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(change.state())
+        choreography::decide(self, id, decision).await
     }
 
     async fn pause(&self, id: &str) -> Result<Paused, QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let state = Self::lock_state(&mut tx, id).await?;
-        let change = match transitions::pause(id, state) {
-            Ok(change) => change,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        Self::apply(&mut tx, id, &change).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(transitions::paused(&change))
+        choreography::pause(self, id).await
     }
 
     async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let (state, takeover) = Self::lock_facts(&mut tx, id).await?;
-        let change = match transitions::resume(id, state, takeover, note) {
-            Ok(change) => change,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        Self::apply(&mut tx, id, &change).await?;
-        // Any node may continue it.
-        Self::notify_work(&mut tx).await?;
-        tx.commit().await.map_err(db_error)
+        choreography::resume(self, id, note).await
     }
 
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {
-        self.answer_last_step(id, |state, last, now| transitions::answer_tools(id, state, last, answers, now)).await
+        choreography::answer_last_step(self, id, |state, last, now| {
+            transitions::answer_tools(id, state, last, answers, now)
+        })
+        .await
     }
 
     async fn answer_question(&self, id: &str, answer: &HumanAnswer) -> Result<(), QueueError> {
-        self.answer_last_step(id, |state, last, now| transitions::answer_question(id, state, last, answer, now)).await
+        choreography::answer_last_step(self, id, |state, last, now| {
+            transitions::answer_question(id, state, last, answer, now)
+        })
+        .await
     }
 
     async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let row = sqlx::query("SELECT * FROM agentd_tasks WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let Some(row) = row else {
-            return Err(rollback(tx, QueueError::NotFound(id.to_string())).await);
-        };
-        let record = match Self::task_row(&row).and_then(TaskRow::decode) {
-            Ok(record) => record,
-            Err(e) => return Err(rollback(tx, row::unreadable(id, e)).await),
-        };
-        let next_step: i64 =
-            sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0)::bigint FROM agentd_steps WHERE task_id = $1")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        let next_step = u32::try_from(next_step).unwrap_or(u32::MAX);
-        let new =
-            match transitions::add_turn(id, record.state, record.task.replay.as_ref(), record.turns, next_step, text) {
-                Ok(new) => new,
-                Err(e) => return Err(rollback(tx, e).await),
-            };
-        // A fresh attempt count, time budget and start: the turn runs as the task ran, after its steps.
-        sqlx::query(
-            "UPDATE agentd_tasks SET state = 'queued', turns = $2, started_at = NULL, finished_at = NULL,
-                outcome = NULL, attempt = 0, same_attempt = false, approved = false, elapsed_ms = 0,
-                not_before = '-infinity', cancel_requested = false, waiting_reason = NULL, worker = NULL,
-                lease_until = NULL
-             WHERE id = $1",
-        )
-        .bind(id)
-        .bind(json(&new.turns)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        Self::own_event(&mut tx, id, new.event).await?;
-        Self::notify_work(&mut tx).await?;
-        tx.commit().await.map_err(db_error)?;
+        choreography::add_turn(self, id, text).await?;
         self.get(id).await
     }
 
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        // SKIP LOCKED: rescuers on several nodes split the work instead of queueing behind each other, and a
-        // row a worker is writing to right now (its lease being renewed) is left for the next round.
-        let expired: Vec<(String, i32, i32, bool, Option<String>)> = sqlx::query_as(
-            "SELECT id, attempt, max_attempts, cancel_requested, takeover FROM agentd_tasks
-             WHERE state = 'running' AND lease_until < now()
-             ORDER BY lease_until
-             LIMIT 500
-             FOR UPDATE SKIP LOCKED",
-        )
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let mut rescued = Vec::new();
-        let mut wake = false;
-        for (id, attempt, max_attempts, cancel_requested, takeover) in expired {
-            let facts =
-                row::expired(i64::from(attempt), i64::from(max_attempts), cancel_requested, takeover.as_deref());
-            let change = transitions::rescue(&facts);
-            Self::apply(&mut tx, &id, &change).await?;
-            wake |= change.wakes_workers();
-            rescued.push(Rescued { task_id: id, new_state: change.state() });
-        }
-        if wake {
-            Self::notify_work(&mut tx).await?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(rescued)
+        choreography::rescue_expired(self).await
     }
 
     async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {

@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
+use super::choreography;
 use super::row::{LeaseRow, TaskRow, json};
 use super::transitions::{self, Change, Handback, TAKEOVER_REASON, Takeover};
 use super::{
@@ -711,41 +712,6 @@ impl SqliteQueue {
         }
     }
 
-    /// Answers what the last step of a task waits for (remote tool results, a question): `decide` reads the
-    /// state and that step under the write lock and says what to write.
-    async fn answer_last_step(
-        &self,
-        id: &str,
-        decide: impl FnOnce(TaskState, Option<StepRecord>, i64) -> Result<transitions::Answered, QueueError>,
-    ) -> Result<(), QueueError> {
-        let _write = self.writes.lock().await;
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
-        let state = Self::state(&mut tx, id).await?;
-        let last: Option<String> =
-            sqlx::query_scalar("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx DESC LIMIT 1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        let last = last.as_deref().map(row::step).transpose()?;
-        let answered = match decide(state, last, now_ms()) {
-            Ok(answered) => answered,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
-            .bind(id)
-            .bind(i64::from(answered.step.index))
-            .bind(json(&answered.step)?)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.failed(e))?;
-        for kind in answered.events {
-            Self::own_event(&mut tx, id, kind).await?;
-        }
-        Self::apply(&mut tx, id, &answered.change).await?;
-        self.wrote(tx.commit().await)
-    }
-
     /// The state of a task and its take-over marker, read inside the caller's write transaction.
     async fn facts(tx: &mut sqlx::SqliteConnection, id: &str) -> Result<(TaskState, Option<Takeover>), QueueError> {
         let (state, takeover): (String, Option<String>) =
@@ -767,6 +733,123 @@ impl SqliteQueue {
             .map_err(db_error)?
             .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
         row::state(&state)
+    }
+}
+
+/// A write transaction of the queue's decisions ([`choreography`]): the in-process write lock (SQLite has one
+/// writer: nobody waits on `SQLITE_BUSY`) and a `BEGIN IMMEDIATE` transaction on the durable connection.
+pub(super) struct SqliteTx<'a> {
+    queue: &'a SqliteQueue,
+    _write: tokio::sync::MutexGuard<'a, ()>,
+    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+}
+
+impl choreography::Backend for SqliteQueue {
+    type Tx<'a> = SqliteTx<'a>;
+
+    async fn begin(&self) -> Result<SqliteTx<'_>, QueueError> {
+        let write = self.writes.lock().await;
+        let tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
+        Ok(SqliteTx { queue: self, _write: write, tx })
+    }
+}
+
+impl choreography::Tx for SqliteTx<'_> {
+    async fn facts(&mut self, id: &str) -> Result<(TaskState, Option<Takeover>), QueueError> {
+        SqliteQueue::facts(&mut self.tx, id).await
+    }
+
+    async fn record(&mut self, id: &str) -> Result<TaskRecord, QueueError> {
+        let row = sqlx::query("SELECT * FROM tasks WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| QueueError::NotFound(id.to_string()))?;
+        SqliteQueue::task_row(&row).and_then(TaskRow::decode).map_err(|e| row::unreadable(id, e))
+    }
+
+    async fn last_step(&mut self, id: &str) -> Result<Option<StepRecord>, QueueError> {
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx DESC LIMIT 1")
+                .bind(id)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(db_error)?;
+        last.as_deref().map(row::step).transpose()
+    }
+
+    async fn next_step(&mut self, id: &str) -> Result<u32, QueueError> {
+        let next: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0) FROM steps WHERE task_id = ?1")
+            .bind(id)
+            .fetch_one(&mut *self.tx)
+            .await
+            .map_err(db_error)?;
+        Ok(u32::try_from(next).unwrap_or(u32::MAX))
+    }
+
+    async fn write_step(&mut self, id: &str, step: &StepRecord) -> Result<(), QueueError> {
+        sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
+            .bind(id)
+            .bind(i64::from(step.index))
+            .bind(json(step)?)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(|e| self.queue.failed(e))?;
+        Ok(())
+    }
+
+    async fn event(&mut self, id: &str, kind: EventKind) -> Result<(), QueueError> {
+        SqliteQueue::own_event(&mut self.tx, id, kind).await
+    }
+
+    async fn apply(&mut self, id: &str, change: &Change) -> Result<(), QueueError> {
+        SqliteQueue::apply(&mut self.tx, id, change).await
+    }
+
+    async fn start_turn(&mut self, id: &str, turns: &[crate::record::Turn]) -> Result<(), QueueError> {
+        sqlx::query(
+            "UPDATE tasks SET state = 'queued', turns = ?2, started_ms = NULL, finished_ms = NULL, outcome = NULL,
+                attempt = 0, same_attempt = 0, approved = 0, elapsed_ms = 0, not_before_ms = 0,
+                cancel_requested = 0, waiting_reason = NULL, worker = NULL, lease_until_ms = NULL
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(json(&turns)?)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(|e| self.queue.failed(e))?;
+        Ok(())
+    }
+
+    async fn expired(&mut self) -> Result<Vec<(String, transitions::Expired)>, QueueError> {
+        let expired: Vec<(String, i64, i64, bool, Option<String>)> = sqlx::query_as(
+            "SELECT id, attempt, max_attempts, cancel_requested, takeover FROM tasks
+             WHERE state = 'running' AND lease_until_ms < ?1",
+        )
+        .bind(now_ms())
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
+        Ok(expired
+            .into_iter()
+            .map(|(id, attempt, max_attempts, cancel_requested, takeover)| {
+                (id, row::expired(attempt, max_attempts, cancel_requested, takeover.as_deref()))
+            })
+            .collect())
+    }
+
+    async fn wake_workers(&mut self) -> Result<(), QueueError> {
+        // One process: the API wakes its own workers (`WorkerHandle`).
+        Ok(())
+    }
+
+    async fn commit(self) -> Result<(), QueueError> {
+        self.queue.wrote(self.tx.commit().await)
+    }
+
+    async fn refuse(self, refusal: QueueError) -> QueueError {
+        rollback(self.tx, refusal).await
     }
 }
 
@@ -1078,147 +1161,42 @@ impl Queue for SqliteQueue {
     }
 
     async fn cancel(&self, id: &str) -> Result<Cancelled, QueueError> {
-        let _write = self.writes.lock().await;
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let state = Self::state(&mut tx, id).await?;
-        // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
-        let change = match transitions::cancel(id, state) {
-            Ok(change) => change,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        Self::apply(&mut tx, id, &change).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(transitions::cancelled(&change))
+        choreography::cancel(self, id).await
     }
 
     async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError> {
-        let _write = self.writes.lock().await;
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let (state, takeover) = Self::facts(&mut tx, id).await?;
-        let last: Option<String> =
-            sqlx::query_scalar("SELECT record FROM steps WHERE task_id = ?1 ORDER BY idx DESC LIMIT 1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        let last = last.as_deref().map(row::step).transpose()?;
-        // Refused: roll back now, so no row or database lock outlives the refusal on a pooled connection.
-        let decided = match transitions::decide(id, state, takeover, last, decision) {
-            Ok(decided) => decided,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        if let Some(step) = &decided.step {
-            sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
-                .bind(id)
-                .bind(i64::from(step.index))
-                .bind(json(step)?)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.failed(e))?;
-        }
-        Self::apply(&mut tx, id, &decided.change).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(decided.change.state())
+        choreography::decide(self, id, decision).await
     }
 
     async fn pause(&self, id: &str) -> Result<Paused, QueueError> {
-        let _write = self.writes.lock().await;
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let state = Self::state(&mut tx, id).await?;
-        let change = match transitions::pause(id, state) {
-            Ok(change) => change,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        Self::apply(&mut tx, id, &change).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(transitions::paused(&change))
+        choreography::pause(self, id).await
     }
 
     async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError> {
-        let _write = self.writes.lock().await;
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let (state, takeover) = Self::facts(&mut tx, id).await?;
-        let change = match transitions::resume(id, state, takeover, note) {
-            Ok(change) => change,
-            Err(e) => return Err(rollback(tx, e).await),
-        };
-        Self::apply(&mut tx, id, &change).await?;
-        tx.commit().await.map_err(db_error)
+        choreography::resume(self, id, note).await
     }
 
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {
-        self.answer_last_step(id, |state, last, now| transitions::answer_tools(id, state, last, answers, now)).await
+        choreography::answer_last_step(self, id, |state, last, now| {
+            transitions::answer_tools(id, state, last, answers, now)
+        })
+        .await
     }
 
     async fn answer_question(&self, id: &str, answer: &HumanAnswer) -> Result<(), QueueError> {
-        self.answer_last_step(id, |state, last, now| transitions::answer_question(id, state, last, answer, now)).await
+        choreography::answer_last_step(self, id, |state, last, now| {
+            transitions::answer_question(id, state, last, answer, now)
+        })
+        .await
     }
 
     async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError> {
-        let write = self.writes.lock().await;
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
-        let row = sqlx::query("SELECT * FROM tasks WHERE id = ?1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let Some(row) = row else {
-            return Err(rollback(tx, QueueError::NotFound(id.to_string())).await);
-        };
-        let record = match Self::task_row(&row).and_then(TaskRow::decode) {
-            Ok(record) => record,
-            Err(e) => return Err(rollback(tx, row::unreadable(id, e)).await),
-        };
-        let next_step: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(idx) + 1, 0) FROM steps WHERE task_id = ?1")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let next_step = u32::try_from(next_step).unwrap_or(u32::MAX);
-        let new =
-            match transitions::add_turn(id, record.state, record.task.replay.as_ref(), record.turns, next_step, text) {
-                Ok(new) => new,
-                Err(e) => return Err(rollback(tx, e).await),
-            };
-        // A fresh attempt count, time budget and start: the turn runs as the task ran, after its steps.
-        sqlx::query(
-            "UPDATE tasks SET state = 'queued', turns = ?2, started_ms = NULL, finished_ms = NULL, outcome = NULL,
-                attempt = 0, same_attempt = 0, approved = 0, elapsed_ms = 0, not_before_ms = 0,
-                cancel_requested = 0, waiting_reason = NULL, worker = NULL, lease_until_ms = NULL
-             WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(json(&new.turns)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.failed(e))?;
-        Self::own_event(&mut tx, id, new.event).await?;
-        self.wrote(tx.commit().await)?;
-        drop(write);
+        choreography::add_turn(self, id, text).await?;
         self.get(id).await
     }
 
     async fn rescue_expired(&self) -> Result<Vec<Rescued>, QueueError> {
-        let _write = self.writes.lock().await;
-        let now = now_ms();
-        let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
-        let expired: Vec<(String, i64, i64, bool, Option<String>)> = sqlx::query_as(
-            "SELECT id, attempt, max_attempts, cancel_requested, takeover FROM tasks
-             WHERE state = 'running' AND lease_until_ms < ?1",
-        )
-        .bind(now)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let mut rescued = Vec::new();
-        for (id, attempt, max_attempts, cancel_requested, takeover) in expired {
-            let change =
-                transitions::rescue(&row::expired(attempt, max_attempts, cancel_requested, takeover.as_deref()));
-            Self::apply(&mut tx, &id, &change).await?;
-            rescued.push(Rescued { task_id: id, new_state: change.state() });
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(rescued)
+        choreography::rescue_expired(self).await
     }
 
     async fn counts(&self) -> Result<BTreeMap<TaskState, u64>, QueueError> {
