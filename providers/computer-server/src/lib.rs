@@ -52,10 +52,7 @@ use serde_json::{Value, json};
 
 pub use error::CuaError;
 
-/// One wheel notch per this many pixels of `scroll_x`/`scroll_y` (as the local and VNC providers).
-pub const PIXELS_PER_NOTCH: i32 = 100;
-/// Most wheel notches one scroll action sends per axis.
-pub const MAX_NOTCHES: i32 = 100;
+pub use agentd_computer::{MAX_NOTCHES, PIXELS_PER_NOTCH, notches};
 /// The pause at every point of a drag path, so that applications see each point as motion.
 pub const DRAG_DWELL: Duration = Duration::from_millis(20);
 /// The pause between retries while the server cannot be reached.
@@ -825,15 +822,6 @@ fn server_keys(keys: &[String]) -> Result<Vec<String>, CuaError> {
         .collect()
 }
 
-/// Wheel notches for a scroll of `pixels` (at least one for any non-zero amount).
-pub fn notches(pixels: i32) -> i32 {
-    if pixels == 0 {
-        return 0;
-    }
-    let n = (i64::from(pixels).abs() + i64::from(PIXELS_PER_NOTCH / 2)) / i64::from(PIXELS_PER_NOTCH);
-    n.clamp(1, i64::from(MAX_NOTCHES)) as i32 * pixels.signum()
-}
-
 /// The result object of a `/cmd` reply: the last `data: {…}` line of the streamed body.
 pub fn parse_reply(body: &str) -> Result<Value, String> {
     let line = body
@@ -961,14 +949,6 @@ mod tests {
         assert!(parse_reply("{\"detail\": \"x\"}").is_err());
         assert!(parse_reply("data: [1]\n\n").is_err());
         assert!(parse_reply("data: {nope\n\n").is_err());
-    }
-
-    #[test]
-    fn scroll_notches() {
-        assert_eq!(notches(0), 0);
-        assert_eq!(notches(-30), -1);
-        assert_eq!(notches(250), 3);
-        assert_eq!(notches(i32::MIN), -MAX_NOTCHES);
     }
 
     #[test]

@@ -31,8 +31,7 @@ pub mod testing;
 #[cfg(feature = "xcap")]
 mod xcap_capture;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use agentd_computer::provider::{check_action, sleep_for};
@@ -43,11 +42,7 @@ use tokio::sync::oneshot;
 pub use error::LocalError;
 use session::{Session, X, XErr};
 
-/// One wheel notch per this many pixels of `scroll_x`/`scroll_y` (rounded, at least one notch for any
-/// non-zero amount). Model adapters that count in notches multiply by this.
-pub const PIXELS_PER_NOTCH: i32 = 100;
-/// Most wheel notches one scroll action sends per axis.
-pub const MAX_NOTCHES: i32 = 100;
+pub use agentd_computer::{MAX_NOTCHES, MonitorInfo, PIXELS_PER_NOTCH, interpolate, notches};
 /// The pause at the press and at every point of a drag path, so that applications (which merge queued
 /// motion events) see each point the model named.
 pub const DRAG_DWELL: Duration = Duration::from_millis(10);
@@ -88,18 +83,6 @@ impl LocalConfig {
     pub fn new(display: Option<String>) -> Self {
         Self { display, monitor: None, capture: CaptureMethod::Auto, reuse_unchanged: true }
     }
-}
-
-/// One monitor of the X screen, in root-window pixels.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MonitorInfo {
-    pub index: usize,
-    pub name: String,
-    pub x: i32,
-    pub y: i32,
-    pub width: u32,
-    pub height: u32,
-    pub primary: bool,
 }
 
 type Job = Box<dyn FnOnce(&mut Session) + Send>;
@@ -216,14 +199,8 @@ impl LocalProvider {
     /// The provider for `config`, shared by everything in this process that asks for the same display and
     /// monitor: the connection stays open for the daemon's life instead of one per task.
     pub async fn shared(config: LocalConfig) -> Result<Arc<Self>, LocalError> {
-        static OPEN: OnceLock<tokio::sync::Mutex<HashMap<LocalConfig, Arc<LocalProvider>>>> = OnceLock::new();
-        let mut open = OPEN.get_or_init(|| tokio::sync::Mutex::new(HashMap::new())).lock().await;
-        if let Some(provider) = open.get(&config) {
-            return Ok(provider.clone());
-        }
-        let provider = Arc::new(Self::open(config.clone()).await?);
-        open.insert(config, provider.clone());
-        Ok(provider)
+        static OPEN: agentd_computer::Shared<LocalConfig, LocalProvider> = agentd_computer::Shared::new();
+        OPEN.get_or_open(config, Self::open).await
     }
 
     /// The display this provider operates.
@@ -267,28 +244,6 @@ fn type_time(action: &Action) -> Duration {
 
 fn invalid(e: ProviderError) -> XErr {
     XErr::Local(LocalError::Invalid(e.to_string()))
-}
-
-/// Wheel notches for a scroll distance in pixels (sign kept).
-pub fn notches(pixels: i32) -> i32 {
-    if pixels == 0 {
-        return 0;
-    }
-    let n = (i64::from(pixels).abs() + i64::from(PIXELS_PER_NOTCH / 2)) / i64::from(PIXELS_PER_NOTCH);
-    n.clamp(1, i64::from(MAX_NOTCHES)) as i32 * pixels.signum()
-}
-
-/// Intermediate pointer positions from `a` to `b` (excluding `a`, including `b`): about one every 20 pixels,
-/// so applications that track motion (drag thresholds, drawing) see a continuous path.
-pub fn interpolate(a: Point, b: Point) -> Vec<Point> {
-    let (dx, dy) = (f64::from(b.x - a.x), f64::from(b.y - a.y));
-    let steps = ((dx.hypot(dy) / 20.0).ceil() as usize).clamp(1, 50);
-    (1..=steps)
-        .map(|i| {
-            let t = i as f64 / steps as f64;
-            Point::new(a.x + (dx * t).round() as i32, a.y + (dy * t).round() as i32)
-        })
-        .collect()
 }
 
 fn parse_keys(action: &Action) -> Result<Vec<Key>, XErr> {
@@ -479,29 +434,3 @@ impl Drop for LocalProvider {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn notches_round_and_keep_sign() {
-        assert_eq!(notches(0), 0);
-        assert_eq!(notches(1), 1);
-        assert_eq!(notches(-1), -1);
-        assert_eq!(notches(120), 1);
-        assert_eq!(notches(150), 2);
-        assert_eq!(notches(-300), -3);
-        assert_eq!(notches(1_000_000), MAX_NOTCHES);
-        assert_eq!(notches(i32::MIN), -MAX_NOTCHES);
-    }
-
-    #[test]
-    fn interpolation_ends_on_target_in_small_steps() {
-        let path = interpolate(Point::new(0, 0), Point::new(100, 0));
-        assert_eq!(path.len(), 5);
-        assert_eq!(path.last(), Some(&Point::new(100, 0)));
-        assert!(path.windows(2).all(|w| w[1].x - w[0].x <= 20));
-        assert_eq!(interpolate(Point::new(5, 5), Point::new(5, 5)), vec![Point::new(5, 5)]);
-        assert_eq!(interpolate(Point::new(0, 0), Point::new(5000, 0)).len(), 50);
-    }
-}

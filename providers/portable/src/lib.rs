@@ -33,23 +33,19 @@ pub mod keys;
 pub mod spares;
 mod worker;
 
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentd_computer::provider::{check_action, sleep_for};
 use agentd_computer::{Action, ActionReport, ComputerProvider, Frame, MouseButton, Point, ProviderError, Size};
 use async_trait::async_trait;
 
+pub use agentd_computer::MonitorInfo;
 pub use error::PortableError;
-pub use worker::MonitorInfo;
 
 use worker::{Step, Worker};
 
-/// One wheel notch per this many pixels of `scroll_x`/`scroll_y` (as the other providers).
-pub const PIXELS_PER_NOTCH: i32 = 100;
-/// Most wheel notches one scroll action sends per axis.
-pub const MAX_NOTCHES: i32 = 100;
+pub use agentd_computer::{MAX_NOTCHES, PIXELS_PER_NOTCH, notches};
 /// The pause at every point of a drag path, so that applications see each point as motion.
 pub const DRAG_DWELL: Duration = Duration::from_millis(20);
 
@@ -84,14 +80,8 @@ impl PortableProvider {
     /// One provider per configuration for the life of the process, shared by every task that asks for it:
     /// the held keys and buttons of `mouse_down` are the session's, and one input thread serves them all.
     pub async fn shared(config: PortableConfig) -> Result<Arc<Self>, PortableError> {
-        static OPEN: OnceLock<tokio::sync::Mutex<HashMap<PortableConfig, Arc<PortableProvider>>>> = OnceLock::new();
-        let mut open = OPEN.get_or_init(|| tokio::sync::Mutex::new(HashMap::new())).lock().await;
-        if let Some(provider) = open.get(&config) {
-            return Ok(provider.clone());
-        }
-        let provider = Arc::new(Self::open(config.clone()).await?);
-        open.insert(config, provider.clone());
-        Ok(provider)
+        static OPEN: agentd_computer::Shared<PortableConfig, PortableProvider> = agentd_computer::Shared::new();
+        OPEN.get_or_open(config, Self::open).await
     }
 
     /// The monitor that is the screen.
@@ -187,15 +177,6 @@ impl PortableProvider {
     }
 }
 
-/// Wheel notches for a scroll of `pixels` (at least one for any non-zero amount).
-pub fn notches(pixels: i32) -> i32 {
-    if pixels == 0 {
-        return 0;
-    }
-    let n = (i64::from(pixels).abs() + i64::from(PIXELS_PER_NOTCH / 2)) / i64::from(PIXELS_PER_NOTCH);
-    n.clamp(1, i64::from(MAX_NOTCHES)) as i32 * pixels.signum()
-}
-
 #[async_trait]
 impl ComputerProvider for PortableProvider {
     fn kind(&self) -> &'static str {
@@ -228,14 +209,6 @@ impl ComputerProvider for PortableProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scroll_notches() {
-        assert_eq!(notches(0), 0);
-        assert_eq!(notches(-30), -1);
-        assert_eq!(notches(250), 3);
-        assert_eq!(notches(i32::MIN), -MAX_NOTCHES);
-    }
 
     #[test]
     fn errors_become_provider_errors_by_kind() {

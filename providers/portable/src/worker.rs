@@ -4,23 +4,11 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use agentd_computer::{Frame, MouseButton, Point, Size};
+use agentd_computer::{Frame, MonitorInfo, MouseButton, Point, Size};
 use enigo::{Axis, Coordinate, Direction, Enigo, Keyboard, Mouse, Settings};
 
 use crate::error::{PortableError, input_error};
 use crate::spares::{self, Spares};
-
-/// One monitor of the session, in its global coordinates.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MonitorInfo {
-    pub index: usize,
-    pub name: String,
-    pub x: i32,
-    pub y: i32,
-    pub width: u32,
-    pub height: u32,
-    pub primary: bool,
-}
 
 /// One primitive of a composed action.
 #[derive(Debug, Clone)]

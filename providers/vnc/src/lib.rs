@@ -55,10 +55,7 @@ use tokio::sync::oneshot;
 pub use error::VncError;
 use session::{Outgoing, Shared, Status};
 
-/// One wheel notch per this many pixels of `scroll_x`/`scroll_y` (the local provider uses the same).
-pub const PIXELS_PER_NOTCH: i32 = 100;
-/// Most wheel notches one scroll action sends per axis.
-pub const MAX_NOTCHES: i32 = 100;
+pub use agentd_computer::{MAX_NOTCHES, PIXELS_PER_NOTCH, interpolate, notches};
 /// The pause at the press and at every point of a drag path: x11vnc merges pointer events that arrive
 /// within one pass of its loop (about 20 ms), and applications merge queued motion; this lets both see each
 /// point.
@@ -553,27 +550,6 @@ fn button_bit(button: MouseButton) -> Result<u8, VncError> {
 fn keysyms(action: &Action) -> Result<Vec<u32>, VncError> {
     let keys = action.keys().map_err(|e| VncError::Invalid(e.to_string()))?;
     Ok(keys::chord_keys(&keys).iter().map(|k| k.keysym).collect())
-}
-
-/// Wheel notches for a scroll distance in pixels (sign kept; at least one for any non-zero distance).
-pub fn notches(pixels: i32) -> i32 {
-    if pixels == 0 {
-        return 0;
-    }
-    let n = (i64::from(pixels).abs() + i64::from(PIXELS_PER_NOTCH / 2)) / i64::from(PIXELS_PER_NOTCH);
-    n.clamp(1, i64::from(MAX_NOTCHES)) as i32 * pixels.signum()
-}
-
-/// Pointer positions from `a` to `b` (excluding `a`, including `b`), about one every 20 pixels.
-pub fn interpolate(a: Point, b: Point) -> Vec<Point> {
-    let (dx, dy) = (f64::from(b.x - a.x), f64::from(b.y - a.y));
-    let steps = ((dx.hypot(dy) / 20.0).ceil() as usize).clamp(1, 50);
-    (1..=steps)
-        .map(|i| {
-            let t = i as f64 / steps as f64;
-            Point::new(a.x + (dx * t).round() as i32, a.y + (dy * t).round() as i32)
-        })
-        .collect()
 }
 
 #[async_trait]
