@@ -27,7 +27,9 @@ use crate::library::{Agent, Hosting};
 use crate::metrics::Metrics;
 use crate::model::Usage;
 use crate::pool::Pool;
-use crate::queue::{Finish, Lease, LeaseStatus, Queue, QueueError, Release, WorkerIdentity, now_ms};
+use crate::queue::{
+    self, AfterFailure, Finish, Lease, LeaseStatus, Queue, QueueError, Release, WorkerIdentity, now_ms,
+};
 use crate::record::Outcome;
 use crate::record::events::{Event, EventKind};
 
@@ -485,20 +487,20 @@ impl Workers {
                 self.metrics.task_finished(outcome.state(), outcome.reason);
                 retry_unavailable(self.lease_for(), || self.queue.finish(task_id, lease.token, &finish)).await
             }
-            End::Retry(outcome, _, asked) if lease.attempt < lease.max_attempts => {
-                // The provider's own `retry-after`, when it asked for longer than our backoff.
-                let delay = retry_delay(lease.attempt).max(asked.unwrap_or_default());
-                tracing::warn!(summary = %outcome.summary, ?delay, "attempt failed; the task will be retried");
-                let release = Release::Requeue { count_attempt: true, delay, reason: outcome.summary };
-                retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
-            }
-            End::Retry(outcome, mut finish, _) => {
-                self.wait_for_uploads(task_id).await;
-                finish.outcome =
-                    Outcome { summary: format!("{} (after {} attempts)", outcome.summary, lease.attempt), ..outcome };
-                finish_and_wait(events, stored, &finish.outcome, finish.usage).await;
-                self.metrics.task_finished(finish.outcome.state(), finish.outcome.reason);
-                retry_unavailable(self.lease_for(), || self.queue.finish(task_id, lease.token, &finish)).await
+            End::Retry(outcome, mut finish, asked) => {
+                match queue::after_retryable_failure(lease.attempt, lease.max_attempts, outcome, asked) {
+                    AfterFailure::Retry(release) => {
+                        tracing::warn!(?release, "attempt failed; the task will be retried");
+                        retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
+                    }
+                    AfterFailure::Finish(outcome) => {
+                        self.wait_for_uploads(task_id).await;
+                        finish.outcome = outcome;
+                        finish_and_wait(events, stored, &finish.outcome, finish.usage).await;
+                        self.metrics.task_finished(finish.outcome.state(), finish.outcome.reason);
+                        retry_unavailable(self.lease_for(), || self.queue.finish(task_id, lease.token, &finish)).await
+                    }
+                }
             }
             End::Requeue => {
                 tracing::info!("handing the task back (shutdown)");
@@ -588,8 +590,8 @@ impl Workers {
 
 enum End {
     Finish(Finish),
-    /// A retryable failure, how the task ends if it was the last attempt, and the delay the model provider
-    /// asked for.
+    /// A retryable failure, what the task ends with if its attempts are used up (the queue's rule decides:
+    /// `queue::after_retryable_failure`), and the delay the model provider asked for.
     Retry(Outcome, Finish, Option<Duration>),
     Requeue,
     Wait(String),
@@ -600,11 +602,6 @@ enum End {
     /// Handed back before the attempt ran (its pool desktop was not free, or failed its reset).
     Released(Release),
     Lost,
-}
-
-/// Backoff between attempts of a task that failed in a retryable way: 2 s, 4 s, 8 s … up to 5 minutes.
-fn retry_delay(attempt: u32) -> Duration {
-    Duration::from_secs(2u64.saturating_pow(attempt.min(16)).min(300))
 }
 
 /// Runs a queue write again while it fails because the database cannot be reached (a restart, a network

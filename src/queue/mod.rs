@@ -16,6 +16,8 @@ mod row;
 pub mod sqlite;
 mod transitions;
 
+pub use transitions::{AfterFailure, after_retryable_failure};
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -144,7 +146,7 @@ pub struct Finish {
 }
 
 /// How a worker hands a task back without finishing it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Release {
     /// Back to `queued`. `count_attempt: false` for a graceful shutdown (the attempt did not fail).
     Requeue { count_attempt: bool, delay: Duration, reason: String },

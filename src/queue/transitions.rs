@@ -483,13 +483,49 @@ pub fn answer_question(
     Ok(Answered { step, events, change: Change::Resume })
 }
 
+/// Whether attempt `attempt` (counting from 1) was the task's last: the one rule for a worker lost
+/// ([`rescue`]) and an attempt that failed in a way a later one may not ([`after_retryable_failure`]).
+fn attempts_used_up(attempt: u32, max_attempts: u32) -> bool {
+    attempt >= max_attempts
+}
+
+/// Backoff between attempts of a task that failed in a retryable way: 2 s, 4 s, 8 s … up to 5 minutes.
+pub fn retry_delay(attempt: u32) -> Duration {
+    Duration::from_secs(2u64.saturating_pow(attempt.min(16)).min(300))
+}
+
+/// What becomes of a task whose attempt failed in a way a later attempt may not (a computer or model out
+/// of reach): the worker writes it as decided here.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AfterFailure {
+    /// Queued again after a backoff (the longer of [`retry_delay`] and what the model provider asked for).
+    Retry(Release),
+    /// Its attempts are used up: it ends with the attempt's outcome, saying how many it took.
+    Finish(Outcome),
+}
+
+/// Decides [`AfterFailure`] for attempt `attempt` of `max_attempts` that ended with `outcome`.
+pub fn after_retryable_failure(
+    attempt: u32,
+    max_attempts: u32,
+    outcome: Outcome,
+    asked: Option<Duration>,
+) -> AfterFailure {
+    if attempts_used_up(attempt, max_attempts) {
+        AfterFailure::Finish(Outcome { summary: format!("{} (after {attempt} attempts)", outcome.summary), ..outcome })
+    } else {
+        let delay = retry_delay(attempt).max(asked.unwrap_or_default());
+        AfterFailure::Retry(Release::Requeue { count_attempt: true, delay, reason: outcome.summary })
+    }
+}
+
 /// A running task whose lease expired: queued again while attempts are left; ended when its attempts are
 /// used up, or as cancelled when a cancel was requested while the worker lived (a new claim would forget it).
 /// A pause asked for while the worker lived is honoured: the task waits for the person, not a new claim.
 pub fn rescue(facts: &Expired) -> Change {
     if facts.cancel_requested {
         Change::End { outcome: ending::cancelled(), fence: true }
-    } else if facts.attempt >= facts.max_attempts {
+    } else if attempts_used_up(facts.attempt, facts.max_attempts) {
         Change::End { outcome: ending::worker_lost(i64::from(facts.attempt)), fence: true }
     } else if facts.pause_requested {
         Change::Park { fence: true }
@@ -548,6 +584,34 @@ pub fn resubmit(id: &str, stored_hash: &str, hash: &str) -> Result<(), QueueErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One rule for every kind of failed attempt: the last one of `max_attempts` ends the task, saying how
+    /// many it took; an earlier one is retried after the backoff, or later when the provider asked for it.
+    #[test]
+    fn a_failed_attempt_is_retried_until_the_attempts_are_used_up() {
+        let failed = || Outcome::new(false, "model unreachable", EndReason::Error);
+        match after_retryable_failure(1, 3, failed(), None) {
+            AfterFailure::Retry(Release::Requeue { count_attempt: true, delay, reason }) => {
+                assert_eq!(delay, Duration::from_secs(2));
+                assert_eq!(reason, "model unreachable");
+            }
+            other => panic!("{other:?}"),
+        }
+        match after_retryable_failure(2, 3, failed(), Some(Duration::from_secs(30))) {
+            AfterFailure::Retry(Release::Requeue { delay, .. }) => assert_eq!(delay, Duration::from_secs(30)),
+            other => panic!("{other:?}"),
+        }
+        match after_retryable_failure(3, 3, failed(), None) {
+            AfterFailure::Finish(outcome) => assert_eq!(outcome.summary, "model unreachable (after 3 attempts)"),
+            other => panic!("{other:?}"),
+        }
+        // The rescue of a lost worker counts the same way.
+        let lost =
+            |attempt| rescue(&Expired { cancel_requested: false, pause_requested: false, attempt, max_attempts: 3 });
+        assert_eq!(lost(2), Change::Requeue);
+        assert!(matches!(lost(3), Change::End { .. }));
+        assert_eq!(retry_delay(20), Duration::from_secs(300));
+    }
     use crate::record::EndReason;
 
     const ALL: [TaskState; 7] = TaskState::ALL;

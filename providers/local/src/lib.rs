@@ -433,4 +433,3 @@ impl Drop for LocalProvider {
         }
     }
 }
-
