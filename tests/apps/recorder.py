@@ -17,6 +17,7 @@ Tk 8.6 reports X buttons 6 and 7 (horizontal wheel) as buttons 4 and 5 with the 
 Widgets: the entry at (10,25)-(610,55), the click pad at (20,100)-(620,400), the scroll pad at
 (640,100)-(940,400).
 """
+import ctypes
 import json
 import sys
 import tkinter as tk
@@ -30,6 +31,28 @@ def record(**event):
 
 
 root = tk.Tk()
+
+
+def keep_every_motion():
+    """Tk merges pointer motions that wait in its queue together into the last one (motion compression), so on
+    a busy machine a drag's named point can reach no binding although the X server delivered it. The recorder
+    must see every motion delivered, so it turns that off through Tk's C API (tkinter does not expose it)."""
+    libtk = ctypes.CDLL("libtk%s.so" % tk.TkVersion)
+    libtk.Tk_MainWindow.restype = ctypes.c_void_p
+    libtk.Tk_MainWindow.argtypes = [ctypes.c_void_p]
+    libtk.Tk_CollapseMotionEvents.restype = ctypes.c_int
+    libtk.Tk_CollapseMotionEvents.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    window = libtk.Tk_MainWindow(root.tk.interpaddr())
+    if not window:
+        raise SystemExit("recorder: Tk has no main window to turn motion compression off for")
+    # Tk_Display(window) is a macro: the display is the first field of every Tk window.
+    display = ctypes.c_void_p.from_address(window).value
+    libtk.Tk_CollapseMotionEvents(display, 0)
+    if libtk.Tk_CollapseMotionEvents(display, 0) != 0:
+        raise SystemExit("recorder: Tk still compresses pointer motion")
+
+
+keep_every_motion()
 root.title("agentd recorder")
 root.geometry("960x420+0+0")
 root.configure(background="#dddddd")
