@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentd::agent::journal::MemoryJournal;
-use agentd::agent::{LoopEnd, LoopInput, run};
+use agentd::agent::{Attempt, Built, Ending, RunContext, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::model::{Shared, Usage};
 use agentd::task::{Compaction, ComputerSpec, HistoryBudget, Limits, MockSpec, ModelSpec, ResolvedTask};
@@ -280,49 +280,60 @@ async fn run_one(setup: Setup) -> Run {
         background.clone(),
     );
     let (events, _rx) = agentd::agent::events::EventSink::channel("bench", 1);
-    let output = run(LoopInput {
-        task_id: "bench".into(),
-        attempt: 1,
-        task: ResolvedTask {
-            instructions: "Look at the form for a while, then finish.".into(),
-            computer: ComputerSpec::Mock(MockSpec::default()),
-            model: spec,
-            limits: Limits { max_steps: steps as u32 + 1, timeout_secs: 36_000, max_cost_usd: 1000.0 },
-            keep_screenshots: setup.keep,
-            history: setup.history,
-            tools: Vec::new(),
-            output_schema: None,
-            secrets: Default::default(),
-            // The benchmark's steps repeat on purpose: the stuck-loop guard is off.
-            guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0, wait_steps: 0 },
-            verify: Vec::new(),
-            verify_retries: 2,
-            ask_human: false,
-            approval: Vec::new(),
+    let output = run(
+        Attempt {
+            task: ResolvedTask {
+                instructions: "Look at the form for a while, then finish.".into(),
+                computer: ComputerSpec::Mock(MockSpec::default()),
+                model: spec,
+                limits: Limits { max_steps: steps as u32 + 1, timeout_secs: 36_000, max_cost_usd: 1000.0 },
+                keep_screenshots: setup.keep,
+                history: setup.history,
+                tools: Vec::new(),
+                output_schema: None,
+                secrets: Default::default(),
+                // The benchmark's steps repeat on purpose: the stuck-loop guard is off.
+                guard: agentd::task::guard::Guard {
+                    no_change_steps: 0,
+                    repeat_actions: 0,
+                    idle_turns: 0,
+                    wait_steps: 0,
+                },
+                verify: Vec::new(),
+                verify_retries: 2,
+                ask_human: false,
+                approval: Vec::new(),
+            },
+            // Tokens, not timing: no waiting for the screen to settle.
+            settle: agentd::config::SettlePolicy { enabled: false, ..Default::default() },
+            context: RunContext {
+                task_id: "bench".into(),
+                attempt: 1,
+                uploader: uploader.clone(),
+                journal: Arc::new(MemoryJournal::default()),
+                events,
+                cancel: CancellationToken::new(),
+                shutdown: CancellationToken::new(),
+                resume: Vec::new(),
+                elapsed_before: Duration::ZERO,
+                turns: Vec::new(),
+                pause: Default::default(),
+                handed_back: None,
+            },
         },
-        computer: desktop,
-        model,
-        tools: Arc::new(agentd::tools::Toolbox::empty()),
-        uploader: uploader.clone(),
-        journal: Arc::new(MemoryJournal::default()),
-        events,
-        cancel: CancellationToken::new(),
-        shutdown: CancellationToken::new(),
-        resume: Vec::new(),
-        elapsed_before: Duration::ZERO,
-        pause: Default::default(),
-        handed_back: None,
-        // Tokens, not timing: no waiting for the screen to settle.
-        settle: agentd::config::SettlePolicy { enabled: false, ..Default::default() },
-        verifier: Default::default(),
-        turns: Vec::new(),
-    })
+        Built {
+            computer: desktop,
+            model,
+            tools: Arc::new(agentd::tools::Toolbox::empty()),
+            verifier: Default::default(),
+        },
+    )
     .await;
     uploader.flush(Duration::from_secs(30)).await;
     background.cancel();
     tracker.close();
     tracker.wait().await;
-    assert!(matches!(&output.end, LoopEnd::Finished(o) if o.success), "{}: {:?}", setup.label(), output.end);
+    assert!(matches!(&output.ending, Ending::Finished(o) if o.success), "{}: {:?}", setup.label(), output.ending);
     let problems = server.problems();
     assert!(problems.is_empty(), "{}: {problems:#?}", setup.label());
     let mut total = Usage::default();

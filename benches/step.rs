@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use agentd::agent::events::EventSink;
 use agentd::agent::journal::MemoryJournal;
-use agentd::agent::{LoopInput, run};
+use agentd::agent::{Attempt, Built, RunContext, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::model::anthropic::AnthropicModel;
 use agentd::model::compatible::CompatibleModel;
@@ -147,45 +147,56 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
     let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
     let uploader = Uploader::start(store, dir.path().join("spool"), 64, u64::MAX, &tracker, background.clone());
     let (events, mut rx) = EventSink::channel("bench", 1);
-    let input = LoopInput {
-        task_id: "bench".into(),
-        attempt: 1,
-        task: ResolvedTask {
-            instructions: "benchmark".into(),
-            computer: ComputerSpec::Mock(MockSpec::default()),
-            model: ModelSpec::Scripted(ScriptedSpec {
-                script: ScriptSource::Path("bench".into()),
-                params: Default::default(),
-            }),
-            limits: Limits { max_steps: steps, timeout_secs: 3600, max_cost_usd: 1.0 },
-            keep_screenshots: 3,
-            history: Default::default(),
-            tools: Vec::new(),
-            output_schema: None,
-            secrets: Default::default(),
-            // The benchmark's steps repeat on purpose: the stuck-loop guard is off.
-            guard: agentd::task::guard::Guard { no_change_steps: 0, repeat_actions: 0, idle_turns: 0, wait_steps: 0 },
-            verify: Vec::new(),
-            verify_retries: 2,
-            ask_human: false,
-            approval: Vec::new(),
+    let input = (
+        Attempt {
+            task: ResolvedTask {
+                instructions: "benchmark".into(),
+                computer: ComputerSpec::Mock(MockSpec::default()),
+                model: ModelSpec::Scripted(ScriptedSpec {
+                    script: ScriptSource::Path("bench".into()),
+                    params: Default::default(),
+                }),
+                limits: Limits { max_steps: steps, timeout_secs: 3600, max_cost_usd: 1.0 },
+                keep_screenshots: 3,
+                history: Default::default(),
+                tools: Vec::new(),
+                output_schema: None,
+                secrets: Default::default(),
+                // The benchmark's steps repeat on purpose: the stuck-loop guard is off.
+                guard: agentd::task::guard::Guard {
+                    no_change_steps: 0,
+                    repeat_actions: 0,
+                    idle_turns: 0,
+                    wait_steps: 0,
+                },
+                verify: Vec::new(),
+                verify_retries: 2,
+                ask_human: false,
+                approval: Vec::new(),
+            },
+            settle: Default::default(),
+            context: RunContext {
+                task_id: "bench".into(),
+                attempt: 1,
+                uploader: uploader.clone(),
+                journal: Arc::new(MemoryJournal::default()),
+                events,
+                cancel: CancellationToken::new(),
+                shutdown: CancellationToken::new(),
+                resume: Vec::new(),
+                elapsed_before: Duration::ZERO,
+                turns: Vec::new(),
+                pause: Default::default(),
+                handed_back: None,
+            },
         },
-        computer: desktop as Arc<dyn ComputerProvider>,
-        model,
-        tools: Arc::new(tools),
-        uploader: uploader.clone(),
-        journal: Arc::new(MemoryJournal::default()),
-        events,
-        cancel: CancellationToken::new(),
-        shutdown: CancellationToken::new(),
-        resume: Vec::new(),
-        elapsed_before: Duration::ZERO,
-        pause: Default::default(),
-        handed_back: None,
-        settle: Default::default(),
-        verifier: Default::default(),
-        turns: Vec::new(),
-    };
+        Built {
+            computer: desktop as Arc<dyn ComputerProvider>,
+            model,
+            tools: Arc::new(tools),
+            verifier: Default::default(),
+        },
+    );
     let collector = tokio::spawn(async move {
         let mut starts = Vec::new();
         let mut bytes = Vec::new();
@@ -204,7 +215,7 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
         }
         (starts, bytes, rss_mid)
     });
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     let end_ts = time::OffsetDateTime::now_utc();
     uploader.flush(Duration::from_secs(60)).await;
     let rss_end = current_rss_kib();

@@ -8,20 +8,18 @@
 //! call's deltas become the turn's boundary events (`agent::stream`); a call cut short by a cancel or the time
 //! limit still records its step, with what had streamed, as `interrupted`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentd_computer::{Action, ComputerProvider, Frame, Point, ProviderError, Size};
+use agentd_computer::{Action, Frame, Point, ProviderError, Size};
 use time::OffsetDateTime;
-use tokio_util::sync::CancellationToken;
 
+use super::attempt::{Attempt, AttemptOutput, Built, Ending, RunContext};
 use super::context::ContextPolicy;
-use super::events::EventSink;
 use super::guard::{Fired, StuckGuard};
-use super::journal::{Journal, JournalError};
+use super::journal::JournalError;
 use super::settle::settle;
 use super::stream::{Partial, TurnStream};
-use crate::artifacts::{Uploader, artifact_key};
+use crate::artifacts::artifact_key;
 use crate::config::SettlePolicy;
 use crate::model::ToolSpec;
 use crate::model::{
@@ -29,9 +27,7 @@ use crate::model::{
 };
 use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
-use crate::record::{
-    ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord, Turn,
-};
+use crate::record::{ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord};
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
@@ -43,78 +39,6 @@ mod verifying;
 mod waits;
 
 pub use resume::{INTERRUPTED_ACTION, RESUME_NOTE, TURN_MESSAGE};
-
-/// Everything one attempt of a task needs.
-pub struct LoopInput {
-    pub task_id: String,
-    pub attempt: u32,
-    pub task: ResolvedTask,
-    pub computer: Arc<dyn ComputerProvider>,
-    pub model: Arc<dyn Model>,
-    /// The declared tools (§13) and `task_completion`.
-    pub tools: Arc<Toolbox>,
-    pub uploader: Uploader,
-    pub journal: Arc<dyn Journal>,
-    pub events: EventSink,
-    /// The user cancelled the task: stop before the next model call or action, outcome `cancelled`.
-    pub cancel: CancellationToken,
-    /// The daemon is shutting down: stop at the next step boundary and hand the task back.
-    pub shutdown: CancellationToken,
-    /// Steps an earlier attempt recorded; the loop continues after them and never replays their actions.
-    pub resume: Vec<StepRecord>,
-    /// Time the task already ran in earlier attempts (counts against `timeout_secs`).
-    pub elapsed_before: Duration,
-    /// A person wants the desktop (§20 take-over): stop after the current step with [`LoopEnd::Paused`].
-    pub pause: CancellationToken,
-    /// A person had the desktop since the last attempt and handed it back: the next step's screenshot goes
-    /// to the model with their note (and the step's record keeps it).
-    pub handed_back: Option<crate::record::HandBack>,
-    /// How to wait for the screen after actions.
-    pub settle: SettlePolicy,
-    /// The task's verifier checks (§16); empty when it has none.
-    pub verifier: Arc<crate::verify::Verifier>,
-    /// The turns of the conversation (§19), the current one last; empty (or one) for a task never sent a
-    /// message. The model sees the earlier turns' steps as history, each later turn's message beside the
-    /// screenshot of its first step; limits count from the current turn's first step.
-    pub turns: Vec<Turn>,
-}
-
-/// How an attempt ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LoopEnd {
-    /// The task is over.
-    Finished(Outcome),
-    /// The daemon is shutting down; the task goes back to the queue with its steps.
-    Interrupted,
-    /// The journal refused a write: another worker owns the task now. Nothing more may be done.
-    LeaseLost(String),
-    /// The last step's calls wait for a human; the step is journaled, nothing of it has run.
-    WaitingForHuman { reason: String },
-    /// The last step waits for the API client to answer its `remote` tool calls (journaled with
-    /// `awaiting_tools`); the calls before them ran, the ones after them run when the task resumes.
-    AwaitingTool { calls: Vec<PendingToolCall> },
-    /// A failure a later attempt may not hit (the computer or model was unreachable).
-    Retryable(Outcome),
-    /// A pause was asked for (§20 take-over): the loop stopped after a finished step; a person uses the
-    /// desktop until they hand it back.
-    Paused,
-}
-
-#[derive(Debug)]
-pub struct LoopOutput {
-    pub end: LoopEnd,
-    /// Every step, including the resumed ones.
-    pub steps: Vec<StepRecord>,
-    pub usage: Usage,
-    pub final_screenshot: Option<ScreenshotRef>,
-    pub computer_state: Option<serde_json::Value>,
-    /// Model calls that failed (after the adapter's own retries).
-    pub model_errors: u32,
-    /// The model provider asked not to be called again before this long (a long `retry-after`).
-    pub retry_after: Option<Duration>,
-    /// What the stuck-loop guard did in this attempt.
-    pub guard_fired: Vec<Fired>,
-}
 
 /// Pixels that may differ between two screenshots before the stuck-loop guard calls it a change: more than a
 /// blinking text caret (about 1–2 × 20 px), less than one typed letter with the caret moving after it.
@@ -132,10 +56,13 @@ fn action_duration(action: &Action) -> Duration {
 
 /// Runs [`run`] on its own task so that a panic anywhere inside (a provider, a model adapter) becomes an
 /// `error` outcome instead of taking the caller down.
-pub async fn run_isolated(input: LoopInput) -> LoopOutput {
-    let secrets = input.tools.secrets().clone();
+pub async fn run_isolated(attempt: Attempt, built: Built) -> AttemptOutput {
+    let secrets = built.tools.secrets().clone();
+    // From here on, every event of the task is redacted (the sink is shared with the caller, so
+    // `task_finished` and late screenshot events are too).
+    attempt.context.events.seal(secrets.clone());
     // The loop's own task stays inside the caller's span (the task, for logs and traces).
-    match tokio::spawn(tracing::Instrument::in_current_span(run(input))).await {
+    match tokio::spawn(tracing::Instrument::in_current_span(run(attempt, built))).await {
         Ok(output) => output,
         Err(e) => {
             let message = match e.try_into_panic() {
@@ -148,16 +75,9 @@ pub async fn run_isolated(input: LoopInput) -> LoopOutput {
             };
             let message = secrets.redact(&message).into_owned();
             tracing::error!(%message, "agent loop panicked");
-            LoopOutput {
-                end: LoopEnd::Finished(error_outcome(&format!("internal error: the task panicked: {message}"))),
-                steps: Vec::new(),
-                usage: Usage::default(),
-                final_screenshot: None,
-                computer_state: None,
-                model_errors: 0,
-                retry_after: None,
-                guard_fired: Vec::new(),
-            }
+            AttemptOutput::ended(Ending::Finished(error_outcome(&format!(
+                "internal error: the task panicked: {message}"
+            ))))
         }
     }
 }
@@ -167,58 +87,85 @@ pub const NO_TOOL_NOTE: &str = "You did not call a tool. Use the computer tool t
 when the task is done or cannot be done.";
 
 struct Loop {
-    input: LoopInput,
-    screen: Size,
+    task: ResolvedTask,
+    settle: SettlePolicy,
+    context: RunContext,
+    built: Built,
+    deadline: Instant,
+    /// Every step, the resumed ones included.
+    steps: Vec<StepRecord>,
+    /// The stuck-loop guard, fed every finished step.
+    guard: StuckGuard,
+    screen: ScreenState,
+    conversation: Conversation,
+    resumed: Resumed,
+    tallies: Tallies,
+}
+
+/// What the loop knows of the screen: its size, the model's coordinates on it, and the last captures.
+struct ScreenState {
+    size: Size,
     coords: CoordinateMap,
     image_size: Size,
-    deadline: Instant,
-    steps: Vec<StepRecord>,
-    history: Vec<Exchange>,
-    usage: Usage,
-    notes: Vec<String>,
     /// The frame of the previous step's screenshot (frames share their pixels: this is no copy).
     previous_frame: Option<Frame>,
     /// Whether the last capture differs from `previous_frame` (`None` for the first).
     last_changed: Option<bool>,
     /// Whether it differs by more than [`GUARD_TOLERANCE_PIXELS`] (what the stuck-loop guard counts).
     last_noticeably_changed: Option<bool>,
+    /// The settled screen after the last actions: the next capture uses it instead of a new screenshot.
+    next_frame: Option<Frame>,
+}
+
+/// What the model is shown besides the screen: the exchanges so far, the notes for the next step, what it may
+/// call, and what compaction made of dropped exchanges.
+struct Conversation {
+    exchanges: Vec<Exchange>,
+    notes: Vec<String>,
     policy: ContextPolicy,
     /// What the model is told it may call (from the toolbox, computed once).
     specs: Vec<ToolSpec>,
+    /// What compaction made of exchanges dropped from `exchanges` (see `agent::context::compact`).
+    summary: Option<String>,
+}
+
+/// What earlier attempts and turns left for this one.
+#[derive(Default)]
+struct Resumed {
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
-    /// The resumed step that parked for the API client's `remote` tool results (§13), if any.
+    /// The resumed step that parked for the API client's `remote` tool results, if any.
     pending_tools: Option<StepRecord>,
     /// The completion the last resumed step already made: the worker died after the model called
     /// `task_completion` and before the end was recorded. The task ends with it instead of asking again.
-    resumed_completion: Option<Outcome>,
-    /// How many times `task_completion` was refused for its structured output (§14), earlier attempts included.
-    invalid_outputs: u32,
-    retry_after: Option<Duration>,
-    /// The settled screen after the last actions: the next capture uses it instead of a new screenshot.
-    next_frame: Option<Frame>,
+    completion: Option<Outcome>,
+    /// The current turn's message, for the history of its first step when an earlier attempt made it.
+    turn_notes: Vec<String>,
+    /// Steps and cost of the conversation's earlier turns: the current turn's limits count after them.
+    turn_base: (usize, f64),
+}
+
+/// What the attempt counted: usage, failed model calls, refusals, verifier rounds, the guard's firings.
+#[derive(Default)]
+struct Tallies {
+    usage: Usage,
     model_errors: u32,
-    // --- context compaction (model adapters' issue) ---
-    /// What compaction made of exchanges dropped from `history` (see `agent::context::compact`).
-    summary: Option<String>,
-    /// The stuck-loop guard (§17), fed every finished step.
-    guard: StuckGuard,
+    /// The model provider asked not to be called again before this long (a long `retry-after`).
+    retry_after: Option<Duration>,
     /// What the guard did in this attempt (for the daemon's metrics).
     guard_fired: Vec<Fired>,
-    /// Verifier rounds (§16) a completion failed, earlier attempts included; rounds run in this attempt; the
-    /// round that ended the task (its results go into the outcome).
+    /// How many times `task_completion` was refused for its structured output, earlier attempts included.
+    invalid_outputs: u32,
+    /// Verifier rounds a completion failed, earlier attempts included; rounds run in this attempt; the round
+    /// that ended the task (its results go into the outcome).
     verify_failures: u32,
     verify_rounds: u32,
     final_checks: Option<Vec<crate::record::CheckResult>>,
-    /// Steps and cost of the conversation's earlier turns (§19): the current turn's limits count after them.
-    turn_base: (usize, f64),
-    /// The current turn's message, for the history of its first step when an earlier attempt made it.
-    resumed_turn_notes: Vec<String>,
 }
 
 /// Why the loop stopped early inside a step.
 enum Stop {
-    End(LoopEnd),
+    End(Ending),
 }
 
 /// How a model call ended without a turn.
@@ -226,63 +173,59 @@ enum CallEnd {
     Stop(Stop),
     /// Cancelled or timed out while the model answered: the step is recorded with what had streamed.
     Cut {
-        end: LoopEnd,
+        end: Ending,
         partial: Partial,
     },
 }
 
 /// Runs one attempt of a task to its end.
-pub async fn run(input: LoopInput) -> LoopOutput {
+pub async fn run(attempt: Attempt, built: Built) -> AttemptOutput {
+    let Attempt { mut task, settle, mut context } = attempt;
     let started = Instant::now();
-    let remaining = Duration::from_secs(input.task.limits.timeout_secs).saturating_sub(input.elapsed_before);
+    let remaining = Duration::from_secs(task.limits.timeout_secs).saturating_sub(context.elapsed_before);
     // Saturating: a deadline past what `Instant` can hold is as good as none (a century ahead).
     let deadline = started
         .checked_add(remaining)
         .or_else(|| started.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
         .unwrap_or(started);
-    let policy = ContextPolicy::new(input.task.keep_screenshots, input.model.context_chunk());
-    let mut input = input;
-    // The model is told the secrets' placeholders, never their values (§15).
-    if let Some(note) = input.tools.secrets().note() {
-        input.task.instructions = format!("{}\n\n{note}", input.task.instructions);
+    let policy = ContextPolicy::new(task.keep_screenshots, built.model.context_chunk());
+    // The model is told the secrets' placeholders, never their values.
+    if let Some(note) = built.tools.secrets().note() {
+        task.instructions = format!("{}\n\n{note}", task.instructions);
     }
-    let resume = std::mem::take(&mut input.resume);
+    let resume = std::mem::take(&mut context.resume);
     let mut state = Loop {
-        screen: Size::new(0, 0),
-        coords: CoordinateMap::identity(Size::new(1, 1)),
-        image_size: Size::new(1, 1),
         deadline,
         steps: Vec::new(),
-        history: Vec::new(),
-        usage: Usage::default(),
-        notes: Vec::new(),
-        previous_frame: None,
-        last_changed: None,
-        last_noticeably_changed: None,
-        policy,
-        specs: input.tools.specs(),
-        pending_approval: None,
-        pending_tools: None,
-        resumed_completion: None,
-        invalid_outputs: 0,
-        retry_after: None,
-        next_frame: None,
-        model_errors: 0,
-        summary: None,
-        guard: StuckGuard::new(input.task.guard),
-        guard_fired: Vec::new(),
-        verify_failures: 0,
-        verify_rounds: 0,
-        final_checks: None,
-        turn_base: (0, 0.0),
-        resumed_turn_notes: Vec::new(),
-        input,
+        guard: StuckGuard::new(task.guard),
+        screen: ScreenState {
+            size: Size::new(0, 0),
+            coords: CoordinateMap::identity(Size::new(1, 1)),
+            image_size: Size::new(1, 1),
+            previous_frame: None,
+            last_changed: None,
+            last_noticeably_changed: None,
+            next_frame: None,
+        },
+        conversation: Conversation {
+            exchanges: Vec::new(),
+            notes: Vec::new(),
+            policy,
+            specs: built.tools.specs(),
+            summary: None,
+        },
+        resumed: Resumed::default(),
+        tallies: Tallies::default(),
+        task,
+        settle,
+        context,
+        built,
     };
     let interrupted = state.restore(resume);
     let reconciled = state.journal_interrupted(&interrupted).await;
     let end = match reconciled.and(state.prepare_screen().await) {
-        Ok(()) => match state.resumed_completion.take() {
-            Some(outcome) => LoopEnd::Finished(outcome),
+        Ok(()) => match state.resumed.completion.take() {
+            Some(outcome) => Ending::Finished(outcome),
             None => state.steps_until_end().await,
         },
         Err(end) => end,
@@ -291,63 +234,63 @@ pub async fn run(input: LoopInput) -> LoopOutput {
 }
 
 impl Loop {
-    async fn prepare_screen(&mut self) -> Result<(), LoopEnd> {
-        let screen = self.input.computer.screen_size().await.map_err(|e| provider_end(&e))?;
-        self.screen = screen;
-        self.coords = self.input.model.coordinates(screen);
+    async fn prepare_screen(&mut self) -> Result<(), Ending> {
+        let screen = self.built.computer.screen_size().await.map_err(|e| provider_end(&e))?;
+        self.screen.size = screen;
+        self.screen.coords = self.built.model.coordinates(screen);
         // Grid models (0–999) are shown the screen scaled to the model's preferred image size; image-space
         // models see exactly their coordinate space.
-        self.image_size = self.input.model.image_size(screen);
+        self.screen.image_size = self.built.model.image_size(screen);
         Ok(())
     }
 
-    fn check_limits(&self, before_model_call: bool) -> Result<(), LoopEnd> {
-        if self.input.cancel.is_cancelled() {
+    fn check_limits(&self, before_model_call: bool) -> Result<(), Ending> {
+        if self.context.cancel.is_cancelled() {
             return Err(finished(false, "cancelled", EndReason::Cancelled));
         }
         if Instant::now() >= self.deadline {
             return Err(finished(
                 false,
-                &format!("time limit of {} s reached", self.input.task.limits.timeout_secs),
+                &format!("time limit of {} s reached", self.task.limits.timeout_secs),
                 EndReason::Timeout,
             ));
         }
         // Spending nothing never trips the budget, so free models run under a zero budget.
         // Limits are per turn (§19): the steps and cost of earlier turns do not count.
-        let spent = self.usage.cost_usd - self.turn_base.1;
-        if spent > 0.0 && spent >= self.input.task.limits.max_cost_usd {
+        let spent = self.tallies.usage.cost_usd - self.resumed.turn_base.1;
+        if spent > 0.0 && spent >= self.task.limits.max_cost_usd {
             return Err(finished(
                 false,
-                &format!("cost limit of ${:.4} reached (spent ${spent:.4})", self.input.task.limits.max_cost_usd),
+                &format!("cost limit of ${:.4} reached (spent ${spent:.4})", self.task.limits.max_cost_usd),
                 EndReason::Budget,
             ));
         }
         if before_model_call
-            && self.steps.len().saturating_sub(self.turn_base.0) as u32 >= self.input.task.limits.max_steps
+            && self.steps.len().saturating_sub(self.resumed.turn_base.0) as u32 >= self.task.limits.max_steps
         {
             return Err(finished(
                 false,
-                &format!("step limit of {} reached", self.input.task.limits.max_steps),
+                &format!("step limit of {} reached", self.task.limits.max_steps),
                 EndReason::MaxSteps,
             ));
         }
         Ok(())
     }
 
-    async fn steps_until_end(&mut self) -> LoopEnd {
+    async fn steps_until_end(&mut self) -> Ending {
         match self.settle_pending_approval().await {
-            Ok(Some(outcome)) => return LoopEnd::Finished(outcome),
+            Ok(Some(outcome)) => return Ending::Finished(outcome),
             Ok(None) => {}
             Err(Stop::End(end)) => return end,
         }
         match self.settle_pending_tools().await {
-            Ok(Some(outcome)) => return LoopEnd::Finished(outcome),
+            Ok(Some(outcome)) => return Ending::Finished(outcome),
             Ok(None) => {}
             Err(Stop::End(end)) => return end,
         }
         loop {
-            if self.input.shutdown.is_cancelled() {
-                return LoopEnd::Interrupted;
+            if self.context.shutdown.is_cancelled() {
+                return Ending::Interrupted;
             }
             if let Err(end) = self.check_limits(true) {
                 return end;
@@ -367,7 +310,7 @@ impl Loop {
                 result
             };
             match tracing::Instrument::instrument(step, span).await {
-                Ok(Some(outcome)) => return LoopEnd::Finished(outcome),
+                Ok(Some(outcome)) => return Ending::Finished(outcome),
                 Ok(None) => {}
                 Err(Stop::End(end)) => return end,
             }
@@ -376,14 +319,14 @@ impl Loop {
 
     /// Captures and prepares the screen, and hands the artifact to the uploader under `step`'s key.
     async fn capture(&mut self, step: u32) -> Result<(Frame, Prepared, ScreenshotRef), Stop> {
-        let frame = match self.next_frame.take() {
+        let frame = match self.screen.next_frame.take() {
             Some(frame) => frame,
-            None => self.input.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?,
+            None => self.built.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?,
         };
-        let image_size = self.image_size;
+        let image_size = self.screen.image_size;
         let for_encode = frame.clone();
         // Pixel work (the comparison with the last screen, scaling, encoding) stays off the async runtime.
-        let previous = self.previous_frame.clone();
+        let previous = self.screen.previous_frame.clone();
         let (prepared, changed, noticeably) = tokio::task::spawn_blocking(move || {
             let changed = previous.as_ref().map(|p| p.as_rgb() != for_encode.as_rgb() || p.size() != for_encode.size());
             // For the stuck-loop guard: a blinking caret is no progress, a typed letter is.
@@ -396,22 +339,22 @@ impl Loop {
         .await
         .map_err(|e| Stop::End(error_end(&format!("screenshot processing panicked: {e}"))))?
         .map_err(|e| Stop::End(error_end(&e.to_string())))?;
-        self.last_changed = changed;
-        self.last_noticeably_changed = noticeably;
-        let key = artifact_key(&self.input.task_id, self.input.attempt, step, prepared.artifact.extension);
+        self.screen.last_changed = changed;
+        self.screen.last_noticeably_changed = noticeably;
+        let key = artifact_key(&self.context.task_id, self.context.attempt, step, prepared.artifact.extension);
         let reference = ScreenshotRef {
-            url: self.input.uploader.store().url(&key),
+            url: self.context.uploader.store().url(&key),
             width: prepared.artifact.size.width,
             height: prepared.artifact.size.height,
             key: key.clone(),
         };
-        let events = self.input.events.clone();
+        let events = self.context.events.clone();
         let (width, height, bytes) =
             (prepared.artifact.size.width, prepared.artifact.size.height, prepared.artifact.bytes.len() as u64);
         let saved_key = key.clone();
         // Returns once the screenshot is in the local spool (a crash cannot lose it), before the step that
         // refers to it is journaled; the upload itself runs beside the loop.
-        self.input
+        self.context
             .uploader
             .submit(
                 key,
@@ -436,12 +379,12 @@ impl Loop {
         let index = self.steps.len() as u32;
         let started_at = OffsetDateTime::now_utc();
         let started = Instant::now();
-        self.input.events.emit(EventKind::StepStarted { step: index });
+        self.context.events.emit(EventKind::StepStarted { step: index });
 
         let (frame, prepared, screenshot) = self.capture(index).await?;
-        let screen_changed = self.last_changed;
-        self.previous_frame = Some(frame.clone());
-        let guard_note = self.watch_for_loops(index, self.last_noticeably_changed)?;
+        let screen_changed = self.screen.last_changed;
+        self.screen.previous_frame = Some(frame.clone());
+        let guard_note = self.watch_for_loops(index, self.screen.last_noticeably_changed)?;
 
         // The history budget (`runner::history`): old screenshots out, old steps compacted into the summary.
         let history_note = self.keep_budget(index, &prepared.model).await;
@@ -463,8 +406,8 @@ impl Loop {
                 return Err(self.record_cut_step(record, partial, started, end).await);
             }
         };
-        self.usage.add(&turn.usage);
-        let notes = std::mem::take(&mut self.notes);
+        self.tallies.usage.add(&turn.usage);
+        let notes = std::mem::take(&mut self.conversation.notes);
         record.model_text = turn.text.clone();
         record.thinking = turn.thinking.clone();
         record.usage.add(&turn.usage);
@@ -476,7 +419,7 @@ impl Loop {
             turn.approval.as_ref().map(|request| StepApproval::asked(request.reason.clone(), request.details.clone()));
         // An approval rule (§20) holds the whole turn before any of its calls runs.
         if record.approval.is_none()
-            && let Some((rule, reason)) = crate::task::approval::first_match(&self.input.task.approval, &turn.calls)
+            && let Some((rule, reason)) = crate::task::approval::first_match(&self.task.approval, &turn.calls)
         {
             let annotated = self.annotate(index, &frame, &record.actions).await;
             let details = serde_json::json!({ "rule": rule });
@@ -487,13 +430,13 @@ impl Loop {
 
         if let Some(reason) = record.approval.as_ref().map(|a| a.reason.clone()) {
             // The calls wait for a human: the step is journaled as waiting; park the task.
-            self.input.events.emit(EventKind::WaitingForHuman {
+            self.context.events.emit(EventKind::WaitingForHuman {
                 reason: reason.clone(),
                 question: None,
                 call_id: None,
             });
             self.steps.push(record);
-            return Err(Stop::End(LoopEnd::WaitingForHuman { reason }));
+            return Err(Stop::End(Ending::WaitingForHuman(reason)));
         }
 
         let mut executed = self.run_calls(index, &turn).await;
@@ -508,8 +451,8 @@ impl Loop {
 
         let no_calls = turn.calls.is_empty();
         let mut turn = turn;
-        self.input.tools.secrets().redact_turn(&mut turn);
-        self.history.push(Exchange {
+        self.built.tools.secrets().redact_turn(&mut turn);
+        self.conversation.exchanges.push(Exchange {
             step: index,
             screenshot: Some(prepared.model),
             notes,
@@ -518,7 +461,7 @@ impl Loop {
         });
         self.steps.push(record);
         if no_calls {
-            self.notes.push(NO_TOOL_NOTE.to_string());
+            self.conversation.notes.push(NO_TOOL_NOTE.to_string());
         }
         if let Some(end) = executed.stop {
             return Err(Stop::End(end));
@@ -559,9 +502,9 @@ impl Loop {
             tracing::warn!("cannot draw the proposed actions on the screenshot");
             return None;
         };
-        let key = crate::artifacts::proposed_key(&self.input.task_id, self.input.attempt, step);
-        let url = self.input.uploader.store().url(&key);
-        self.input.uploader.submit(key.clone(), bytes.into(), None).await;
+        let key = crate::artifacts::proposed_key(&self.context.task_id, self.context.attempt, step);
+        let url = self.context.uploader.store().url(&key);
+        self.context.uploader.submit(key.clone(), bytes.into(), None).await;
         Some(ScreenshotRef { url, width: size.width, height: size.height, key })
     }
 
@@ -570,7 +513,9 @@ impl Loop {
         calls
             .iter()
             .flat_map(|call| match &call.kind {
-                CallKind::Computer { actions } => actions.iter().map(|a| self.coords.action_to_screen(a)).collect(),
+                CallKind::Computer { actions } => {
+                    actions.iter().map(|a| self.screen.coords.action_to_screen(a)).collect()
+                }
                 CallKind::Function { .. } => Vec::new(),
             })
             .collect()
@@ -588,7 +533,7 @@ impl Loop {
         };
         let note = fired.note.clone();
         tracing::info!(check = note.check.as_str(), count = note.count, stopped = fired.stop, "stuck-loop guard fired");
-        self.input.events.emit(EventKind::StuckDetected {
+        self.context.events.emit(EventKind::StuckDetected {
             step,
             check: note.check,
             count: note.count,
@@ -596,11 +541,11 @@ impl Loop {
             stopped: fired.stop,
         });
         let stop = fired.stop;
-        self.guard_fired.push(fired);
+        self.tallies.guard_fired.push(fired);
         if stop {
             return Err(Stop::End(finished(false, &note.message, EndReason::Stuck)));
         }
-        self.notes.push(note.message.clone());
+        self.conversation.notes.push(note.message.clone());
         Ok(Some(note))
     }
 
@@ -623,15 +568,15 @@ impl Loop {
     fn parked(&self, index: u32, calls: Vec<PendingToolCall>) -> Stop {
         if let Some(call) = calls.iter().find(|c| c.name == crate::record::ASK_HUMAN) {
             let question = call.arguments.get("question").and_then(|q| q.as_str()).unwrap_or_default().to_string();
-            self.input.events.emit(EventKind::WaitingForHuman {
+            self.context.events.emit(EventKind::WaitingForHuman {
                 reason: question.clone(),
                 question: Some(question.clone()),
                 call_id: Some(call.id.clone()),
             });
-            return Stop::End(LoopEnd::WaitingForHuman { reason: question });
+            return Stop::End(Ending::WaitingForHuman(question));
         }
-        self.input.events.emit(EventKind::AwaitingTool { step: index, calls: calls.clone() });
-        Stop::End(LoopEnd::AwaitingTool { calls })
+        self.context.events.emit(EventKind::AwaitingTool { step: index, calls: calls.clone() });
+        Stop::End(Ending::AwaitingTool(calls))
     }
 
     /// Waits for the screen to settle after input actions, and records how long and whether it changed.
@@ -639,13 +584,13 @@ impl Loop {
         if !executed.actions.iter().any(Action::is_input) {
             return Ok(());
         }
-        let computer = self.input.computer.clone();
+        let computer = self.built.computer.clone();
         let typed = executed.actions.iter().any(|a| matches!(a, Action::Type { text } if !text.trim().is_empty()));
-        match settle(computer.as_ref(), &self.input.settle, before, self.deadline, typed).await {
+        match settle(computer.as_ref(), &self.settle, before, self.deadline, typed).await {
             Ok(settled) => {
                 record.settle_ms = settled.waited.as_millis() as u64;
                 record.visual_change = Some(settled.changed);
-                self.next_frame = Some(settled.frame);
+                self.screen.next_frame = Some(settled.frame);
                 Ok(())
             }
             Err(e) if e.is_tool_error() => Ok(()),
@@ -665,7 +610,7 @@ impl Loop {
         record.duration_ms = started.elapsed().as_millis() as u64;
         record.finished = true;
         self.journal(record).await?;
-        self.input.events.emit(EventKind::StepFinished {
+        self.context.events.emit(EventKind::StepFinished {
             step: record.index,
             duration_ms: record.duration_ms,
             usage: record.usage,
@@ -674,31 +619,31 @@ impl Loop {
     }
 
     async fn call_model(&mut self, step: u32, screenshot: &ModelImage) -> Result<ModelTurn, CallEnd> {
-        let tools = &self.specs;
+        let tools = &self.conversation.specs;
         let request = ModelRequest {
-            instructions: &self.input.task.instructions,
-            history: &self.history,
+            instructions: &self.task.instructions,
+            history: &self.conversation.exchanges,
             screenshot,
-            notes: &self.notes,
+            notes: &self.conversation.notes,
             tools,
-            screen: self.screen,
+            screen: self.screen.size,
             step,
-            summary: self.summary.as_deref(),
+            summary: self.conversation.summary.as_deref(),
         };
         // The deltas become message/text/thinking/tool-call boundaries (`agent::stream`); the stream outlives
         // the call, so a cut-short turn keeps what it had streamed.
-        let stream = std::sync::Mutex::new(TurnStream::begin(step, self.input.events.clone()));
+        let stream = std::sync::Mutex::new(TurnStream::begin(step, self.context.events.clone()));
         let deltas = |delta: Delta<'_>| match stream.lock() {
             Ok(mut stream) => stream.delta(delta),
             Err(poisoned) => poisoned.into_inner().delta(delta),
         };
-        let model = self.input.model.clone();
-        let span = model_call_span(&self.input.task.model, model.as_ref());
+        let model = self.built.model.clone();
+        let span = model_call_span(&self.task.model, model.as_ref());
         let call = tracing::Instrument::instrument(model.next_turn(request, &deltas), span.clone());
-        let timeout_secs = self.input.task.limits.timeout_secs;
+        let timeout_secs = self.task.limits.timeout_secs;
         let result = tokio::select! {
             result = call => Ok(result),
-            () = self.input.cancel.cancelled() => Err(finished(false, "cancelled", EndReason::Cancelled)),
+            () = self.context.cancel.cancelled() => Err(finished(false, "cancelled", EndReason::Cancelled)),
             () = tokio::time::sleep_until(self.deadline.into()) => Err(finished(
                 false,
                 &format!("time limit of {timeout_secs} s reached while waiting for the model"),
@@ -715,9 +660,9 @@ impl Loop {
             Ok(Err(e)) => {
                 stream.fail(&e);
                 span.record("otel.status_code", "ERROR");
-                self.model_errors += 1;
+                self.tallies.model_errors += 1;
                 if let ModelError::RateLimited { retry_after_secs, .. } = &e {
-                    self.retry_after = Some(Duration::from_secs(*retry_after_secs));
+                    self.tallies.retry_after = Some(Duration::from_secs(*retry_after_secs));
                 }
                 tracing::warn!(error = %e, "model call failed");
                 Err(CallEnd::Stop(Stop::End(model_end(&e))))
@@ -733,7 +678,7 @@ impl Loop {
         mut record: StepRecord,
         partial: Partial,
         started: Instant,
-        end: LoopEnd,
+        end: Ending,
     ) -> Stop {
         record.model_text = partial.text;
         record.thinking = partial.thinking;
@@ -743,7 +688,7 @@ impl Loop {
         if let Err(stop) = self.journal(&record).await {
             return stop;
         }
-        self.input.events.emit(EventKind::StepFinished {
+        self.context.events.emit(EventKind::StepFinished {
             step: record.index,
             duration_ms: record.duration_ms,
             usage: record.usage,
@@ -754,7 +699,7 @@ impl Loop {
 
     async fn journal(&self, record: &StepRecord) -> Result<(), Stop> {
         // Every step passes here on its way to the records: secrets are redacted out of a copy (§15).
-        let secrets = self.input.tools.secrets();
+        let secrets = self.built.tools.secrets();
         let redacted;
         let record = if secrets.is_empty() {
             record
@@ -764,11 +709,11 @@ impl Loop {
             redacted = copy;
             &redacted
         };
-        match self.input.journal.record_step(record).await {
+        match self.context.journal.record_step(record).await {
             Ok(()) => Ok(()),
-            Err(JournalError::LeaseLost(why)) => Err(Stop::End(LoopEnd::LeaseLost(why))),
+            Err(JournalError::LeaseLost(why)) => Err(Stop::End(Ending::LeaseLost(why))),
             Err(e @ JournalError::Unavailable(_)) => {
-                Err(Stop::End(LoopEnd::Retryable(error_outcome(&format!("cannot record step: {e}")))))
+                Err(Stop::End(Ending::retryable(error_outcome(&format!("cannot record step: {e}")))))
             }
         }
     }
@@ -806,7 +751,7 @@ impl Loop {
                 }
                 CallKind::Function { name, arguments } => {
                     // A valid `ask_human` call waits for a person, alone (§20).
-                    if self.input.tools.question(name, arguments).is_some() {
+                    if self.built.tools.question(name, arguments).is_some() {
                         out.awaiting = vec![PendingToolCall {
                             id: call.id.clone(),
                             name: name.clone(),
@@ -816,7 +761,7 @@ impl Loop {
                     }
                     // A valid remote call and the valid remote calls right after it go to the API client
                     // together.
-                    let awaiting = remote_run(&turn.calls[position..], &self.input.tools);
+                    let awaiting = remote_run(&turn.calls[position..], &self.built.tools);
                     if !awaiting.is_empty() {
                         out.awaiting = awaiting;
                         break;
@@ -850,7 +795,7 @@ impl Loop {
     ) -> ToolOutcome {
         let declared = name != crate::model::TASK_COMPLETION;
         if declared {
-            self.input.events.emit(EventKind::ToolStarted {
+            self.context.events.emit(EventKind::ToolStarted {
                 step,
                 call_id: call_id.to_string(),
                 name: name.to_string(),
@@ -858,24 +803,24 @@ impl Loop {
             });
         }
         let started = Instant::now();
-        let events = self.input.events.clone();
+        let events = self.context.events.clone();
         let id = call_id.to_string();
         let stream = move |text: &str| {
             events.emit(EventKind::ToolOutput { step, call_id: id.clone(), text: text.to_string() });
         };
-        let context = ToolContext { cancel: self.input.cancel.child_token(), output: &stream };
-        let tools = self.input.tools.clone();
+        let context = ToolContext { cancel: self.context.cancel.child_token(), output: &stream };
+        let tools = self.built.tools.clone();
         let span = tracing::info_span!("tool", otel.name = format!("tool {name}"), tool = name, call_id);
         let called = tokio::select! {
             called = tracing::Instrument::instrument(tools.call(name, arguments, context), span) => called,
-            () = self.input.cancel.cancelled() => {
+            () = self.context.cancel.cancelled() => {
                 out.stop = Some(finished(false, "cancelled", EndReason::Cancelled));
                 Called::Done(ToolOutcome::error("cancelled: the task was cancelled while this tool ran"), None)
             }
             () = tokio::time::sleep_until(self.deadline.into()) => {
                 out.stop = Some(finished(
                     false,
-                    &format!("time limit of {} s reached while a tool ran", self.input.task.limits.timeout_secs),
+                    &format!("time limit of {} s reached while a tool ran", self.task.limits.timeout_secs),
                     EndReason::Timeout,
                 ));
                 Called::Done(ToolOutcome::error("stopped: the task's time limit was reached while this tool ran"), None)
@@ -891,10 +836,10 @@ impl Loop {
                 out.completion = Some(Outcome::completed(success, summary, output));
             }
             Some(Effect::InvalidOutput { problems }) => {
-                self.invalid_outputs += 1;
-                let left = MAX_INVALID_OUTPUTS.saturating_sub(self.invalid_outputs);
+                self.tallies.invalid_outputs += 1;
+                let left = MAX_INVALID_OUTPUTS.saturating_sub(self.tallies.invalid_outputs);
                 if left == 0 {
-                    out.stop = Some(error_end(&out_of_tries(self.invalid_outputs, &problems)));
+                    out.stop = Some(error_end(&out_of_tries(self.tallies.invalid_outputs, &problems)));
                     outcome.message.push_str(" (no tries left: the task ends failed)");
                 } else {
                     outcome.message.push_str(&format!(
@@ -906,7 +851,7 @@ impl Loop {
             None => {}
         }
         if declared {
-            self.input.events.emit(EventKind::ToolFinished {
+            self.context.events.emit(EventKind::ToolFinished {
                 step,
                 call_id: call_id.to_string(),
                 name: name.to_string(),
@@ -950,8 +895,8 @@ impl Loop {
             }
             let index = *action_index;
             *action_index += 1;
-            let screen_action = self.coords.action_to_screen(model_action);
-            self.input.events.emit(EventKind::ActionStarted { step, index, action: screen_action.clone() });
+            let screen_action = self.screen.coords.action_to_screen(model_action);
+            self.context.events.emit(EventKind::ActionStarted { step, index, action: screen_action.clone() });
             let started = Instant::now();
             let span = tracing::info_span!(
                 "action",
@@ -975,7 +920,7 @@ impl Loop {
                     (false, "the computer failed".to_string())
                 }
             };
-            self.input.events.emit(EventKind::ActionFinished {
+            self.context.events.emit(EventKind::ActionFinished {
                 step,
                 index,
                 ok,
@@ -1010,19 +955,19 @@ impl Loop {
     /// Performs one action: validation in the model's space (so errors speak its coordinates), then in
     /// screen space, then the provider (or the loop itself for observations).
     async fn perform(&self, model_action: &Action, screen_action: &Action) -> Result<Done, ActionFailure> {
-        model_action.validate(self.coords.model()).map_err(|e| ActionFailure::Tool(e.to_string()))?;
-        screen_action.validate(self.screen).map_err(|e| ActionFailure::Tool(e.to_string()))?;
+        model_action.validate(self.screen.coords.model()).map_err(|e| ActionFailure::Tool(e.to_string()))?;
+        screen_action.validate(self.screen.size).map_err(|e| ActionFailure::Tool(e.to_string()))?;
         match screen_action {
             Action::Screenshot {} => Ok(Done::text("screenshot taken; it is attached to this result")),
             Action::Zoom { x1, y1, x2, y2 } => {
-                let current = match self.input.computer.screenshot().await {
+                let current = match self.built.computer.screenshot().await {
                     Ok(current) => current,
                     Err(e) if e.is_tool_error() => return Err(ActionFailure::Tool(e.to_string())),
                     Err(e) => return Err(ActionFailure::Fatal(provider_end(&e))),
                 };
                 let region = Size::new((x2 - x1 + 1) as u32, (y2 - y1 + 1) as u32);
                 let crop = current.crop(Point::new(*x1, *y1), region);
-                let target = zoom_size(crop.size(), self.image_size);
+                let target = zoom_size(crop.size(), self.screen.image_size);
                 let zoomed = tokio::task::spawn_blocking(move || {
                     image::scale(&crop, target).and_then(|scaled| image::encode_png(&scaled))
                 })
@@ -1051,7 +996,7 @@ impl Loop {
         let bound = ACTION_TIMEOUT + action_duration(action);
         // Secrets (§15): a `type` action's placeholders become the values only here, for the computer; the
         // recorded action keeps them, and what the computer says back is redacted.
-        let secrets = self.input.tools.secrets();
+        let secrets = self.built.tools.secrets();
         let substituted = match action {
             Action::Type { text } => match secrets.substitute(text) {
                 std::borrow::Cow::Owned(text) => Some(Action::Type { text }),
@@ -1059,11 +1004,11 @@ impl Loop {
             },
             _ => None,
         };
-        let performed = self.input.computer.perform(substituted.as_ref().unwrap_or(action));
+        let performed = self.built.computer.perform(substituted.as_ref().unwrap_or(action));
         let result = match tokio::time::timeout(bound, performed).await {
             Ok(result) => result,
             Err(_) => {
-                return Err(ActionFailure::Fatal(LoopEnd::Retryable(error_outcome(&format!(
+                return Err(ActionFailure::Fatal(Ending::retryable(error_outcome(&format!(
                     "the computer did not finish {} within {} s",
                     action.summary(),
                     bound.as_secs()
@@ -1074,7 +1019,7 @@ impl Loop {
             Ok(report) => {
                 let mut message = secrets.redact(&report.message.unwrap_or_default()).into_owned();
                 if let Some(cursor) = report.cursor {
-                    let p = self.coords.to_model(cursor);
+                    let p = self.screen.coords.to_model(cursor);
                     message = format!("cursor at X={},Y={}", p.x, p.y);
                 }
                 Ok(Done { message, image: None })
@@ -1085,10 +1030,10 @@ impl Loop {
     }
 
     /// Ends the attempt: final screenshot, computer state, `task_finished` for finished tasks.
-    async fn finish(mut self, end: LoopEnd) -> LoopOutput {
+    async fn finish(mut self, end: Ending) -> AttemptOutput {
         let mut final_screenshot = None;
         let acted_last = self.steps.last().is_some_and(|s| s.actions.iter().any(Action::is_input));
-        if matches!(end, LoopEnd::Finished(_) | LoopEnd::Interrupted) && acted_last && self.screen.width > 0 {
+        if matches!(end, Ending::Finished(_) | Ending::Interrupted) && acted_last && self.screen.size.width > 0 {
             let index = self.steps.len() as u32;
             if let Ok((_, _, reference)) = self.capture(index).await {
                 final_screenshot = Some(reference);
@@ -1096,10 +1041,10 @@ impl Loop {
         }
         let mut end = end;
         self.verify_at_end(&mut end).await;
-        let mut computer_state = self.input.computer.state().await;
+        let mut computer_state = self.built.computer.state().await;
         // What leaves the loop shows placeholders, never secrets' values (§15): the computer's state holds
         // what was typed; an ending's message may quote a provider's error.
-        let secrets = self.input.tools.secrets().clone();
+        let secrets = self.built.tools.secrets().clone();
         if !secrets.is_empty() {
             if let Some(state) = &mut computer_state {
                 secrets.redact_json(state);
@@ -1107,25 +1052,29 @@ impl Loop {
             self.steps.iter_mut().for_each(|step| secrets.redact_step(step));
             let redact = |text: &mut String| *text = secrets.redact(text).into_owned();
             match &mut end {
-                LoopEnd::Finished(outcome) | LoopEnd::Retryable(outcome) => {
+                Ending::Finished(outcome) | Ending::Retryable { outcome, .. } => {
                     redact(&mut outcome.summary);
                     if let Some(output) = &mut outcome.output {
                         secrets.redact_json(output);
                     }
                 }
-                LoopEnd::LeaseLost(text) | LoopEnd::WaitingForHuman { reason: text } => redact(text),
-                LoopEnd::Interrupted | LoopEnd::Paused | LoopEnd::AwaitingTool { .. } => {}
+                Ending::LeaseLost(text) | Ending::WaitingForHuman(text) => redact(text),
+                Ending::Interrupted | Ending::Paused | Ending::AwaitingTool(_) => {}
             }
         }
-        LoopOutput {
-            end,
+        // The model provider's long `retry-after` goes with a failure a later attempt may not hit.
+        if let Ending::Retryable { retry_after, .. } = &mut end {
+            *retry_after = retry_after.or(self.tallies.retry_after);
+        }
+        AttemptOutput {
+            ending: end,
             steps: self.steps,
-            usage: self.usage,
+            usage: self.tallies.usage,
             final_screenshot,
             computer_state,
-            model_errors: self.model_errors,
-            retry_after: self.retry_after,
-            guard_fired: self.guard_fired,
+            model_errors: self.tallies.model_errors,
+            build_failed: false,
+            guard_fired: self.tallies.guard_fired.iter().map(|f| (f.note.check, f.stop)).collect(),
         }
     }
 }
@@ -1137,7 +1086,7 @@ struct Executed {
     action_results: Vec<ActionResult>,
     tool_results: Vec<ToolResult>,
     completion: Option<Outcome>,
-    stop: Option<LoopEnd>,
+    stop: Option<Ending>,
     /// The remote calls the step now waits for (the calls before them ran; none after them did).
     awaiting: Vec<PendingToolCall>,
     /// The envelopes' `details`, by call id (for the record; the model never sees them).
@@ -1191,7 +1140,7 @@ enum ActionFailure {
     /// Goes back to the model; the task goes on.
     Tool(String),
     /// Ends the attempt.
-    Fatal(LoopEnd),
+    Fatal(Ending),
 }
 
 /// The size a zoomed region is shown at: as large as fits the model's image size, keeping the aspect.
@@ -1228,8 +1177,8 @@ fn turn_of(step: &StepRecord) -> ModelTurn {
     }
 }
 
-fn finished(success: bool, summary: &str, reason: EndReason) -> LoopEnd {
-    LoopEnd::Finished(Outcome {
+fn finished(success: bool, summary: &str, reason: EndReason) -> Ending {
+    Ending::Finished(Outcome {
         success,
         summary: summary.to_string(),
         reason,
@@ -1250,16 +1199,16 @@ fn error_outcome(summary: &str) -> Outcome {
     }
 }
 
-fn error_end(summary: &str) -> LoopEnd {
-    LoopEnd::Finished(error_outcome(summary))
+fn error_end(summary: &str) -> Ending {
+    Ending::Finished(error_outcome(summary))
 }
 
-fn provider_end(e: &ProviderError) -> LoopEnd {
-    if e.is_retryable() { LoopEnd::Retryable(error_outcome(&e.to_string())) } else { error_end(&e.to_string()) }
+fn provider_end(e: &ProviderError) -> Ending {
+    if e.is_retryable() { Ending::retryable(error_outcome(&e.to_string())) } else { error_end(&e.to_string()) }
 }
 
-fn model_end(e: &ModelError) -> LoopEnd {
-    if e.is_retryable() { LoopEnd::Retryable(error_outcome(&e.to_string())) } else { error_end(&e.to_string()) }
+fn model_end(e: &ModelError) -> Ending {
+    if e.is_retryable() { Ending::retryable(error_outcome(&e.to_string())) } else { error_end(&e.to_string()) }
 }
 
 /// The span of one model call, named and attributed after OpenTelemetry's semantic conventions for generative

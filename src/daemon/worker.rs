@@ -22,8 +22,8 @@ use crate::agent::journal::{Journal, JournalError};
 use crate::api::WorkerHandle;
 use crate::artifacts::Uploader;
 use crate::attempt::{self, Ending};
+use crate::attempt::{Assembly, RunContext, Source};
 use crate::config::Config;
-use crate::library::{Agent, Hosting};
 use crate::metrics::Metrics;
 use crate::model::Usage;
 use crate::pool::Pool;
@@ -329,9 +329,17 @@ impl Workers {
             retry_for: self.lease_for(),
             usage: Mutex::new(lease.steps.iter().map(|s| (s.index, s.usage)).collect()),
         });
-        // The same builder as `agentd run` and embedders, with the daemon's config and model clients; the task
-        // came over an API (this node's or another's), so it may name only what this node allows.
-        let mut builder = Agent::builder();
+        // Assembled as `agentd run`'s and embedders' attempts are, with the daemon's config and model clients;
+        // the task came over an API (this node's or another's), so it may name only what this node allows.
+        let mut assembly = Assembly {
+            task: Some(lease.spec.clone()),
+            config: Some(self.config.clone()),
+            models: Some(self.models.clone()),
+            api_task: true,
+            persist_dir: Some(self.config.mock_dir(&task_id)),
+            worker: Some(self.identity.name.clone()),
+            ..Assembly::default()
+        };
         // A desktop of the pool (§23): taken, reset unless the task ran on it last, and its computer (opened
         // when the daemon started) given to the attempt.
         if let Some(name) = &lease.desktop {
@@ -355,24 +363,18 @@ impl Workers {
                     return;
                 }
             }
-            builder = builder.computer(taken.computer);
+            assembly.computer = Some(Source::Given(taken.computer));
         }
         // A replay (§18) runs on the replayed task's record, read from the queue.
         if let Some(replay) = &lease.spec.replay {
             match self.queue.get(replay.of.as_str()).await {
-                Ok(record) => builder = builder.replay_recording(record),
+                Ok(record) => assembly.replay_record = Some(record),
                 Err(e) => tracing::warn!(error = %e, of = %replay.of, "cannot read the replayed task's record"),
             }
         }
-        let output = builder
-            .task(lease.spec.clone())
-            .shared_config(self.config.clone())
-            .shared_models(self.models.clone())
-            .api_task()
-            .persist_dir(self.config.mock_dir(&task_id))
-            .worker(&self.identity.name)
-            .run_attempt(Hosting {
-                task_id: &task_id,
+        let output = assembly
+            .run(RunContext {
+                task_id: task_id.to_string(),
                 attempt: lease.attempt,
                 uploader: self.uploader.clone(),
                 journal,

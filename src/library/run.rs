@@ -179,7 +179,7 @@ async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> 
             task: task.clone(),
             settle: config.settle,
             context: RunContext {
-                task_id: task_id.as_str(),
+                task_id: task_id.to_string(),
                 attempt: 1,
                 uploader: uploader.clone(),
                 journal: Arc::new(MemoryJournal::default()),
@@ -193,7 +193,7 @@ async fn drive(launch: Launch, events: EventSink, cancel: CancellationToken) -> 
                 handed_back: None,
             },
         };
-        let mut output = attempt.run(built.clone()).await;
+        let mut output = crate::agent::run_isolated(attempt, built.clone()).await;
         // A person to ask: the run goes on with the answer from the step it waited on (as a worker resumes
         // an answered task), in the same attempt.
         let (Some(human), Ending::WaitingForHuman(_)) = (&human, &output.ending) else { break output };

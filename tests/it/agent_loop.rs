@@ -7,7 +7,7 @@ use std::time::Duration;
 use agentd::agent::events::EventSink;
 use agentd::agent::journal::{Journal, JournalError, MemoryJournal};
 use agentd::agent::runner::{NO_TOOL_NOTE, RESUME_NOTE};
-use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
+use agentd::agent::{Attempt, AttemptOutput, Built, Ending, RunContext, run};
 use agentd::artifacts::{ArtifactStore, FsStore, Uploader};
 use agentd::model::Model;
 use agentd::model::scripted::{Script, ScriptedModel};
@@ -86,28 +86,29 @@ impl Harness {
         task: ResolvedTask,
         computer: Arc<dyn ComputerProvider>,
         model: Arc<dyn Model>,
-    ) -> (LoopInput, UnboundedReceiver<Event>) {
+    ) -> ((Attempt, Built), UnboundedReceiver<Event>) {
         let (events, rx) = EventSink::channel("t1", 1);
-        let input = LoopInput {
-            task_id: "t1".into(),
-            attempt: 1,
-            task,
-            computer,
-            model,
-            tools: Arc::new(agentd::tools::Toolbox::empty()),
-            uploader: self.uploader.clone(),
-            journal: self.journal.clone(),
-            events,
-            cancel: self.cancel.clone(),
-            shutdown: self.shutdown.clone(),
-            resume: Vec::new(),
-            elapsed_before: Duration::ZERO,
-            pause: Default::default(),
-            handed_back: None,
-            settle: Default::default(),
-            verifier: Default::default(),
-            turns: Vec::new(),
-        };
+        let input = (
+            Attempt {
+                task,
+                settle: Default::default(),
+                context: RunContext {
+                    task_id: "t1".into(),
+                    attempt: 1,
+                    uploader: self.uploader.clone(),
+                    journal: self.journal.clone(),
+                    events,
+                    cancel: self.cancel.clone(),
+                    shutdown: self.shutdown.clone(),
+                    resume: Vec::new(),
+                    elapsed_before: Duration::ZERO,
+                    turns: Vec::new(),
+                    pause: Default::default(),
+                    handed_back: None,
+                },
+            },
+            Built { computer, model, tools: Arc::new(agentd::tools::Toolbox::empty()), verifier: Default::default() },
+        );
         (input, rx)
     }
 
@@ -128,9 +129,9 @@ fn drain(mut rx: UnboundedReceiver<Event>) -> Vec<Event> {
     out
 }
 
-fn outcome(output: &LoopOutput) -> (bool, EndReason) {
-    match &output.end {
-        LoopEnd::Finished(o) | LoopEnd::Retryable(o) => (o.success, o.reason),
+fn outcome(output: &AttemptOutput) -> (bool, EndReason) {
+    match &output.ending {
+        Ending::Finished(o) | Ending::Retryable { outcome: o, .. } => (o.success, o.reason),
         other => panic!("not finished: {other:?}"),
     }
 }
@@ -145,7 +146,7 @@ async fn completes_records_every_step_and_emits_ordered_events() {
         {"say": "done", "complete": {"success": true, "summary": "all good"}}
     ]})));
     let (input, rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model);
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (true, EndReason::Completed));
     assert_eq!(output.steps.len(), 3);
     assert_eq!(output.steps[0].model_text, "first");
@@ -198,7 +199,7 @@ async fn tool_errors_go_back_to_the_model_and_stop_the_rest_of_the_turn() {
         {"complete": {"success": false, "summary": "gave up"}}
     ]})));
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (false, EndReason::Completed));
     // Only the first click reached the screen from turn 1; the unknown key never did.
     let received = screen.received();
@@ -225,7 +226,7 @@ async fn max_steps_ends_the_task() {
     let model = Arc::new(script(serde_json::json!({ "turns": turns })));
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) = harness.input(task(3, 60, 1.0, 3), screen.clone(), model);
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (false, EndReason::MaxSteps));
     assert_eq!(output.steps.len(), 3);
     assert_eq!(screen.received().len(), 3);
@@ -243,7 +244,7 @@ async fn a_time_limit_past_what_the_clock_holds_does_not_panic() {
     ]})));
     for timeout_secs in [i64::MAX as u64, u64::MAX] {
         let (input, _rx) = harness.input(task(5, timeout_secs, 1.0, 3), RecordingScreen::new(SCREEN), model.clone());
-        let output = run(input).await;
+        let output = run(input.0, input.1).await;
         assert_eq!(outcome(&output), (true, EndReason::Completed), "timeout_secs = {timeout_secs}");
     }
     harness.finish().await;
@@ -260,7 +261,7 @@ async fn budget_is_checked_before_actions_and_model_calls() {
     ]})));
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (false, EndReason::Budget));
     assert_eq!(model.calls.load(std::sync::atomic::Ordering::SeqCst), 2, "no third model call");
     assert_eq!(
@@ -278,7 +279,7 @@ async fn a_hanging_model_hits_the_timeout() {
     let harness = Harness::new();
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) = harness.input(task(10, 30, 1.0, 3), screen, Arc::new(BrokenModel(ModelBreakage::Hangs)));
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (false, EndReason::Timeout));
     harness.finish().await;
 }
@@ -293,7 +294,7 @@ async fn cancellation_during_a_model_call_ends_the_task() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         cancel.cancel();
     });
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (false, EndReason::Cancelled));
     harness.finish().await;
 }
@@ -304,11 +305,13 @@ async fn model_failures_are_classified() {
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) =
         harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(BrokenModel(ModelBreakage::Unavailable)));
-    let output = run(input).await;
-    assert!(matches!(&output.end, LoopEnd::Retryable(o) if o.reason == EndReason::Error && o.summary.contains("529")));
+    let output = run(input.0, input.1).await;
+    assert!(
+        matches!(&output.ending, Ending::Retryable { outcome: o, .. } if o.reason == EndReason::Error && o.summary.contains("529"))
+    );
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen, Arc::new(BrokenModel(ModelBreakage::Rejects)));
-    let output = run(input).await;
-    assert!(matches!(&output.end, LoopEnd::Finished(o) if o.reason == EndReason::Error && o.summary.contains("400")));
+    let output = run(input.0, input.1).await;
+    assert!(matches!(&output.ending, Ending::Finished(o) if o.reason == EndReason::Error && o.summary.contains("400")));
     harness.finish().await;
 }
 
@@ -318,11 +321,11 @@ async fn an_unreachable_computer_is_a_retryable_error() {
     let broken = Arc::new(BrokenScreen { inner: RecordingScreen::new(SCREEN), breakage: Breakage::Unreachable });
     let model = Arc::new(script(serde_json::json!({"turns": [{"complete": {"success": true, "summary": "x"}}]})));
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), broken, model);
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert!(
-        matches!(&output.end, LoopEnd::Retryable(o) if o.summary.contains("connection refused")),
+        matches!(&output.ending, Ending::Retryable { outcome: o, .. } if o.summary.contains("connection refused")),
         "{:?}",
-        output.end
+        output.ending
     );
     harness.finish().await;
 }
@@ -335,8 +338,12 @@ async fn a_stuck_action_ends_the_attempt_as_retryable() {
     let broken = Arc::new(BrokenScreen { inner: RecordingScreen::new(SCREEN), breakage: Breakage::HangsOnAction });
     let model = Arc::new(script(serde_json::json!({"turns": [{"actions": [{"type": "move", "x": 1, "y": 1}]}]})));
     let (input, _rx) = harness.input(task(10, 600, 1.0, 3), broken, model);
-    let output = run(input).await;
-    assert!(matches!(&output.end, LoopEnd::Retryable(o) if o.summary.contains("did not finish")), "{:?}", output.end);
+    let output = run(input.0, input.1).await;
+    assert!(
+        matches!(&output.ending, Ending::Retryable { outcome: o, .. } if o.summary.contains("did not finish")),
+        "{:?}",
+        output.ending
+    );
     harness.finish().await;
 }
 
@@ -346,11 +353,11 @@ async fn a_panicking_provider_does_not_take_the_caller_down() {
     let broken = Arc::new(BrokenScreen { inner: RecordingScreen::new(SCREEN), breakage: Breakage::PanicsOnAction });
     let model = Arc::new(script(serde_json::json!({"turns": [{"actions": [{"type": "move", "x": 1, "y": 1}]}]})));
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), broken, model);
-    let output = agentd::agent::run_isolated(input).await;
+    let output = agentd::agent::run_isolated(input.0, input.1).await;
     assert!(
-        matches!(&output.end, LoopEnd::Finished(o) if o.reason == EndReason::Error && o.summary.contains("panicked")),
+        matches!(&output.ending, Ending::Finished(o) if o.reason == EndReason::Error && o.summary.contains("panicked")),
         "{:?}",
-        output.end
+        output.ending
     );
     harness.finish().await;
 }
@@ -361,7 +368,7 @@ async fn old_screenshots_leave_the_context() {
     let turns: Vec<_> = (0..8).map(|i| serde_json::json!({"actions": [{"type": "move", "x": i, "y": i}]})).collect();
     let model = Observed::new(script(serde_json::json!({ "turns": turns })));
     let (input, _rx) = harness.input(task(8, 60, 1.0, 3), RecordingScreen::new(SCREEN), model.clone());
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert_eq!(output.steps.len(), 8);
     let seen = model.seen();
     let images: Vec<usize> = seen.iter().map(|s| s.images_in_history).collect();
@@ -377,7 +384,7 @@ async fn a_model_that_calls_no_tool_is_told_to() {
         {"complete": {"success": true, "summary": "ok"}}
     ]})));
     let (input, _rx) = harness.input(task(5, 60, 1.0, 3), RecordingScreen::new(SCREEN), model.clone());
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (true, EndReason::Completed));
     assert_eq!(model.seen()[1].notes, vec![NO_TOOL_NOTE.to_string()]);
     harness.finish().await;
@@ -397,7 +404,7 @@ async fn model_coordinates_are_converted_to_screen_pixels() {
         Size::new(640, 400),
     );
     let (input, _rx) = harness.input(task(5, 60, 1.0, 3), screen.clone(), model.clone());
-    let output = run(input).await;
+    let output = run(input.0, input.1).await;
     let received = screen.received();
     assert_eq!(received[0], Action::Click { x: 201, y: 101, button: Default::default(), keys: vec![] });
     assert_eq!(received[1].points(), vec![Point::new(1, 1), Point::new(1279, 799)]);
@@ -425,7 +432,7 @@ async fn a_resumed_task_continues_without_replaying_actions() {
     // First attempt: stop it at the boundary after two steps (as a crash after step 1 was journaled).
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) = harness.input(task(2, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
-    let first = run(input).await;
+    let first = run(input.0, input.1).await;
     assert_eq!(first.steps.len(), 2);
     // Pretend the second step's actions were interrupted: journaled before, never after.
     let mut steps = first.steps.clone();
@@ -435,9 +442,9 @@ async fn a_resumed_task_continues_without_replaying_actions() {
 
     let model = Observed::new(script(script_json));
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
-    input.resume = steps;
-    input.attempt = 2;
-    let output = run(input).await;
+    input.0.context.resume = steps;
+    input.0.context.attempt = 2;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (true, EndReason::Completed));
     // Moves 1 and 2 from the first attempt, then only move 3: nothing replayed.
     assert_eq!(
@@ -468,7 +475,7 @@ async fn a_resumed_task_records_what_became_of_the_actions_in_flight() {
     ]});
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) = harness.input(task(2, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
-    let first = run(input).await;
+    let first = run(input.0, input.1).await;
     // The worker died with step 1's actions in flight: journaled before them, never after.
     let mut in_flight = first.steps[1].clone();
     in_flight.finished = false;
@@ -479,9 +486,9 @@ async fn a_resumed_task_records_what_became_of_the_actions_in_flight() {
     steps[1] = in_flight;
 
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json)));
-    input.resume = steps;
-    input.attempt = 2;
-    let output = run(input).await;
+    input.0.context.resume = steps;
+    input.0.context.attempt = 2;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (true, EndReason::Completed));
     // The journal (what the status document shows) has a result for each action, saying it is not known.
     let journaled = harness.journal.steps();
@@ -501,7 +508,7 @@ async fn a_completion_journaled_before_a_crash_ends_the_resumed_task() {
     ]});
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
-    let first = run(input).await;
+    let first = run(input.0, input.1).await;
     assert_eq!(first.steps.len(), 2);
     // The worker died after journaling the completing step and before the end was recorded.
     let mut steps = first.steps.clone();
@@ -509,9 +516,9 @@ async fn a_completion_journaled_before_a_crash_ends_the_resumed_task() {
     steps[1].call_results.clear();
     let model = Observed::new(script(script_json.clone()));
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
-    input.resume = steps;
-    input.attempt = 2;
-    let output = run(input).await;
+    input.0.context.resume = steps;
+    input.0.context.attempt = 2;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (true, EndReason::Completed));
     assert_eq!(output.steps.len(), 2, "no new step");
     assert!(model.seen().is_empty(), "the model is not asked again");
@@ -524,15 +531,15 @@ async fn a_completion_journaled_before_a_crash_ends_the_resumed_task() {
     ]});
     let screen = RecordingScreen::new(SCREEN);
     let (input, _rx) = harness.input(task(1, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
-    let first = run(input).await;
+    let first = run(input.0, input.1).await;
     let mut steps = first.steps.clone();
     steps[0].finished = false;
     steps[0].results.clear();
     steps[0].call_results.clear();
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json)));
-    input.resume = steps;
-    input.attempt = 2;
-    let output = run(input).await;
+    input.0.context.resume = steps;
+    input.0.context.attempt = 2;
+    let output = run(input.0, input.1).await;
     assert_eq!(outcome(&output), (false, EndReason::Completed));
     harness.finish().await;
 }
@@ -553,8 +560,8 @@ async fn shutdown_stops_at_a_step_boundary() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         shutdown.cancel();
     });
-    let output = run(input).await;
-    assert_eq!(output.end, LoopEnd::Interrupted);
+    let output = run(input.0, input.1).await;
+    assert_eq!(output.ending, Ending::Interrupted);
     assert!(output.steps.iter().all(|s| s.finished && s.results.iter().all(|r| r.ok)), "every started step finished");
     assert_eq!(screen.received().len(), output.steps.len());
     harness.finish().await;
@@ -582,9 +589,9 @@ async fn a_lost_lease_stops_before_any_further_action() {
     let screen = RecordingScreen::new(SCREEN);
     let (mut input, _rx) =
         harness.input(task(5, 60, 1.0, 3), screen.clone(), Arc::new(script(serde_json::json!({"turns": turns}))));
-    input.journal = Arc::new(FencedJournal { inner: MemoryJournal::default() });
-    let output = run(input).await;
-    assert!(matches!(output.end, LoopEnd::LeaseLost(_)), "{:?}", output.end);
+    input.0.context.journal = Arc::new(FencedJournal { inner: MemoryJournal::default() });
+    let output = run(input.0, input.1).await;
+    assert!(matches!(output.ending, Ending::LeaseLost(_)), "{:?}", output.ending);
     assert_eq!(screen.received(), vec![Action::Move { x: 0, y: 0, keys: Vec::new() }]);
     harness.finish().await;
 }
@@ -599,8 +606,8 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
     ]});
     let screen = RecordingScreen::new(SCREEN);
     let (input, rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
-    let first = run(input).await;
-    assert_eq!(first.end, LoopEnd::WaitingForHuman { reason: "confirm the purchase".into() });
+    let first = run(input.0, input.1).await;
+    assert_eq!(first.ending, Ending::WaitingForHuman("confirm the purchase".into()));
     assert_eq!(
         screen.received(),
         vec![Action::Move { x: 1, y: 1, keys: Vec::new() }],
@@ -617,9 +624,9 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
 
     // Leased again without an answer: back to waiting, nothing runs.
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json.clone())));
-    input.resume = first.steps.clone();
-    let again = run(input).await;
-    assert!(matches!(again.end, LoopEnd::WaitingForHuman { .. }));
+    input.0.context.resume = first.steps.clone();
+    let again = run(input.0, input.1).await;
+    assert!(matches!(again.ending, Ending::WaitingForHuman(_)));
     assert_eq!(screen.received().len(), 1);
 
     // Approved (the queue writes the answer into the waiting step): the click runs once, journaled as begun
@@ -631,9 +638,9 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
     let model = Observed::new(script(script_json.clone()));
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), model.clone());
     let writes = Arc::new(WritesJournal { screen: screen.clone(), writes: Default::default() });
-    input.journal = writes.clone();
-    input.resume = approved.clone();
-    let done = run(input).await;
+    input.0.context.journal = writes.clone();
+    input.0.context.resume = approved.clone();
+    let done = run(input.0, input.1).await;
     assert_eq!(outcome(&done), (true, EndReason::Completed));
     assert_eq!(
         screen.received(),
@@ -665,8 +672,8 @@ async fn a_turn_that_asks_a_human_parks_the_task_until_approved() {
         approval.started = true;
     }
     let (mut input, _rx) = harness.input(task(10, 60, 1.0, 3), screen.clone(), Arc::new(script(script_json)));
-    input.resume = begun;
-    let after_loss = run(input).await;
+    input.0.context.resume = begun;
+    let after_loss = run(input.0, input.1).await;
     assert_eq!(outcome(&after_loss), (true, EndReason::Completed));
     assert_eq!(screen.received().len(), 2, "nothing ran again: {:?}", screen.received());
     let interrupted = &after_loss.steps[1];
@@ -725,29 +732,29 @@ async fn invalid_outputs_are_counted_across_a_resume() {
     // The first attempt gives two invalid outputs and stops at its step limit.
     let screen = RecordingScreen::new(SCREEN);
     let (mut input, _rx) = harness.input(task.clone(), screen.clone(), Arc::new(script(script_json.clone())));
-    input.tools = tools.clone();
-    let first = run(input).await;
+    input.1.tools = tools.clone();
+    let first = run(input.0, input.1).await;
     assert_eq!(outcome(&first), (false, EndReason::MaxSteps));
     assert_eq!(first.steps.len(), 2);
     // Resumed, the third invalid output is the last try: the task fails although a fourth turn would be valid.
     task.limits.max_steps = 10;
     let (mut input, _rx) = harness.input(task.clone(), screen.clone(), Arc::new(script(script_json.clone())));
-    input.tools = tools.clone();
-    input.resume = first.steps.clone();
-    input.attempt = 2;
-    let second = run(input).await;
+    input.1.tools = tools.clone();
+    input.0.context.resume = first.steps.clone();
+    input.0.context.attempt = 2;
+    let second = run(input.0, input.1).await;
     assert_eq!(outcome(&second), (false, EndReason::Error));
     assert_eq!(second.steps.len(), 3);
-    let LoopEnd::Finished(end) = &second.end else { panic!("{:?}", second.end) };
+    let Ending::Finished(end) = &second.ending else { panic!("{:?}", second.ending) };
     assert!(end.summary.contains("3 tries") && end.summary.contains("/n"), "{}", end.summary);
 
     // A worker that died after the last refused try ends the resumed task at once, asking the model nothing.
     let model = Observed::new(script(script_json));
     let (mut input, _rx) = harness.input(task, screen, model.clone());
-    input.tools = tools;
-    input.resume = second.steps.clone();
-    input.attempt = 3;
-    let third = run(input).await;
+    input.1.tools = tools;
+    input.0.context.resume = second.steps.clone();
+    input.0.context.attempt = 3;
+    let third = run(input.0, input.1).await;
     assert_eq!(outcome(&third), (false, EndReason::Error));
     assert!(model.seen().is_empty(), "the model is not asked again");
     harness.finish().await;
@@ -824,14 +831,14 @@ async fn a_remote_call_parks_and_the_resumed_turn_runs_the_calls_after_it_once()
     let model = Arc::new(RemoteThenClick::default());
     let run_once = |resume: Vec<StepRecord>| {
         let (mut input, rx) = harness.input(resolved.clone(), screen.clone(), model.clone());
-        input.tools = tools.clone();
-        input.resume = resume;
+        input.1.tools = tools.clone();
+        input.0.context.resume = resume;
         (input, rx)
     };
 
     let (input, rx) = run_once(Vec::new());
-    let parked = run(input).await;
-    let LoopEnd::AwaitingTool { calls } = &parked.end else { panic!("{:?}", parked.end) };
+    let parked = run(input.0, input.1).await;
+    let Ending::AwaitingTool(calls) = &parked.ending else { panic!("{:?}", parked.ending) };
     assert_eq!(calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["r1"]);
     assert!(screen.received().is_empty(), "the click after the remote call waits too");
     let step = parked.steps.last().expect("parked step");
@@ -841,8 +848,8 @@ async fn a_remote_call_parks_and_the_resumed_turn_runs_the_calls_after_it_once()
 
     // Leased again before an answer: back to waiting, nothing runs, nothing is marked interrupted.
     let (input, _rx) = run_once(parked.steps.clone());
-    let again = run(input).await;
-    assert!(matches!(again.end, LoopEnd::AwaitingTool { .. }), "{:?}", again.end);
+    let again = run(input.0, input.1).await;
+    assert!(matches!(again.ending, Ending::AwaitingTool(_)), "{:?}", again.ending);
     assert!(screen.received().is_empty());
     assert!(again.steps[0].results.is_empty(), "{:?}", again.steps[0].results);
 
@@ -863,7 +870,7 @@ async fn a_remote_call_parks_and_the_resumed_turn_runs_the_calls_after_it_once()
         details: Some(details.clone()),
     });
     let (input, _rx) = run_once(answered);
-    let done = run(input).await;
+    let done = run(input.0, input.1).await;
     assert_eq!(outcome(&done), (true, EndReason::Completed));
     assert_eq!(
         screen.received(),
@@ -911,8 +918,8 @@ async fn a_resumed_task_counts_the_verification_rounds_its_earlier_attempt_faile
     let harness = Harness::new();
     let model = Arc::new(script(serde_json::json!({"turns": [done]})));
     let (mut input, _rx) = harness.input(task(1, 60, 10.0, 3), login(), model);
-    input.verifier = signed_in_verifier(1).await;
-    let first = run(input).await;
+    input.1.verifier = signed_in_verifier(1).await;
+    let first = run(input.0, input.1).await;
     assert_eq!(outcome(&first), (false, EndReason::MaxSteps));
     assert_eq!(first.steps.len(), 1);
     assert!(first.steps[0].call_results[0].message.starts_with("verification failed"), "{:?}", first.steps[0]);
@@ -923,12 +930,12 @@ async fn a_resumed_task_counts_the_verification_rounds_its_earlier_attempt_faile
     let harness = Harness::new();
     let model = Arc::new(script(serde_json::json!({"turns": [done, done, done]})));
     let (mut input, _rx) = harness.input(task(10, 60, 10.0, 3), login(), model);
-    input.verifier = signed_in_verifier(1).await;
-    input.resume = first.steps;
-    let second = run(input).await;
+    input.1.verifier = signed_in_verifier(1).await;
+    input.0.context.resume = first.steps;
+    let second = run(input.0, input.1).await;
     assert_eq!(outcome(&second), (false, EndReason::VerificationFailed));
     assert_eq!(second.steps.len(), 2, "one step more than the resumed one");
-    let LoopEnd::Finished(end) = &second.end else { panic!("{:?}", second.end) };
+    let Ending::Finished(end) = &second.ending else { panic!("{:?}", second.ending) };
     assert!(end.summary.contains("after 2 round(s)"), "{}", end.summary);
     assert_eq!(end.verified, Some(false));
     harness.finish().await;
@@ -960,20 +967,20 @@ async fn a_completion_verified_before_a_crash_stays_verified_when_resumed() {
     let harness = Harness::new();
     let (mut input, _rx) =
         harness.input(task(5, 60, 10.0, 3), desktop("login"), Arc::new(script(serde_json::json!({"turns": [done]}))));
-    input.verifier = on_login().await;
-    let first = run(input).await;
-    let LoopEnd::Finished(end) = &first.end else { panic!("{:?}", first.end) };
+    input.1.verifier = on_login().await;
+    let first = run(input.0, input.1).await;
+    let Ending::Finished(end) = &first.ending else { panic!("{:?}", first.ending) };
     assert_eq!((end.success, end.verified), (true, Some(true)), "{end:?}");
     harness.finish().await;
 
     let harness = Harness::new();
     let model = Observed::new(script(serde_json::json!({"turns": [done]})));
     let (mut input, _rx) = harness.input(task(5, 60, 10.0, 3), desktop("form"), model.clone());
-    input.verifier = on_login().await;
-    input.resume = first.steps;
-    input.attempt = 2;
-    let second = run(input).await;
-    let LoopEnd::Finished(end) = &second.end else { panic!("{:?}", second.end) };
+    input.1.verifier = on_login().await;
+    input.0.context.resume = first.steps;
+    input.0.context.attempt = 2;
+    let second = run(input.0, input.1).await;
+    let Ending::Finished(end) = &second.ending else { panic!("{:?}", second.ending) };
     assert_eq!((end.success, end.verified), (true, Some(true)), "the journaled round stands: {end:?}");
     assert!(end.checks.iter().all(|c| c.ok) && !end.checks.is_empty(), "{:?}", end.checks);
     assert!(model.seen().is_empty(), "the model is not asked again");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agentd::agent::events::EventSink;
 use agentd::agent::journal::MemoryJournal;
 use agentd::agent::stream::RESTART_MESSAGE;
-use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
+use agentd::agent::{Attempt, AttemptOutput, Built, Ending, RunContext, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::backends;
 use agentd::model::scripted::{Script, ScriptedModel};
@@ -74,7 +74,7 @@ fn streamed_args(kinds: &[EventKind], call: &str) -> String {
 
 /// What one in-process run left behind.
 struct Ran {
-    output: LoopOutput,
+    output: AttemptOutput,
     events: Vec<Event>,
     journal: Vec<StepRecord>,
     store: Arc<FsStore>,
@@ -96,26 +96,27 @@ async fn run_with(
     let uploader = Uploader::start(store.clone(), dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
     let (events, mut rx) = EventSink::channel("t1", 1);
     let journal = Arc::new(MemoryJournal::default());
-    let output = run(LoopInput {
-        task_id: "t1".into(),
-        attempt: 1,
-        task,
-        computer: desktop,
-        model,
-        tools: Arc::new(tools),
-        uploader: uploader.clone(),
-        journal: journal.clone(),
-        events: events.clone(),
-        cancel,
-        shutdown: CancellationToken::new(),
-        resume: Vec::new(),
-        elapsed_before: Duration::ZERO,
-        pause: Default::default(),
-        handed_back: None,
-        settle: Default::default(),
-        verifier: Default::default(),
-        turns: Vec::new(),
-    })
+    let output = run(
+        Attempt {
+            task,
+            settle: Default::default(),
+            context: RunContext {
+                task_id: "t1".into(),
+                attempt: 1,
+                uploader: uploader.clone(),
+                journal: journal.clone(),
+                events: events.clone(),
+                cancel,
+                shutdown: CancellationToken::new(),
+                resume: Vec::new(),
+                elapsed_before: Duration::ZERO,
+                turns: Vec::new(),
+                pause: Default::default(),
+                handed_back: None,
+            },
+        },
+        Built { computer: desktop, model, tools: Arc::new(tools), verifier: Default::default() },
+    )
     .await;
     drop(events);
     assert_eq!(uploader.flush(Duration::from_secs(30)).await, 0);
@@ -129,9 +130,9 @@ async fn run_with(
     Ran { output, events: all, journal: journal.steps(), store, _dir: dir }
 }
 
-fn end_reason(output: &LoopOutput) -> Option<(bool, EndReason)> {
-    match &output.end {
-        LoopEnd::Finished(o) | LoopEnd::Retryable(o) => Some((o.success, o.reason)),
+fn end_reason(output: &AttemptOutput) -> Option<(bool, EndReason)> {
+    match &output.ending {
+        Ending::Finished(o) | Ending::Retryable { outcome: o, .. } => Some((o.success, o.reason)),
         _ => None,
     }
 }

@@ -411,7 +411,7 @@ fn agentd_run_on_a_terminal_asks_the_question_and_the_approval_there() {
 mod wire {
     use std::sync::Arc;
 
-    use agentd::agent::{LoopEnd, LoopOutput};
+    use agentd::agent::{AttemptOutput, Ending};
     use agentd::backends;
     use agentd::model::Model;
     use agentd::record::StepRecord;
@@ -441,7 +441,7 @@ mod wire {
         model: Arc<dyn Model>,
         tools: Arc<agentd::tools::Toolbox>,
         resume: Vec<StepRecord>,
-    ) -> LoopOutput {
+    ) -> AttemptOutput {
         let task = crate::models::task(model_spec.clone(), 5, 3);
         one_attempt(task, login_desktop(Size::new(1280, 800)), model, tools, resume).await
     }
@@ -453,7 +453,7 @@ mod wire {
         let shared = shared_for(provider, &server.url, extra);
         let build = || backends::model(&model_spec, &shared, None).expect("model");
         let parked = attempt(&model_spec, build(), tools(false), Vec::new()).await;
-        assert!(matches!(&parked.end, LoopEnd::WaitingForHuman { reason } if reason == QUESTION), "{:?}", parked.end);
+        assert!(matches!(&parked.ending, Ending::WaitingForHuman(reason) if reason == QUESTION), "{:?}", parked.ending);
         let mut steps = parked.steps;
         let (call_id, question) = steps.last().and_then(StepRecord::pending_question).expect("a pending question");
         assert_eq!(question, QUESTION);
@@ -461,7 +461,7 @@ mod wire {
             last.answer_question(&call_id, true, ANSWER);
         }
         let done = attempt(&model_spec, build(), tools(false), steps).await;
-        assert!(matches!(&done.end, LoopEnd::Finished(o) if o.success), "{:?}", done.end);
+        assert!(matches!(&done.ending, Ending::Finished(o) if o.success), "{:?}", done.ending);
         assert!(server.problems().is_empty(), "wire problems: {:#?}", server.problems());
         let requests = server.requests();
         assert_eq!(requests.len(), 2, "one request per turn");
@@ -615,7 +615,7 @@ mod wire {
         for (off, declared) in [(true, false), (false, true)] {
             let model = backends::model(&model_spec, &shared, None).expect("model");
             let done = attempt(&model_spec, model, tools(off), Vec::new()).await;
-            assert!(matches!(&done.end, LoopEnd::Finished(o) if o.success), "{:?}", done.end);
+            assert!(matches!(&done.ending, Ending::Finished(o) if o.success), "{:?}", done.ending);
             let requests = server.requests();
             let last = requests.last().expect("a request");
             let names = names(&last.body["tools"], "name");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agentd::agent::events::EventSink;
 use agentd::agent::journal::MemoryJournal;
-use agentd::agent::{LoopEnd, LoopInput, LoopOutput, run};
+use agentd::agent::{Attempt, AttemptOutput, Built, Ending, RunContext, run};
 use agentd::artifacts::{FsStore, Uploader};
 use agentd::backends;
 use agentd::model::{Delta, Model, ModelError, ModelImage, ModelRequest, ModelTurn, Shared};
@@ -70,7 +70,7 @@ pub async fn run_task(
     task: ResolvedTask,
     model: Arc<dyn Model>,
     desktop: Arc<MockDesktop>,
-) -> (LoopOutput, Vec<Event>) {
+) -> (AttemptOutput, Vec<Event>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
@@ -82,29 +82,35 @@ pub async fn run_task(
     let mut resume = Vec::new();
     let mut approvals = 0;
     let output = loop {
-        let output = run(LoopInput {
-            task_id: "t1".into(),
-            attempt: 1,
-            task: task.clone(),
-            computer: desktop.clone(),
-            model: model.clone(),
-            tools: Arc::new(agentd::tools::Toolbox::empty()),
-            uploader: uploader.clone(),
-            journal: Arc::new(MemoryJournal::default()),
-            events: events.clone(),
-            cancel: CancellationToken::new(),
-            shutdown: CancellationToken::new(),
-            resume: std::mem::take(&mut resume),
-            elapsed_before: Duration::ZERO,
-            pause: Default::default(),
-            handed_back: None,
-            settle: Default::default(),
-            verifier: Default::default(),
-            turns: Vec::new(),
-        })
+        let output = run(
+            Attempt {
+                task: task.clone(),
+                settle: Default::default(),
+                context: RunContext {
+                    task_id: "t1".into(),
+                    attempt: 1,
+                    uploader: uploader.clone(),
+                    journal: Arc::new(MemoryJournal::default()),
+                    events: events.clone(),
+                    cancel: CancellationToken::new(),
+                    shutdown: CancellationToken::new(),
+                    resume: std::mem::take(&mut resume),
+                    elapsed_before: Duration::ZERO,
+                    turns: Vec::new(),
+                    pause: Default::default(),
+                    handed_back: None,
+                },
+            },
+            Built {
+                computer: desktop.clone(),
+                model: model.clone(),
+                tools: Arc::new(agentd::tools::Toolbox::empty()),
+                verifier: Default::default(),
+            },
+        )
         .await;
-        match output.end {
-            LoopEnd::WaitingForHuman { .. } if approvals < 10 => {
+        match output.ending {
+            Ending::WaitingForHuman(_) if approvals < 10 => {
                 approvals += 1;
                 resume = output.steps;
                 // The answer goes into the waiting step, as the queue writes it.
@@ -138,33 +144,34 @@ pub async fn one_attempt(
     model: Arc<dyn Model>,
     tools: Arc<agentd::tools::Toolbox>,
     resume: Vec<agentd::record::StepRecord>,
-) -> LoopOutput {
+) -> AttemptOutput {
     let dir = tempfile::tempdir().expect("tempdir");
     let tracker = TaskTracker::new();
     let background = CancellationToken::new();
     let store = Arc::new(FsStore::new(dir.path().join("artifacts")));
     let uploader = Uploader::start(store, dir.path().join("spool"), 16, u64::MAX, &tracker, background.clone());
     let (events, _rx) = EventSink::channel("t1", 1);
-    let output = run(LoopInput {
-        task_id: "t1".into(),
-        attempt: 1,
-        task,
-        computer,
-        model,
-        tools,
-        uploader: uploader.clone(),
-        journal: Arc::new(MemoryJournal::default()),
-        events,
-        cancel: CancellationToken::new(),
-        shutdown: CancellationToken::new(),
-        resume,
-        elapsed_before: Duration::ZERO,
-        settle: Default::default(),
-        verifier: Default::default(),
-        turns: Vec::new(),
-        pause: Default::default(),
-        handed_back: None,
-    })
+    let output = run(
+        Attempt {
+            task,
+            settle: Default::default(),
+            context: RunContext {
+                task_id: "t1".into(),
+                attempt: 1,
+                uploader: uploader.clone(),
+                journal: Arc::new(MemoryJournal::default()),
+                events,
+                cancel: CancellationToken::new(),
+                shutdown: CancellationToken::new(),
+                resume,
+                elapsed_before: Duration::ZERO,
+                turns: Vec::new(),
+                pause: Default::default(),
+                handed_back: None,
+            },
+        },
+        Built { computer, model, tools, verifier: Default::default() },
+    )
     .await;
     uploader.flush(Duration::from_secs(30)).await;
     background.cancel();
@@ -177,8 +184,8 @@ pub fn login_desktop(size: Size) -> Arc<MockDesktop> {
     Arc::new(MockDesktop::new(Scene::resolve("login", None).expect("scene"), Some(size)).expect("desktop"))
 }
 
-fn succeeded(output: &LoopOutput) -> bool {
-    matches!(&output.end, LoopEnd::Finished(o) if o.success)
+fn succeeded(output: &AttemptOutput) -> bool {
+    matches!(&output.ending, Ending::Finished(o) if o.success)
 }
 
 /// How many assistant/model turns a request already holds (= the step it asks for).
@@ -223,9 +230,9 @@ fn expected_login_actions(l: &Login, enter: &str) -> Vec<Action> {
     ]
 }
 
-fn assert_logged_in(desktop: &MockDesktop, output: &LoopOutput, server: &FakeServer, enter: &str, login: &Login) {
+fn assert_logged_in(desktop: &MockDesktop, output: &AttemptOutput, server: &FakeServer, enter: &str, login: &Login) {
     assert!(server.problems().is_empty(), "wire problems: {:#?}", server.problems());
-    assert!(succeeded(output), "{:?}", output.end);
+    assert!(succeeded(output), "{:?}", output.ending);
     assert_eq!(desktop.actions(), expected_login_actions(login, enter));
     let state = desktop.mock_state();
     assert_eq!(state.screen, "welcome", "{state:?}");
@@ -335,7 +342,7 @@ async fn anthropic_zoom_on_the_newer_tool() {
     let model_spec = spec(json!({"provider": "anthropic", "model": "claude-opus-4-5"}));
     let model = backends::model(&model_spec, &shared, None).unwrap();
     let (output, _) = run_task(task(model_spec, 5, 3), model, desktop).await;
-    assert!(succeeded(&output), "{:?}", output.end);
+    assert!(succeeded(&output), "{:?}", output.ending);
     assert!(server.problems().is_empty(), "{:#?}", server.problems());
     let requests = server.requests();
     assert_eq!(requests[0].headers["anthropic-beta"], "computer-use-2025-11-24");
@@ -428,7 +435,7 @@ async fn openai_preview_tool_declares_the_scaled_display() {
     let model_spec = spec(json!({"provider": "openai"}));
     let model = backends::model(&model_spec, &shared, None).unwrap();
     let (output, _) = run_task(task(model_spec, 5, 3), model, desktop).await;
-    assert!(succeeded(&output), "{:?}", output.end);
+    assert!(succeeded(&output), "{:?}", output.ending);
     assert!(server.problems().is_empty(), "{:#?}", server.problems());
     let tool = &server.requests()[0].body["tools"][0];
     assert_eq!(
@@ -474,7 +481,7 @@ async fn gemini_grid_thought_signatures_and_confirmation() {
     *points.lock().unwrap() = Some(login_points(&desktop, model.as_ref()));
     let (output, events) = run_task(task(model_spec, 10, 3), model, desktop.clone()).await;
     assert!(server.problems().is_empty(), "{:#?}", server.problems());
-    assert!(succeeded(&output), "{:?}", output.end);
+    assert!(succeeded(&output), "{:?}", output.ending);
     // click_at, then type_text_at = click + type; then click + type + Enter.
     let u = login.username_screen;
     let pw = login.password_screen;
@@ -896,7 +903,7 @@ async fn a_small_context_window_compacts_old_steps_into_a_summary() {
     let model_spec = spec(json!({"provider": "anthropic", "model": "claude-sonnet-4-5"}));
     let model = backends::model(&model_spec, &shared, None).unwrap();
     let (output, _) = run_task(task(model_spec, 40, 3), model, desktop.clone()).await;
-    assert!(succeeded(&output), "{:?}", output.end);
+    assert!(succeeded(&output), "{:?}", output.ending);
     assert!(server.problems().is_empty(), "{:#?}", server.problems());
     let requests = server.requests();
     assert_eq!(requests.len(), 25);
@@ -1006,7 +1013,7 @@ async fn mover(vendor: Vendor, moves: usize, summary: Option<&'static str>) -> F
 }
 
 /// The compactions the record notes: (step, steps compacted, reason, by).
-fn compactions(output: &LoopOutput) -> Vec<(u32, u32, String, String)> {
+fn compactions(output: &AttemptOutput) -> Vec<(u32, u32, String, String)> {
     output
         .steps
         .iter()
@@ -1045,7 +1052,7 @@ async fn openai_and_compatible_compact_near_a_configured_window() {
         let model = backends::model(&model_spec, &shared, None).unwrap();
         assert_eq!(model.context_window(), Some(9000), "{provider}");
         let (output, _) = run_task(task(model_spec, 40, 3), model, desktop.clone()).await;
-        assert!(succeeded(&output), "{provider}: {:?}", output.end);
+        assert!(succeeded(&output), "{provider}: {:?}", output.ending);
         assert!(server.problems().is_empty(), "{provider}: {:#?}", server.problems());
         let requests = server.requests();
         assert_eq!(requests.len(), 25, "{provider}: no extra call for a mechanical summary");
@@ -1085,7 +1092,7 @@ async fn a_model_written_summary_is_one_extra_call_counted_in_usage() {
         let mut task = task(model_spec, 40, 3);
         task.history = HistoryBudget { keep_steps: Some(4), max_tokens: None, compaction: Compaction::Model };
         let (output, _) = run_task(task, model, desktop.clone()).await;
-        assert!(succeeded(&output), "{provider}: {:?}", output.end);
+        assert!(succeeded(&output), "{provider}: {:?}", output.ending);
         assert!(server.problems().is_empty(), "{provider}: {:#?}", server.problems());
         let requests = server.requests();
         let summaries: Vec<&Recorded> = requests.iter().filter(|r| is_summary_call(r)).collect();
@@ -1127,7 +1134,7 @@ async fn a_summary_call_without_text_falls_back_to_the_mechanical_summary() {
     let mut task = task(model_spec, 40, 3);
     task.history = HistoryBudget { keep_steps: Some(4), max_tokens: None, compaction: Compaction::Model };
     let (output, _) = run_task(task, model, desktop.clone()).await;
-    assert!(succeeded(&output), "{:?}", output.end);
+    assert!(succeeded(&output), "{:?}", output.ending);
     let note = output.steps.iter().find_map(|s| s.history.as_ref()?.compacted.clone()).expect("a compaction");
     assert_eq!(note.by, Compaction::Mechanical);
     assert!(note.fallback.as_deref().is_some_and(|f| f.contains("no text")), "{note:?}");
@@ -1198,11 +1205,11 @@ async fn a_resumed_attempt_starts_from_the_recorded_summary() {
     };
     // The first attempt stops after 7 steps (as a lost worker would leave it): one compaction, at step 5.
     let first = attempt(7, Vec::new()).await;
-    assert_eq!(first.steps.len(), 7, "{:?}", first.end);
+    assert_eq!(first.steps.len(), 7, "{:?}", first.ending);
     assert_eq!(compactions(&first).iter().map(|c| c.0).collect::<Vec<_>>(), [5]);
     let before = server.requests().len();
     let second = attempt(40, first.steps.clone()).await;
-    assert!(succeeded(&second), "{:?}", second.end);
+    assert!(succeeded(&second), "{:?}", second.ending);
     let requests = server.requests();
     let resumed = &requests[before];
     assert!(!is_summary_call(resumed), "the resumed attempt summarised again");

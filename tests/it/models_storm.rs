@@ -9,7 +9,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentd::agent::LoopEnd;
+use agentd::agent::Ending;
 use agentd::backends;
 use agentd_computer::Size;
 use agentd_mock::{MockDesktop, Scene};
@@ -84,7 +84,7 @@ async fn a_storm_is_not_multiplied_by_the_number_of_tasks() {
     let outputs = futures_util::future::join_all(runs).await;
     assert!(server.problems().is_empty(), "{:#?}", server.problems());
     for (i, (output, _)) in outputs.iter().enumerate() {
-        assert!(matches!(&output.end, LoopEnd::Finished(o) if o.success), "task {i}: {:?}", output.end);
+        assert!(matches!(&output.ending, Ending::Finished(o) if o.success), "task {i}: {:?}", output.ending);
         assert_eq!(output.steps.len(), STEPS, "task {i}");
     }
 

@@ -539,7 +539,7 @@ fn anthropic_cache_breakpoints_survive_dropping_screenshots() {
 mod declared_tools {
     use std::sync::Arc;
 
-    use agentd::agent::{LoopEnd, LoopOutput};
+    use agentd::agent::{AttemptOutput, Ending};
     use agentd::backends;
     use agentd::model::{Model, ToolSpec};
     use agentd::task::ModelSpec;
@@ -577,7 +577,7 @@ mod declared_tools {
         }
     }
 
-    async fn run_with_tool(model_spec: ModelSpec, model: Arc<dyn Model>) -> LoopOutput {
+    async fn run_with_tool(model_spec: ModelSpec, model: Arc<dyn Model>) -> AttemptOutput {
         let tools = Toolbox::empty().with_tool(Arc::new(Lookup)).expect("toolbox");
         crate::models::one_attempt(
             task(model_spec, 5, 3),
@@ -591,8 +591,8 @@ mod declared_tools {
 
     /// What every vendor's run must show: success, no wire problem, two requests, no details on the wire, and
     /// the record holding both envelopes with their details.
-    fn check_run(output: &LoopOutput, server: &FakeServer) -> Vec<Recorded> {
-        assert!(matches!(&output.end, LoopEnd::Finished(o) if o.success), "{:?}", output.end);
+    fn check_run(output: &AttemptOutput, server: &FakeServer) -> Vec<Recorded> {
+        assert!(matches!(&output.ending, Ending::Finished(o) if o.success), "{:?}", output.ending);
         assert!(server.problems().is_empty(), "wire problems: {:#?}", server.problems());
         let requests = server.requests();
         assert_eq!(requests.len(), 2);

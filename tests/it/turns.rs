@@ -347,7 +347,7 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
 
     use agentd::agent::events::EventSink;
     use agentd::agent::journal::MemoryJournal;
-    use agentd::agent::{LoopEnd, LoopInput, run};
+    use agentd::agent::{Attempt, Built, Ending, RunContext, run};
     use agentd::artifacts::{FsStore, Uploader};
     use agentd::model::scripted::{Script, ScriptedModel};
     use agentd::record::{EndReason, Outcome, StepRecord, Turn};
@@ -371,48 +371,57 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
     });
     let input = |resume: Vec<StepRecord>, turns: Vec<Turn>| {
         let (events, _rx) = EventSink::channel("t1", 1);
-        LoopInput {
-            task_id: "t1".into(),
-            attempt: 1,
-            task: ResolvedTask {
-                instructions: "log in".into(),
-                computer: ComputerSpec::Mock(MockSpec::default()),
-                model: ModelSpec::Scripted(ScriptedSpec {
-                    script: ScriptSource::Path("unused".into()),
-                    params: Default::default(),
-                }),
-                limits: Limits { max_steps: 2, timeout_secs: 60, max_cost_usd: 1.0 },
-                keep_screenshots: 3,
-                tools: Vec::new(),
-                output_schema: None,
-                secrets: Default::default(),
-                guard: Default::default(),
-                verify: Vec::new(),
-                verify_retries: 2,
-                ask_human: false,
-                approval: Vec::new(),
-                history: Default::default(),
+        (
+            Attempt {
+                task: ResolvedTask {
+                    instructions: "log in".into(),
+                    computer: ComputerSpec::Mock(MockSpec::default()),
+                    model: ModelSpec::Scripted(ScriptedSpec {
+                        script: ScriptSource::Path("unused".into()),
+                        params: Default::default(),
+                    }),
+                    limits: Limits { max_steps: 2, timeout_secs: 60, max_cost_usd: 1.0 },
+                    keep_screenshots: 3,
+                    tools: Vec::new(),
+                    output_schema: None,
+                    secrets: Default::default(),
+                    guard: Default::default(),
+                    verify: Vec::new(),
+                    verify_retries: 2,
+                    ask_human: false,
+                    approval: Vec::new(),
+                    history: Default::default(),
+                },
+                settle: Default::default(),
+                context: RunContext {
+                    task_id: "t1".into(),
+                    attempt: 1,
+                    uploader: uploader.clone(),
+                    journal: Arc::new(MemoryJournal::default()),
+                    events,
+                    cancel: Default::default(),
+                    shutdown: Default::default(),
+                    resume,
+                    elapsed_before: Duration::ZERO,
+                    turns,
+                    pause: Default::default(),
+                    handed_back: None,
+                },
             },
-            computer: crate::doubles::RecordingScreen::new(Size::new(640, 400)),
-            model: model.clone(),
-            tools: Arc::new(agentd::tools::Toolbox::empty()),
-            uploader: uploader.clone(),
-            journal: Arc::new(MemoryJournal::default()),
-            events,
-            cancel: Default::default(),
-            shutdown: Default::default(),
-            resume,
-            elapsed_before: Duration::ZERO,
-            settle: Default::default(),
-            verifier: Default::default(),
-            turns,
-            pause: Default::default(),
-            handed_back: None,
-        }
+            Built {
+                computer: crate::doubles::RecordingScreen::new(Size::new(640, 400)),
+                model: model.clone(),
+                tools: Arc::new(agentd::tools::Toolbox::empty()),
+                verifier: Default::default(),
+            },
+        )
     };
-    let first = run(input(Vec::new(), Vec::new())).await;
-    let first_outcome = match &first.end {
-        LoopEnd::Finished(outcome) => outcome.clone(),
+    let first = {
+        let (attempt, built) = input(Vec::new(), Vec::new());
+        run(attempt, built).await
+    };
+    let first_outcome = match &first.ending {
+        Ending::Finished(outcome) => outcome.clone(),
         other => panic!("{other:?}"),
     };
     assert_eq!(first.steps.len(), 2);
@@ -437,8 +446,11 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
         },
     ];
     // Two more steps under `max_steps: 2`: the limit counts this turn's steps only.
-    let second = run(input(first.steps.clone(), turns.clone())).await;
-    assert_eq!(second.end, LoopEnd::Finished(Outcome::completed(true, "second done".into(), None)));
+    let second = {
+        let (attempt, built) = input(first.steps.clone(), turns.clone());
+        run(attempt, built).await
+    };
+    assert_eq!(second.ending, Ending::Finished(Outcome::completed(true, "second done".into(), None)));
     assert_eq!(second.steps.iter().map(|s| s.index).collect::<Vec<_>>(), [0, 1, 2, 3]);
     let calls = model.calls.lock().expect("calls").clone();
     assert_eq!(calls.len(), 4);
@@ -453,11 +465,14 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
     assert_eq!(calls[3].1[2].join("\n"), told, "then it stays with its step in the history");
 
     // The worker died after step 2: the next attempt keeps the message with step 2 and is not told again.
-    let resumed = run(input(second.steps[..3].to_vec(), turns)).await;
+    let resumed = {
+        let (attempt, built) = input(second.steps[..3].to_vec(), turns);
+        run(attempt, built).await
+    };
     assert!(
-        matches!(resumed.end, LoopEnd::Finished(Outcome { reason: EndReason::Completed, .. })),
+        matches!(resumed.ending, Ending::Finished(Outcome { reason: EndReason::Completed, .. })),
         "{:?}",
-        resumed.end
+        resumed.ending
     );
     let calls = model.calls.lock().expect("calls").clone();
     let (notes, history) = calls.last().expect("a call");

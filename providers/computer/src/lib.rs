@@ -5,7 +5,7 @@
 //! the [`ComputerProvider`] trait with its typed [`ProviderError`], and a [`conformance`] kit every provider
 //! runs in its tests; and [`locate`], the one field locator of the JSON files people write (task files,
 //! scripts, scenes), which agentd and the mock provider share; [`outbound`], the one policy for where a
-//! task may connect, which agentd and the providers that open connections apply; and [`pointer`], what every
+//! task may connect, which agentd and the providers that open connections apply; and [`mod@pointer`], what every
 //! provider does the same with the pointer and its screens (wheel notches, drag paths, monitors, one provider
 //! per configuration per process). Providers know nothing of queues, models or
 //! storage; the agent loop knows providers only through this crate.

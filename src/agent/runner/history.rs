@@ -14,39 +14,48 @@ type Written = Result<(String, Usage), (String, Usage)>;
 impl Loop {
     /// The budget of this task with this model.
     fn budget(&self) -> Budget {
-        let history = &self.input.task.history;
+        let history = &self.task.history;
         Budget {
             keep_steps: history.keep_steps,
             max_tokens: history.max_tokens,
-            window: self.input.model.context_window(),
+            window: self.built.model.context_window(),
         }
     }
 
     /// Keeps the history within its budget before step `step`'s model call (`screenshot` is that step's).
-    /// Returns what was done, for the step's record; the usage of a summary call is in `self.usage` already.
+    /// Returns what was done, for the step's record; the usage of a summary call is in `self.tallies.usage` already.
     pub(super) async fn keep_budget(&mut self, step: u32, screenshot: &ModelImage) -> Option<HistoryNote> {
-        let mut screenshots_dropped = self.policy.apply(&mut self.history) as u32;
-        let instructions = &self.input.task.instructions;
+        let mut screenshots_dropped = self.conversation.policy.apply(&mut self.conversation.exchanges) as u32;
+        let instructions = &self.task.instructions;
         // A call that drops a chunk of screenshots rewrites the cached prompt from the oldest of them on: a
         // compaction due within the chunk happens on it too (see `Budget::plan_ahead`).
-        let ahead = if screenshots_dropped > 0 { self.policy.chunk as usize - 1 } else { 0 };
-        let compacted = match self.budget().plan_ahead(&self.history, self.summary.as_deref(), instructions, ahead) {
+        let ahead = if screenshots_dropped > 0 { self.conversation.policy.chunk as usize - 1 } else { 0 };
+        let compacted = match self.budget().plan_ahead(
+            &self.conversation.exchanges,
+            self.conversation.summary.as_deref(),
+            instructions,
+            ahead,
+        ) {
             None => None,
             Some(plan) => {
-                let old: Vec<Exchange> = self.history.drain(..plan.take).collect();
+                let old: Vec<Exchange> = self.conversation.exchanges.drain(..plan.take).collect();
                 // The compaction rewrites the whole cached prompt after the instructions: the screenshots
                 // beyond `keep` go with it, not in a chunk of their own later.
-                screenshots_dropped += ContextPolicy::new(self.policy.keep, 1).apply(&mut self.history) as u32;
-                let through = self.history.first().map_or(step, |e| e.step);
-                let wanted = self.input.task.history.compaction;
+                screenshots_dropped +=
+                    ContextPolicy::new(self.conversation.policy.keep, 1).apply(&mut self.conversation.exchanges) as u32;
+                let through = self.conversation.exchanges.first().map_or(step, |e| e.step);
+                let wanted = self.task.history.compaction;
                 let (summary, by, usage, fallback) = match wanted {
-                    Compaction::Mechanical => {
-                        (context::mechanical(self.summary.as_deref(), &old), Compaction::Mechanical, None, None)
-                    }
+                    Compaction::Mechanical => (
+                        context::mechanical(self.conversation.summary.as_deref(), &old),
+                        Compaction::Mechanical,
+                        None,
+                        None,
+                    ),
                     Compaction::Model => match self.written_summary(step, &old, screenshot).await {
                         Ok((text, usage)) => (context::bounded(&text), Compaction::Model, Some(usage), None),
                         Err((why, usage)) => (
-                            context::mechanical(self.summary.as_deref(), &old),
+                            context::mechanical(self.conversation.summary.as_deref(), &old),
                             Compaction::Mechanical,
                             Some(usage).filter(|u| *u != Usage::default()),
                             Some(why),
@@ -54,10 +63,10 @@ impl Loop {
                     },
                 };
                 if let Some(usage) = &usage {
-                    self.usage.add(usage);
+                    self.tallies.usage.add(usage);
                 }
-                self.summary = Some(summary.clone());
-                let tokens_after = context::estimate_tokens(&self.history, Some(&summary), instructions);
+                self.conversation.summary = Some(summary.clone());
+                let tokens_after = context::estimate_tokens(&self.conversation.exchanges, Some(&summary), instructions);
                 tracing::info!(step, steps = old.len(), by = by.as_str(), reason = ?plan.reason, "history compacted");
                 Some(CompactionNote {
                     steps: old.len() as u32,
@@ -81,19 +90,19 @@ impl Loop {
     async fn written_summary(&self, step: u32, old: &[Exchange], screenshot: &ModelImage) -> Written {
         let notes = [SUMMARY_REQUEST.to_string()];
         let request = ModelRequest {
-            instructions: &self.input.task.instructions,
+            instructions: &self.task.instructions,
             history: old,
             screenshot,
             notes: &notes,
-            tools: &self.specs,
-            screen: self.screen,
+            tools: &self.conversation.specs,
+            screen: self.screen.size,
             step,
-            summary: self.summary.as_deref(),
+            summary: self.conversation.summary.as_deref(),
         };
         let ignore = |_: Delta<'_>| {};
         let result = tokio::select! {
-            result = self.input.model.next_turn(request, &ignore) => result,
-            () = self.input.cancel.cancelled() => return Err(("cancelled".into(), Usage::default())),
+            result = self.built.model.next_turn(request, &ignore) => result,
+            () = self.context.cancel.cancelled() => return Err(("cancelled".into(), Usage::default())),
             () = tokio::time::sleep_until(self.deadline.into()) => {
                 return Err(("the time limit was reached".into(), Usage::default()));
             }
@@ -108,14 +117,14 @@ impl Loop {
     /// A resumed attempt's history as the last recorded compaction left it: the summary, and only the
     /// exchanges from its `through` step on.
     pub(super) fn restore_summary(&mut self) {
-        let pending = self.pending_approval.iter().chain(&self.pending_tools);
+        let pending = self.resumed.pending_approval.iter().chain(&self.resumed.pending_tools);
         let last = pending
             .chain(self.steps.iter().rev())
             .find_map(|s| s.history.as_ref().and_then(|h| h.compacted.as_ref()))
             .map(|c| (c.summary.clone(), c.through));
         if let Some((summary, through)) = last {
-            self.summary = Some(summary);
-            self.history.retain(|e| e.step >= through);
+            self.conversation.summary = Some(summary);
+            self.conversation.exchanges.retain(|e| e.step >= through);
         }
     }
 }

@@ -5,7 +5,7 @@
 //! is set aside for `waits`. A completion already made, and structured outputs already refused, count as they
 //! did.
 
-use super::{Loop, LoopEnd, Stop, error_outcome, out_of_tries, turn_of, verifying};
+use super::{Ending, Loop, Stop, error_outcome, out_of_tries, turn_of, verifying};
 use crate::model::{CallKind, Exchange, ToolResult};
 use crate::record::{ActionResult, Outcome, StepRecord, Turn};
 use crate::tools::{CompletionError, Effect, MAX_INVALID_OUTPUTS, Toolbox};
@@ -26,16 +26,16 @@ impl Loop {
     pub(super) fn restore(&mut self, resume: Vec<StepRecord>) -> Vec<usize> {
         // Steps of earlier turns (§19) are history only: what they left waiting or unfinished ended with
         // their turn, and is neither settled, resumed nor journaled again.
-        let first_step = self.input.turns.last().map_or(0, |turn| turn.first_step);
+        let first_step = self.context.turns.last().map_or(0, |turn| turn.first_step);
         let (earlier, mut resume): (Vec<StepRecord>, Vec<StepRecord>) =
             resume.into_iter().partition(|step| step.index < first_step);
         let earlier_cost: f64 = earlier.iter().map(|step| step.usage.cost_usd).sum();
-        self.turn_base = (earlier.len(), earlier_cost);
-        let boundaries = turn_messages(&self.input.turns);
+        self.resumed.turn_base = (earlier.len(), earlier_cost);
+        let boundaries = turn_messages(&self.context.turns);
         for step in earlier {
-            self.usage.add(&step.usage);
+            self.tallies.usage.add(&step.usage);
             let notes = boundaries.iter().filter(|(at, _)| *at == step.index).map(|(_, text)| text.clone()).collect();
-            self.history.push(Exchange {
+            self.conversation.exchanges.push(Exchange {
                 step: step.index,
                 screenshot: None,
                 notes,
@@ -57,39 +57,39 @@ impl Loop {
         let current: Vec<String> =
             boundaries.iter().filter(|(at, _)| *at == first_step).map(|(_, text)| text.clone()).collect();
         if resume.first().is_some_and(|step| step.index == first_step) {
-            self.resumed_turn_notes = current;
+            self.resumed.turn_notes = current;
         } else {
-            self.notes.extend(current);
+            self.conversation.notes.extend(current);
         }
         // A step held for a human: still waiting, or approved with none of its calls begun. One whose calls
         // began (`started`) and did not finish was interrupted, like any other step: they never run again.
         if resume.last().is_some_and(|s| {
             !s.finished && s.approval.as_ref().is_some_and(|a| a.approved.is_none() || a.awaits_its_run())
         }) {
-            self.pending_approval = resume.pop();
+            self.resumed.pending_approval = resume.pop();
         }
         // A last step parked for remote tool results is no interrupted step: its calls after the awaited
         // ones never ran, and they run once the answers are in (`settle_pending_tools`).
         if resume.last().is_some_and(|s| !s.finished && !s.awaiting_tools.is_empty()) {
-            self.pending_tools = resume.pop();
+            self.resumed.pending_tools = resume.pop();
         }
-        self.resumed_completion = resume.last().and_then(|step| completion_made(step, &self.input.tools));
-        if self.resumed_completion.is_some() {
-            self.final_checks = resume.last().and_then(verifying::passed_checks);
+        self.resumed.completion = resume.last().and_then(|step| completion_made(step, &self.built.tools));
+        if self.resumed.completion.is_some() {
+            self.tallies.final_checks = resume.last().and_then(verifying::passed_checks);
         }
-        self.verify_failures = verifying::failed_rounds(&resume);
-        let (invalid, problems) = invalid_outputs(&resume, &self.input.tools);
-        self.invalid_outputs = invalid;
-        if self.resumed_completion.is_none() && invalid >= MAX_INVALID_OUTPUTS {
+        self.tallies.verify_failures = verifying::failed_rounds(&resume);
+        let (invalid, problems) = invalid_outputs(&resume, &self.built.tools);
+        self.tallies.invalid_outputs = invalid;
+        if self.resumed.completion.is_none() && invalid >= MAX_INVALID_OUTPUTS {
             // The last try was refused and the worker died before the end was recorded: end as it would have.
-            self.resumed_completion = Some(error_outcome(&out_of_tries(invalid, &problems)));
+            self.resumed.completion = Some(error_outcome(&out_of_tries(invalid, &problems)));
         }
         let mut interrupted = false;
         for step in &resume {
-            self.usage.add(&step.usage);
+            self.tallies.usage.add(&step.usage);
             let notes =
-                if step.index == first_step { std::mem::take(&mut self.resumed_turn_notes) } else { Vec::new() };
-            self.history.push(Exchange {
+                if step.index == first_step { std::mem::take(&mut self.resumed.turn_notes) } else { Vec::new() };
+            self.conversation.exchanges.push(Exchange {
                 step: step.index,
                 screenshot: None,
                 notes,
@@ -118,8 +118,8 @@ impl Loop {
             })
             .collect();
         self.steps.extend(current);
-        if let Some(pending) = self.pending_approval.as_ref().or(self.pending_tools.as_ref()) {
-            self.usage.add(&pending.usage);
+        if let Some(pending) = self.resumed.pending_approval.as_ref().or(self.resumed.pending_tools.as_ref()) {
+            self.tallies.usage.add(&pending.usage);
         }
         self.restore_summary();
         // The guard counts as it did in the earlier attempts: each step with the change the next one saw.
@@ -127,13 +127,13 @@ impl Loop {
             self.guard.observe(&pair[0], pair[1].screen_changed);
         }
         if interrupted {
-            self.notes.push(RESUME_NOTE.to_string());
+            self.conversation.notes.push(RESUME_NOTE.to_string());
         }
         unfinished
     }
 
     /// Journals the steps `restore` marked, so the task's record says what became of their actions too.
-    pub(super) async fn journal_interrupted(&self, positions: &[usize]) -> Result<(), LoopEnd> {
+    pub(super) async fn journal_interrupted(&self, positions: &[usize]) -> Result<(), Ending> {
         for step in positions.iter().filter_map(|&i| self.steps.get(i)) {
             self.journal(step).await.map_err(|Stop::End(end)| end)?;
         }

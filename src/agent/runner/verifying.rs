@@ -8,7 +8,7 @@
 
 use serde_json::json;
 
-use super::{Executed, Loop};
+use super::{Ending, Executed, Loop};
 use crate::model::{CallKind, TASK_COMPLETION};
 use crate::record::{CheckResult, EndReason, EventKind, Outcome, StepRecord};
 use crate::verify::{Subject, failures};
@@ -51,7 +51,7 @@ impl Loop {
     /// Runs a round for a successful completion in `executed`: passing, the completion stands and the round is
     /// the final one; failing, the completion becomes the call's error (or, out of retries, the end).
     pub(super) async fn verify_completion(&mut self, record: &StepRecord, executed: &mut Executed) {
-        if self.input.verifier.is_empty() || executed.stop.is_some() {
+        if self.built.verifier.is_empty() || executed.stop.is_some() {
             return;
         }
         let Some(completion) = executed.completion.clone().filter(|c| c.success) else {
@@ -65,24 +65,24 @@ impl Loop {
                 let checks = serde_json::to_value(&results).unwrap_or_default();
                 executed.details.insert(call.id.clone(), json!({ PASSED_CHECKS: checks }));
             }
-            self.final_checks = Some(results);
+            self.tallies.final_checks = Some(results);
             return;
         }
-        self.verify_failures += 1;
+        self.tallies.verify_failures += 1;
         let failed = failures(&results);
-        let retries = self.input.verifier.retries();
-        let left = (retries + 1).saturating_sub(self.verify_failures);
+        let retries = self.built.verifier.retries();
+        let left = (retries + 1).saturating_sub(self.tallies.verify_failures);
         let message = if left == 0 {
             executed.completion = None;
             let summary = format!(
                 "verification failed after {} round(s) (limits.verify_retries is {retries}): {failed}",
-                self.verify_failures
+                self.tallies.verify_failures
             );
-            executed.stop = Some(super::LoopEnd::Finished(Outcome {
+            executed.stop = Some(Ending::Finished(Outcome {
                 output: completion.output.clone(),
                 ..Outcome::new(false, summary, EndReason::VerificationFailed)
             }));
-            self.final_checks = Some(results);
+            self.tallies.final_checks = Some(results);
             format!("{REFUSED}: {failed} (no retries left: the task ends failed)")
         } else {
             executed.completion = None;
@@ -104,10 +104,10 @@ impl Loop {
 
     /// One round of the task's checks on the computer as it is now.
     pub(super) async fn verify_round(&mut self, completion: Option<&Outcome>) -> Vec<CheckResult> {
-        self.verify_rounds += 1;
-        let round = self.verify_rounds;
-        let secrets = self.input.tools.secrets().clone();
-        let mut state = self.input.computer.state().await;
+        self.tallies.verify_rounds += 1;
+        let round = self.tallies.verify_rounds;
+        let secrets = self.built.tools.secrets().clone();
+        let mut state = self.built.computer.state().await;
         let mut steps = self.steps.clone();
         if !secrets.is_empty() {
             if let Some(state) = &mut state {
@@ -116,9 +116,9 @@ impl Loop {
             steps.iter_mut().for_each(|s| secrets.redact_step(s));
         }
         let record = json!({
-            "id": self.input.task_id,
-            "attempt": self.input.attempt,
-            "instructions": self.input.task.instructions,
+            "id": self.context.task_id,
+            "attempt": self.context.attempt,
+            "instructions": self.task.instructions,
             "completion": completion.map(|c| json!({"success": c.success, "summary": c.summary, "output": c.output})),
             "steps": steps,
             "computer_state": state,
@@ -126,16 +126,16 @@ impl Loop {
         // Checks at the end of a cancelled task still run to their own time limits.
         let cancel = tokio_util::sync::CancellationToken::new();
         let subject = Subject {
-            computer: self.input.computer.as_ref(),
+            computer: self.built.computer.as_ref(),
             output: completion.and_then(|c| c.output.as_ref()),
             record,
-            uploader: &self.input.uploader,
-            task_id: &self.input.task_id,
-            attempt: self.input.attempt,
+            uploader: &self.context.uploader,
+            task_id: &self.context.task_id,
+            attempt: self.context.attempt,
             round,
             cancel: &cancel,
         };
-        let mut results = self.input.verifier.round(&subject).await;
+        let mut results = self.built.verifier.round(&subject).await;
         if !secrets.is_empty() {
             for result in &mut results {
                 result.message = secrets.redact(&result.message).into_owned();
@@ -146,22 +146,22 @@ impl Loop {
         }
         let ok = results.iter().all(|r| r.ok);
         tracing::info!(round, ok, "verifier checks ran");
-        self.input.events.emit(EventKind::VerifyFinished { round, ok, checks: results.clone() });
+        self.context.events.emit(EventKind::VerifyFinished { round, ok, checks: results.clone() });
         results
     }
 
     /// The checks at the end (§16), into the outcome: the completion's round when it ended the task, else a
     /// new round when the task is over and the computer was reached (not for a cancelled task).
-    pub(super) async fn verify_at_end(&mut self, end: &mut super::LoopEnd) {
-        let super::LoopEnd::Finished(outcome) = end else {
+    pub(super) async fn verify_at_end(&mut self, end: &mut Ending) {
+        let Ending::Finished(outcome) = end else {
             return;
         };
-        if self.input.verifier.is_empty() {
+        if self.built.verifier.is_empty() {
             return;
         }
-        let results = match self.final_checks.take() {
+        let results = match self.tallies.final_checks.take() {
             Some(results) => results,
-            None if outcome.reason != EndReason::Cancelled && self.screen.width > 0 => {
+            None if outcome.reason != EndReason::Cancelled && self.screen.size.width > 0 => {
                 let completion = (outcome.reason == EndReason::Completed).then(|| outcome.clone());
                 self.verify_round(completion.as_ref()).await
             }

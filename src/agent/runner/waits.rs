@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use agentd_computer::Action;
 
-use super::{Executed, Loop, LoopEnd, Stop, provider_end, turn_of};
+use super::{Ending, Executed, Loop, Stop, provider_end, turn_of};
 use crate::model::{CallKind, Exchange, ModelTurn, ToolResult};
 use crate::record::events::EventKind;
 use crate::record::{HandBack, Outcome, StepRecord, TAKEOVER_REASON};
@@ -19,14 +19,14 @@ impl Loop {
     /// replay; the step is journaled as begun before they run, so a worker lost while they run leaves it
     /// interrupted, never run twice.
     pub(super) async fn settle_pending_approval(&mut self) -> Result<Option<Outcome>, Stop> {
-        let Some(mut record) = self.pending_approval.take() else {
+        let Some(mut record) = self.resumed.pending_approval.take() else {
             return Ok(None);
         };
         let reason = record.approval.as_ref().map(|a| a.reason.clone()).unwrap_or_default();
         let Some(approval) = record.approval.as_mut().filter(|a| a.awaits_its_run()) else {
             // Still no answer (a lease taken before one came): go back to waiting.
             self.steps.push(record);
-            return Err(Stop::End(LoopEnd::WaitingForHuman { reason }));
+            return Err(Stop::End(Ending::WaitingForHuman(reason)));
         };
         approval.started = true;
         self.journal(&record).await?;
@@ -45,7 +45,7 @@ impl Loop {
         for call in &mut run.calls {
             if let CallKind::Computer { actions } = &mut call.kind {
                 *actions = if std::mem::take(&mut first) {
-                    edited.iter().map(|a| self.coords.action_to_model(a)).collect()
+                    edited.iter().map(|a| self.screen.coords.action_to_model(a)).collect()
                 } else {
                     Vec::new()
                 };
@@ -63,7 +63,7 @@ impl Loop {
     /// this is no replay), the step finishes normally, and the model's history carries every result. Still
     /// unanswered (a lease taken before the answers came): back to awaiting them.
     pub(super) async fn settle_pending_tools(&mut self) -> Result<Option<Outcome>, Stop> {
-        let Some(mut record) = self.pending_tools.take() else {
+        let Some(mut record) = self.resumed.pending_tools.take() else {
             return Ok(None);
         };
         let still = record.pending_tool_calls();
@@ -103,7 +103,7 @@ impl Loop {
         record.actions.extend(planned.iter().cloned());
         self.journal(&record).await?;
         let before = if !failed && planned.iter().any(Action::is_input) {
-            Some(self.input.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?)
+            Some(self.built.computer.screenshot().await.map_err(|e| Stop::End(provider_end(&e)))?)
         } else {
             None
         };
@@ -132,12 +132,12 @@ impl Loop {
     ) -> Result<Option<Outcome>, Stop> {
         self.complete_step(&mut record, &mut executed, started).await?;
         let mut notes = notes;
-        if record.index == self.input.turns.last().map_or(0, |turn| turn.first_step) {
-            notes.splice(0..0, std::mem::take(&mut self.resumed_turn_notes));
+        if record.index == self.context.turns.last().map_or(0, |turn| turn.first_step) {
+            notes.splice(0..0, std::mem::take(&mut self.resumed.turn_notes));
         }
         let mut turn = turn;
-        self.input.tools.secrets().redact_turn(&mut turn);
-        self.history.push(Exchange {
+        self.built.tools.secrets().redact_turn(&mut turn);
+        self.conversation.exchanges.push(Exchange {
             step: record.index,
             screenshot: None,
             notes,
@@ -152,24 +152,24 @@ impl Loop {
     }
 
     /// A take-over (§20) asked for: the loop stops at this step boundary, saying it waits for the person.
-    pub(super) fn pause_requested(&self) -> Option<LoopEnd> {
-        if !self.input.pause.is_cancelled() {
+    pub(super) fn pause_requested(&self) -> Option<Ending> {
+        if !self.context.pause.is_cancelled() {
             return None;
         }
-        self.input.events.emit(EventKind::WaitingForHuman {
+        self.context.events.emit(EventKind::WaitingForHuman {
             reason: TAKEOVER_REASON.to_string(),
             question: None,
             call_id: None,
         });
-        Some(LoopEnd::Paused)
+        Some(Ending::Paused)
     }
 
     /// The first step after a take-over: the model hears a person had the desktop (the note goes with this
     /// step's screenshot), and the step's record keeps the hand-back returned here.
     pub(super) fn take_hand_back(&mut self) -> Option<HandBack> {
-        let handed_back = self.input.handed_back.take();
+        let handed_back = self.context.handed_back.take();
         if let Some(handed_back) = &handed_back {
-            self.notes.push(handed_back.model_note());
+            self.conversation.notes.push(handed_back.model_note());
         }
         handed_back
     }
