@@ -58,7 +58,9 @@ root.geometry("960x420+0+0")
 root.configure(background="#dddddd")
 
 text = tk.StringVar()
-entry = tk.Entry(root, textvariable=text, font=("DejaVu Sans", 14))
+# The caret does not blink (insertofftime 0): the screen of an idle recorder stays the same from one screenshot
+# to the next, however far apart they are taken (a blink between two is 48 changed pixels).
+entry = tk.Entry(root, textvariable=text, font=("DejaVu Sans", 14), insertofftime=0)
 entry.place(x=10, y=25, width=600, height=30)
 text.trace_add("write", lambda *_: record(event="text", value=text.get()))
 
