@@ -83,7 +83,10 @@ fn write_task(dir: &Path, computer: Value, script: Value) -> std::path::PathBuf 
         "instructions": "exercise the recorder app",
         "computer": computer,
         "model": {"provider": "scripted", "script": script},
-        "limits": {"max_steps": 40, "timeout_secs": 120}
+        "limits": {"max_steps": 40, "timeout_secs": 120},
+        // The scripts click where nothing on the screen changes (the recorder's log is what these tests judge),
+        // which the stuck-loop guard would rightly end as stuck.
+        "guard": {"no_change_steps": 0, "repeat_actions": 0, "idle_turns": 0, "wait_steps": 0}
     });
     let path = dir.join("task.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&task).expect("task json")).expect("write task");
