@@ -45,9 +45,9 @@ pub struct RunContext<'a> {
     /// Steps of earlier attempts (the loop continues after them).
     pub resume: Vec<StepRecord>,
     pub elapsed_before: Duration,
-    /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
+    /// The turns of the conversation (docs/humans.md), the current one last; empty for a task never sent a message.
     pub turns: Vec<crate::record::Turn>,
-    /// A person wants the desktop (§20 take-over): stop after the current step, [`Ending::Paused`].
+    /// A person wants the desktop (docs/humans.md take-over): stop after the current step, [`Ending::Paused`].
     pub pause: CancellationToken,
     /// A person had the desktop since the last attempt and handed it back: the next step tells the model.
     pub handed_back: Option<HandBack>,
@@ -69,7 +69,7 @@ pub enum Ending {
     LeaseLost(String),
     /// The last step waits for the API client to answer these `remote` tool calls.
     AwaitingTool(Vec<PendingToolCall>),
-    /// A pause was asked for (§20 take-over): stopped after a finished step, to wait for the person.
+    /// A pause was asked for (docs/humans.md take-over): stopped after a finished step, to wait for the person.
     Paused,
 }
 
@@ -137,7 +137,7 @@ pub struct Built {
     pub computer: Arc<dyn ComputerProvider>,
     pub model: Arc<dyn Model>,
     pub tools: Arc<Toolbox>,
-    /// The task's verifier checks (§16), made ready.
+    /// The task's verifier checks (docs/replay-and-verify.md), made ready.
     pub verifier: Arc<crate::verify::Verifier>,
 }
 

@@ -1,4 +1,4 @@
-//! Configuration (product contract §7): the TOML file, its defaults, `AGENTD_<SECTION>_<KEY>` overrides, and
+//! Configuration (docs/configuration.md): the TOML file, its defaults, `AGENTD_<SECTION>_<KEY>` overrides, and
 //! validation that reports every problem at once, each with the file, the key and the line.
 //!
 //! Loading: the file (or built-in defaults when there is none) is parsed into a TOML table; environment
@@ -37,24 +37,26 @@ pub struct Config {
     pub defaults: TaskDefaults,
     /// How the loop waits for the screen after actions.
     pub settle: SettlePolicy,
-    /// `[guard]`: the stuck-loop guard's thresholds (§17) for tasks that do not set their own.
+    /// `[guard]`: the stuck-loop guard's thresholds (docs/task-file.md) for tasks that do not set their own.
     pub guard: GuardSpec,
-    /// `[tools.NAME]`: tools tasks name with `{"use": "NAME"}` (§13); the only place `command` tools come from.
+    /// `[tools.NAME]`: tools tasks name with `{"use": "NAME"}` (docs/tools.md); the only place `command` tools come
+    /// from.
     pub tools: BTreeMap<String, ToolDecl>,
-    /// `[verifiers.NAME]`: programs a task's `{"kind": "command", "use": "NAME"}` check runs (§16).
+    /// `[verifiers.NAME]`: programs a task's `{"kind": "command", "use": "NAME"}` check runs
+    /// (docs/replay-and-verify.md).
     pub verifiers: BTreeMap<String, VerifierDecl>,
-    /// `[log]`: how log lines are written (§22).
+    /// `[log]`: how log lines are written (docs/operations.md).
     pub log: LogConfig,
-    /// `[otel]`: where OpenTelemetry traces go (§22).
+    /// `[otel]`: where OpenTelemetry traces go (docs/operations.md).
     pub otel: OtelConfig,
-    /// `[retention]`: how long finished tasks are kept (§21).
+    /// `[retention]`: how long finished tasks are kept (docs/operations.md).
     pub retention: RetentionConfig,
     /// `[outbound]`: which internal addresses tasks submitted over the API may reach.
     pub outbound: OutboundConfig,
-    /// `[[approval]]`: approval rules for every task (§20), before each task's own.
+    /// `[[approval]]`: approval rules for every task (docs/humans.md), before each task's own.
     #[serde(default)]
     pub approval: Vec<crate::task::approval::ApprovalRule>,
-    /// `[[desktops]]`: the desktop pool (§23) the workers lease desktops from.
+    /// `[[desktops]]`: the desktop pool (docs/providers.md) the workers lease desktops from.
     #[serde(default)]
     pub desktops: Vec<DesktopConfig>,
     /// What loading noticed but did not refuse (an `AGENTD_*` variable that names no setting), for the
@@ -63,7 +65,7 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-/// One desktop of the pool (`[[desktops]]`, §23): a computer with a name and labels, and the commands the
+/// One desktop of the pool (`[[desktops]]`, docs/providers.md): a computer with a name and labels, and the commands the
 /// workers run around its tasks, each bounded by `timeout_secs`: `setup` when the daemon starts, `reset`
 /// before each task that did not run on it last, `teardown` when the daemon stops.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,7 +87,7 @@ pub struct DesktopConfig {
 }
 
 impl DesktopConfig {
-    /// Whether this desktop serves a task's pool request (§23): its name, or every label asked for.
+    /// Whether this desktop serves a task's pool request (docs/providers.md): its name, or every label asked for.
     pub fn serves(&self, request: &crate::task::DesktopSpec) -> bool {
         request.matches(self.name.as_str(), self.labels.iter().map(|l| l.as_str()))
     }
@@ -131,7 +133,8 @@ impl HookCommand {
     }
 }
 
-/// `[retention]` (§21): finished tasks older than `finished_days` are deleted with their steps, events and
+/// `[retention]` (docs/operations.md): finished tasks older than `finished_days` are deleted with their steps, events
+/// and
 /// artifacts by the daemon in the background, `batch` tasks at a time, every `interval_secs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -957,7 +960,7 @@ fn models(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BT
     Some(out)
 }
 
-/// `[tools.NAME]` tables: a tool declaration of §13 whose name is its key.
+/// `[tools.NAME]` tables: a tool declaration of docs/tools.md whose name is its key.
 fn tools(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTreeMap<String, ToolDecl>> {
     let toml::Value::Table(table) = value else {
         return section(value, "tools", problems);
@@ -981,7 +984,7 @@ fn tools(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTr
     Some(out)
 }
 
-/// `[verifiers.NAME]` tables (§16); `command` names a program.
+/// `[verifiers.NAME]` tables (docs/replay-and-verify.md); `command` names a program.
 fn verifiers(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTreeMap<String, VerifierDecl>> {
     let toml::Value::Table(table) = value else {
         return section(value, "verifiers", problems);

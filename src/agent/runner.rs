@@ -51,7 +51,7 @@ pub struct LoopInput {
     pub task: ResolvedTask,
     pub computer: Arc<dyn ComputerProvider>,
     pub model: Arc<dyn Model>,
-    /// The declared tools (§13) and `task_completion`.
+    /// The declared tools (docs/tools.md) and `task_completion`.
     pub tools: Arc<Toolbox>,
     pub uploader: Uploader,
     pub journal: Arc<dyn Journal>,
@@ -64,16 +64,16 @@ pub struct LoopInput {
     pub resume: Vec<StepRecord>,
     /// Time the task already ran in earlier attempts (counts against `timeout_secs`).
     pub elapsed_before: Duration,
-    /// A person wants the desktop (§20 take-over): stop after the current step with [`LoopEnd::Paused`].
+    /// A person wants the desktop (docs/humans.md take-over): stop after the current step with [`LoopEnd::Paused`].
     pub pause: CancellationToken,
     /// A person had the desktop since the last attempt and handed it back: the next step's screenshot goes
     /// to the model with their note (and the step's record keeps it).
     pub handed_back: Option<crate::record::HandBack>,
     /// How to wait for the screen after actions.
     pub settle: SettlePolicy,
-    /// The task's verifier checks (§16); empty when it has none.
+    /// The task's verifier checks (docs/replay-and-verify.md); empty when it has none.
     pub verifier: Arc<crate::verify::Verifier>,
-    /// The turns of the conversation (§19), the current one last; empty (or one) for a task never sent a
+    /// The turns of the conversation (docs/humans.md), the current one last; empty (or one) for a task never sent a
     /// message. The model sees the earlier turns' steps as history, each later turn's message beside the
     /// screenshot of its first step; limits count from the current turn's first step.
     pub turns: Vec<Turn>,
@@ -95,7 +95,7 @@ pub enum LoopEnd {
     AwaitingTool { calls: Vec<PendingToolCall> },
     /// A failure a later attempt may not hit (the computer or model was unreachable).
     Retryable(Outcome),
-    /// A pause was asked for (§20 take-over): the loop stopped after a finished step; a person uses the
+    /// A pause was asked for (docs/humans.md take-over): the loop stopped after a finished step; a person uses the
     /// desktop until they hand it back.
     Paused,
 }
@@ -187,12 +187,13 @@ struct Loop {
     specs: Vec<ToolSpec>,
     /// The resumed step that waits for a human's answer, if any.
     pending_approval: Option<StepRecord>,
-    /// The resumed step that parked for the API client's `remote` tool results (§13), if any.
+    /// The resumed step that parked for the API client's `remote` tool results (docs/tools.md), if any.
     pending_tools: Option<StepRecord>,
     /// The completion the last resumed step already made: the worker died after the model called
     /// `task_completion` and before the end was recorded. The task ends with it instead of asking again.
     resumed_completion: Option<Outcome>,
-    /// How many times `task_completion` was refused for its structured output (§14), earlier attempts included.
+    /// How many times `task_completion` was refused for its structured output (docs/task-file.md), earlier attempts
+    /// included.
     invalid_outputs: u32,
     retry_after: Option<Duration>,
     /// The settled screen after the last actions: the next capture uses it instead of a new screenshot.
@@ -201,16 +202,17 @@ struct Loop {
     // --- context compaction (model adapters' issue) ---
     /// What compaction made of exchanges dropped from `history` (see `agent::context::compact`).
     summary: Option<String>,
-    /// The stuck-loop guard (§17), fed every finished step.
+    /// The stuck-loop guard (docs/task-file.md), fed every finished step.
     guard: StuckGuard,
     /// What the guard did in this attempt (for the daemon's metrics).
     guard_fired: Vec<Fired>,
-    /// Verifier rounds (§16) a completion failed, earlier attempts included; rounds run in this attempt; the
+    /// Verifier rounds (docs/replay-and-verify.md) a completion failed, earlier attempts included; rounds run in this
+    /// attempt; the
     /// round that ended the task (its results go into the outcome).
     verify_failures: u32,
     verify_rounds: u32,
     final_checks: Option<Vec<crate::record::CheckResult>>,
-    /// Steps and cost of the conversation's earlier turns (§19): the current turn's limits count after them.
+    /// Steps and cost of the conversation's earlier turns (docs/humans.md): the current turn's limits count after them.
     turn_base: (usize, f64),
     /// The current turn's message, for the history of its first step when an earlier attempt made it.
     resumed_turn_notes: Vec<String>,
@@ -242,7 +244,7 @@ pub async fn run(input: LoopInput) -> LoopOutput {
         .unwrap_or(started);
     let policy = ContextPolicy::new(input.task.keep_screenshots, input.model.context_chunk());
     let mut input = input;
-    // The model is told the secrets' placeholders, never their values (§15).
+    // The model is told the secrets' placeholders, never their values (docs/security.md).
     if let Some(note) = input.tools.secrets().note() {
         input.task.instructions = format!("{}\n\n{note}", input.task.instructions);
     }
@@ -313,7 +315,7 @@ impl Loop {
             ));
         }
         // Spending nothing never trips the budget, so free models run under a zero budget.
-        // Limits are per turn (§19): the steps and cost of earlier turns do not count.
+        // Limits are per turn (docs/humans.md): the steps and cost of earlier turns do not count.
         let spent = self.usage.cost_usd - self.turn_base.1;
         if spent > 0.0 && spent >= self.input.task.limits.max_cost_usd {
             return Err(finished(
@@ -474,7 +476,7 @@ impl Loop {
         record.actions = self.screen_actions(&turn.calls);
         record.approval =
             turn.approval.as_ref().map(|request| StepApproval::asked(request.reason.clone(), request.details.clone()));
-        // An approval rule (§20) holds the whole turn before any of its calls runs.
+        // An approval rule (docs/humans.md) holds the whole turn before any of its calls runs.
         if record.approval.is_none()
             && let Some((rule, reason)) = crate::task::approval::first_match(&self.input.task.approval, &turn.calls)
         {
@@ -618,8 +620,8 @@ impl Loop {
     }
 
     /// The end of an attempt whose step `index` waits for `calls`: a person's answer to an `ask_human`
-    /// question (§20: `waiting_for_human`, the event says the question), or the API client's `remote` tool
-    /// results (§13: `awaiting_tool`).
+    /// question (docs/humans.md: `waiting_for_human`, the event says the question), or the API client's `remote` tool
+    /// results (docs/tools.md: `awaiting_tool`).
     fn parked(&self, index: u32, calls: Vec<PendingToolCall>) -> Stop {
         if let Some(call) = calls.iter().find(|c| c.name == crate::record::ASK_HUMAN) {
             let question = call.arguments.get("question").and_then(|q| q.as_str()).unwrap_or_default().to_string();
@@ -753,7 +755,7 @@ impl Loop {
     }
 
     async fn journal(&self, record: &StepRecord) -> Result<(), Stop> {
-        // Every step passes here on its way to the records: secrets are redacted out of a copy (§15).
+        // Every step passes here on its way to the records: secrets are redacted out of a copy (docs/security.md).
         let secrets = self.input.tools.secrets();
         let redacted;
         let record = if secrets.is_empty() {
@@ -805,7 +807,7 @@ impl Loop {
                     out.tool_results.push(result);
                 }
                 CallKind::Function { name, arguments } => {
-                    // A valid `ask_human` call waits for a person, alone (§20).
+                    // A valid `ask_human` call waits for a person, alone (docs/humans.md).
                     if self.input.tools.question(name, arguments).is_some() {
                         out.awaiting = vec![PendingToolCall {
                             id: call.id.clone(),
@@ -1049,7 +1051,7 @@ impl Loop {
         // An action is never cut short on purpose; one that outlives this bound means the computer is stuck,
         // and the attempt ends so that another one can start on a fresh connection.
         let bound = ACTION_TIMEOUT + action_duration(action);
-        // Secrets (§15): a `type` action's placeholders become the values only here, for the computer; the
+        // Secrets (docs/security.md): a `type` action's placeholders become the values only here, for the computer; the
         // recorded action keeps them, and what the computer says back is redacted.
         let secrets = self.input.tools.secrets();
         let substituted = match action {
@@ -1097,7 +1099,7 @@ impl Loop {
         let mut end = end;
         self.verify_at_end(&mut end).await;
         let mut computer_state = self.input.computer.state().await;
-        // What leaves the loop shows placeholders, never secrets' values (§15): the computer's state holds
+        // What leaves the loop shows placeholders, never secrets' values (docs/security.md): the computer's state holds
         // what was typed; an ending's message may quote a provider's error.
         let secrets = self.input.tools.secrets().clone();
         if !secrets.is_empty() {

@@ -1,4 +1,4 @@
-//! The command line (product contract §2): argument parsing and dispatch. Each command lives in its own
+//! The command line (docs/cli.md): argument parsing and dispatch. Each command lives in its own
 //! module and returns an [`Exit`]; errors print their chain on stderr and map to the exit code table.
 
 pub mod ask;
@@ -105,7 +105,8 @@ pub enum Command {
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Replay a succeeded task's recorded actions without a model (§18), comparing the screen before each step.
+    /// Replay a succeeded task's recorded actions without a model (docs/replay-and-verify.md), comparing the screen
+    /// before each step.
     #[command(after_help = "Examples:
   agentd replay ID --wait                          run task ID's actions again; exit with the outcome
   agentd replay ID --param 'zoe@example.com=ada@example.com'   type ada@… where the recording typed zoe@…
@@ -169,7 +170,7 @@ actions anyway, `agentd reject ID` ends it). The record says `replay: {of, diver
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Delete a finished task with its steps, events and artifacts (§21).
+    /// Delete a finished task with its steps, events and artifacts (docs/operations.md).
     #[command(after_help = "Only a finished task (succeeded, failed or cancelled) can be deleted: a queued, running or
 waiting task is refused (exit 2) and nothing changes; cancel it first.
 
@@ -246,7 +247,7 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Take a task's desktop over: it stops after its current step and waits, holding no worker (§20).
+    /// Take a task's desktop over: it stops after its current step and waits, holding no worker (docs/humans.md).
     #[command(
         after_help = "A queued task waits before it starts; a running one finishes the step it is in, then waits in
 waiting_for_human (`waiting.kind` is `takeover`) while a person uses the desktop. A waiting or finished task is
@@ -302,7 +303,7 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Send a finished task the user's next message: a new turn of it, run with its history (§19).
+    /// Send a finished task the user's next message: a new turn of it, run with its history (docs/humans.md).
     ///
     /// The task (succeeded, failed or cancelled) is queued again; its model sees the earlier turns and a fresh
     /// screenshot, then TEXT. Steps, events and screenshots keep their numbering. A task that has not finished
@@ -351,7 +352,8 @@ Examples:
         /// An animated lossless WebP, one frame per step.
         #[arg(long, value_name = "FILE")]
         webp: Option<PathBuf>,
-        /// Print, instead of a report, a task file that continues the task's conversation in a new task (§19):
+        /// Print, instead of a report, a task file that continues the task's conversation in a new task
+        /// (docs/humans.md):
         /// its turns as `conversation`, the next message as `instructions`.
         #[arg(long, conflicts_with_all = ["html", "gif", "webp"])]
         conversation: bool,

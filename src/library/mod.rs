@@ -213,7 +213,7 @@ impl AgentBuilder {
         self
     }
 
-    /// A tool declared as a task file declares it (§13: `http`, `command`, `remote`).
+    /// A tool declared as a task file declares it (docs/tools.md: `http`, `command`, `remote`).
     pub fn declared_tool(mut self, decl: ToolDecl) -> Self {
         self.declared.push(decl);
         self
@@ -231,7 +231,7 @@ impl AgentBuilder {
         self
     }
 
-    /// The JSON Schema of the structured output `task_completion` must give (§14).
+    /// The JSON Schema of the structured output `task_completion` must give (docs/task-file.md).
     pub fn output_schema(mut self, schema: serde_json::Value) -> Self {
         self.output_schema = Some(schema);
         self
@@ -313,7 +313,8 @@ impl AgentBuilder {
         self
     }
 
-    /// The record of the task a replay task (`"replay": {"of": …}`, §18) replays: it must have succeeded; its
+    /// The record of the task a replay task (`"replay": {"of": …}`, docs/replay-and-verify.md) replays: it must have
+    /// succeeded; its
     /// screenshots are read from the artifact store the runs use.
     pub fn replay_recording(mut self, record: TaskRecord) -> Self {
         self.replay_record = Some(record);
@@ -398,7 +399,7 @@ impl AgentBuilder {
             .map_err(|(i, message)| BuildError::invalid(format!("tools[{i}].name"), message))?;
         let replay = spec.replay.clone();
         let mut task = spec.resolve(&config.defaults, &config.guard);
-        // The config's approval rules first, then the task's own (§20): a rule's number counts them so.
+        // The config's approval rules first, then the task's own (docs/humans.md): a rule's number counts them so.
         task.approval = config.approval.iter().cloned().chain(std::mem::take(&mut task.approval)).collect();
         if let Some(limits) = self.limits {
             check_limits(&limits)?;
@@ -423,7 +424,8 @@ impl AgentBuilder {
         } else {
             outbound.clone()
         };
-        // Outside the daemon nothing is leased: a pool request runs on the first desktop it matches (§23).
+        // Outside the daemon nothing is leased: a pool request runs on the first desktop it matches
+        // (docs/providers.md).
         if !matches!(self.computer, Some(Source::Given(_))) {
             task.computer = backends::pool_computer(&task.computer, &config)?;
         }
@@ -442,7 +444,7 @@ impl AgentBuilder {
             FileAccess::Api { .. } => None,
         };
         let models = self.models.unwrap_or_else(|| Arc::new(Shared::new(&config)));
-        // A replay (§18) builds the task's model only for a model to hand over to.
+        // A replay (docs/replay-and-verify.md) builds the task's model only for a model to hand over to.
         let needs_model = replay.as_ref().is_none_or(|r| r.on_divergence == OnDivergence::Model);
         let model = match self.model {
             Some(Source::Given(model)) => Some(model),
@@ -466,7 +468,7 @@ impl AgentBuilder {
             (None, Some(model)) => model,
             (None, None) => return Err(BuildError::invalid("model", "no model was built")),
         };
-        // The secrets' values are read here, when the agent is built (§15): a worker builds per attempt.
+        // The secrets' values are read here, when the agent is built (docs/security.md): a worker builds per attempt.
         // An API task's secret files are only those `[api] allowed_secret_paths` names.
         let secret_files = if self.api_task { config.secret_file_access() } else { files.clone() };
         let secrets = backends::secrets(&task, &secret_files).await?;
@@ -483,7 +485,7 @@ impl AgentBuilder {
                 backends::computer(&task.computer, &context).await?
             }
         };
-        // The verifier checks' reference images are read and their programs looked up here (§16).
+        // The verifier checks' reference images are read and their programs looked up here (docs/replay-and-verify.md).
         let verifier =
             crate::verify::Verifier::build(&task.verify, task.verify_retries, &config.verifiers, &files, &outbound)
                 .await
@@ -550,7 +552,7 @@ pub fn mock_desktop(scene: &str) -> Result<Arc<dyn ComputerProvider>, BuildError
     Ok(Arc::new(desktop))
 }
 
-/// The scripted model playing a script (§6: `{"turns": [{"actions": […], "calls": […], "complete": …}]}`).
+/// The scripted model playing a script (docs/models.md: `{"turns": [{"actions": […], "calls": […], "complete": …}]}`).
 pub fn scripted_model(script: &serde_json::Value) -> Result<Arc<dyn Model>, BuildError> {
     let script =
         Script::parse(&script.to_string(), "script").map_err(|e| BuildError::invalid("model.script", e.to_string()))?;

@@ -1,6 +1,6 @@
-//! A task's `conversation` field (§19): the earlier turns of a conversation this task continues, as
+//! A task's `conversation` field (docs/humans.md): the earlier turns of a conversation this task continues, as
 //! `agentd export ID --conversation` writes them. Text only: each turn's instructions, what the model said and
-//! did at each step (its actions in screen pixels, §4), and how the turn ended; no screenshots (the task
+//! did at each step (its actions in screen pixels, docs/task-file.md), and how the turn ended; no screenshots (the task
 //! begins on a fresh one). The model is shown them, oldest first, before the task's own instructions, which
 //! are the user's next message.
 //!
@@ -53,7 +53,7 @@ pub struct ConversationStep {
     pub actions: Vec<Action>,
 }
 
-/// How an earlier turn ended (the §8 outcome's `success`, `summary`, `reason`).
+/// How an earlier turn ended (the docs/events.md outcome's `success`, `summary`, `reason`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TurnOutcome {

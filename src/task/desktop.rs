@@ -1,4 +1,4 @@
-//! A task's request for a desktop of the configured pool (§23): `{"desktop": "NAME"}`, `{"labels": […]}`
+//! A task's request for a desktop of the configured pool (docs/providers.md): `{"desktop": "NAME"}`, `{"labels": […]}`
 //! (any desktop carrying every label), or both; and the names and labels of `[[desktops]]` in config, checked
 //! once here for both sides.
 

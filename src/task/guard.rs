@@ -1,4 +1,5 @@
-//! The stuck-loop guard's thresholds (§17) as a task file's `"guard"` and the config's `[guard]` write them,
+//! The stuck-loop guard's thresholds (docs/task-file.md) as a task file's `"guard"` and the config's `[guard]` write
+//! them,
 //! and the thresholds an attempt runs with once the two are merged over the built-in defaults.
 //!
 //! Each threshold counts steps (or turns) in a row; 0 turns that check off. The defaults are low enough that

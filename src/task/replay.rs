@@ -1,4 +1,5 @@
-//! A task's `replay` field (§18): which succeeded task's recorded actions to run again without a model,
+//! A task's `replay` field (docs/replay-and-verify.md): which succeeded task's recorded actions to run again without a
+//! model,
 //! the parameters typed in place of recorded texts, what a divergence does, and how screens are compared.
 //!
 //! `{"of": "ID", "params"?: {"recorded text": "new text"}, "on_divergence"?: "stop" | "model",

@@ -1,4 +1,4 @@
-//! The scripted model's script (§6), part of what users write: inline in a task file or a file of its own.
+//! The scripted model's script (docs/models.md), part of what users write: inline in a task file or a file of its own.
 //! The format is described in `model::scripted`, which plays it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +22,7 @@ pub struct ScriptTurn {
     pub say: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<Action>,
-    /// Calls of declared tools (§13), run in order after the turn's actions.
+    /// Calls of declared tools (docs/tools.md), run in order after the turn's actions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<ScriptCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -40,7 +40,7 @@ pub struct Completion {
     pub success: bool,
     #[serde(default)]
     pub summary: String,
-    /// The structured output (§14), passed to `task_completion` as `output`.
+    /// The structured output (docs/task-file.md), passed to `task_completion` as `output`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<serde_json::Value>,
 }

@@ -1,4 +1,5 @@
-//! Secrets a task names (§15): `"secrets": {"NAME": {"env": "VAR"} | {"file": "/path"}}`. The model is told
+//! Secrets a task names (docs/security.md): `"secrets": {"NAME": {"env": "VAR"} | {"file": "/path"}}`. The model is
+//! told
 //! only the placeholder `<secret:NAME>`; the values are read on the worker when the task runs and substituted
 //! where the placeholder appears in a `type` action or a tool's arguments (see `tools::secrets`).
 

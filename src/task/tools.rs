@@ -1,4 +1,5 @@
-//! Declared tools (§13) and JSON Schemas (§13, §14) as users write them: in a task file's `tools` and
+//! Declared tools (docs/tools.md) and JSON Schemas (docs/tools.md, docs/task-file.md) as users write them: in a task
+//! file's `tools` and
 //! `output_schema`, and in config's `[tools.NAME]`. Parsing checks what can be checked without running
 //! anything — names, kinds, that every schema is a valid JSON Schema — so a bad declaration is an input error
 //! naming its field. Running tools is `tools`' business.

@@ -1,4 +1,5 @@
-//! Verifier checks (§16) as a task file's `"verify"` writes them, `limits.verify_retries`, and the config's
+//! Verifier checks (docs/replay-and-verify.md) as a task file's `"verify"` writes them, `limits.verify_retries`, and
+//! the config's
 //! `[verifiers.NAME]` programs a `command` check names. Parsing only: `crate::verify` runs them.
 //!
 //! Every check is tagged by `kind`; a check's errors name its field (`verify[1].min_score`).

@@ -273,3 +273,49 @@ fn peers_grouped_imports_super_paths_and_unplaced_modules_are_checked() {
     assert!(problems[1].contains("`record` (layer 0) imports `cli` (layer 3)"));
     assert!(problems[2].contains("module `newthing` is in no layer"));
 }
+
+/// The text files under `dir` (UTF-8 ones; images and other binary files are not read), `target/` left out.
+fn text_files(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|name| name != "target" && name != ".git") {
+                text_files(&path, out);
+            }
+        } else if let Ok(text) = std::fs::read_to_string(&path) {
+            out.push((path, text));
+        }
+    }
+}
+
+/// Nothing in the repository cites the product contract's section numbers (`§N`): a reader of the repository
+/// cannot open the contract, so code comments, `--help`, the console, the OpenAPI document and the docs name
+/// the page of `docs/` that holds the subject instead. The sign itself is refused in every text file of the
+/// code, the tests and the docs (a test that types it writes `\u{a7}`); an RFC's section is "section N".
+#[test]
+fn no_text_cites_the_contract_by_section_number() {
+    let repo = crate::support::repo();
+    let mut files = Vec::new();
+    for dir in ["src", "providers", "testkit", "tests", "benches", "examples", "config", "scripts", "docs", "packaging"] {
+        text_files(&repo.join(dir), &mut files);
+    }
+    for file in ["README.md", "ARCHITECTURE.md", "Cargo.toml"] {
+        let path = repo.join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        files.push((path, text));
+    }
+    assert!(files.iter().any(|(path, _)| path.ends_with("src/api/console/app.js")), "the console's assets were read");
+    assert!(files.iter().any(|(path, _)| path.ends_with("docs/cli.md")), "docs/ was read");
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|(path, text)| {
+            text.lines().enumerate().filter(|(_, line)| line.contains('\u{a7}')).map(move |(n, line)| {
+                format!("{}:{}: {}", path.strip_prefix(&repo).unwrap_or(path).display(), n + 1, line.trim())
+            })
+        })
+        .collect();
+    assert!(found.is_empty(), "cite the page of docs/ instead of the contract's section:\n{}", found.join("\n"));
+}

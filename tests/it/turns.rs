@@ -1,4 +1,4 @@
-//! Conversations (§19) through the real binary and daemon, on SQLite and PostgreSQL: a task continued twice
+//! Conversations (docs/humans.md) through the real binary and daemon, on SQLite and PostgreSQL: a task continued twice
 //! with `agentd send` (the model's requests, checked by the Anthropic fake, hold the earlier turns and each new
 //! message; the record's `turns`, step numbering, screenshot keys and event numbers continue), exported with
 //! `agentd export ID --conversation` and submitted again as a new task whose model sees that history; and the
@@ -338,7 +338,8 @@ impl<M: agentd::model::Model> agentd::model::Model for Notes<M> {
     }
 }
 
-/// The loop itself (§19): a later turn sees the earlier one's steps as history and its message with its first
+/// The loop itself (docs/humans.md): a later turn sees the earlier one's steps as history and its message with its
+/// first
 /// screenshot, counts `max_steps` from its own first step, and — resumed after its worker died — keeps that
 /// message with the step it was shown with.
 #[tokio::test]
