@@ -19,6 +19,8 @@ use crate::record::Usage;
 use crate::task::TaskDefaults;
 use crate::task::guard::GuardSpec;
 use crate::task::tools::ToolDecl;
+
+pub mod schema;
 use crate::task::verify::VerifierDecl;
 
 /// The system-wide config file, used when `--config` and `$AGENTD_CONFIG` are not given and it exists.
@@ -68,7 +70,7 @@ pub struct Config {
 /// One desktop of the pool (`[[desktops]]`, docs/providers.md): a computer with a name and labels, and the commands the
 /// workers run around its tasks, each bounded by `timeout_secs`: `setup` when the daemon starts, `reset`
 /// before each task that did not run on it last, `teardown` when the daemon stops.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DesktopConfig {
     pub name: crate::task::DesktopName,
@@ -100,7 +102,7 @@ fn default_hook_timeout() -> u64 {
 /// A desktop's lifecycle command: a string for `sh -c`, or a program and its arguments (no shell), run on the
 /// daemon's machine; or `{guest = "…"}`, a command run inside the desktop through its computer
 /// (`ComputerProvider::run_command`: cua computer-server machines).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum HookCommand {
     Shell(String),
@@ -109,7 +111,7 @@ pub enum HookCommand {
 }
 
 /// `{guest = "…"}`: a command the desktop's computer runs in its guest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GuestCommand {
     pub guest: String,
@@ -136,7 +138,7 @@ impl HookCommand {
 /// `[retention]` (docs/operations.md): finished tasks older than `finished_days` are deleted with their steps, events
 /// and
 /// artifacts by the daemon in the background, `batch` tasks at a time, every `interval_secs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
     /// Days a finished task (succeeded, failed, cancelled) is kept after it finished; 0 keeps them forever.
@@ -158,7 +160,7 @@ impl Default for RetentionConfig {
 /// ranges (`10.1.0.0/16`), addresses (`127.0.0.1`) or host names (`orders.internal`) of the inside.
 /// Tasks run with `agentd run`, the config's own `[tools]`, `[[desktops]]` and `[defaults] computer` are
 /// the operator's and reach anything. (`docs/security.md` has the table.)
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutboundConfig {
     pub allow: Vec<String>,
@@ -176,7 +178,7 @@ impl Config {
 }
 
 /// How log lines on stderr are written (`[log] format`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// One human-readable line per event (the default).
@@ -186,7 +188,7 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `text` (default) or `json`. Which events are written is `AGENTD_LOG` (a `tracing` filter).
@@ -194,7 +196,7 @@ pub struct LogConfig {
 }
 
 /// `[otel]`: OpenTelemetry traces over OTLP/HTTP (protobuf), for builds with the cargo feature `otel`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct OtelConfig {
     /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); spans go to `{endpoint}/v1/traces`
@@ -220,7 +222,7 @@ impl OtelConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
     /// The Unix socket the API listens on (mode 0660). Default: `$RUNTIME_DIRECTORY/agentd.sock`, else
@@ -278,7 +280,7 @@ impl Default for ApiConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum QueueBackend {
     #[default]
@@ -286,7 +288,7 @@ pub enum QueueBackend {
     Postgres,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
     pub backend: QueueBackend,
@@ -325,7 +327,7 @@ impl Default for QueueConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerConfig {
     /// Tasks run at once.
@@ -357,7 +359,7 @@ impl Default for WorkerConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ArtifactsBackend {
     #[default]
@@ -365,7 +367,7 @@ pub enum ArtifactsBackend {
     S3,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ArtifactsConfig {
     pub backend: ArtifactsBackend,
@@ -403,7 +405,7 @@ impl Default for ArtifactsConfig {
 }
 
 /// The environment a vendor's computer tool declares (`[models.NAME] environment`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ComputerEnvironment {
     Linux,
@@ -428,7 +430,7 @@ impl ComputerEnvironment {
 }
 
 /// An openai-compatible model's coordinate space (`[models.openai-compatible] coordinate_space`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CoordinateSpace {
     /// Pixels of the screenshot sent.
@@ -442,7 +444,7 @@ pub enum CoordinateSpace {
 }
 
 /// How an openai-compatible model states its actions (`[models.openai-compatible] action_format`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ActionFormat {
     /// Function calling.
@@ -454,7 +456,7 @@ pub enum ActionFormat {
 
 /// `[models.NAME]`: how to reach one model provider, and how its adapter behaves. Every key is optional; the
 /// adapter's defaults are in `docs/models.md` and `config/agentd.example.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     pub base_url: Option<String>,
@@ -1392,7 +1394,7 @@ fn locate_key(text: &str, field: &str) -> (usize, usize) {
 }
 
 /// How the loop waits for the screen after acting (`[settle]` in the config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SettlePolicy {
     /// Settle at all (false: take the next screenshot right after the actions).
@@ -1414,7 +1416,7 @@ impl Default for SettlePolicy {
 }
 
 /// USD per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     pub input: f64,

@@ -415,6 +415,18 @@ Examples:
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Print the JSON Schema of a task file or of the configuration, derived from the types agentd reads them
+    /// into (for editors and validators).
+    #[command(after_help = "Examples:
+  agentd schema task > task.schema.json            point an editor at it to check task files as you write them
+  agentd schema config > agentd.schema.json        the same for agentd.toml (Taplo: #:schema ./agentd.schema.json)
+
+What a schema cannot say (files that exist, a tool's own JSON Schema) agentd checks when it reads the file.
+See docs/cli.md.")]
+    Schema {
+        /// Which file's schema.
+        which: SchemaKind,
+    },
     /// Print the shell completion script for SHELL on stdout.
     #[command(after_help = "Examples:
   agentd completions bash > ~/.local/share/bash-completion/completions/agentd
@@ -425,6 +437,15 @@ Examples:
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// What `agentd schema` describes.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SchemaKind {
+    /// A task file (docs/task-file.md).
+    Task,
+    /// The configuration file, agentd.toml (docs/configuration.md).
+    Config,
 }
 
 #[derive(Debug, Subcommand)]
@@ -468,6 +489,7 @@ impl Command {
             Command::Console { .. } => "console",
             Command::Config { command: ConfigCommand::Check { .. } } => "config check",
             Command::Completions { .. } => "completions",
+            Command::Schema { .. } => "schema",
         }
     }
 
@@ -497,7 +519,7 @@ impl Command {
             Command::Serve { socket } | Command::Config { command: ConfigCommand::Check { socket } } => {
                 (Some(socket), None)
             }
-            Command::Run { .. } | Command::Completions { .. } => (None, None),
+            Command::Run { .. } | Command::Completions { .. } | Command::Schema { .. } => (None, None),
         }
     }
 }
@@ -579,6 +601,9 @@ pub fn main() -> std::process::ExitCode {
     // Completions need no configuration, runtime or logs.
     if let Command::Completions { shell } = &cli.command {
         return exit_code(docs::completions(*shell));
+    }
+    if let Command::Schema { which } = &cli.command {
+        return exit_code(docs::schema(*which));
     }
     // Logs and traces follow the config's `[log]` and `[otel]` when it loads (the command reports it if not).
     let config = ConfigSource::locate(cli.config.as_deref()).load().ok();
@@ -717,6 +742,7 @@ async fn dispatch(cli: Cli) -> CliResult {
             config_check(&source, socket.as_deref(), json).await
         }
         Command::Completions { shell } => docs::completions(*shell),
+        Command::Schema { which } => docs::schema(*which),
     }
 }
 

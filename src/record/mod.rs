@@ -69,7 +69,7 @@ impl std::str::FromStr for TaskState {
 }
 
 /// Why a task ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     Completed,
@@ -321,7 +321,7 @@ pub struct CompactionNote {
 }
 
 /// Who writes the summary of compacted steps.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Compaction {
     /// One line per step from the record (what the model said, its actions and their results): no model

@@ -18,7 +18,7 @@ pub const GRID_COLUMNS: u32 = 80;
 pub const DEFAULT_TOLERANCE: u8 = 10;
 
 /// A rectangle in screen pixels (a mask, or where two screens differ).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Region {
     pub x: u32,

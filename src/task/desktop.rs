@@ -37,7 +37,7 @@ impl<'de> Deserialize<'de> for DesktopName {
 }
 
 /// Which desktop of the pool a task wants: the one named, or any carrying all `labels`, or (neither) any.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DesktopSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]

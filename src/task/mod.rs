@@ -15,6 +15,7 @@ pub mod conversation;
 pub mod desktop;
 pub mod guard;
 pub mod replay;
+pub mod schema;
 pub mod script;
 pub mod secrets;
 pub mod tools;
@@ -43,7 +44,7 @@ pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 pub const MAX_HUMAN_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 
 /// A task as submitted. Every field but `instructions` is optional and falls back to config defaults.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +79,7 @@ pub struct TaskSpec {
     pub replay: Option<ReplaySpec>,
     /// Checks run when the model completes with success and at the end (docs/replay-and-verify.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "verify::checks")]
+    #[schemars(length(max = verify::MAX_CHECKS))]
     pub verify: Vec<verify::Check>,
     /// The earlier turns of a conversation this task continues (docs/humans.md; `conversation.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,7 +239,7 @@ impl Serialize for ComputerSpec {
 }
 
 /// The built-in mock desktop. `scene` is a built-in scene name, a path to a scene file, or the scene itself.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MockSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -303,7 +305,7 @@ impl<'de> Deserialize<'de> for SceneSource {
 }
 
 /// The desktop agentd runs on.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LocalSpec {
     /// The X display (`":0"`); the worker's `$DISPLAY` when absent.
@@ -317,7 +319,7 @@ pub struct LocalSpec {
 
 /// The desktop of the session agentd runs in, through the cross-platform input and capture crates (macOS,
 /// Windows, Wayland, X11).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PortableSpec {
     /// Which monitor of the session to use, by index in the capture crate's list; every coordinate is then
@@ -327,7 +329,7 @@ pub struct PortableSpec {
 }
 
 /// A machine serving RFB (VNC) at `address` (`host:port`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VncSpec {
     pub address: String,
@@ -337,7 +339,7 @@ pub struct VncSpec {
 }
 
 /// A machine running cua's computer-server at `url` (`http://host:port`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComputerServerSpec {
     /// `http://host:port` or `https://…`: scheme, host and port only.
@@ -356,7 +358,7 @@ pub struct ComputerServerSpec {
 }
 
 /// `computer.transport` of a computer-server task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CuaTransport {
     Auto,
@@ -519,7 +521,7 @@ pub enum ModelSpec {
 }
 
 /// Per-task options of the Anthropic and OpenAI adapters.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VendorModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -533,7 +535,7 @@ pub struct VendorModelSpec {
     pub tool_version: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GeminiSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -545,7 +547,7 @@ pub struct GeminiSpec {
 }
 
 /// A vision model behind an OpenAI-compatible Chat Completions endpoint (vLLM and similar).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompatibleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -559,7 +561,7 @@ pub struct CompatibleSpec {
 }
 
 /// Plays a fixed script (docs/models.md): `script` is a path or the script itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedSpec {
     pub script: ScriptSource,
@@ -671,7 +673,7 @@ impl<'de> Deserialize<'de> for ScriptSource {
 }
 
 /// docs/task-file.md `limits`: hard limits checked before every model call and every action.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -682,6 +684,7 @@ pub struct LimitsSpec {
     pub max_cost_usd: Option<Cost>,
     /// Failed verification rounds the model may fix (docs/replay-and-verify.md).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "verify::retries")]
+    #[schemars(range(max = verify::MAX_VERIFY_RETRIES))]
     pub verify_retries: Option<u32>,
     /// How long a question of the model's (`ask_human`, docs/humans.md) waits for an answer; unset: until answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -692,7 +695,7 @@ pub struct LimitsSpec {
 }
 
 /// docs/humans.md `limits.on_human_timeout`: what a question nobody answered in time comes to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnHumanTimeout {
     /// The task ends failed, reason `timeout`.
@@ -721,7 +724,7 @@ impl LimitsSpec {
 
 /// docs/task-file.md `context`: what the model sees of the history — its budget by images, by steps and by estimated
 /// tokens, and who writes the summary of the steps that leave it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContextSpec {
     /// How many of the most recent screenshots stay in the model's context (at least 1).
@@ -968,7 +971,7 @@ pub struct Limits {
 }
 
 /// Task defaults as the config's `[defaults]` gives them (same shape as the task file, all optional).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskDefaults {
     #[serde(default)]

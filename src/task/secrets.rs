@@ -46,7 +46,7 @@ impl<'de> Deserialize<'de> for SecretName {
 }
 
 /// Where a secret's value is read on the worker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum SecretSource {
     /// An environment variable of the worker.

@@ -45,7 +45,7 @@ pub enum Check {
     GuestCommand(GuestCheck),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GuestCheck {
     pub command: String,
@@ -68,7 +68,7 @@ impl Check {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScreenCheck {
     /// A PNG file: relative to the task file for `agentd run`, under `[api] allowed_paths` over the API.
@@ -81,7 +81,7 @@ pub struct ScreenCheck {
 }
 
 /// A rectangle of the screen in pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Region {
     pub x: u32,
@@ -111,7 +111,7 @@ impl<'de> Deserialize<'de> for Score {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpCheck {
     pub url: String,
@@ -261,7 +261,7 @@ pub fn retries<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error>
 }
 
 /// `[verifiers.NAME]` in config: a program a `command` check runs, given the task record as JSON on stdin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifierDecl {
     /// The program and its arguments (no shell).

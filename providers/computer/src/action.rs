@@ -12,7 +12,7 @@ use crate::keys::{Key, KeyError};
 
 /// A pixel position on the screen. Signed so that a model's negative coordinate is a validation error the
 /// model can read, not a parse failure of the whole turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Point {
     pub x: i32,
@@ -53,7 +53,7 @@ impl std::fmt::Display for Size {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MouseButton {
     #[default]
@@ -88,7 +88,7 @@ impl MouseButton {
 }
 
 /// One action of docs/task-file.md, in its JSON form (`{"type": "click", "x": 10, "y": 20}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Action {
     Click {
