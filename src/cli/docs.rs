@@ -155,7 +155,8 @@ mod reference {
 
     fn walk(command: &clap::Command, prefix: &str, hidden: bool, out: &mut BTreeMap<String, Entry>) {
         for sub in command.get_subcommands() {
-            let name = if prefix.is_empty() { sub.get_name().to_string() } else { format!("{prefix} {}", sub.get_name()) };
+            let name =
+                if prefix.is_empty() { sub.get_name().to_string() } else { format!("{prefix} {}", sub.get_name()) };
             let hidden = hidden || sub.is_hide_set();
             let mut entry =
                 Entry { hidden, has_subcommands: sub.get_subcommands().next().is_some(), ..Entry::default() };
@@ -204,8 +205,10 @@ mod reference {
             if !matches!(before, None | Some(' ' | '`' | '[' | '(' | '\n')) {
                 continue;
             }
-            let name: String =
-                text[i + 2..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-').collect();
+            let name: String = text[i + 2..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                .collect();
             if name.starts_with(|c: char| c.is_ascii_lowercase()) {
                 found.push(name);
             }
@@ -273,7 +276,8 @@ mod reference {
                 }
                 let mut name = String::new();
                 let mut rest = i + 1;
-                while let Some(word) = tokens.get(rest).filter(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                while let Some(word) =
+                    tokens.get(rest).filter(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
                 {
                     let candidate = if name.is_empty() { word.to_string() } else { format!("{name} {word}") };
                     let known = commands.contains_key(&candidate) || (name.is_empty() && *word == "help");
@@ -297,7 +301,8 @@ mod reference {
                     wrong.push(format!("`agentd {name}` in `{line}`: which of its commands?"));
                     continue;
                 }
-                let given = tokens[rest..].iter().take_while(|t| !matches!(**t, "|" | "||" | "&&" | ";" | ">" | "<" | "#"));
+                let given =
+                    tokens[rest..].iter().take_while(|t| !matches!(**t, "|" | "||" | "&&" | ";" | ">" | "<" | "#"));
                 for option in given.flat_map(|t| options_named(t)) {
                     let accepted = commands.get(&name).is_some_and(|e| e.options.contains(&option));
                     if !accepted && !global.contains(&option) && name != "help" {

@@ -6,8 +6,8 @@
 //! only `agentd config check` can find (files that exist, addresses that answer, bounds across sections) is
 //! not in it.
 
-use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
 use super::{
@@ -100,7 +100,9 @@ mod tests {
         let mut inside = false;
         for line in text.lines() {
             let bare = line.strip_prefix("# ").unwrap_or("");
-            if bare.starts_with("[tools.") || bare.starts_with("[verifiers.") || bare.starts_with("[[approval]]")
+            if bare.starts_with("[tools.")
+                || bare.starts_with("[verifiers.")
+                || bare.starts_with("[[approval]]")
                 || bare.starts_with("[[desktops]]")
             {
                 inside = true;
@@ -193,16 +195,16 @@ setup = { guest = "echo hi" }
     fn what_agentd_refuses_for_its_shape_the_schema_refuses() {
         let validator = validator();
         for text in [
-            "[apii]\nsocket = \"/x\"",                          // an unknown section
-            "[api]\nsockett = \"/x\"",                          // an unknown key
-            "[worker]\nconcurrency = \"four\"",                 // a wrong type
-            "[queue]\nbackend = \"mysql\"",                     // an unknown backend
-            "[models.skynet]\nmodel = \"x\"",                   // an unknown provider
-            "[models.openai]\ntemperature = 1",                 // a key the model section has not
+            "[apii]\nsocket = \"/x\"",          // an unknown section
+            "[api]\nsockett = \"/x\"",          // an unknown key
+            "[worker]\nconcurrency = \"four\"", // a wrong type
+            "[queue]\nbackend = \"mysql\"",     // an unknown backend
+            "[models.skynet]\nmodel = \"x\"",   // an unknown provider
+            "[models.openai]\ntemperature = 1", // a key the model section has not
             "[tools.x]\nkind = \"ftp\"\ndescription = \"d\"\nparameters = { type = \"object\" }",
             "[tools.x]\nname = \"x\"\nkind = \"remote\"\ndescription = \"d\"\nparameters = { type = \"object\" }",
-            "[[approval]]\ntool = \"a\"\naction = \"type\"",     // two matchers
-            "[guard]\nidle_turns = 20000",                      // over the bound
+            "[[approval]]\ntool = \"a\"\naction = \"type\"", // two matchers
+            "[guard]\nidle_turns = 20000",                   // over the bound
             "[defaults]\ncomputer = { provider = \"amiga\" }",
             "[[desktops]]\nname = \"two words\"\ncomputer = { provider = \"mock\" }",
         ] {

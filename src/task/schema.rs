@@ -21,8 +21,8 @@ use super::tools::{self, CommandTool, HttpTool, Parameters, RESERVED_TOOL_NAMES,
 use super::verify::{self, Check, GuestCheck, HttpCheck, MAX_GUEST_COMMAND_BYTES, Pointer, ScreenCheck, Status};
 use super::{
     Bounded, CompatibleSpec, ComputerServerSpec, ComputerSpec, Cost, GeminiSpec, Instructions, LabelKey, Limit,
-    LocalSpec, MockSpec, ModelSpec, PortableSpec, Positive, ScreenDimension, SceneSource, ScriptSource,
-    ScriptedSpec, TaskId, TaskSpec, Temperature, VendorModelSpec, VncSpec,
+    LocalSpec, MockSpec, ModelSpec, PortableSpec, Positive, SceneSource, ScreenDimension, ScriptSource, ScriptedSpec,
+    TaskId, TaskSpec, Temperature, VendorModelSpec, VncSpec,
 };
 
 /// The schema `agentd schema task` prints: draft 2020-12, subschemas under `$defs`.
@@ -283,8 +283,9 @@ impl JsonSchema for TaskTool {
     }
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
         let name = generator.subschema_for::<ToolName>().to_value();
-        let mut variants =
-            vec![json!({"type": "object", "properties": {"use": name}, "required": ["use"], "additionalProperties": false})];
+        let mut variants = vec![
+            json!({"type": "object", "properties": {"use": name}, "required": ["use"], "additionalProperties": false}),
+        ];
         variants.extend(declared_tools(generator, &["http", "remote"], false));
         json_schema!({
             "description": "A tool the model may call: declared here (`http`, or `remote`: answered by the API client), or a `[tools.NAME]` of the configuration named with `use` (the only way to a `command` tool).",
