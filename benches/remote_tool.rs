@@ -1,4 +1,5 @@
-//! A `remote` tool round trip (§13) on the SQLite queue: the task parks in `awaiting_tool`, the client answers
+//! A `remote` tool round trip (docs/tools.md) on the SQLite queue: the task parks in `awaiting_tool`, the client
+//! answers
 //! through `POST /v1/tasks/{id}/tool-results`, a worker claims it again, runs one step (mock desktop, scripted
 //! model) whose turn calls the remote tool again, and it parks again. One task of `--rounds` such turns on an
 //! embedded daemon, a client polling its status every millisecond over the Unix socket.

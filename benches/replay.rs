@@ -1,4 +1,5 @@
-//! Record → replay (§18): the form example (mock desktop scene `form`) recorded with the Anthropic fake
+//! Record → replay (docs/replay-and-verify.md): the form example (mock desktop scene `form`) recorded with the
+//! Anthropic fake
 //! (the real wire format, `--latency-ms` per call, default 1500: a realistic think time) and replayed on a
 //! fresh mock desktop without a model. Prints both runs side by side — wall time, model calls, cost, whether
 //! the final `computer_state` is the same — and the comparison's cost per step (decode the live PNG, reduce it

@@ -1,4 +1,5 @@
-//! Retention (§21) at scale: `--tasks N` (default 10,000) finished tasks with two screenshots each, finished two
+//! Retention (docs/operations.md) at scale: `--tasks N` (default 10,000) finished tasks with two screenshots each,
+//! finished two
 //! days ago, pruned while new tasks run, on SQLite + fs and (with `AGENTD_BENCH_POSTGRES_URL` and
 //! `AGENTD_BENCH_S3_ENDPOINT`) on PostgreSQL + S3.
 //!

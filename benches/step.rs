@@ -1,7 +1,7 @@
 //! Per-step overhead of the agent loop on the mock desktop with the scripted model: screenshot, scale,
 //! encode, store, journal, events and the action itself — everything but model latency (the scripted model
 //! answers at once). Prints median and p95 per resolution, encoded bytes per screenshot, the cost of each
-//! stage alone, and the peak memory of a 200-step task. Then the cost of declaring three custom tools (§13):
+//! stage alone, and the peak memory of a 200-step task. Then the cost of declaring three custom tools (docs/tools.md):
 //! the same task with three in-process tools declared (never called) against none, in alternating rounds,
 //! and the time each vendor adapter spends building a request body with and without them.
 //!

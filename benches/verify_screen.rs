@@ -1,4 +1,5 @@
-//! The `screen` verifier check's matcher (§16) on the mock desktop's real 1280×800 login screen: a reference
+//! The `screen` verifier check's matcher (docs/replay-and-verify.md) on the mock desktop's real 1280×800 login screen:
+//! a reference
 //! found anywhere (the coarse-to-fine search), within a region, and a reference that is not there (the
 //! search's worst case: every candidate refined). Prints median and p95 in ms; no assertions.
 //!

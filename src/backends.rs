@@ -106,14 +106,14 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
         ComputerSpec::Desktop(request) => Err(BuildError::invalid(
             "computer",
             format!(
-                "{} of the desktop pool is leased by the daemon's workers (§23), not built here",
+                "{} of the desktop pool is leased by the daemon's workers (docs/providers.md), not built here",
                 request.describe()
             ),
         )),
     }
 }
 
-/// The computer of the first `[[desktops]]` entry a pool request matches (§23), for a run outside the
+/// The computer of the first `[[desktops]]` entry a pool request matches (docs/providers.md), for a run outside the
 /// daemon (`agentd run`, the library), which leases nothing; other specs are returned as they are.
 pub fn pool_computer(spec: &ComputerSpec, config: &Config) -> Result<ComputerSpec, BuildError> {
     let ComputerSpec::Desktop(request) = spec else {
@@ -432,7 +432,8 @@ pub async fn check(task: &crate::task::ResolvedTask, config: &Config) -> Result<
         };
         script.with_params(params).map_err(|e| BuildError::invalid(param_field(&e), e.to_string()))?;
     }
-    // The verifier checks (§16): reference images readable and decodable, `command` checks naming a
+    // The verifier checks (docs/replay-and-verify.md): reference images readable and decodable, `command` checks
+    // naming a
     // `[verifiers.NAME]` program.
     crate::verify::Verifier::build(
         &task.verify,
@@ -532,7 +533,7 @@ pub fn toolbox(
         .map_err(|ToolboxError { field, message }| BuildError::invalid(field, message))
 }
 
-/// Reads the values of the task's secrets (§15) on this worker: an environment variable (for an API task,
+/// Reads the values of the task's secrets (docs/security.md) on this worker: an environment variable (for an API task,
 /// one [`check_names`] allows), or a file through [`FileAccess::read`] (for an API task, under `[api]
 /// allowed_paths`), its one trailing newline removed. A missing variable, an unreadable file or an empty
 /// value is invalid input naming `secrets.NAME`; no error quotes a value.

@@ -1,4 +1,4 @@
-//! Configuration (product contract §7): the TOML file, its defaults, `AGENTD_<SECTION>_<KEY>` overrides, and
+//! Configuration (docs/configuration.md): the TOML file, its defaults, `AGENTD_<SECTION>_<KEY>` overrides, and
 //! validation that reports every problem at once, each with the file, the key and the line.
 //!
 //! Loading: the file (or built-in defaults when there is none) is parsed into a TOML table; environment
@@ -19,6 +19,8 @@ use crate::record::Usage;
 use crate::task::TaskDefaults;
 use crate::task::guard::GuardSpec;
 use crate::task::tools::ToolDecl;
+
+pub mod schema;
 use crate::task::verify::VerifierDecl;
 
 /// The system-wide config file, used when `--config` and `$AGENTD_CONFIG` are not given and it exists.
@@ -37,24 +39,26 @@ pub struct Config {
     pub defaults: TaskDefaults,
     /// How the loop waits for the screen after actions.
     pub settle: SettlePolicy,
-    /// `[guard]`: the stuck-loop guard's thresholds (§17) for tasks that do not set their own.
+    /// `[guard]`: the stuck-loop guard's thresholds (docs/task-file.md) for tasks that do not set their own.
     pub guard: GuardSpec,
-    /// `[tools.NAME]`: tools tasks name with `{"use": "NAME"}` (§13); the only place `command` tools come from.
+    /// `[tools.NAME]`: tools tasks name with `{"use": "NAME"}` (docs/tools.md); the only place `command` tools come
+    /// from.
     pub tools: BTreeMap<String, ToolDecl>,
-    /// `[verifiers.NAME]`: programs a task's `{"kind": "command", "use": "NAME"}` check runs (§16).
+    /// `[verifiers.NAME]`: programs a task's `{"kind": "command", "use": "NAME"}` check runs
+    /// (docs/replay-and-verify.md).
     pub verifiers: BTreeMap<String, VerifierDecl>,
-    /// `[log]`: how log lines are written (§22).
+    /// `[log]`: how log lines are written (docs/operations.md).
     pub log: LogConfig,
-    /// `[otel]`: where OpenTelemetry traces go (§22).
+    /// `[otel]`: where OpenTelemetry traces go (docs/operations.md).
     pub otel: OtelConfig,
-    /// `[retention]`: how long finished tasks are kept (§21).
+    /// `[retention]`: how long finished tasks are kept (docs/operations.md).
     pub retention: RetentionConfig,
     /// `[outbound]`: which internal addresses tasks submitted over the API may reach.
     pub outbound: OutboundConfig,
-    /// `[[approval]]`: approval rules for every task (§20), before each task's own.
+    /// `[[approval]]`: approval rules for every task (docs/humans.md), before each task's own.
     #[serde(default)]
     pub approval: Vec<crate::task::approval::ApprovalRule>,
-    /// `[[desktops]]`: the desktop pool (§23) the workers lease desktops from.
+    /// `[[desktops]]`: the desktop pool (docs/providers.md) the workers lease desktops from.
     #[serde(default)]
     pub desktops: Vec<DesktopConfig>,
     /// What loading noticed but did not refuse (an `AGENTD_*` variable that names no setting), for the
@@ -63,10 +67,10 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-/// One desktop of the pool (`[[desktops]]`, §23): a computer with a name and labels, and the commands the
+/// One desktop of the pool (`[[desktops]]`, docs/providers.md): a computer with a name and labels, and the commands the
 /// workers run around its tasks, each bounded by `timeout_secs`: `setup` when the daemon starts, `reset`
 /// before each task that did not run on it last, `teardown` when the daemon stops.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DesktopConfig {
     pub name: crate::task::DesktopName,
@@ -85,7 +89,7 @@ pub struct DesktopConfig {
 }
 
 impl DesktopConfig {
-    /// Whether this desktop serves a task's pool request (§23): its name, or every label asked for.
+    /// Whether this desktop serves a task's pool request (docs/providers.md): its name, or every label asked for.
     pub fn serves(&self, request: &crate::task::DesktopSpec) -> bool {
         request.matches(self.name.as_str(), self.labels.iter().map(|l| l.as_str()))
     }
@@ -98,7 +102,7 @@ fn default_hook_timeout() -> u64 {
 /// A desktop's lifecycle command: a string for `sh -c`, or a program and its arguments (no shell), run on the
 /// daemon's machine; or `{guest = "…"}`, a command run inside the desktop through its computer
 /// (`ComputerProvider::run_command`: cua computer-server machines).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum HookCommand {
     Shell(String),
@@ -107,7 +111,7 @@ pub enum HookCommand {
 }
 
 /// `{guest = "…"}`: a command the desktop's computer runs in its guest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GuestCommand {
     pub guest: String,
@@ -131,9 +135,10 @@ impl HookCommand {
     }
 }
 
-/// `[retention]` (§21): finished tasks older than `finished_days` are deleted with their steps, events and
+/// `[retention]` (docs/operations.md): finished tasks older than `finished_days` are deleted with their steps, events
+/// and
 /// artifacts by the daemon in the background, `batch` tasks at a time, every `interval_secs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
     /// Days a finished task (succeeded, failed, cancelled) is kept after it finished; 0 keeps them forever.
@@ -155,7 +160,7 @@ impl Default for RetentionConfig {
 /// ranges (`10.1.0.0/16`), addresses (`127.0.0.1`) or host names (`orders.internal`) of the inside.
 /// Tasks run with `agentd run`, the config's own `[tools]`, `[[desktops]]` and `[defaults] computer` are
 /// the operator's and reach anything. (`docs/security.md` has the table.)
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutboundConfig {
     pub allow: Vec<String>,
@@ -173,7 +178,7 @@ impl Config {
 }
 
 /// How log lines on stderr are written (`[log] format`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// One human-readable line per event (the default).
@@ -183,7 +188,7 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `text` (default) or `json`. Which events are written is `AGENTD_LOG` (a `tracing` filter).
@@ -191,7 +196,7 @@ pub struct LogConfig {
 }
 
 /// `[otel]`: OpenTelemetry traces over OTLP/HTTP (protobuf), for builds with the cargo feature `otel`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct OtelConfig {
     /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); spans go to `{endpoint}/v1/traces`
@@ -217,7 +222,7 @@ impl OtelConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
     /// The Unix socket the API listens on (mode 0660). Default: `$RUNTIME_DIRECTORY/agentd.sock`, else
@@ -275,7 +280,7 @@ impl Default for ApiConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum QueueBackend {
     #[default]
@@ -283,7 +288,7 @@ pub enum QueueBackend {
     Postgres,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
     pub backend: QueueBackend,
@@ -322,7 +327,7 @@ impl Default for QueueConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerConfig {
     /// Tasks run at once.
@@ -354,7 +359,7 @@ impl Default for WorkerConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ArtifactsBackend {
     #[default]
@@ -362,7 +367,7 @@ pub enum ArtifactsBackend {
     S3,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ArtifactsConfig {
     pub backend: ArtifactsBackend,
@@ -400,7 +405,7 @@ impl Default for ArtifactsConfig {
 }
 
 /// The environment a vendor's computer tool declares (`[models.NAME] environment`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ComputerEnvironment {
     Linux,
@@ -425,7 +430,7 @@ impl ComputerEnvironment {
 }
 
 /// An openai-compatible model's coordinate space (`[models.openai-compatible] coordinate_space`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CoordinateSpace {
     /// Pixels of the screenshot sent.
@@ -439,7 +444,7 @@ pub enum CoordinateSpace {
 }
 
 /// How an openai-compatible model states its actions (`[models.openai-compatible] action_format`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ActionFormat {
     /// Function calling.
@@ -451,7 +456,7 @@ pub enum ActionFormat {
 
 /// `[models.NAME]`: how to reach one model provider, and how its adapter behaves. Every key is optional; the
 /// adapter's defaults are in `docs/models.md` and `config/agentd.example.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     pub base_url: Option<String>,
@@ -957,7 +962,7 @@ fn models(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BT
     Some(out)
 }
 
-/// `[tools.NAME]` tables: a tool declaration of §13 whose name is its key.
+/// `[tools.NAME]` tables: a tool declaration of docs/tools.md whose name is its key.
 fn tools(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTreeMap<String, ToolDecl>> {
     let toml::Value::Table(table) = value else {
         return section(value, "tools", problems);
@@ -981,7 +986,7 @@ fn tools(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTr
     Some(out)
 }
 
-/// `[verifiers.NAME]` tables (§16); `command` names a program.
+/// `[verifiers.NAME]` tables (docs/replay-and-verify.md); `command` names a program.
 fn verifiers(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTreeMap<String, VerifierDecl>> {
     let toml::Value::Table(table) = value else {
         return section(value, "verifiers", problems);
@@ -1389,7 +1394,7 @@ fn locate_key(text: &str, field: &str) -> (usize, usize) {
 }
 
 /// How the loop waits for the screen after acting (`[settle]` in the config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SettlePolicy {
     /// Settle at all (false: take the next screenshot right after the actions).
@@ -1411,7 +1416,7 @@ impl Default for SettlePolicy {
 }
 
 /// USD per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     pub input: f64,

@@ -1,4 +1,4 @@
-//! The exit codes of every command (product contract §2): the one table, used by `main` and by the places
+//! The exit codes of every command (docs/cli.md): the one table, used by `main` and by the places
 //! that must quit at once (a second signal).
 
 /// `0` success; `1` the task ended without success; `2` invalid input; `3` the daemon or a backend could

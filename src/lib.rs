@@ -130,3 +130,9 @@ pub use backends::BuildError;
 pub use config::Config;
 pub use task::tools::ToolDecl;
 pub use task::{ComputerSpec, Limits, ModelSpec, TaskId, TaskSpec};
+
+/// docs/library.md, whose example the doc tests compile and run, so the page the front page links to cannot
+/// drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/library.md")]
+struct LibraryPage;

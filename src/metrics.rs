@@ -49,7 +49,8 @@ pub struct Metrics {
     pub action_errors: AtomicU64,
     pub tasks_started: AtomicU64,
     pub lease_losses: AtomicU64,
-    /// Retention (§21): tasks deleted here (by `DELETE`, prune or the background job), and their artifacts.
+    /// Retention (docs/operations.md): tasks deleted here (by `DELETE`, prune or the background job), and their
+    /// artifacts.
     pub deleted_tasks: AtomicU64,
     pub deleted_artifacts: AtomicU64,
     pub deleted_artifact_bytes: AtomicU64,
@@ -59,9 +60,9 @@ pub struct Metrics {
     usage: Mutex<BTreeMap<(String, String), Usage>>,
     /// API requests, by (method, route template, status).
     requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
-    /// The stuck-loop guard's firings (§17), by check and by what it did (warned, stopped).
+    /// The stuck-loop guard's firings (docs/task-file.md), by check and by what it did (warned, stopped).
     stuck_guard: [[AtomicU64; 2]; 4],
-    /// Verifier checks (§16) of finished tasks' last rounds, by kind and result.
+    /// Verifier checks (docs/replay-and-verify.md) of finished tasks' last rounds, by kind and result.
     verifications: [[AtomicU64; 2]; VERIFY_KINDS.len()],
 }
 
@@ -405,7 +406,7 @@ fn render_process(out: &mut String, process: &ProcessStats) {
     );
 }
 
-/// The desktop pool's series (§23), from `(name, state, resets)` of each desktop: nothing without a pool.
+/// The desktop pool's series (docs/providers.md), from `(name, state, resets)` of each desktop: nothing without a pool.
 pub fn render_desktops(desktops: &[(&str, &str, u64)]) -> String {
     let mut out = String::new();
     if desktops.is_empty() {

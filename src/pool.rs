@@ -1,4 +1,4 @@
-//! The desktop pool (§23): the `[[desktops]]` of config as the workers of one daemon hold them — each
+//! The desktop pool (docs/providers.md): the `[[desktops]]` of config as the workers of one daemon hold them — each
 //! desktop's computer, opened once when the daemon starts and kept across tasks (a VNC connection keeps its
 //! framebuffer current, and a new one waits out x11vnc's blind first half second), its state (starting, free, busy with a
 //! task, failed), and the lifecycle commands around its tasks: `setup` at start, `reset` before each task

@@ -1,4 +1,4 @@
-//! Retention (§21): deleting finished tasks with their steps, events and artifacts — one task
+//! Retention (docs/operations.md): deleting finished tasks with their steps, events and artifacts — one task
 //! (`DELETE /v1/tasks/{id}`), the tasks a prune finds (`agentd prune`), and the daemon's background job
 //! (`[retention] finished_days`).
 //!

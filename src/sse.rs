@@ -1,4 +1,4 @@
-//! Server-Sent Events, read incrementally (WHATWG HTML "server-sent events" §9.2.6): the one parser both the
+//! Server-Sent Events, read incrementally (WHATWG HTML "server-sent events", section 9.2.6): the one parser both the
 //! model adapters' streams and the CLI's event follower use.
 //!
 //! Bytes are split into lines before they are decoded, so a character split across network chunks is never

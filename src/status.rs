@@ -1,4 +1,5 @@
-//! The status document (§8): what `agentd status --json` and `GET /v1/tasks/{id}` return and what `agentd run`
+//! The status document (docs/events.md): what `agentd status --json` and `GET /v1/tasks/{id}` return and what `agentd
+//! run`
 //! writes to `runs/{id}.json` — the task file as submitted beside the stored records of its run.
 
 use serde::{Deserialize, Serialize};
@@ -8,7 +9,7 @@ use crate::record::{Outcome, PendingToolCall, ReplayInfo, ScreenshotRef, StepRec
 use crate::task::conversation::{Conversation, ConversationStep, ConversationTurn, TurnOutcome};
 use crate::task::{Instructions, TaskSpec};
 
-/// The instructions of an exported conversation (§19) when no next message is given.
+/// The instructions of an exported conversation (docs/humans.md) when no next message is given.
 pub const CONTINUE_INSTRUCTIONS: &str = "Carry on from where the conversation left off: look at the screen and \
 finish what the last turn did not.";
 
@@ -38,29 +39,30 @@ pub struct TaskRecord {
     /// Why the task waits for a human (in `waiting_for_human`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<String>,
-    /// The `remote` tool calls the task waits for the API client to answer (in `awaiting_tool`, §13); derived
+    /// The `remote` tool calls the task waits for the API client to answer (in `awaiting_tool`, docs/tools.md); derived
     /// from the last step (its `awaiting_tools` without answers), never stored on its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_tool_calls: Vec<PendingToolCall>,
-    /// For a task that replays another (§18): which, where the screen diverged, where the model took over;
+    /// For a task that replays another (docs/replay-and-verify.md): which, where the screen diverged, where the model
+    /// took over;
     /// derived from the task file and the steps, never stored on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayInfo>,
-    /// What a task in `waiting_for_human` waits for (§20); derived, never stored on its own.
+    /// What a task in `waiting_for_human` waits for (docs/humans.md); derived, never stored on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
-    /// The turns of the conversation with the task (§19), the current one last; the task's `outcome`,
+    /// The turns of the conversation with the task (docs/humans.md), the current one last; the task's `outcome`,
     /// `started_at` and `finished_at` are the last turn's. A task that was never sent a message has one.
     #[serde(default)]
     pub turns: Vec<Turn>,
-    /// The queue's marker that the task waits because a person took its desktop over (`agentd pause`, §20):
+    /// The queue's marker that the task waits because a person took its desktop over (`agentd pause`, docs/humans.md):
     /// what `waiting` of kind `takeover` is derived from. Not part of the document (`waiting` shows it).
     #[serde(skip)]
     pub taken_over: bool,
-    /// The desktop of the pool (§23) the task's latest attempt ran on, by name.
+    /// The desktop of the pool (docs/providers.md) the task's latest attempt ran on, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desktop: Option<String>,
-    /// The last failure of a pool desktop the task was given (§23: `{desktop, command, exit_code, output,
+    /// The last failure of a pool desktop the task was given (docs/providers.md: `{desktop, command, exit_code, output,
     /// at}`); the task went back to the queue and ran on another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desktop_failure: Option<serde_json::Value>,
@@ -155,7 +157,7 @@ impl TaskRecord {
         };
     }
 
-    /// Fills `replay` from the task file and the steps (§18).
+    /// Fills `replay` from the task file and the steps (docs/replay-and-verify.md).
     pub fn derive_replay(&mut self) {
         // The stored turns (before `derive_turns`): the earlier ones whole and where the current one begins.
         let later_turns_from = self.turns.get(1).map(|turn| turn.first_step);
@@ -168,7 +170,7 @@ impl TaskRecord {
 }
 
 impl TaskRecord {
-    /// The task file that continues this task's conversation in a new task (§19, `agentd export ID
+    /// The task file that continues this task's conversation in a new task (docs/humans.md, `agentd export ID
     /// --conversation`): the task file as submitted, without its id (and without `replay`), its earlier
     /// conversation and every turn of this one as `conversation` (text and actions, no screenshots), and
     /// `next` (else [`CONTINUE_INSTRUCTIONS`]) as the instructions.

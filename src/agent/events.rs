@@ -1,11 +1,12 @@
-//! The sink that numbers a task's events (§8; the event types are `record::events`).
+//! The sink that numbers a task's events (docs/events.md; the event types are `record::events`).
 //!
 //! Every event is `{seq, task_id, ts, type, …}`; `seq` is per task, strictly increasing, and continues
 //! across attempts (a resumed task starts its sink after the last stored seq). The sink never blocks: it
 //! hands events to an unbounded channel whose reader (a progress printer, the daemon's event store) runs
 //! beside the loop.
 //!
-//! The sink is also where events are redacted (§15): once [`EventSink::seal`] gives it a task's secrets, every
+//! The sink is also where events are redacted (docs/security.md): once [`EventSink::seal`] gives it a task's secrets,
+//! every
 //! event — from the loop, the uploader's callback, the attempt's `task_finished` — has each secret's value
 //! replaced by its placeholder before it is numbered, so the event store, SSE and progress output never see
 //! one. (The loop redacts at the source too; this is the one place every event passes.)

@@ -1,4 +1,4 @@
-//! The stuck-loop guard (§17): after every step it looks at what the step did — its actions, whether they
+//! The stuck-loop guard (docs/task-file.md): after every step it looks at what the step did — its actions, whether they
 //! changed the screen, whether the turn called anything — and counts, for each check, the steps (or turns) in
 //! a row that made no progress. When a count reaches its threshold the model is warned, with what it
 //! repeats; when the same count reaches it again the task ends with reason `stuck`. Progress on a check

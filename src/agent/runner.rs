@@ -256,7 +256,7 @@ impl Loop {
             ));
         }
         // Spending nothing never trips the budget, so free models run under a zero budget.
-        // Limits are per turn (§19): the steps and cost of earlier turns do not count.
+        // Limits are per turn (docs/humans.md): the steps and cost of earlier turns do not count.
         let spent = self.tallies.usage.cost_usd - self.resumed.turn_base.1;
         if spent > 0.0 && spent >= self.task.limits.max_cost_usd {
             return Err(finished(
@@ -417,7 +417,7 @@ impl Loop {
         record.actions = self.screen_actions(&turn.calls);
         record.approval =
             turn.approval.as_ref().map(|request| StepApproval::asked(request.reason.clone(), request.details.clone()));
-        // An approval rule (§20) holds the whole turn before any of its calls runs.
+        // An approval rule (docs/humans.md) holds the whole turn before any of its calls runs.
         if record.approval.is_none()
             && let Some((rule, reason)) = crate::task::approval::first_match(&self.task.approval, &turn.calls)
         {
@@ -563,8 +563,8 @@ impl Loop {
     }
 
     /// The end of an attempt whose step `index` waits for `calls`: a person's answer to an `ask_human`
-    /// question (§20: `waiting_for_human`, the event says the question), or the API client's `remote` tool
-    /// results (§13: `awaiting_tool`).
+    /// question (docs/humans.md: `waiting_for_human`, the event says the question), or the API client's `remote` tool
+    /// results (docs/tools.md: `awaiting_tool`).
     fn parked(&self, index: u32, calls: Vec<PendingToolCall>) -> Stop {
         if let Some(call) = calls.iter().find(|c| c.name == crate::record::ASK_HUMAN) {
             let question = call.arguments.get("question").and_then(|q| q.as_str()).unwrap_or_default().to_string();
@@ -698,7 +698,7 @@ impl Loop {
     }
 
     async fn journal(&self, record: &StepRecord) -> Result<(), Stop> {
-        // Every step passes here on its way to the records: secrets are redacted out of a copy (§15).
+        // Every step passes here on its way to the records: secrets are redacted out of a copy (docs/security.md).
         let secrets = self.built.tools.secrets();
         let redacted;
         let record = if secrets.is_empty() {
@@ -750,7 +750,7 @@ impl Loop {
                     out.tool_results.push(result);
                 }
                 CallKind::Function { name, arguments } => {
-                    // A valid `ask_human` call waits for a person, alone (§20).
+                    // A valid `ask_human` call waits for a person, alone (docs/humans.md).
                     if self.built.tools.question(name, arguments).is_some() {
                         out.awaiting = vec![PendingToolCall {
                             id: call.id.clone(),
@@ -994,7 +994,7 @@ impl Loop {
         // An action is never cut short on purpose; one that outlives this bound means the computer is stuck,
         // and the attempt ends so that another one can start on a fresh connection.
         let bound = ACTION_TIMEOUT + action_duration(action);
-        // Secrets (§15): a `type` action's placeholders become the values only here, for the computer; the
+        // Secrets (docs/security.md): a `type` action's placeholders become the values only here, for the computer; the
         // recorded action keeps them, and what the computer says back is redacted.
         let secrets = self.built.tools.secrets();
         let substituted = match action {
@@ -1042,7 +1042,7 @@ impl Loop {
         let mut end = end;
         self.verify_at_end(&mut end).await;
         let mut computer_state = self.built.computer.state().await;
-        // What leaves the loop shows placeholders, never secrets' values (§15): the computer's state holds
+        // What leaves the loop shows placeholders, never secrets' values (docs/security.md): the computer's state holds
         // what was typed; an ending's message may quote a provider's error.
         let secrets = self.built.tools.secrets().clone();
         if !secrets.is_empty() {

@@ -1,4 +1,4 @@
-//! The boundaries of a model turn (§8 granular events): turns the deltas a model adapter streams
+//! The boundaries of a model turn (docs/events.md granular events): turns the deltas a model adapter streams
 //! ([`Delta`]) and the turn it finally returns into `message_start` … `message_end`, with text, thinking and
 //! tool-call blocks between them, and keeps the text streamed so far for a turn that is cut short.
 //!

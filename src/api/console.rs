@@ -1,4 +1,4 @@
-//! The web console (§22): its assets, embedded in the binary and served at `GET /` and under `/console/`
+//! The web console (docs/console.md): its assets, embedded in the binary and served at `GET /` and under `/console/`
 //! (never under `/v1/`), and how a browser authenticates on the TCP listener.
 //!
 //! The console is plain HTML, CSS and JavaScript (`src/api/console/`): no build step, nothing fetched at run

@@ -2,7 +2,7 @@
 //! `Last-Event-ID` (or `?after=N`; either must be a whole number from 0 to 2^63-1, else 400). Stored events are
 //! sent first; then the stream waits for new ones (woken when this process stores events, polling the queue
 //! as a safety net for events written by other nodes) and ends after the last `task_finished` (a later turn's
-//! events, §19, follow an earlier turn's). `?follow=false` ends it
+//! events, docs/humans.md, follow an earlier turn's). `?follow=false` ends it
 //! once the stored events are sent, and so does a stream of a task that has already finished (its
 //! `task_finished` was sent before, or is among the stored events).
 
@@ -72,7 +72,7 @@ pub async fn stream(
     // resuming after `task_finished` has seen its end (the queue records the state just after that event).
     let mut follow = query.follow.unwrap_or(true) && !task.state.is_terminal();
     if follow && after > 0 {
-        // (A later turn's events may follow a `task_finished`, §19: then there is more to come.)
+        // (A later turn's events may follow a `task_finished`, docs/humans.md: then there is more to come.)
         let seen = state.queue.events_after(&id, after - 1, 2).await?;
         if seen.len() == 1 && seen[0].seq == after && matches!(seen[0].kind, EventKind::TaskFinished { .. }) {
             follow = false;
@@ -98,7 +98,7 @@ pub async fn stream(
                 return Some((Ok(sse), c));
             }
             if c.done {
-                // A message to the finished task (§19) continues its events after a `task_finished`: the
+                // A message to the finished task (docs/humans.md) continues its events after a `task_finished`: the
                 // stream ends at the last one.
                 match c.state.queue.events_after(&c.id, c.after, 500).await {
                     Ok(events) if !events.is_empty() => {

@@ -23,7 +23,8 @@ pub struct WorkerHandle {
     running: Arc<Mutex<HashMap<String, Running>>>,
 }
 
-/// What stops a task running here: its cancel token, and its pause token (a take-over, §20: park it after its
+/// What stops a task running here: its cancel token, and its pause token (a take-over, docs/humans.md: park it after
+/// its
 /// current step).
 #[derive(Clone, Default)]
 pub struct Running {

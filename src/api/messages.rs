@@ -1,4 +1,4 @@
-//! `POST /v1/tasks/{id}/messages` (§19): the user's next message to a finished task queues a new turn of it,
+//! `POST /v1/tasks/{id}/messages` (docs/humans.md): the user's next message to a finished task queues a new turn of it,
 //! with its history. `{"text"}`: not blank, at most as long as a task's instructions may be. A task that is
 //! not finished is refused (409), an unknown one is 404, and a refused message changes nothing.
 

@@ -1,4 +1,4 @@
-//! The HTTP API (product contract §10), served on a Unix socket (mode 0660) and optionally on TCP — on TCP
+//! The HTTP API (docs/http-api.md), served on a Unix socket (mode 0660) and optionally on TCP — on TCP
 //! only where there are no Unix sockets (Windows).
 //!
 //! One error type, [`ApiError`], renders every failure as `{"error": {"code", "message", "field"?}}` —
@@ -65,9 +65,9 @@ pub struct ApiState {
     pub workers: WorkerHandle,
     /// Fired at shutdown: new tasks are refused with 503.
     pub stopping: CancellationToken,
-    /// Deletes finished tasks (§21).
+    /// Deletes finished tasks (docs/operations.md).
     pub retention: Arc<crate::retention::Retention>,
-    /// The desktop pool (§23), for `/healthz` and the metrics.
+    /// The desktop pool (docs/providers.md), for `/healthz` and the metrics.
     pub pool: Arc<crate::pool::Pool>,
 }
 

@@ -1,4 +1,4 @@
-//! Retention endpoints (§21): `DELETE /v1/tasks/{id}` (a finished task, with its steps, events and
+//! Retention endpoints (docs/operations.md): `DELETE /v1/tasks/{id}` (a finished task, with its steps, events and
 //! artifacts) and `POST /v1/prune` (what the retention job would delete now, or with `dry_run` only what
 //! it would delete). The work is [`crate::retention::Retention`]'s.
 

@@ -1,4 +1,4 @@
-//! Take-over endpoints (§20): `POST /v1/tasks/{id}/pause` parks a task for a person (a queued one at once, a
+//! Take-over endpoints (docs/humans.md): `POST /v1/tasks/{id}/pause` parks a task for a person (a queued one at once, a
 //! running one after its current step, on whichever node runs it) and `POST /v1/tasks/{id}/resume
 //! {"note"?}` hands the desktop back.
 

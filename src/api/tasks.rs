@@ -50,7 +50,7 @@ pub async fn submit(
     let resolved = spec.resolve(&state.config.defaults, &state.config.guard);
     backends::check(&resolved, &state.config).await.map_err(ApiError::from)?;
     if let Some(replay) = &spec.replay {
-        // Only a succeeded task with a record can be replayed (§18).
+        // Only a succeeded task with a record can be replayed (docs/replay-and-verify.md).
         let record = match state.queue.get(replay.of.as_str()).await {
             Ok(record) => record,
             Err(crate::queue::QueueError::NotFound(_)) => {
@@ -159,7 +159,7 @@ pub struct RejectBody {
 }
 
 /// `POST /v1/tasks/{id}/approve`: empty, `{}`, or `{"actions": [ACTION, …]}` — the actions (screen pixels)
-/// to run instead of the waiting step's computer actions (§20).
+/// to run instead of the waiting step's computer actions (docs/humans.md).
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ApproveBody {
@@ -232,7 +232,7 @@ pub async fn reject(
     Ok(Json(json!({"id": id, "state": "failed", "reason": "rejected"})))
 }
 
-/// `POST /v1/tasks/{id}/tool-results`: `{"results": [{"id", "ok", "output", "details"?}]}` (§13).
+/// `POST /v1/tasks/{id}/tool-results`: `{"results": [{"id", "ok", "output", "details"?}]}` (docs/tools.md).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolResultsBody {
@@ -273,7 +273,7 @@ pub async fn tool_results(
     Ok(Json(json!({"id": id, "state": "queued", "answered": answered})))
 }
 
-/// `POST /v1/tasks/{id}/answer`: `{"text"}`, a person's answer to the model's `ask_human` question (§20).
+/// `POST /v1/tasks/{id}/answer`: `{"text"}`, a person's answer to the model's `ask_human` question (docs/humans.md).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {

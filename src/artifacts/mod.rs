@@ -1,4 +1,4 @@
-//! Artifact storage (§11): where step screenshots go, under deterministic keys.
+//! Artifact storage (docs/operations.md): where step screenshots go, under deterministic keys.
 //!
 //! [`ArtifactStore`] is the IO boundary (a directory, an S3 bucket); [`Uploader`] runs beside the agent loop
 //! so a slow or failing store never stalls a step, and spools to local disk what it could not store yet.
@@ -20,12 +20,13 @@ pub fn artifact_key(task_id: &str, attempt: u32, step: u32, extension: &str) -> 
 }
 
 /// `tasks/{task_id}/{attempt}/{step:05}-proposed.png` — a step's screenshot with the actions an approval rule
-/// held drawn on it (§20).
+/// held drawn on it (docs/humans.md).
 pub fn proposed_key(task_id: &str, attempt: u32, step: u32) -> String {
     format!("{}{step:05}-proposed.png", attempt_prefix(task_id, attempt))
 }
 
-/// `tasks/{task_id}/{attempt}/verify-{round}-{check}.png` — the crop a `screen` verifier check (§16) saved in
+/// `tasks/{task_id}/{attempt}/verify-{round}-{check}.png` — the crop a `screen` verifier check
+/// (docs/replay-and-verify.md) saved in
 /// one round (`check` counts from 0 in the task's `verify`).
 pub fn verify_crop_key(task_id: &str, attempt: u32, round: u32, check: usize) -> String {
     format!("{}verify-{round}-{check}.png", attempt_prefix(task_id, attempt))
@@ -98,7 +99,8 @@ pub trait ArtifactStore: Send + Sync {
     /// bytes, in no particular order.
     async fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, ArtifactError>;
 
-    /// Deletes every artifact whose key starts with `prefix` (retention, §21); nothing there is no error.
+    /// Deletes every artifact whose key starts with `prefix` (retention, docs/operations.md); nothing there is no
+    /// error.
     async fn delete_prefix(&self, prefix: &str) -> Result<Removed, ArtifactError>;
 
     /// Whether the store is this machine's disk: then a `put` is as durable and as quick as spooling, and the

@@ -1,4 +1,5 @@
-//! The S3 artifact store (§11): artifacts as objects of one bucket, under an optional key prefix, on AWS S3 or
+//! The S3 artifact store (docs/operations.md): artifacts as objects of one bucket, under an optional key prefix, on
+//! AWS S3 or
 //! any S3-compatible store (MinIO, Ceph, moto) through aws-sdk-s3.
 //!
 //! It owns the client configuration (region, endpoint, path-style addressing, the checksum option, timeouts),

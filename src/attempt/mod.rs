@@ -127,7 +127,7 @@ impl Assembly {
             .map_err(|(i, message)| BuildError::invalid(format!("tools[{i}].name"), message))?;
         let replay = spec.replay.clone();
         let mut task = spec.resolve(&config.defaults, &config.guard);
-        // The config's approval rules first, then the task's own (§20): a rule's number counts them so.
+        // The config's approval rules first, then the task's own (docs/humans.md): a rule's number counts them so.
         task.approval = config.approval.iter().cloned().chain(std::mem::take(&mut task.approval)).collect();
         if let Some(limits) = self.limits {
             check_limits(&limits)?;
@@ -152,7 +152,7 @@ impl Assembly {
         } else {
             outbound.clone()
         };
-        // Outside the daemon nothing is leased: a pool request runs on the first desktop it matches (§23).
+        // Outside the daemon nothing is leased: a pool request runs on the first desktop it matches (docs/providers.md).
         if !matches!(self.computer, Some(Source::Given(_))) {
             task.computer = backends::pool_computer(&task.computer, &config)?;
         }
@@ -171,7 +171,7 @@ impl Assembly {
             FileAccess::Api { .. } => None,
         };
         let models = self.models.unwrap_or_else(|| Arc::new(Shared::new(&config)));
-        // A replay (§18) builds the task's model only for a model to hand over to.
+        // A replay (docs/replay-and-verify.md) builds the task's model only for a model to hand over to.
         let needs_model = replay.as_ref().is_none_or(|r| r.on_divergence == OnDivergence::Model);
         let model = match self.model {
             Some(Source::Given(model)) => Some(model),
@@ -195,7 +195,7 @@ impl Assembly {
             (None, Some(model)) => model,
             (None, None) => return Err(BuildError::invalid("model", "no model was built")),
         };
-        // The secrets' values are read here, when the agent is built (§15): a worker builds per attempt.
+        // The secrets' values are read here, when the agent is built (docs/security.md): a worker builds per attempt.
         // An API task's secret files are only those `[api] allowed_secret_paths` names.
         let secret_files = if self.api_task { config.secret_file_access() } else { files.clone() };
         let secrets = backends::secrets(&task, &secret_files).await?;
@@ -212,7 +212,7 @@ impl Assembly {
                 backends::computer(&task.computer, &context).await?
             }
         };
-        // The verifier checks' reference images are read and their programs looked up here (§16).
+        // The verifier checks' reference images are read and their programs looked up here (docs/replay-and-verify.md).
         let verifier =
             crate::verify::Verifier::build(&task.verify, task.verify_retries, &config.verifiers, &files, &outbound)
                 .await

@@ -1,4 +1,5 @@
-//! Loading a replay (§18) when an attempt is assembled: the replayed task's record (given by the caller —
+//! Loading a replay (docs/replay-and-verify.md) when an attempt is assembled: the replayed task's record (given by the
+//! caller —
 //! the daemon's queue, `agentd run`'s `runs/` directory, an embedder) is checked (it must have succeeded),
 //! its steps' screenshots are read once from the artifact store and reduced to their signatures, and the
 //! recorded calls (screen pixels, the replay's parameters applied to typed texts) become a

@@ -1,5 +1,5 @@
 //! `agentd run` on a terminal (stdin and stderr both ttys): the model's `ask_human` questions and the
-//! approvals a step waits for (§9, §20) are asked on the terminal, and the run goes on with the answer.
+//! approvals a step waits for (docs/humans.md) are asked on the terminal, and the run goes on with the answer.
 //! Elsewhere nobody is asked and such a run ends there, as it always did.
 
 use std::io::IsTerminal;

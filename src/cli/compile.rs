@@ -1,5 +1,6 @@
-//! `agentd compile ID [--param NAME=TEXT …]` (§18): a finished task's trajectory as a script of the scripted
-//! model (§6), for review and version control, with typed texts named as parameters written `{{NAME}}`.
+//! `agentd compile ID [--param NAME=TEXT …]` (docs/replay-and-verify.md): a finished task's trajectory as a script of
+//! the scripted
+//! model (docs/models.md), for review and version control, with typed texts named as parameters written `{{NAME}}`.
 //!
 //! One turn per recorded step, in order, so the script plays turn N at step N as the recording did: the step's
 //! model text (`say`), its actions in screen pixels, its calls of declared tools, and its `task_completion`

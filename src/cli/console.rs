@@ -1,4 +1,4 @@
-//! `agentd console` (§22): the web console of a daemon that listens only on its Unix socket, opened on a
+//! `agentd console` (docs/console.md): the web console of a daemon that listens only on its Unix socket, opened on a
 //! loopback TCP port.
 //!
 //! The command binds `127.0.0.1` (port `--port`, else one the kernel picks), prints a one-time URL carrying a

@@ -1,4 +1,4 @@
-//! The command line (product contract §2): argument parsing and dispatch. Each command lives in its own
+//! The command line (docs/cli.md): argument parsing and dispatch. Each command lives in its own
 //! module and returns an [`Exit`]; errors print their chain on stderr and map to the exit code table.
 
 pub mod ask;
@@ -105,7 +105,8 @@ pub enum Command {
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Replay a succeeded task's recorded actions without a model (§18), comparing the screen before each step.
+    /// Replay a succeeded task's recorded actions without a model (docs/replay-and-verify.md), comparing the screen
+    /// before each step.
     #[command(after_help = "Examples:
   agentd replay ID --wait                          run task ID's actions again; exit with the outcome
   agentd replay ID --param 'zoe@example.com=ada@example.com'   type ada@… where the recording typed zoe@…
@@ -169,7 +170,7 @@ actions anyway, `agentd reject ID` ends it). The record says `replay: {of, diver
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Delete a finished task with its steps, events and artifacts (§21).
+    /// Delete a finished task with its steps, events and artifacts (docs/operations.md).
     #[command(after_help = "Only a finished task (succeeded, failed or cancelled) can be deleted: a queued, running or
 waiting task is refused (exit 2) and nothing changes; cancel it first.
 
@@ -246,7 +247,7 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Take a task's desktop over: it stops after its current step and waits, holding no worker (§20).
+    /// Take a task's desktop over: it stops after its current step and waits, holding no worker (docs/humans.md).
     #[command(
         after_help = "A queued task waits before it starts; a running one finishes the step it is in, then waits in
 waiting_for_human (`waiting.kind` is `takeover`) while a person uses the desktop. A waiting or finished task is
@@ -302,7 +303,7 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
-    /// Send a finished task the user's next message: a new turn of it, run with its history (§19).
+    /// Send a finished task the user's next message: a new turn of it, run with its history (docs/humans.md).
     ///
     /// The task (succeeded, failed or cancelled) is queued again; its model sees the earlier turns and a fresh
     /// screenshot, then TEXT. Steps, events and screenshots keep their numbering. A task that has not finished
@@ -351,7 +352,8 @@ Examples:
         /// An animated lossless WebP, one frame per step.
         #[arg(long, value_name = "FILE")]
         webp: Option<PathBuf>,
-        /// Print, instead of a report, a task file that continues the task's conversation in a new task (§19):
+        /// Print, instead of a report, a task file that continues the task's conversation in a new task
+        /// (docs/humans.md):
         /// its turns as `conversation`, the next message as `instructions`.
         #[arg(long, conflicts_with_all = ["html", "gif", "webp"])]
         conversation: bool,
@@ -413,6 +415,18 @@ Examples:
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Print the JSON Schema of a task file or of the configuration, derived from the types agentd reads them
+    /// into (for editors and validators).
+    #[command(after_help = "Examples:
+  agentd schema task > task.schema.json            point an editor at it to check task files as you write them
+  agentd schema config > agentd.schema.json        the same for agentd.toml (Taplo: #:schema ./agentd.schema.json)
+
+What a schema cannot say (files that exist, a tool's own JSON Schema) agentd checks when it reads the file.
+See docs/cli.md.")]
+    Schema {
+        /// Which file's schema.
+        which: SchemaKind,
+    },
     /// Print the shell completion script for SHELL on stdout.
     #[command(after_help = "Examples:
   agentd completions bash > ~/.local/share/bash-completion/completions/agentd
@@ -423,6 +437,15 @@ Examples:
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// What `agentd schema` describes.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SchemaKind {
+    /// A task file (docs/task-file.md).
+    Task,
+    /// The configuration file, agentd.toml (docs/configuration.md).
+    Config,
 }
 
 #[derive(Debug, Subcommand)]
@@ -466,6 +489,7 @@ impl Command {
             Command::Console { .. } => "console",
             Command::Config { command: ConfigCommand::Check { .. } } => "config check",
             Command::Completions { .. } => "completions",
+            Command::Schema { .. } => "schema",
         }
     }
 
@@ -495,7 +519,7 @@ impl Command {
             Command::Serve { socket } | Command::Config { command: ConfigCommand::Check { socket } } => {
                 (Some(socket), None)
             }
-            Command::Run { .. } | Command::Completions { .. } => (None, None),
+            Command::Run { .. } | Command::Completions { .. } | Command::Schema { .. } => (None, None),
         }
     }
 }
@@ -577,6 +601,9 @@ pub fn main() -> std::process::ExitCode {
     // Completions need no configuration, runtime or logs.
     if let Command::Completions { shell } = &cli.command {
         return exit_code(docs::completions(*shell));
+    }
+    if let Command::Schema { which } = &cli.command {
+        return exit_code(docs::schema(*which));
     }
     // Logs and traces follow the config's `[log]` and `[otel]` when it loads (the command reports it if not).
     let config = ConfigSource::locate(cli.config.as_deref()).load().ok();
@@ -715,6 +742,7 @@ async fn dispatch(cli: Cli) -> CliResult {
             config_check(&source, socket.as_deref(), json).await
         }
         Command::Completions { shell } => docs::completions(*shell),
+        Command::Schema { which } => docs::schema(*which),
     }
 }
 

@@ -86,7 +86,7 @@ pub async fn submit(client: &Client, task: &Path, wait: bool, json: bool) -> Cli
     submit_spec(client, &spec, &source.name, wait, json).await
 }
 
-/// What `agentd replay` was asked (§18).
+/// What `agentd replay` was asked (docs/replay-and-verify.md).
 pub struct ReplayArgs<'a> {
     pub id: &'a str,
     pub task: Option<&'a Path>,
@@ -178,7 +178,7 @@ async fn submit_spec(client: &Client, spec: &TaskSpec, name: &str, wait: bool, j
 }
 
 /// Follows a task's events until it ends (from the `turn_queued` of `turn` on, for a later turn of a
-/// conversation, §19: the earlier turns' events are skipped), prints its id (`--json`: its record) and exits
+/// conversation, docs/humans.md: the earlier turns' events are skipped), prints its id (`--json`: its record) and exits
 /// with its outcome.
 pub(super) async fn follow_to_end(client: &Client, id: &str, turn: Option<u32>, json: bool) -> CliResult {
     let id = id.to_string();
@@ -309,7 +309,7 @@ pub async fn tool_result(client: &Client, id: &str, answer: &ToolResultArgs<'_>,
     Ok(Exit::Success)
 }
 
-/// `answer ID TEXT`: the text becomes the result of the task's pending `ask_human` call (§20).
+/// `answer ID TEXT`: the text becomes the result of the task's pending `ask_human` call (docs/humans.md).
 pub async fn answer(client: &Client, id: &str, text: &str, json: bool) -> CliResult {
     let body = serde_json::json!({ "text": text });
     let path = format!("/v1/tasks/{}/answer", encode(id));

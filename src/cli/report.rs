@@ -1,4 +1,5 @@
-//! `export` and `show` (§22): a task's trajectory — its status document and screenshots, from the daemon's API
+//! `export` and `show` (docs/reports.md): a task's trajectory — its status document and screenshots, from the daemon's
+//! API
 //! or, with `--local`, from what `agentd run` wrote (`data_dir/runs/ID.json` and the configured artifact
 //! store) — written as a report file (`crate::report`: HTML, GIF, WebP) or printed as a step table.
 //!

@@ -1,4 +1,5 @@
-//! `agentd delete ID` and `agentd prune [--dry-run] [--older-than DAYS]` (§21): one request each to the daemon,
+//! `agentd delete ID` and `agentd prune [--dry-run] [--older-than DAYS]` (docs/operations.md): one request each to the
+//! daemon,
 //! which does the deleting (`DELETE /v1/tasks/{id}`, `POST /v1/prune`).
 
 use serde_json::{Value, json};

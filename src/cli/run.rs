@@ -2,7 +2,8 @@
 //!
 //! Builds the task's agent with the library's builder (`crate::library`: relative script and scene paths
 //! resolve against the task file's directory), runs it with live progress on stderr from the run's event
-//! stream (the run waits for every screenshot to be stored, up to a minute), writes the task record to `data_dir/runs/{id}.json`, and prints the result on stdout: the §8
+//! stream (the run waits for every screenshot to be stored, up to a minute), writes the task record to
+//! `data_dir/runs/{id}.json`, and prints the result on stdout: the docs/events.md
 //! document with `--json`, a short summary otherwise. Ctrl-C cancels the task at the next safe point; a
 //! second Ctrl-C exits at once. On a terminal the model's questions and the approvals a step waits for are
 //! asked there (`ask`); elsewhere such a run ends there.
@@ -48,7 +49,7 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     // The library's agent, as any embedder builds it: input the task file states wrongly is refused before
     // the task starts (exit 2 naming the field).
     let mut builder = Agent::builder();
-    // On a terminal, a question or an approval is asked there and the run goes on (§20).
+    // On a terminal, a question or an approval is asked there and the run goes on (docs/humans.md).
     let human = super::ask::TerminalHuman::if_interactive().map(std::sync::Arc::new);
     if let Some(human) = &human {
         builder = builder.human(human.clone());
@@ -232,7 +233,8 @@ fn show_earlier(config: &Config, record: TaskRecord, json: bool) -> Exit {
     if outcome.success { Exit::Success } else { Exit::Unsuccessful }
 }
 
-/// The record a local replay (§18) replays: `agentd run` writes each task's to `data_dir/runs/{id}.json`.
+/// The record a local replay (docs/replay-and-verify.md) replays: `agentd run` writes each task's to
+/// `data_dir/runs/{id}.json`.
 fn local_record(config: &Config, id: &str) -> Result<TaskRecord, BuildError> {
     let path = config.data_dir.join("runs").join(format!("{id}.json"));
     let text = std::fs::read_to_string(&path)

@@ -1,4 +1,4 @@
-//! The daemon client's commands of §20 beside approve/reject: `agentd pause ID`, `agentd resume ID [--note
+//! The daemon client's commands of docs/humans.md beside approve/reject: `agentd pause ID`, `agentd resume ID [--note
 //! TEXT]` (take-over), and `agentd approve ID --action JSON` (approve with an edited action).
 
 use super::client::{Client, Method};

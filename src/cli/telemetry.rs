@@ -58,7 +58,7 @@ pub fn init(config: Option<&Config>, traces: bool) -> Telemetry {
     let filter =
         EnvFilter::try_from_env("AGENTD_LOG").unwrap_or_else(|_| EnvFilter::new("warn,rustls_platform_verifier=off"));
     let format = config.map(|c| c.log.format).unwrap_or_default();
-    // Every line is filtered for the values of running tasks' secrets (§15).
+    // Every line is filtered for the values of running tasks' secrets (docs/security.md).
     let writer = || RedactingWriter(std::io::stderr());
     let log: BoxedLayer = match format {
         LogFormat::Text => {

@@ -1,4 +1,4 @@
-//! Conversations (§19) on the command line: `send` (the user's next message to a finished task: a new turn,
+//! Conversations (docs/humans.md) on the command line: `send` (the user's next message to a finished task: a new turn,
 //! followed with `--wait`), `export ID --conversation` (a task file that continues the conversation in a
 //! new task), and the turns as `agentd status` shows them to people (`turn_lines`).
 
@@ -17,7 +17,7 @@ use crate::status::TaskRecord;
 /// The longest part of a turn's message `agentd status` prints (the record holds it whole).
 const MESSAGE_CHARS: usize = 120;
 
-/// The turns of a conversation (§19) as `agentd status` prints them, one line each for the outcome and the
+/// The turns of a conversation (docs/humans.md) as `agentd status` prints them, one line each for the outcome and the
 /// steps, then the message: every turn, the earlier ones with their own outcome, the current one with the
 /// task's state while it has none. Nothing for a task never sent a message (its one turn is the task).
 pub fn turn_lines(record: &TaskRecord) -> Vec<String> {

@@ -1,5 +1,6 @@
 //! `agentd serve`: the daemon. Opens the queue and the artifact store, starts the workers, the heartbeat,
-//! the rescuer, the retention job (§21) and the HTTP API (Unix socket, optionally TCP), tells systemd when it is ready, feeds the
+//! the rescuer, the retention job (docs/operations.md) and the HTTP API (Unix socket, optionally TCP), tells systemd
+//! when it is ready, feeds the
 //! watchdog while the claim loop is alive, and shuts down in two phases.
 //!
 //! Shutdown (first SIGTERM/SIGINT): stop claiming and accepting tasks (`STOPPING=1`), let running tasks
@@ -187,7 +188,8 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         tracker.spawn(server.run(state.clone(), stop));
     }
 
-    // The desktop pool (§23) sets its desktops up beside the rest: the claim loop offers each once it is ready.
+    // The desktop pool (docs/providers.md) sets its desktops up beside the rest: the claim loop offers each once it is
+    // ready.
     let pool_started = tracker.spawn({
         let (pool, config) = (workers.pool.clone(), config.clone());
         async move { pool.start(&config).await }

@@ -1,4 +1,4 @@
-//! The end of a question's wait (§20 `limits.human_timeout_secs`): the daemon looks at the tasks waiting for
+//! The end of a question's wait (docs/humans.md `limits.human_timeout_secs`): the daemon looks at the tasks waiting for
 //! the answer to an `ask_human` question and ends the wait of those nobody answered in time — `continue`
 //! gives the model "no answer", `fail` ends the task (reason `timeout`).
 //!

@@ -45,7 +45,7 @@ pub struct Workers {
     pub models: Arc<crate::model::Shared>,
     /// What the API may do to the workers (wake, cancel, count); the workers use the same signals.
     pub handle: WorkerHandle,
-    /// The desktops of `[[desktops]]` (§23) this process leases to its tasks.
+    /// The desktops of `[[desktops]]` (docs/providers.md) this process leases to its tasks.
     pub pool: Arc<Pool>,
     /// Leases held by this process: task id → its token and lease state (the runners' cancel tokens are
     /// the handle's).
@@ -68,7 +68,7 @@ impl Workers {
             .name
             .clone()
             .unwrap_or_else(|| format!("{}:{}", crate::config::host_name(), std::process::id()));
-        // With a pool, a task that names no computer takes any free desktop of it (§23).
+        // With a pool, a task that names no computer takes any free desktop of it (docs/providers.md).
         let any_desktop = crate::task::ComputerSpec::Desktop(crate::task::DesktopSpec::default());
         let default_computer =
             if config.desktops.is_empty() { config.defaults.computer.as_ref() } else { Some(&any_desktop) };
@@ -340,7 +340,7 @@ impl Workers {
             worker: Some(self.identity.name.clone()),
             ..Assembly::default()
         };
-        // A desktop of the pool (§23): taken, reset unless the task ran on it last, and its computer (opened
+        // A desktop of the pool (docs/providers.md): taken, reset unless the task ran on it last, and its computer (opened
         // when the daemon started) given to the attempt.
         if let Some(name) = &lease.desktop {
             let Some(taken) = self.pool.take(name, &task_id) else {
@@ -365,7 +365,7 @@ impl Workers {
             }
             assembly.computer = Some(Source::Given(taken.computer));
         }
-        // A replay (§18) runs on the replayed task's record, read from the queue.
+        // A replay (docs/replay-and-verify.md) runs on the replayed task's record, read from the queue.
         if let Some(replay) = &lease.spec.replay {
             match self.queue.get(replay.of.as_str()).await {
                 Ok(record) => assembly.replay_record = Some(record),
@@ -599,7 +599,7 @@ enum End {
     Wait(String),
     /// Parked until the API client answers the last step's remote tool calls.
     AwaitTools,
-    /// Parked for a take-over (§20) until a person hands the desktop back.
+    /// Parked for a take-over (docs/humans.md) until a person hands the desktop back.
     TakeOver,
     /// Handed back before the attempt ran (its pool desktop was not free, or failed its reset).
     Released(Release),

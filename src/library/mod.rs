@@ -177,7 +177,7 @@ impl AgentBuilder {
         self
     }
 
-    /// A tool declared as a task file declares it (§13: `http`, `command`, `remote`).
+    /// A tool declared as a task file declares it (docs/tools.md: `http`, `command`, `remote`).
     pub fn declared_tool(mut self, decl: ToolDecl) -> Self {
         self.assembly.declared.push(decl);
         self
@@ -195,7 +195,7 @@ impl AgentBuilder {
         self
     }
 
-    /// The JSON Schema of the structured output `task_completion` must give (§14).
+    /// The JSON Schema of the structured output `task_completion` must give (docs/task-file.md).
     pub fn output_schema(mut self, schema: serde_json::Value) -> Self {
         self.assembly.output_schema = Some(schema);
         self
@@ -253,7 +253,8 @@ impl AgentBuilder {
         self
     }
 
-    /// The record of the task a replay task (`"replay": {"of": …}`, §18) replays: it must have succeeded; its
+    /// The record of the task a replay task (`"replay": {"of": …}`, docs/replay-and-verify.md) replays: it must have
+    /// succeeded; its
     /// screenshots are read from the artifact store the runs use.
     pub fn replay_recording(mut self, record: TaskRecord) -> Self {
         self.assembly.replay_record = Some(record);
@@ -299,7 +300,7 @@ pub fn mock_desktop(scene: &str) -> Result<Arc<dyn ComputerProvider>, BuildError
     Ok(Arc::new(desktop))
 }
 
-/// The scripted model playing a script (§6: `{"turns": [{"actions": […], "calls": […], "complete": …}]}`).
+/// The scripted model playing a script (docs/models.md: `{"turns": [{"actions": […], "calls": […], "complete": …}]}`).
 pub fn scripted_model(script: &serde_json::Value) -> Result<Arc<dyn Model>, BuildError> {
     let script =
         Script::parse(&script.to_string(), "script").map_err(|e| BuildError::invalid("model.script", e.to_string()))?;

@@ -25,7 +25,7 @@ use crate::task::{ResolvedTask, TaskId};
 /// How long a run waits for its screenshots to be stored before it resolves (they stay in the spool).
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A run under way. It is a [`Stream`] of the run's [`Event`]s (§8, ending with `task_finished`; the stream
+/// A run under way. It is a [`Stream`] of the run's [`Event`]s (docs/events.md, ending with `task_finished`; the stream
 /// ends when the run has); [`Run::abort`] cancels it at its next safe point; [`Run::finish`] resolves to its
 /// [`RunReport`]. Dropping a `Run` (or the future of `finish`) before it ended aborts it.
 pub struct Run {
@@ -142,7 +142,7 @@ pub(super) struct Launch {
     pub human: Option<Arc<dyn Human>>,
 }
 
-/// A person a run asks (§20): the model's `ask_human` questions, and approvals of steps held for one (a
+/// A person a run asks (docs/humans.md): the model's `ask_human` questions, and approvals of steps held for one (a
 /// vendor's safety check). `agentd run` on a terminal asks on the terminal. `None` from either: no answer —
 /// the run ends there as it would with nobody to ask.
 #[async_trait::async_trait]

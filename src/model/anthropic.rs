@@ -714,7 +714,7 @@ mod tests {
             map(json!({"action": "left_click", "coordinate": [5, 3], "text": "shift"})).unwrap(),
             vec![Action::Click { x: 5, y: 3, button: MouseButton::Left, keys: vec!["shift".into()] }]
         );
-        // Held modifiers on the other pointer actions (§24).
+        // Held modifiers on the other pointer actions (docs/task-file.md).
         assert_eq!(
             map(json!({"action": "scroll", "coordinate": [10, 20], "scroll_direction": "up", "scroll_amount": 2, "text": "ctrl"}))
                 .unwrap(),

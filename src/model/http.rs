@@ -3,7 +3,7 @@
 //! secrets kept out of text.
 //!
 //! Retry policy (after the official Anthropic and OpenAI Python SDKs, `_base_client.py` at anthropic-sdk-python
-//! 009b0353 / openai-python e43b4224, and `shared/reference/reliability.md` §3):
+//! 009b0353 / openai-python e43b4224, and `shared/reference/reliability.md`, section 3):
 //! - retried: 408, 409, 429, every 5xx (529 `overloaded_error` included), connection errors, timeouts, a
 //!   stream cut before its terminal event, an error event inside a stream that names a retryable type;
 //!   `x-should-retry: true|false` overrides the status;
@@ -538,7 +538,7 @@ pub fn retry_hint(headers: &reqwest::header::HeaderMap, body: &serde_json::Value
     gemini_retry_delay(body)
 }
 
-/// `Sun, 06 Nov 1994 08:49:37 GMT` (IMF-fixdate, RFC 9110 §5.6.7).
+/// `Sun, 06 Nov 1994 08:49:37 GMT` (IMF-fixdate, RFC 9110, section 5.6.7).
 fn parse_http_date(value: &str) -> Option<time::OffsetDateTime> {
     let format = time::macros::format_description!(
         "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"

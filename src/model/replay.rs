@@ -1,4 +1,5 @@
-//! Replay (§18): a [`Model`] that answers each turn with a succeeded task's recorded calls instead of asking
+//! Replay (docs/replay-and-verify.md): a [`Model`] that answers each turn with a succeeded task's recorded calls
+//! instead of asking
 //! a model, after comparing the live screen with the step's recorded screenshot (`screen::compare`).
 //!
 //! It is fed the recording already loaded ([`RecordedStep`]s: the calls in screen pixels, the recorded
@@ -13,7 +14,7 @@
 //! - `model`: the fallback model answers from that step on, with a fresh context (only the exchanges it made
 //!   itself, a summary of the replayed steps), so vendor adapters never see a synthetic history. It also
 //!   answers past the recording's end: a completion refused after the last step, and the later turns of a
-//!   conversation with the finished replay (§19).
+//!   conversation with the finished replay (docs/humans.md).
 //!
 //! Replayed turns cost nothing and make no network call.
 
@@ -127,7 +128,7 @@ impl ReplayModel {
         let replayed: Vec<String> =
             self.steps.iter().take(from).enumerate().map(|(i, s)| format!("step {i}: {}", s.summary)).collect();
         let mut summary = if from >= self.steps.len() {
-            // The whole recording played (and completed): a later turn of the conversation (§19), or a
+            // The whole recording played (and completed): a later turn of the conversation (docs/humans.md), or a
             // completion refused after the last recorded step.
             format!(
                 "Steps 0 to {} of this task were replayed without a model from the recording of task {} ({}), \

@@ -1,13 +1,14 @@
-//! The scripted model (§6): plays a fixed script (`task::script`), no network. It is how CI and examples run
+//! The scripted model (docs/models.md): plays a fixed script (`task::script`), no network. It is how CI and examples
+//! run
 //! without a model.
 //!
 //! Script format: `{"turns": [TURN, …]}` where a TURN has any of
 //! - `say`: text the model "says" (becomes `model_text`);
-//! - `actions`: actions of §4, in screen pixels, run in order as one computer call;
-//! - `calls`: `[{"name": "lookup_order", "arguments": {…}}, …]` — calls of declared tools (§13), run in order
+//! - `actions`: actions of docs/task-file.md, in screen pixels, run in order as one computer call;
+//! - `calls`: `[{"name": "lookup_order", "arguments": {…}}, …]` — calls of declared tools (docs/tools.md), run in order
 //!   after the turn's actions;
 //! - `complete`: `{"success": bool, "summary": "…", "output"?: …}` — calls `task_completion` (after the turn's
-//!   actions and calls; `output` is the structured output of §14);
+//!   actions and calls; `output` is the structured output of docs/task-file.md);
 //! - `usage`: `{"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd"}`
 //!   to report for the turn (all optional, default 0) — lets budgets be tested without a vendor model;
 //! - `ask_human`: a reason — the turn's actions wait until a human approves them (`agentd approve`), as a

@@ -19,7 +19,7 @@
 //! claiming worker ([`DesktopScope::qualify`], and the same `replace()` in each backend's SQL) and records
 //! the filled-in key on the task it runs (`desktop_held`).
 //!
-//! A task for the desktop pool (§23: `{"desktop": …}`/`{"labels": …}`, or no computer on a worker with
+//! A task for the desktop pool (docs/providers.md: `{"desktop": …}`/`{"labels": …}`, or no computer on a worker with
 //! `[[desktops]]`, whose [`DesktopScope::default`] is then [`POOL`]) is stored as [`POOL`] followed by its
 //! request ([`DesktopSpec::encode`]). Such a key is never held; the claim picks one of the worker's free pool
 //! desktops ([`PoolOffer`]) the request matches, whose own key ([`template`] of its computer, qualified) no

@@ -99,7 +99,7 @@ pub struct WorkerIdentity {
     pub labels: BTreeMap<String, String>,
     /// What the worker's machine fills into desktop keys (one task per desktop at a time).
     pub desktops: desktop::DesktopScope,
-    /// The free desktops of the worker's pool (§23) a pool task may take, in the order it prefers them.
+    /// The free desktops of the worker's pool (docs/providers.md) a pool task may take, in the order it prefers them.
     pub pool: Vec<desktop::PoolOffer>,
 }
 
@@ -117,18 +117,18 @@ pub struct Lease {
     pub next_seq: u64,
     /// Time the task ran in earlier attempts.
     pub elapsed: Duration,
-    /// The turns of the conversation (§19), the current one last; empty for a task never sent a message.
+    /// The turns of the conversation (docs/humans.md), the current one last; empty for a task never sent a message.
     pub turns: Vec<Turn>,
     /// A person had taken the desktop over (`pause`) and handed it back (`resume`) since the last attempt
     /// ran: the next step tells the model so, with the note.
     pub handed_back: Option<HandBack>,
-    /// The desktop of the worker's pool (§23) the claim gave the task, by name.
+    /// The desktop of the worker's pool (docs/providers.md) the claim gave the task, by name.
     pub desktop: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
-    /// `pause_requested`: a person wants the desktop (§20): park the task after its current step.
+    /// `pause_requested`: a person wants the desktop (docs/humans.md): park the task after its current step.
     Held {
         cancel_requested: bool,
         pause_requested: bool,
@@ -151,19 +151,19 @@ pub enum Release {
     /// Back to `queued`. `count_attempt: false` for a graceful shutdown (the attempt did not fail).
     Requeue { count_attempt: bool, delay: Duration, reason: String },
     /// Back to `queued` in the same attempt, because the pool desktop the claim gave it failed its `reset`
-    /// (§23); `failure` (JSON: desktop, command, exit code, output) is kept in the task's record.
+    /// (docs/providers.md); `failure` (JSON: desktop, command, exit code, output) is kept in the task's record.
     DesktopFailed { failure: serde_json::Value },
     /// Park in `waiting_for_human` until approved or rejected.
     WaitForHuman { reason: String },
-    /// Park in `waiting_for_human` for a take-over (§20: a pause was asked for), until `resume`; the next
+    /// Park in `waiting_for_human` for a take-over (docs/humans.md: a pause was asked for), until `resume`; the next
     /// claim continues the same attempt.
     TakeOver,
-    /// Park in `awaiting_tool` until the API client answers the last step's `remote` tool calls (§13), in the
+    /// Park in `awaiting_tool` until the API client answers the last step's `remote` tool calls (docs/tools.md), in the
     /// same attempt. The pending calls are the journaled step's (`StepRecord::pending_tool_calls`).
     AwaitTools,
 }
 
-/// The API client's answer to one pending `remote` tool call (§13): the envelope `{ok, output, details?}`.
+/// The API client's answer to one pending `remote` tool call (docs/tools.md): the envelope `{ok, output, details?}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolAnswer {
     pub id: String,
@@ -172,7 +172,7 @@ pub struct ToolAnswer {
     pub details: Option<serde_json::Value>,
 }
 
-/// What ends a task's wait for the answer to its `ask_human` question (§20).
+/// What ends a task's wait for the answer to its `ask_human` question (docs/humans.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HumanAnswer {
     /// A person's answer: the call's result, and the task goes on.
@@ -189,7 +189,7 @@ pub enum Cancelled {
     Requested,
 }
 
-/// What a pause (§20 take-over) did.
+/// What a pause (docs/humans.md take-over) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Paused {
     /// It was queued: it waits for the person now, before it starts.
@@ -202,7 +202,7 @@ pub enum Paused {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Approve,
-    /// Approve, with these actions (screen pixels) run instead of the waiting step's computer actions (§20).
+    /// Approve, with these actions (screen pixels) run instead of the waiting step's computer actions (docs/humans.md).
     ApproveEdited {
         actions: Vec<agentd_computer::Action>,
     },
@@ -235,7 +235,7 @@ pub enum QueueSignal {
     Work,
     /// A cancel was requested for this task; the process running it stops it at the next safe point.
     Cancel(String),
-    /// A pause (take-over, §20) was requested for this task; the process running it parks it after its
+    /// A pause (take-over, docs/humans.md) was requested for this task; the process running it parks it after its
     /// current step.
     Pause(String),
 }
@@ -314,12 +314,12 @@ pub trait Queue: Send + Sync {
     /// (what the API reports: read again later, a cancel may have moved it on).
     async fn decide(&self, id: &str, decision: &Decision) -> Result<TaskState, QueueError>;
 
-    /// A person takes the task's desktop over (§20): a queued task waits in `waiting_for_human` at once, a
+    /// A person takes the task's desktop over (docs/humans.md): a queued task waits in `waiting_for_human` at once, a
     /// running one is asked to park after its current step (the heartbeat and `QueueSignal::Pause` carry the
     /// request). A waiting or finished task is [`QueueError::WrongState`].
     async fn pause(&self, id: &str) -> Result<Paused, QueueError>;
 
-    /// Hands a taken-over task back (§20): queued again, claimable at once, in the same attempt; the next
+    /// Hands a taken-over task back (docs/humans.md): queued again, claimable at once, in the same attempt; the next
     /// claim's [`Lease::handed_back`] carries `note`. Only a task parked by [`Queue::pause`] is resumed.
     async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError>;
 
@@ -330,13 +330,14 @@ pub trait Queue: Send + Sync {
     /// answer; a task not awaiting tools is [`QueueError::WrongState`].
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError>;
 
-    /// Queues a new turn of a finished task (§19): `text` is the user's next message. In one transaction under
+    /// Queues a new turn of a finished task (docs/humans.md): `text` is the user's next message. In one transaction
+    /// under
     /// the row's lock: the current turn is closed with the task's outcome, a turn beginning after the last
     /// step is added, the task goes back to `queued` with a fresh attempt count and time budget, and a
     /// `turn_queued` event follows its events. A task that is not finished is [`QueueError::WrongState`] and
     /// nothing changes.
     async fn add_turn(&self, id: &str, text: &str) -> Result<TaskRecord, QueueError>;
-    /// Ends the wait of a task in `waiting_for_human` for the answer to its `ask_human` question (§20): the
+    /// Ends the wait of a task in `waiting_for_human` for the answer to its `ask_human` question (docs/humans.md): the
     /// text goes into its last step as the call's result with a `tool_finished` event, and the task is
     /// queued again in the same attempt, claimable at once; a timeout with `fail` ends the task instead.
     /// Decided under the row's lock: a task not waiting for a question (running, finished, waiting for an
@@ -352,7 +353,7 @@ pub trait Queue: Send + Sync {
     /// Whether the database answers.
     async fn health(&self) -> Result<(), QueueError>;
 
-    /// Deletes a finished task (§21) with its steps and events, in one transaction that checks its state
+    /// Deletes a finished task (docs/operations.md) with its steps and events, in one transaction that checks its state
     /// under the row's lock: a task that is not finished is [`QueueError::WrongState`] and nothing changes.
     /// The same transaction puts the id on the purge list ([`Queue::purges`]): its artifacts are deleted
     /// afterwards, and a crash in between leaves them listed, not forgotten.
@@ -460,7 +461,7 @@ pub(crate) mod ending {
         }
     }
 
-    /// A message to a replay (§18) that has no model to answer it (`on_divergence: "stop"`).
+    /// A message to a replay (docs/replay-and-verify.md) that has no model to answer it (`on_divergence: "stop"`).
     pub fn replay_without_model(id: &str, state: TaskState, of: &str) -> QueueError {
         QueueError::WrongState {
             id: id.to_string(),

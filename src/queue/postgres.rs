@@ -43,7 +43,7 @@ use crate::status::{ListedTask, TaskRecord};
 const WORK_CHANNEL: &str = "agentd_work";
 /// Channel notified with a task id when a cancel is requested for a running task.
 const CANCEL_CHANNEL: &str = "agentd_cancel";
-/// Channel notified with a task id when a pause (take-over, §20) is requested for a running task.
+/// Channel notified with a task id when a pause (take-over, docs/humans.md) is requested for a running task.
 const PAUSE_CHANNEL: &str = "agentd_pause";
 /// Advisory lock key held while migrating ("agentd" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6167_656e_7464;
@@ -527,7 +527,7 @@ impl PostgresQueue {
         // the other's uncommitted claim), so a task with a desktop is claimed under a transaction-scoped
         // advisory lock on its key and the desktop checked again after it, in a statement that sees every
         // claim committed before: of two such claims, the second finds the first and leaves its task queued.
-        // A pool task (§23) is claimed with one of the worker's free pool desktops its request matches,
+        // A pool task (docs/providers.md) is claimed with one of the worker's free pool desktops its request matches,
         // under the same lock and check on that desktop's key. A few of the oldest tasks are looked at, so
         // that a task whose desktops are all busy does not hold back the ones behind it.
         let pick = format!(

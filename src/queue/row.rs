@@ -109,13 +109,13 @@ pub(super) struct TaskRow {
     pub final_screenshot: Option<String>,
     pub computer_state: Option<String>,
     pub waiting_reason: Option<String>,
-    /// The stored turns (§19): `NULL` for a task that was never sent a message.
+    /// The stored turns (docs/humans.md): `NULL` for a task that was never sent a message.
     pub turns: Option<String>,
     /// The take-over marker (`takeover` column).
     pub takeover: Option<String>,
-    /// The pool desktop the latest attempt ran on (`desktop_name` column, §23).
+    /// The pool desktop the latest attempt ran on (`desktop_name` column, docs/providers.md).
     pub desktop_name: Option<String>,
-    /// The last failure of a pool desktop given to the task (`desktop_failure` column, JSON, §23).
+    /// The last failure of a pool desktop given to the task (`desktop_failure` column, JSON, docs/providers.md).
     pub desktop_failure: Option<String>,
 }
 
@@ -182,12 +182,12 @@ pub(super) struct LeaseRow {
     pub elapsed_ms: i64,
     pub steps: Vec<StepRecord>,
     pub next_seq: i64,
-    /// The stored turns (§19), `NULL` for a task never sent a message.
+    /// The stored turns (docs/humans.md), `NULL` for a task never sent a message.
     pub turns: Option<String>,
     /// The take-over marker and note as they were before the claim cleared them.
     pub takeover: Option<String>,
     pub takeover_note: Option<String>,
-    /// The pool desktop the claim chose (§23).
+    /// The pool desktop the claim chose (docs/providers.md).
     pub desktop: Option<String>,
 }
 

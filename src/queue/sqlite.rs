@@ -76,7 +76,7 @@ const SCHEMA: &[&str] = &[
         event TEXT NOT NULL,
         PRIMARY KEY (task_id, seq)
     )",
-    // Retention (§21): finished tasks by age, and deleted tasks whose artifacts are still to be deleted.
+    // Retention (docs/operations.md): finished tasks by age, and deleted tasks whose artifacts are still to be deleted.
     "CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_ms) WHERE state IN ('succeeded', 'failed', 'cancelled')",
     "CREATE TABLE IF NOT EXISTS purges (task_id TEXT PRIMARY KEY, deleted_ms INTEGER NOT NULL)",
 ];
@@ -303,7 +303,8 @@ impl SqliteQueue {
             sqlx::query(*statement).execute(&pool).await.map_err(db_error)?;
         }
         Self::migrate(&pool).await?;
-        // Pages freed by deleting old tasks (§21) are given back to the file system (`incremental_vacuum` after
+        // Pages freed by deleting old tasks (docs/operations.md) are given back to the file system
+        // (`incremental_vacuum` after
         // each deletion) instead of only being reused. In WAL mode the setting takes effect only through a
         // VACUUM, which costs nothing on this empty database.
         for statement in ["PRAGMA auto_vacuum = INCREMENTAL", "VACUUM"] {
@@ -402,12 +403,12 @@ impl SqliteQueue {
             }
             tx.commit().await.map_err(db_error)?;
         }
-        // Conversations (§19): the turns of a task that was sent a message.
+        // Conversations (docs/humans.md): the turns of a task that was sent a message.
         if !columns.iter().any(|c| c == "turns") {
             sqlx::query("ALTER TABLE tasks ADD COLUMN turns TEXT").execute(pool).await.map_err(db_error)?;
         }
 
-        // Take-over (§20): the marker (`transitions::Takeover`) and the note `resume` hands the next claim.
+        // Take-over (docs/humans.md): the marker (`transitions::Takeover`) and the note `resume` hands the next claim.
         if !columns.iter().any(|c| c == "takeover") {
             let mut tx = pool.begin().await.map_err(db_error)?;
             for statement in
@@ -417,7 +418,7 @@ impl SqliteQueue {
             }
             tx.commit().await.map_err(db_error)?;
         }
-        // Desktop pools (§23): the name of the pool desktop a task's latest attempt ran on.
+        // Desktop pools (docs/providers.md): the name of the pool desktop a task's latest attempt ran on.
         if !columns.iter().any(|c| c == "desktop_name") {
             for statement in
                 ["ALTER TABLE tasks ADD COLUMN desktop_name TEXT", "ALTER TABLE tasks ADD COLUMN desktop_failure TEXT"]
@@ -465,7 +466,7 @@ impl SqliteQueue {
         let now = now_ms();
         let mut tx = self.durable.begin_with("BEGIN IMMEDIATE").await.map_err(|e| self.failed(e))?;
         // A task whose desktop a running task holds under a live lease waits its turn (queue::desktop), and
-        // so does one whose desktop a person took over (§20: a task parked for a take-over keeps it).
+        // so does one whose desktop a person took over (docs/humans.md: a task parked for a take-over keeps it).
         // Built from constants only (no input reaches the text).
         let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT id, labels, desktop, desktop_name, takeover, takeover_note FROM tasks t WHERE state = 'queued' AND not_before_ms <= ?1
@@ -484,7 +485,7 @@ impl SqliteQueue {
         .await
         .map_err(|e| self.failed(e))?;
         let mut chosen = None;
-        // The keys live tasks hold, read once and only when a pool task (§23) needs a desktop chosen.
+        // The keys live tasks hold, read once and only when a pool task (docs/providers.md) needs a desktop chosen.
         let mut held: Option<std::collections::HashSet<String>> = None;
         for row in &candidates {
             let labels_text: String = row.try_get("labels").map_err(|e| self.failed(e))?;
@@ -569,7 +570,7 @@ impl SqliteQueue {
         }
     }
 
-    /// The desktop keys live tasks hold: running under a live lease, or parked for a take-over (§20).
+    /// The desktop keys live tasks hold: running under a live lease, or parked for a take-over (docs/humans.md).
     async fn held_desktops(
         &self,
         executor: impl sqlx::SqliteExecutor<'_>,
@@ -1272,7 +1273,7 @@ impl Queue for SqliteQueue {
     }
 }
 
-/// Retention (§21), apart from the trait's scheduling methods above for reading ease.
+/// Retention (docs/operations.md), apart from the trait's scheduling methods above for reading ease.
 impl SqliteQueue {
     async fn delete_one(&self, id: &str) -> Result<(), QueueError> {
         let _write = self.writes.lock().await;
@@ -1539,7 +1540,7 @@ mod tests {
         }
     }
 
-    /// A new database gives the pages of deleted tasks back to the file system (§21), not only to reuse.
+    /// A new database gives the pages of deleted tasks back to the file system (docs/operations.md), not only to reuse.
     #[tokio::test]
     async fn deleting_finished_tasks_shrinks_the_file() {
         let dir = tempfile::tempdir().unwrap();

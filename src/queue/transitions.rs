@@ -19,7 +19,8 @@ use crate::record::{ASK_HUMAN, ActionResult, CallKind, CallResult, EndReason, Ou
 use crate::task::replay::{OnDivergence, ReplaySpec};
 use crate::task::{NO_ANSWER, OnHumanTimeout};
 
-/// Whether a task may be deleted (§21): only a finished one (succeeded, failed, cancelled). Decided under the
+/// Whether a task may be deleted (docs/operations.md): only a finished one (succeeded, failed, cancelled). Decided
+/// under the
 /// row's lock, so a task that moved meanwhile is refused, never deleted.
 pub fn delete(id: &str, state: TaskState) -> Result<(), QueueError> {
     if state.is_terminal() {
@@ -33,7 +34,7 @@ pub fn delete(id: &str, state: TaskState) -> Result<(), QueueError> {
     }
 }
 
-/// A task's take-over marker (§20), stored beside its state (`takeover`; none is NULL).
+/// A task's take-over marker (docs/humans.md), stored beside its state (`takeover`; none is NULL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Takeover {
     /// Running: a person asked for the desktop; the worker parks the task after its current step.
@@ -162,7 +163,7 @@ pub struct Decided {
     pub change: Change,
 }
 
-/// What the model reads for each call of a step a human rejected (§20).
+/// What the model reads for each call of a step a human rejected (docs/humans.md).
 pub fn rejected_message(reason: &str) -> String {
     if reason.trim().is_empty() {
         "rejected by a human: this call was not run".to_string()
@@ -254,7 +255,7 @@ pub fn decide(
     })
 }
 
-/// What a message to a finished task writes (§19): every turn, the current one closed and the new one last,
+/// What a message to a finished task writes (docs/humans.md): every turn, the current one closed and the new one last,
 /// and the `turn_queued` event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewTurn {
@@ -267,7 +268,8 @@ pub struct NewTurn {
 /// last step. The current turn keeps its steps below `next_step`; the new one begins at `next_step`, so step
 /// indices keep counting across turns.
 ///
-/// A replay task (§18, `replay` in its task file) answers a message with its model, the replay's fallback:
+/// A replay task (docs/replay-and-verify.md, `replay` in its task file) answers a message with its model, the replay's
+/// fallback:
 /// one that replays with `on_divergence: "model"` takes the message; one with `"stop"` has no model (it is
 /// never built) and is refused, naming the field and what to do instead.
 pub fn add_turn(
@@ -302,7 +304,7 @@ pub fn add_turn(
     Ok(NewTurn { turns, event: EventKind::TurnQueued { turn: index } })
 }
 
-/// A person takes the desktop over (§20): a queued task is parked before it starts, a running one is asked
+/// A person takes the desktop over (docs/humans.md): a queued task is parked before it starts, a running one is asked
 /// to park after its current step (asking again changes nothing); a waiting or finished task is refused.
 pub fn pause(id: &str, state: TaskState) -> Result<Change, QueueError> {
     match state {
@@ -428,7 +430,7 @@ pub fn answer_tools(
     Ok(Answered { step, events, change: Change::Resume })
 }
 
-/// A person's answer to the `ask_human` question a task waits on (§20), or the end of its wait: only in
+/// A person's answer to the `ask_human` question a task waits on (docs/humans.md), or the end of its wait: only in
 /// `waiting_for_human` with a pending question in the last step (a task waiting for an approval, or for
 /// anything else, is refused). The text becomes the call's result (`call_results`, a `results[]` entry, a
 /// `tool_finished` event) and the task is queued again in the same attempt. A timeout names the call it
@@ -554,7 +556,7 @@ pub enum Handback<'a> {
     /// Parked in `waiting_for_human` for a take-over (marker [`Takeover::Parked`], reason
     /// [`TAKEOVER_REASON`]), holding no worker and no lease; `resume` queues it in the same attempt.
     TakeOver,
-    /// Back to `queued` at once in the same attempt, the failure of its pool desktop (§23) kept as
+    /// Back to `queued` at once in the same attempt, the failure of its pool desktop (docs/providers.md) kept as
     /// `desktop_failure` (JSON text).
     DesktopFailed { failure: String },
 }
@@ -1136,7 +1138,8 @@ mod tests {
         let new = add_turn("t", TaskState::Cancelled, None, vec![first.clone(), empty], 3, "again").expect("finished");
         assert_eq!((new.turns[1].last_step, new.turns[2].first_step, new.turns[2].index), (None, 3, 2));
 
-        // A replay (§18) takes a message only when it has a model to answer it: `on_divergence: "model"`.
+        // A replay (docs/replay-and-verify.md) takes a message only when it has a model to answer it: `on_divergence:
+        // "model"`.
         let replay = |on_divergence: &str| -> ReplaySpec {
             serde_json::from_value(serde_json::json!({"of": "recorded", "on_divergence": on_divergence})).expect("spec")
         };

@@ -1,4 +1,5 @@
-//! Task events (§8): the ordered stream a task emits while it runs, stored by the queue and served over SSE.
+//! Task events (docs/events.md): the ordered stream a task emits while it runs, stored by the queue and served over
+//! SSE.
 //!
 //! Every event is `{seq, task_id, ts, type, …}`; `seq` is per task, strictly increasing, and continues
 //! across attempts. The sink that numbers them lives with the loop (`agent::events::EventSink`).
@@ -30,7 +31,7 @@ pub enum DeltaKind {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     TaskQueued {},
-    /// A message to a finished task queued a new turn of it (§19): `turn` is the new turn's index.
+    /// A message to a finished task queued a new turn of it (docs/humans.md): `turn` is the new turn's index.
     TurnQueued {
         turn: u32,
     },
@@ -38,7 +39,7 @@ pub enum EventKind {
         attempt: u32,
         worker: String,
     },
-    /// The claim gave the task a desktop of the pool (§23); `reset`: its reset command ran first.
+    /// The claim gave the task a desktop of the pool (docs/providers.md); `reset`: its reset command ran first.
     DesktopLeased {
         desktop: String,
         reset: bool,
@@ -84,7 +85,7 @@ pub enum EventKind {
     },
     WaitingForHuman {
         reason: String,
-        /// The model's question (`ask_human`, §20), when that is what the task waits for.
+        /// The model's question (`ask_human`, docs/humans.md), when that is what the task waits for.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         question: Option<String>,
         /// The `ask_human` call the answer becomes the result of.
@@ -96,7 +97,7 @@ pub enum EventKind {
         outcome: Outcome,
         usage: Usage,
     },
-    // --- Granular events (§13): the boundaries of a model turn as it streams, and of tool executions. ---
+    // --- Granular events (docs/tools.md): the boundaries of a model turn as it streams, and of tool executions. ---
     /// The model was asked for the step's turn.
     MessageStart {
         step: u32,
@@ -142,7 +143,7 @@ pub enum EventKind {
         name: String,
         arguments: serde_json::Value,
     },
-    /// A declared tool (§13) starts running.
+    /// A declared tool (docs/tools.md) starts running.
     ToolStarted {
         step: u32,
         call_id: String,
@@ -171,7 +172,8 @@ pub enum EventKind {
         step: u32,
         calls: Vec<PendingToolCall>,
     },
-    /// The stuck-loop guard fired (§17): the model is warned (`stopped: false`, with the step whose model call
+    /// The stuck-loop guard fired (docs/task-file.md): the model is warned (`stopped: false`, with the step whose
+    /// model call
     /// carries the warning) or the task ends with reason `stuck`.
     StuckDetected {
         step: u32,
@@ -180,7 +182,8 @@ pub enum EventKind {
         message: String,
         stopped: bool,
     },
-    /// A round of the task's verifier checks ran (§16): `round` counts from 1 in the attempt; `ok` when every
+    /// A round of the task's verifier checks ran (docs/replay-and-verify.md): `round` counts from 1 in the attempt;
+    /// `ok` when every
     /// check passed.
     VerifyFinished {
         round: u32,
@@ -196,7 +199,7 @@ pub enum EventKind {
     },
 }
 
-/// A `remote` tool call waiting for the API client's answer (§13 `pending_tool_calls`).
+/// A `remote` tool call waiting for the API client's answer (docs/tools.md `pending_tool_calls`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingToolCall {
     pub id: String,

@@ -1,5 +1,6 @@
 //! Wire types that are stored and served, the vocabulary every layer may use: the parts of the status
-//! document (§8) — states, outcomes, step records, screenshot references —, the persisted usage and tool-call
+//! document (docs/events.md) — states, outcomes, step records, screenshot references —, the persisted usage and
+//! tool-call
 //! types, and task events ([`events`]). They derive `Serialize`; [`RECORD_VERSION`] says which shape a stored
 //! record has. The whole status document, which also holds the task file, is `status::TaskRecord`.
 
@@ -20,7 +21,7 @@ pub enum TaskState {
     Queued,
     Running,
     WaitingForHuman,
-    /// Parked until the API client answers the step's `remote` tool calls (§13): no worker, no lease.
+    /// Parked until the API client answers the step's `remote` tool calls (docs/tools.md): no worker, no lease.
     AwaitingTool,
     Succeeded,
     Failed,
@@ -68,7 +69,7 @@ impl std::str::FromStr for TaskState {
 }
 
 /// Why a task ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     Completed,
@@ -78,9 +79,9 @@ pub enum EndReason {
     Cancelled,
     Rejected,
     Error,
-    /// The stuck-loop guard ended it (§17).
+    /// The stuck-loop guard ended it (docs/task-file.md).
     Stuck,
-    /// The task's verifier checks still failed after `limits.verify_retries` rounds (§16).
+    /// The task's verifier checks still failed after `limits.verify_retries` rounds (docs/replay-and-verify.md).
     VerificationFailed,
 }
 
@@ -105,10 +106,11 @@ pub struct Outcome {
     pub success: bool,
     pub summary: String,
     pub reason: EndReason,
-    /// The structured output `task_completion` gave, valid against the task's `output_schema` (§14).
+    /// The structured output `task_completion` gave, valid against the task's `output_schema` (docs/task-file.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<serde_json::Value>,
-    /// Whether the task's verifier checks passed (§16): `null` when it has none (or they could not run).
+    /// Whether the task's verifier checks passed (docs/replay-and-verify.md): `null` when it has none (or they could
+    /// not run).
     #[serde(default)]
     pub verified: Option<bool>,
     /// The last round of verifier checks, in the task's order.
@@ -122,13 +124,15 @@ impl Outcome {
         Self { success, summary: summary.into(), reason, output: None, verified: None, checks: Vec::new() }
     }
 
-    /// What the model's `task_completion` said (§6, §14): reason `completed`, not yet verified.
+    /// What the model's `task_completion` said (docs/models.md, docs/task-file.md): reason `completed`, not yet
+    /// verified.
     pub fn completed(success: bool, summary: String, output: Option<serde_json::Value>) -> Self {
         Self { output, ..Self::new(success, summary, EndReason::Completed) }
     }
 }
 
-/// One verifier check's result (§16): its kind, whether it passed, what was found, and its evidence (for a
+/// One verifier check's result (docs/replay-and-verify.md): its kind, whether it passed, what was found, and its
+/// evidence (for a
 /// `screen` check: where the reference was best found, the score and the crop saved as an artifact).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckResult {
@@ -163,7 +167,7 @@ pub struct ScreenshotRef {
 pub struct ActionResult {
     pub ok: bool,
     pub message: String,
-    /// For the result of a declared tool (§13): its name. Entries without one pair, in order, with `actions`.
+    /// For the result of a declared tool (docs/tools.md): its name. Entries without one pair, in order, with `actions`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// For a tool's result: the call it answers.
@@ -233,7 +237,7 @@ pub struct StepRecord {
     /// Set when the step's calls needed a human's approval before they could run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<StepApproval>,
-    /// The `remote` tool calls (their ids) the step waits for the API client to answer (§13). The answers
+    /// The `remote` tool calls (their ids) the step waits for the API client to answer (docs/tools.md). The answers
     /// arrive as `call_results`; the calls after them run when the task resumes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub awaiting_tools: Vec<String>,
@@ -241,10 +245,10 @@ pub struct StepRecord {
     /// is what had streamed so far and no call of it ran.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
-    /// The stuck-loop guard's warning the model was given with this step's screenshot (§17).
+    /// The stuck-loop guard's warning the model was given with this step's screenshot (docs/task-file.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<GuardNote>,
-    /// A person had taken the desktop over before this step and handed it back (§20 `agentd resume`): the
+    /// A person had taken the desktop over before this step and handed it back (docs/humans.md `agentd resume`): the
     /// model was told so with this step's screenshot, with the person's note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handed_back: Option<HandBack>,
@@ -254,10 +258,10 @@ pub struct StepRecord {
     pub history: Option<HistoryNote>,
 }
 
-/// The `waiting_reason` of a task a person took over (§20 `agentd pause`).
+/// The `waiting_reason` of a task a person took over (docs/humans.md `agentd pause`).
 pub const TAKEOVER_REASON: &str = "a person took the desktop over (agentd resume hands it back)";
 
-/// How a person handed the desktop back after a take-over (§20): the note they gave the model, if any.
+/// How a person handed the desktop back after a take-over (docs/humans.md): the note they gave the model, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandBack {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -317,7 +321,7 @@ pub struct CompactionNote {
 }
 
 /// Who writes the summary of compacted steps.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Compaction {
     /// One line per step from the record (what the model said, its actions and their results): no model
@@ -349,7 +353,7 @@ pub enum CompactionReason {
     Window,
 }
 
-/// What the stuck-loop guard saw (§17): which check, how many steps or turns in a row, and what the model
+/// What the stuck-loop guard saw (docs/task-file.md): which check, how many steps or turns in a row, and what the model
 /// was told (or why the task ended).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuardNote {
@@ -413,7 +417,7 @@ impl StepRecord {
         }
     }
 
-    /// The `remote` tool calls this step still waits for (§13 `pending_tool_calls`), in the model's order:
+    /// The `remote` tool calls this step still waits for (docs/tools.md `pending_tool_calls`), in the model's order:
     /// those of `awaiting_tools` without an answer in `call_results`, while the step is unfinished.
     pub fn pending_tool_calls(&self) -> Vec<PendingToolCall> {
         if self.finished {
@@ -451,7 +455,7 @@ impl StepRecord {
         });
     }
 
-    /// The `ask_human` call (§20) this step waits for a person to answer, and its question: a pending call
+    /// The `ask_human` call (docs/humans.md) this step waits for a person to answer, and its question: a pending call
     /// (in `awaiting_tools`, unanswered) named `ask_human`.
     pub fn pending_question(&self) -> Option<(String, String)> {
         self.pending_tool_calls().into_iter().find(|call| call.name == ASK_HUMAN).map(|call| {
@@ -462,11 +466,13 @@ impl StepRecord {
 }
 
 /// The key of a replayed turn's `raw` (and so of its step's `raw`) that says which recorded step it
-/// replayed (§18): `{"agentd_replay": {"step": N, "score": S, "diverged"?: true}}`. A step of a replay task
+/// replayed (docs/replay-and-verify.md): `{"agentd_replay": {"step": N, "score": S, "diverged"?: true}}`. A step of a
+/// replay task
 /// without it is the fallback model's.
 pub const REPLAY_MARK: &str = "agentd_replay";
 
-/// What a replay task's record says of its replay (§18): the task it replays, the step where the live
+/// What a replay task's record says of its replay (docs/replay-and-verify.md): the task it replays, the step where the
+/// live
 /// screen first diverged from the recording, and the step from which the model took over.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayInfo {
@@ -479,7 +485,7 @@ pub struct ReplayInfo {
 
 impl ReplayInfo {
     /// Read from a replay task's steps: the first step marked `diverged`, or the first the model made.
-    /// `later_turns_from` is the first step of the conversation's second turn (§19), if it has one: a model
+    /// `later_turns_from` is the first step of the conversation's second turn (docs/humans.md), if it has one: a model
     /// answering a message to the finished replay took over without any divergence.
     pub fn of_steps(of: String, steps: &[StepRecord], later_turns_from: Option<u32>) -> Self {
         let mark = |step: &StepRecord| step.raw.as_ref().and_then(|raw| raw.get(REPLAY_MARK)).cloned();
@@ -497,7 +503,7 @@ impl ReplayInfo {
     }
 }
 
-/// One turn of a conversation with a task (§19): the first is the task file's instructions, each later one a
+/// One turn of a conversation with a task (docs/humans.md): the first is the task file's instructions, each later one a
 /// message sent to the finished task (`POST /v1/tasks/{id}/messages`). Step indices keep counting across
 /// turns: a turn's steps are `first_step..=last_step` (`last_step` is `None` while it has none).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -521,10 +527,10 @@ impl Turn {
         steps.iter().rev().map(|s| s.index).find(|&index| index >= first_step)
     }
 }
-/// The tool a model asks a person a question with (§20): `{"question": string}`.
+/// The tool a model asks a person a question with (docs/humans.md): `{"question": string}`.
 pub const ASK_HUMAN: &str = "ask_human";
 
-/// What a task in `waiting_for_human` waits for (§20 `waiting`); derived from the state, the waiting reason
+/// What a task in `waiting_for_human` waits for (docs/humans.md `waiting`); derived from the state, the waiting reason
 /// and the last step, never stored on its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -599,7 +605,7 @@ pub struct StepApproval {
     /// step in the same transaction that answers the API), whatever happens to the task afterwards.
     pub approved: Option<bool>,
     /// The approval rule that held the step (its position among the task's rules, the config's first):
-    /// a rejection then tells the model and the task goes on (§20). `None` for a vendor's safety check.
+    /// a rejection then tells the model and the task goes on (docs/humans.md). `None` for a vendor's safety check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<u32>,
     /// The step's screenshot with the proposed actions drawn on it.

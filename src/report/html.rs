@@ -145,7 +145,8 @@ impl<W: Write> Sink for HtmlWriter<W> {
     }
 }
 
-/// The verifier checks' last round (§16): `data-verifiers` is `none`, `passed` or `failed`; one row per
+/// The verifier checks' last round (docs/replay-and-verify.md): `data-verifiers` is `none`, `passed` or `failed`; one
+/// row per
 /// check with its kind, result, message and evidence.
 fn verifiers(out: &mut String, outcome: Option<&crate::record::Outcome>) {
     let checks = outcome.map(|o| o.checks.as_slice()).unwrap_or_default();

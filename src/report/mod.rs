@@ -1,4 +1,4 @@
-//! Trajectory reports (§22): what a task did, made to be looked at — one self-contained HTML file
+//! Trajectory reports (docs/reports.md): what a task did, made to be looked at — one self-contained HTML file
 //! ([`html::HtmlWriter`]) and an animation of the run ([`anim::GifWriter`], [`anim::WebpWriter`]) — from its
 //! status document and its screenshots. [`draw`] turns actions into the marks both draw on the screenshots.
 //!

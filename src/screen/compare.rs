@@ -1,4 +1,5 @@
-//! Perceptual comparison of two screens (a replay's recorded screenshot and the live one, §18): each frame
+//! Perceptual comparison of two screens (a replay's recorded screenshot and the live one, docs/replay-and-verify.md):
+//! each frame
 //! is reduced once to a small grayscale grid ([`Signature`]: the mean luminance of each cell of a grid
 //! [`GRID_COLUMNS`] wide, as many rows as the aspect ratio gives), and two signatures are compared cell by
 //! cell with a tolerance, ignoring the cells masked regions touch (clocks and other volatile parts). The
@@ -17,7 +18,7 @@ pub const GRID_COLUMNS: u32 = 80;
 pub const DEFAULT_TOLERANCE: u8 = 10;
 
 /// A rectangle in screen pixels (a mask, or where two screens differ).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Region {
     pub x: u32,

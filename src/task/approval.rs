@@ -1,15 +1,15 @@
-//! Approval rules (§20): what holds a model's turn for a human's approval before any of its calls run —
+//! Approval rules (docs/humans.md): what holds a model's turn for a human's approval before any of its calls run —
 //! `[[approval]]` in the config and `"approval": [RULE, …]` in a task file (the task's rules add to the
 //! config's). A rule is an object with exactly one matcher and an optional `reason`:
 //!
-//! - `{"action": "keypress"}`: a computer action of that type (the `type` tags of §4; `key` is taken for
+//! - `{"action": "keypress"}`: a computer action of that type (the `type` tags of docs/task-file.md; `key` is taken for
 //!   `keypress`);
 //! - `{"keys": "ctrl+alt+delete"}`: a `keypress` or `hold_key` of that chord — key names resolved through
 //!   `agentd_computer::keys` (so `control`, `ctrl` and `Control_L` are one key), letters without case, in any
 //!   order;
 //! - `{"tool": "send_email"}`: a call of that declared tool;
 //! - `{"secret": true}` or `{"secret": "NAME"}`: typed text (or a tool's arguments) holding a secret's
-//!   placeholder (`<secret:NAME>`, §15), any or that one;
+//!   placeholder (`<secret:NAME>`, docs/security.md), any or that one;
 //! - `{"task_completion": true}`: the model's `task_completion`.
 //!
 //! A rule is checked when it is read: every problem names its field (`approval[1].keys`).

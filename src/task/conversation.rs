@@ -1,6 +1,6 @@
-//! A task's `conversation` field (§19): the earlier turns of a conversation this task continues, as
+//! A task's `conversation` field (docs/humans.md): the earlier turns of a conversation this task continues, as
 //! `agentd export ID --conversation` writes them. Text only: each turn's instructions, what the model said and
-//! did at each step (its actions in screen pixels, §4), and how the turn ended; no screenshots (the task
+//! did at each step (its actions in screen pixels, docs/task-file.md), and how the turn ended; no screenshots (the task
 //! begins on a fresh one). The model is shown them, oldest first, before the task's own instructions, which
 //! are the user's next message.
 //!
@@ -20,18 +20,19 @@ pub const MAX_TURNS: usize = 1_000;
 pub const MAX_STEPS: usize = 10_000;
 
 /// The `conversation` field of a task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Conversation {
     /// The task whose conversation this continues (for the reader; nothing is looked up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<TaskId>,
     #[serde(deserialize_with = "turns")]
+    #[schemars(length(min = 1, max = MAX_TURNS))]
     pub turns: Vec<ConversationTurn>,
 }
 
 /// One earlier turn.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConversationTurn {
     /// What the user asked in this turn.
@@ -44,7 +45,7 @@ pub struct ConversationTurn {
 }
 
 /// What the model said and did at one step of an earlier turn.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConversationStep {
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -53,8 +54,8 @@ pub struct ConversationStep {
     pub actions: Vec<Action>,
 }
 
-/// How an earlier turn ended (the §8 outcome's `success`, `summary`, `reason`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How an earlier turn ended (the docs/events.md outcome's `success`, `summary`, `reason`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TurnOutcome {
     pub success: bool,

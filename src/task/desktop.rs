@@ -1,4 +1,4 @@
-//! A task's request for a desktop of the configured pool (§23): `{"desktop": "NAME"}`, `{"labels": […]}`
+//! A task's request for a desktop of the configured pool (docs/providers.md): `{"desktop": "NAME"}`, `{"labels": […]}`
 //! (any desktop carrying every label), or both; and the names and labels of `[[desktops]]` in config, checked
 //! once here for both sides.
 
@@ -37,7 +37,7 @@ impl<'de> Deserialize<'de> for DesktopName {
 }
 
 /// Which desktop of the pool a task wants: the one named, or any carrying all `labels`, or (neither) any.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DesktopSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]

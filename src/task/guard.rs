@@ -1,4 +1,5 @@
-//! The stuck-loop guard's thresholds (§17) as a task file's `"guard"` and the config's `[guard]` write them,
+//! The stuck-loop guard's thresholds (docs/task-file.md) as a task file's `"guard"` and the config's `[guard]` write
+//! them,
 //! and the thresholds an attempt runs with once the two are merged over the built-in defaults.
 //!
 //! Each threshold counts steps (or turns) in a row; 0 turns that check off. The defaults are low enough that
@@ -21,16 +22,20 @@ pub const DEFAULT_WAIT_STEPS: u32 = 30;
 pub const MAX_THRESHOLD: u32 = 10_000;
 
 /// `"guard"` in a task, `[guard]` in the config: each field optional, 0 = off.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GuardSpec {
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "threshold")]
+    #[schemars(range(max = MAX_THRESHOLD))]
     pub no_change_steps: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "threshold")]
+    #[schemars(range(max = MAX_THRESHOLD))]
     pub repeat_actions: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "threshold")]
+    #[schemars(range(max = MAX_THRESHOLD))]
     pub idle_turns: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "threshold")]
+    #[schemars(range(max = MAX_THRESHOLD))]
     pub wait_steps: Option<u32>,
 }
 

@@ -1,4 +1,4 @@
-//! The task file (product contract §3): its wire form, parsing with errors that point at the problem, and
+//! The task file (docs/task-file.md): its wire form, parsing with errors that point at the problem, and
 //! resolution against config defaults into the [`ResolvedTask`] the agent loop runs.
 //!
 //! Validation happens while deserializing (through small validated newtypes), so every error — a wrong type,
@@ -15,6 +15,7 @@ pub mod conversation;
 pub mod desktop;
 pub mod guard;
 pub mod replay;
+pub mod schema;
 pub mod script;
 pub mod secrets;
 pub mod tools;
@@ -43,7 +44,7 @@ pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 pub const MAX_HUMAN_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 
 /// A task as submitted. Every field but `instructions` is optional and falls back to config defaults.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,31 +62,32 @@ pub struct TaskSpec {
     pub labels: BTreeMap<LabelKey, String>,
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub metadata: serde_json::Map<String, serde_json::Value>,
-    /// Tools beside the computer tool and `task_completion` (§13).
+    /// Tools beside the computer tool and `task_completion` (docs/tools.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "unique_tools")]
     pub tools: Vec<TaskTool>,
-    /// The JSON Schema `task_completion`'s `output` must match (§14).
+    /// The JSON Schema `task_completion`'s `output` must match (docs/task-file.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<JsonSchema>,
-    /// Secrets the task may use by placeholder (§15).
+    /// Secrets the task may use by placeholder (docs/security.md).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<SecretName, SecretSource>,
-    /// The stuck-loop guard's thresholds (§17), over the config's `[guard]`.
+    /// The stuck-loop guard's thresholds (docs/task-file.md), over the config's `[guard]`.
     #[serde(default, skip_serializing_if = "GuardSpec::is_empty")]
     pub guard: GuardSpec,
-    /// Run a succeeded task's recorded actions without a model (§18; `replay.rs`).
+    /// Run a succeeded task's recorded actions without a model (docs/replay-and-verify.md; `replay.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplaySpec>,
-    /// Checks run when the model completes with success and at the end (§16).
+    /// Checks run when the model completes with success and at the end (docs/replay-and-verify.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "verify::checks")]
+    #[schemars(length(max = verify::MAX_CHECKS))]
     pub verify: Vec<verify::Check>,
-    /// The earlier turns of a conversation this task continues (§19; `conversation.rs`).
+    /// The earlier turns of a conversation this task continues (docs/humans.md; `conversation.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<conversation::Conversation>,
-    /// Whether the model is given the `ask_human` tool (§20); on unless the task says `false`.
+    /// Whether the model is given the `ask_human` tool (docs/humans.md); on unless the task says `false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_human: Option<bool>,
-    /// Approval rules (§20), beside the config's `[[approval]]`: a matching turn waits for a human.
+    /// Approval rules (docs/humans.md), beside the config's `[[approval]]`: a matching turn waits for a human.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approval: Vec<approval::ApprovalRule>,
 }
@@ -199,8 +201,8 @@ impl<'de> Deserialize<'de> for LabelKey {
     }
 }
 
-/// Which computer the task operates (§3 `computer`), tagged by `provider`; or, without a `provider`, a
-/// desktop of the configured pool (§23: `{"desktop": "NAME"}`, `{"labels": […]}`).
+/// Which computer the task operates (docs/task-file.md `computer`), tagged by `provider`; or, without a `provider`, a
+/// desktop of the configured pool (docs/providers.md: `{"desktop": "NAME"}`, `{"labels": […]}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ComputerSpec {
     Mock(MockSpec),
@@ -237,7 +239,7 @@ impl Serialize for ComputerSpec {
 }
 
 /// The built-in mock desktop. `scene` is a built-in scene name, a path to a scene file, or the scene itself.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MockSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -303,7 +305,7 @@ impl<'de> Deserialize<'de> for SceneSource {
 }
 
 /// The desktop agentd runs on.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LocalSpec {
     /// The X display (`":0"`); the worker's `$DISPLAY` when absent.
@@ -317,7 +319,7 @@ pub struct LocalSpec {
 
 /// The desktop of the session agentd runs in, through the cross-platform input and capture crates (macOS,
 /// Windows, Wayland, X11).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PortableSpec {
     /// Which monitor of the session to use, by index in the capture crate's list; every coordinate is then
@@ -327,7 +329,7 @@ pub struct PortableSpec {
 }
 
 /// A machine serving RFB (VNC) at `address` (`host:port`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VncSpec {
     pub address: String,
@@ -337,7 +339,7 @@ pub struct VncSpec {
 }
 
 /// A machine running cua's computer-server at `url` (`http://host:port`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComputerServerSpec {
     /// `http://host:port` or `https://…`: scheme, host and port only.
@@ -356,7 +358,7 @@ pub struct ComputerServerSpec {
 }
 
 /// `computer.transport` of a computer-server task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CuaTransport {
     Auto,
@@ -397,7 +399,7 @@ impl<'de> Deserialize<'de> for ComputerSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         let value = serde_json::Value::deserialize(d)?;
-        // No provider, a desktop or labels: a desktop of the pool (§23).
+        // No provider, a desktop or labels: a desktop of the pool (docs/providers.md).
         if let serde_json::Value::Object(map) = &value
             && !map.contains_key("provider")
             && (map.contains_key("desktop") || map.contains_key("labels"))
@@ -507,7 +509,7 @@ impl<'de, const MIN: u32, const MAX: u32> Deserialize<'de> for ScreenDimension<M
     }
 }
 
-/// Which model drives the task (§3 `model`), tagged by `provider`.
+/// Which model drives the task (docs/task-file.md `model`), tagged by `provider`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "provider", rename_all = "kebab-case")]
 pub enum ModelSpec {
@@ -519,7 +521,7 @@ pub enum ModelSpec {
 }
 
 /// Per-task options of the Anthropic and OpenAI adapters.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VendorModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -533,7 +535,7 @@ pub struct VendorModelSpec {
     pub tool_version: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GeminiSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -545,7 +547,7 @@ pub struct GeminiSpec {
 }
 
 /// A vision model behind an OpenAI-compatible Chat Completions endpoint (vLLM and similar).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompatibleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -558,8 +560,8 @@ pub struct CompatibleSpec {
     pub temperature: Option<Temperature>,
 }
 
-/// Plays a fixed script (§6): `script` is a path or the script itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Plays a fixed script (docs/models.md): `script` is a path or the script itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedSpec {
     pub script: ScriptSource,
@@ -670,8 +672,8 @@ impl<'de> Deserialize<'de> for ScriptSource {
     }
 }
 
-/// §3 `limits`: hard limits checked before every model call and every action.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+/// docs/task-file.md `limits`: hard limits checked before every model call and every action.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -680,10 +682,11 @@ pub struct LimitsSpec {
     pub timeout_secs: Option<Limit<u64, MAX_TIMEOUT_SECS>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<Cost>,
-    /// Failed verification rounds the model may fix (§16).
+    /// Failed verification rounds the model may fix (docs/replay-and-verify.md).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "verify::retries")]
+    #[schemars(range(max = verify::MAX_VERIFY_RETRIES))]
     pub verify_retries: Option<u32>,
-    /// How long a question of the model's (`ask_human`, §20) waits for an answer; unset: until answered.
+    /// How long a question of the model's (`ask_human`, docs/humans.md) waits for an answer; unset: until answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub human_timeout_secs: Option<Limit<u64, MAX_HUMAN_TIMEOUT_SECS>>,
     /// What an unanswered question comes to when `human_timeout_secs` is up (default `fail`).
@@ -691,8 +694,8 @@ pub struct LimitsSpec {
     pub on_human_timeout: Option<OnHumanTimeout>,
 }
 
-/// §20 `limits.on_human_timeout`: what a question nobody answered in time comes to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// docs/humans.md `limits.on_human_timeout`: what a question nobody answered in time comes to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnHumanTimeout {
     /// The task ends failed, reason `timeout`.
@@ -705,7 +708,7 @@ pub enum OnHumanTimeout {
 /// The `ask_human` result the model reads when nobody answered in time and the task goes on.
 pub const NO_ANSWER: &str = "no answer";
 
-/// When a question of the model's stops waiting (§20), from the task's `limits` over the config's
+/// When a question of the model's stops waiting (docs/humans.md), from the task's `limits` over the config's
 /// `[defaults.limits]`: `None` when neither sets `human_timeout_secs`.
 pub fn human_timeout(task: &LimitsSpec, defaults: &LimitsSpec) -> Option<(std::time::Duration, OnHumanTimeout)> {
     let secs = task.human_timeout_secs.or(defaults.human_timeout_secs)?.get();
@@ -719,9 +722,9 @@ impl LimitsSpec {
     }
 }
 
-/// §3 `context`: what the model sees of the history — its budget by images, by steps and by estimated
+/// docs/task-file.md `context`: what the model sees of the history — its budget by images, by steps and by estimated
 /// tokens, and who writes the summary of the steps that leave it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContextSpec {
     /// How many of the most recent screenshots stay in the model's context (at least 1).
@@ -948,13 +951,14 @@ pub struct ResolvedTask {
     /// The rest of the history budget (`context.keep_steps`, `max_tokens`, `compaction`).
     pub history: HistoryBudget,
     pub guard: Guard,
-    /// The task's verifier checks (§16).
+    /// The task's verifier checks (docs/replay-and-verify.md).
     pub verify: Vec<verify::Check>,
-    /// `limits.verify_retries`: failed verification rounds the model may fix before the task fails (§16).
+    /// `limits.verify_retries`: failed verification rounds the model may fix before the task fails
+    /// (docs/replay-and-verify.md).
     pub verify_retries: u32,
-    /// The model is given the `ask_human` tool (§20).
+    /// The model is given the `ask_human` tool (docs/humans.md).
     pub ask_human: bool,
-    /// The approval rules (§20): the task's own here; the attempt's builder puts the config's first.
+    /// The approval rules (docs/humans.md): the task's own here; the attempt's builder puts the config's first.
     pub approval: Vec<approval::ApprovalRule>,
 }
 
@@ -967,7 +971,7 @@ pub struct Limits {
 }
 
 /// Task defaults as the config's `[defaults]` gives them (same shape as the task file, all optional).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskDefaults {
     #[serde(default)]
@@ -1019,7 +1023,7 @@ impl TaskSpec {
             .keep_screenshots
             .or(defaults.context.keep_screenshots)
             .map_or(DEFAULT_KEEP_SCREENSHOTS, Positive::get);
-        // A continued conversation (§19): the model reads the earlier turns, then the instructions as the
+        // A continued conversation (docs/humans.md): the model reads the earlier turns, then the instructions as the
         // user's next message.
         let instructions = match &self.conversation {
             Some(conversation) => format!("{}{}", conversation.preamble(), self.instructions.as_str()),

@@ -1,4 +1,5 @@
-//! A task's `replay` field (§18): which succeeded task's recorded actions to run again without a model,
+//! A task's `replay` field (docs/replay-and-verify.md): which succeeded task's recorded actions to run again without a
+//! model,
 //! the parameters typed in place of recorded texts, what a divergence does, and how screens are compared.
 //!
 //! `{"of": "ID", "params"?: {"recorded text": "new text"}, "on_divergence"?: "stop" | "model",
@@ -15,7 +16,7 @@ pub use crate::screen::compare::{DEFAULT_TOLERANCE, Region};
 pub const DEFAULT_MIN_SCORE: f64 = 0.99;
 
 /// The `replay` field of a task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplaySpec {
     /// The succeeded task whose recorded steps are replayed.
@@ -62,7 +63,7 @@ impl ReplaySpec {
 }
 
 /// What a replay does when the live screen does not match the recording.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnDivergence {
     /// Wait for a human (`waiting_for_human`): approve runs the recorded actions anyway, reject ends it.

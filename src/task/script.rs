@@ -1,4 +1,4 @@
-//! The scripted model's script (§6), part of what users write: inline in a task file or a file of its own.
+//! The scripted model's script (docs/models.md), part of what users write: inline in a task file or a file of its own.
 //! The format is described in `model::scripted`, which plays it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,20 +9,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::input::{TaskFileError, parse_json};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
+    #[schemars(length(min = 1))]
     pub turns: Vec<ScriptTurn>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptTurn {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub say: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<Action>,
-    /// Calls of declared tools (§13), run in order after the turn's actions.
+    /// Calls of declared tools (docs/tools.md), run in order after the turn's actions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<ScriptCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -34,19 +35,19 @@ pub struct ScriptTurn {
     pub ask_human: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Completion {
     pub success: bool,
     #[serde(default)]
     pub summary: String,
-    /// The structured output (§14), passed to `task_completion` as `output`.
+    /// The structured output (docs/task-file.md), passed to `task_completion` as `output`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<serde_json::Value>,
 }
 
 /// A call of a declared tool: its name and arguments, as a model would make it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptCall {
     pub name: String,
@@ -58,7 +59,7 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptUsage {
     #[serde(default)]

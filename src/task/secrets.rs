@@ -1,4 +1,5 @@
-//! Secrets a task names (§15): `"secrets": {"NAME": {"env": "VAR"} | {"file": "/path"}}`. The model is told
+//! Secrets a task names (docs/security.md): `"secrets": {"NAME": {"env": "VAR"} | {"file": "/path"}}`. The model is
+//! told
 //! only the placeholder `<secret:NAME>`; the values are read on the worker when the task runs and substituted
 //! where the placeholder appears in a `type` action or a tool's arguments (see `tools::secrets`).
 
@@ -45,7 +46,7 @@ impl<'de> Deserialize<'de> for SecretName {
 }
 
 /// Where a secret's value is read on the worker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum SecretSource {
     /// An environment variable of the worker.

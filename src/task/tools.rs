@@ -1,4 +1,5 @@
-//! Declared tools (§13) and JSON Schemas (§13, §14) as users write them: in a task file's `tools` and
+//! Declared tools (docs/tools.md) and JSON Schemas (docs/tools.md, docs/task-file.md) as users write them: in a task
+//! file's `tools` and
 //! `output_schema`, and in config's `[tools.NAME]`. Parsing checks what can be checked without running
 //! anything — names, kinds, that every schema is a valid JSON Schema — so a bad declaration is an input error
 //! naming its field. Running tools is `tools`' business.
@@ -151,7 +152,7 @@ impl ToolKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpTool {
     pub url: String,
@@ -163,7 +164,7 @@ pub struct HttpTool {
     pub timeout_secs: Option<Limit<u64, MAX_TOOL_TIMEOUT_SECS>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandTool {
     /// The program and its arguments (no shell).
@@ -241,7 +242,7 @@ pub const DEFAULT_REMOTE_TIMEOUT_SECS: u64 = 24 * 3600;
 pub const MAX_REMOTE_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
 /// A `remote` tool: run by the API client.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemoteTool {
     /// How long the client has to answer (default [`DEFAULT_REMOTE_TIMEOUT_SECS`]).

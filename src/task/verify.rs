@@ -1,4 +1,5 @@
-//! Verifier checks (§16) as a task file's `"verify"` writes them, `limits.verify_retries`, and the config's
+//! Verifier checks (docs/replay-and-verify.md) as a task file's `"verify"` writes them, `limits.verify_retries`, and
+//! the config's
 //! `[verifiers.NAME]` programs a `command` check names. Parsing only: `crate::verify` runs them.
 //!
 //! Every check is tagged by `kind`; a check's errors name its field (`verify[1].min_score`).
@@ -44,7 +45,7 @@ pub enum Check {
     GuestCommand(GuestCheck),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GuestCheck {
     pub command: String,
@@ -67,7 +68,7 @@ impl Check {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScreenCheck {
     /// A PNG file: relative to the task file for `agentd run`, under `[api] allowed_paths` over the API.
@@ -80,7 +81,7 @@ pub struct ScreenCheck {
 }
 
 /// A rectangle of the screen in pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Region {
     pub x: u32,
@@ -110,7 +111,7 @@ impl<'de> Deserialize<'de> for Score {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpCheck {
     pub url: String,
@@ -260,7 +261,7 @@ pub fn retries<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error>
 }
 
 /// `[verifiers.NAME]` in config: a program a `command` check runs, given the task record as JSON on stdin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifierDecl {
     /// The program and its arguments (no shell).

@@ -1,4 +1,4 @@
-//! The `command` tool kind (§13, config only): run a program with the call's arguments as JSON on stdin;
+//! The `command` tool kind (docs/tools.md, config only): run a program with the call's arguments as JSON on stdin;
 //! its stdout is the result envelope.
 //!
 //! The program is `command[0]` with the arguments `command[1..]`, started directly (no shell), in `cwd`
@@ -121,7 +121,7 @@ pub fn exit_how(status: std::process::ExitStatus) -> String {
 
 /// A program to run: `program` with `args` (no shell), in `cwd` (the worker's own when absent), in a process
 /// group of its own that is killed when it outlives `timeout`, prints too much, or is cancelled. Used by
-/// `command` tools and by verifier programs (§16).
+/// `command` tools and by verifier programs (docs/replay-and-verify.md).
 #[derive(Debug, Clone)]
 pub struct Program {
     pub program: String,

@@ -1,5 +1,5 @@
 //! Reading what an out-of-process tool answered (an `http` tool's response body, a `command` tool's stdout)
-//! as the §13 result envelope, and the size bound every such answer is held to.
+//! as the docs/tools.md result envelope, and the size bound every such answer is held to.
 //!
 //! An answer that is a JSON object with an `ok` member is an envelope: `ok` must be a boolean, `output` a
 //! string, `details` (optional) anything; other members are ignored. A malformed envelope is a failed call

@@ -1,4 +1,4 @@
-//! The `http` tool kind (§13): POST the call's arguments as JSON to the declared URL; the response body is
+//! The `http` tool kind (docs/tools.md): POST the call's arguments as JSON to the declared URL; the response body is
 //! the result envelope.
 //!
 //! One HTTP client serves every `http` tool of the process. Header values come from the worker's environment

@@ -1,4 +1,4 @@
-//! The tools the agent loop declares next to a model's computer tool (§13), and the result envelope every
+//! The tools the agent loop declares next to a model's computer tool (docs/tools.md), and the result envelope every
 //! tool call produces.
 //!
 //! A [`Toolbox`] is built per attempt from the task's `tools` (with `{"use": NAME}` entries looked up in the
@@ -6,13 +6,13 @@
 //! tells the model what it may call ([`Toolbox::specs`], `task_completion` first) and runs a call
 //! ([`Toolbox::call`]): arguments are checked against the tool's schema before anything runs, a failure is
 //! a tool error the model reads, and a `remote` tool is not run here at all — the loop parks the task until
-//! the API client answers ([`Called::Remote`]). `ask_human` (§20, on unless the task turns it off) is not
+//! the API client answers ([`Called::Remote`]). `ask_human` (docs/humans.md, on unless the task turns it off) is not
 //! run here either: the loop parks the task in `waiting_for_human` until a person answers its question.
 //!
 //! Every call ends in a [`ToolOutcome`]: `ok`, the `message` the model reads, and `details` kept for the
 //! record and the events only.
 //!
-//! The toolbox also holds the task's [`Secrets`] (§15): a tool's arguments get their placeholders replaced
+//! The toolbox also holds the task's [`Secrets`] (docs/security.md): a tool's arguments get their placeholders replaced
 //! by the values just before the tool runs (the caller, the records and the events keep the placeholders),
 //! and the envelope it returns (and what it streams) is redacted before anyone sees it. `task_completion`
 //! and `remote` calls are not substituted: neither acts on the worker.
@@ -39,7 +39,7 @@ pub mod secrets;
 use schema::Checker;
 use secrets::Secrets;
 
-/// The envelope every tool call produces (§13 `{ok, output, details?}`).
+/// The envelope every tool call produces (docs/tools.md `{ok, output, details?}`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutcome {
     pub ok: bool,
@@ -64,7 +64,7 @@ impl ToolOutcome {
     }
 }
 
-/// How many times a task's model may give an invalid structured output (§14) before the task ends failed
+/// How many times a task's model may give an invalid structured output (docs/task-file.md) before the task ends failed
 /// (reason `error`). Counted over the whole task: the steps of earlier attempts count too.
 pub const MAX_INVALID_OUTPUTS: u32 = 3;
 
@@ -222,7 +222,7 @@ impl Toolbox {
         Ok(toolbox)
     }
 
-    /// Declares `ask_human` (§20): the model may ask a person a question and wait for the answer.
+    /// Declares `ask_human` (docs/humans.md): the model may ask a person a question and wait for the answer.
     pub fn with_ask_human(mut self) -> Result<Self, ToolboxError> {
         let spec = ToolSpec {
             name: ASK_HUMAN.to_string(),

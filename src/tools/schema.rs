@@ -1,5 +1,5 @@
-//! Checking values against a declared JSON Schema: a tool's arguments (§13) and a task's structured output
-//! (§14). The errors are written for the model, which reads them as a tool error and tries again.
+//! Checking values against a declared JSON Schema: a tool's arguments (docs/tools.md) and a task's structured output
+//! (docs/task-file.md). The errors are written for the model, which reads them as a tool error and tries again.
 
 use crate::task::tools::JsonSchema;
 

@@ -1,4 +1,4 @@
-//! The values of a task's secrets (§15) while it runs on a worker, and the two things done with them:
+//! The values of a task's secrets (docs/security.md) while it runs on a worker, and the two things done with them:
 //! substitution (`<secret:NAME>` → value, at the moment of acting) and redaction (value → `<secret:NAME>`,
 //! everywhere else).
 //!

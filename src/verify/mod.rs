@@ -1,4 +1,5 @@
-//! Verifiers (§16): the task's `"verify"` checks, made ready when the attempt is built ([`Verifier::build`]:
+//! Verifiers (docs/replay-and-verify.md): the task's `"verify"` checks, made ready when the attempt is built
+//! ([`Verifier::build`]:
 //! reference images read and decoded, `command` checks' programs looked up in `[verifiers]`) and run in
 //! rounds ([`Verifier::round`]) by the agent loop, when the model completes with success and at the end.
 //!

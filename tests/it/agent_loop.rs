@@ -893,7 +893,7 @@ async fn a_remote_call_parks_and_the_resumed_turn_runs_the_calls_after_it_once()
     harness.finish().await;
 }
 
-/// A verifier that wants the mock's `login` scene signed in (§16), with `retries` retries.
+/// A verifier that wants the mock's `login` scene signed in (docs/replay-and-verify.md), with `retries` retries.
 async fn signed_in_verifier(retries: u32) -> Arc<agentd::verify::Verifier> {
     let checks: Vec<agentd::task::verify::Check> =
         serde_json::from_value(serde_json::json!([{"kind": "mock_state", "expect": {"screen": "welcome"}}]))

@@ -1,4 +1,5 @@
-//! Approval policies (§20) through the real daemon: rules in the config (`[[approval]]`) and in the task hold
+//! Approval policies (docs/humans.md) through the real daemon: rules in the config (`[[approval]]`) and in the task
+//! hold
 //! a matching turn before any of its calls runs (`waiting.kind = approval`, the proposed actions drawn on a
 //! stored copy of the screenshot); `approve`, `approve --action` (an edited action runs instead), `reject
 //! --reason` (the model is told, checked by the Anthropic fake, and the task goes on); a turn no rule matches

@@ -1,4 +1,5 @@
-//! `agentd compile` (§18): a finished task's trajectory as a scripted model's script with typed texts named
+//! `agentd compile` (docs/replay-and-verify.md): a finished task's trajectory as a scripted model's script with typed
+//! texts named
 //! as parameters, and that script played again with other values (`model.params`) landing the same state.
 
 use crate::support::{Agentd, repo};

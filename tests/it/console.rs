@@ -1,4 +1,5 @@
-//! The web console (§22) in a real headless Chromium (`testkit::browser`): login (a wrong token refused), the
+//! The web console (docs/console.md) in a real headless Chromium (`testkit::browser`): login (a wrong token refused),
+//! the
 //! task list, a task page receiving live steps over SSE, approval (also with edited actions), cancel and a
 //! remote tool's answer given in the page, the submit form, CSRF (a cross-site POST and a POST without the
 //! session's value refused), keyboard-only navigation, a phone-sized screen, and `agentd console` for a daemon on its Unix socket only.
@@ -238,7 +239,8 @@ async fn an_approval_clicked_in_the_page_resumes_the_waiting_task() {
     browser.close().await;
 }
 
-/// Approve with an edit from the page (§20): the proposed actions shown as JSON, edited; text that is not JSON
+/// Approve with an edit from the page (docs/humans.md): the proposed actions shown as JSON, edited; text that is not
+/// JSON
 /// is not sent, an action the daemon refuses is shown with the field it names and changes nothing, and the
 /// accepted edit is drawn on the screenshot, then runs instead of the proposed actions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -598,7 +600,7 @@ async fn the_models_question_is_answered_from_the_page() {
     browser.close().await;
 }
 
-/// Take-over from the page (§20): "Take the desktop over" parks a running task after its step; the page
+/// Take-over from the page (docs/humans.md): "Take the desktop over" parks a running task after its step; the page
 /// then offers the hand-back with a note, which resumes the task with the note in its next step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_takes_the_desktop_over_and_hands_it_back_from_the_page() {

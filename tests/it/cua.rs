@@ -95,7 +95,7 @@ fn write_task(dir: &Path, computer: Value, script: Value) -> std::path::PathBuf 
 
 /// Three characters outside the US layout: through computer-server on X pynput types the first two or three
 /// distinct ones a session borrows right, garbles later ones and now and then loses one; the text is held to
-/// the limit the README states (computer-server: "Typing") and the fidelity suite applies to the same path
+/// the limit docs/providers.md states (computer-server: "Typing") and the fidelity suite applies to the same path
 /// ([`crate::fidelity::computer_server_typing`]).
 const TYPED: &str = "Grüße aus Köln: 10 (ok?) #42";
 

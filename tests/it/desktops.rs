@@ -155,11 +155,11 @@ fn assert_script_landed(app: &RecorderApp) {
     assert!(release, "the drag ended where asked");
 }
 
-/// A turn of pointer actions with held modifiers (§24), for the recorder app: ctrl+wheel, a shift-drag, a
+/// A turn of pointer actions with held modifiers (docs/task-file.md), for the recorder app: ctrl+wheel, a shift-drag, a
 /// right-button drag, a mouse_down whose Control stays held through a shift-move until its mouse_up, and a
 /// plain click after it all. [`assert_held_keys_landed`] checks what arrived.
 pub(crate) fn held_keys_turn() -> Value {
-    json!({"say": "held modifiers (§24)", "actions": [
+    json!({"say": "held modifiers (docs/task-file.md)", "actions": [
         {"type": "scroll", "x": 800, "y": 250, "scroll_y": 100, "keys": ["ctrl"]},
         {"type": "drag", "path": [{"x": 60, "y": 380}, {"x": 200, "y": 390}], "keys": ["shift"]},
         {"type": "drag", "path": [{"x": 300, "y": 380}, {"x": 400, "y": 390}], "button": "right"},
@@ -171,7 +171,8 @@ pub(crate) fn held_keys_turn() -> Value {
     ]})
 }
 
-/// Checks the releases and motions of the script's "held modifiers" turn (§24): each pointer action's keys
+/// Checks the releases and motions of the script's "held modifiers" turn (docs/task-file.md): each pointer action's
+/// keys
 /// were down for all of it and up after it; a mouse_down's keys stayed down until its mouse_up.
 pub(crate) fn assert_held_keys_landed(events: &[Value]) {
     let releases: Vec<(i64, i64, i64, i64)> = of_kind(events, "release")
@@ -227,7 +228,7 @@ fn a_task_on_the_local_display_lands_every_input() {
     assert_script_landed(&app);
 }
 
-/// The portable provider (enigo + xcap, §23) on the same display: the same script lands the same way. It
+/// The portable provider (enigo + xcap, docs/providers.md) on the same display: the same script lands the same way. It
 /// drives the session's own desktop, so the task names no display: `agentd` runs with `$DISPLAY` set to it.
 #[cfg(feature = "portable")]
 #[test]
@@ -259,7 +260,8 @@ fn without_the_portable_feature_a_portable_task_is_refused() {
     assert!(run.stderr.contains("`portable` feature"), "{}", run.stderr);
 }
 
-/// Replay (§18) on a real X display: the script recorded on a fresh recorder app, then replayed without a
+/// Replay (docs/replay-and-verify.md) on a real X display: the script recorded on a fresh recorder app, then replayed
+/// without a
 /// model on another fresh one; the second app's record shows the same input landing the same way.
 #[test]
 fn a_replay_on_the_local_display_lands_the_same_actions() {

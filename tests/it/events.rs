@@ -1,4 +1,4 @@
-//! Granular events (§8, issue 12): the boundaries of a model turn for each streaming adapter (against its
+//! Granular events (docs/events.md, issue 12): the boundaries of a model turn for each streaming adapter (against its
 //! fake server), for the scripted model, for a response the adapter retried, and for a turn cut short by a
 //! cancel or the time limit (its step is recorded with the partial text, `interrupted`, and its screenshot);
 //! a tool call cancelled mid-run lands in the step record; SSE clients and `agentd events --json` see the same

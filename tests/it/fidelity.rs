@@ -12,7 +12,7 @@
 //!
 //! A case a path cannot carry by its nature is listed in [`known_limit`] with the outcome measured for it (a
 //! tool error agentd returns, or the exact difference the server makes), so the test fails when anything else
-//! changes: a case that regresses, and a limit that goes away (then the README's table is out of date).
+//! changes: a case that regresses, and a limit that goes away (then the table of docs/providers.md is out of date).
 //!
 //! Needs what `scripts/test` sets up (`AGENTD_TEST_DISPLAY` as the sign that Xvfb is there, x11vnc, Xvnc,
 //! `AGENTD_TEST_CUA_PYTHON`); without them a test prints why it skips.
@@ -311,7 +311,7 @@ enum Limit {
     Records(&'static str),
     /// Typing through computer-server on X: within [`computer_server_typing`] (every ASCII character exact,
     /// in order and in place; characters outside the layout may come out as others outside it, or not at
-    /// all; pynput's borrowed keycodes, README "computer-server": Typing), and not exact.
+    /// all; pynput's borrowed keycodes, docs/providers.md, "cua computer-server machines": Typing), and not exact.
     GarblesNonAscii,
     /// Exact, or the same presses and releases with some of the drag's intermediate points missed: x11vnc
     /// (its default `-pointer_mode 2`) eats queued pointer motion, and on a loaded machine it can fall a
@@ -330,7 +330,7 @@ enum Route {
     Portable,
 }
 
-/// The limits measured on each path (see the module docs and the README's "Input fidelity").
+/// The limits measured on each path (see the module docs and docs/providers.md, "Input fidelity per provider").
 fn known_limit(route: Route, case: &str) -> Option<Limit> {
     use Route::*;
     match (route, case) {
@@ -386,7 +386,7 @@ fn within(limit: &Limit, case: &Case, outcome: &Outcome, text: Option<&str>) -> 
     }
 }
 
-/// Whether `got` is what typing `intended` through cua's computer-server on X may give — the limit the README
+/// Whether `got` is what typing `intended` through cua's computer-server on X may give — the limit docs/providers.md
 /// states ("cua computer-server machines", Typing) and every test of that path holds it to: every ASCII
 /// character comes out exactly, in order and in place; a character outside the layout (any non-ASCII one)
 /// may come out as another character outside it, or not at all (on a loaded machine more than one per text
@@ -632,7 +632,7 @@ struct Measured {
 /// Plays `cases` as one `agentd run` on `rig` and measures each.
 fn play(agentd: &Agentd, id: &str, rig: &Rig, cases: &[&Case]) -> Vec<Measured> {
     // The first turn waits a second: x11vnc watches the X screen only from about half a second after a
-    // client connects (README, "x11vnc"), and each run is a new connection.
+    // client connects (docs/providers.md, the VNC provider), and each run is a new connection.
     let mut turns = vec![json!({"say": "settle", "actions": [{"type": "wait", "duration_ms": 1000}]})];
     turns.extend(script(cases)["turns"].as_array().cloned().unwrap_or_default());
     let task = json!({

@@ -1,4 +1,4 @@
-//! The stuck-loop guard (§17) end to end through `agentd run`: the mock desktop's real pixels decide what
+//! The stuck-loop guard (docs/task-file.md) end to end through `agentd run`: the mock desktop's real pixels decide what
 //! changed, the scripted model loops the way real models do, and the record says what the guard saw.
 
 use crate::support::Agentd;

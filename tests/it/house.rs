@@ -273,3 +273,137 @@ fn peers_grouped_imports_super_paths_and_unplaced_modules_are_checked() {
     assert!(problems[1].contains("`record` (layer 0) imports `cli` (layer 3)"));
     assert!(problems[2].contains("module `newthing` is in no layer"));
 }
+
+/// The text files under `dir` (UTF-8 ones; images and other binary files are not read), `target/` left out.
+fn text_files(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|name| name != "target" && name != ".git") {
+                text_files(&path, out);
+            }
+        } else if let Ok(text) = std::fs::read_to_string(&path) {
+            out.push((path, text));
+        }
+    }
+}
+
+/// Nothing in the repository cites the product contract's section numbers (`§N`): a reader of the repository
+/// cannot open the contract, so code comments, `--help`, the console, the OpenAPI document and the docs name
+/// the page of `docs/` that holds the subject instead. The sign itself is refused in every text file of the
+/// code, the tests and the docs (a test that types it writes `\u{a7}`); an RFC's section is "section N".
+#[test]
+fn no_text_cites_the_contract_by_section_number() {
+    let repo = crate::support::repo();
+    let mut files = Vec::new();
+    for dir in ["src", "providers", "testkit", "tests", "benches", "examples", "config", "scripts", "docs", "packaging"]
+    {
+        text_files(&repo.join(dir), &mut files);
+    }
+    for file in ["README.md", "ARCHITECTURE.md", "Cargo.toml"] {
+        let path = repo.join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        files.push((path, text));
+    }
+    assert!(files.iter().any(|(path, _)| path.ends_with("src/api/console/app.js")), "the console's assets were read");
+    assert!(files.iter().any(|(path, _)| path.ends_with("docs/cli.md")), "docs/ was read");
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|(path, text)| {
+            text.lines().enumerate().filter(|(_, line)| line.contains('\u{a7}')).map(move |(n, line)| {
+                format!("{}:{}: {}", path.strip_prefix(&repo).unwrap_or(path).display(), n + 1, line.trim())
+            })
+        })
+        .collect();
+    assert!(found.is_empty(), "cite the page of docs/ instead of the contract's section:\n{}", found.join("\n"));
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens.
+fn anchor_of(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside fenced blocks).
+fn anchors_of(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut anchors = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            anchors.push(anchor_of(line.trim_start_matches('#')));
+        }
+    }
+    anchors
+}
+
+/// The front page and the reference link only to what is there: every relative link of README.md and
+/// docs/*.md names a file of the repository, and a `#fragment` into a Markdown file names one of its headings.
+#[test]
+fn every_link_of_the_docs_points_at_a_file_and_heading_that_exist() {
+    let repo = crate::support::repo();
+    let mut pages = vec![repo.join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo.join("docs"))
+        .expect("docs/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    assert!(docs.len() >= 15, "{docs:?}");
+    pages.extend(docs);
+    let mut broken = Vec::new();
+    let mut links = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        let mut fenced = false;
+        for (n, line) in text.lines().enumerate() {
+            if line.starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if fenced {
+                continue;
+            }
+            for (i, _) in line.match_indices("](") {
+                let rest = &line[i + 2..];
+                let Some(end) = rest.find(')') else { continue };
+                let target = &rest[..end];
+                if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                    continue;
+                }
+                links += 1;
+                let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+                let dir = page.parent().expect("a page's directory");
+                let path = if file.is_empty() { page.clone() } else { dir.join(file) };
+                let at = format!("{}:{}: {target}", page.strip_prefix(&repo).unwrap_or(page).display(), n + 1);
+                if !path.exists() {
+                    broken.push(format!("{at}: no such file"));
+                } else if !fragment.is_empty() && path.extension().is_some_and(|e| e == "md") {
+                    let heading = std::fs::read_to_string(&path).map(|t| anchors_of(&t)).unwrap_or_default();
+                    if !heading.iter().any(|a| a == fragment) {
+                        broken.push(format!("{at}: no heading #{fragment}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(links > 100, "only {links} links were found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn a_heading_anchor_is_githubs() {
+    assert_eq!(anchor_of(" Run a task: `agentd run`"), "run-a-task-agentd-run");
+    assert_eq!(anchor_of("Asking a human (`ask_human`)"), "asking-a-human-ask_human");
+    assert_eq!(anchor_of("Fleet mode: PostgreSQL and S3"), "fleet-mode-postgresql-and-s3");
+}

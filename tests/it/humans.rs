@@ -1,4 +1,4 @@
-//! Asking a human (§20) through the real binary and daemon: a scripted model on the mock desktop calls
+//! Asking a human (docs/humans.md) through the real binary and daemon: a scripted model on the mock desktop calls
 //! `ask_human`; the task waits in `waiting_for_human` holding no worker, its record says
 //! `waiting: {kind: "question", …}`, and the answer (API or CLI) becomes the call's result and the task goes
 //! on. Also across a daemon restart, across two PostgreSQL nodes, when nobody answers in time (both ways),

@@ -366,7 +366,8 @@ fn answers_fit_the_document(backend: Backend) {
     wait_state(&daemon, "doc-slow", "cancelled");
     conforms(&doc, "POST", "/v1/tasks/{id}/cancel", &call(&daemon, "POST", "/v1/tasks/doc-slow/cancel", None));
 
-    // Retention (§21): prune (a dry run, a bad body), delete a finished task (then 404), refuse a queued one.
+    // Retention (docs/operations.md): prune (a dry run, a bad body), delete a finished task (then 404), refuse a
+    // queued one.
     let dry = json!({"dry_run": true, "older_than_days": 0});
     let pruned = conforms(&doc, "POST", "/v1/prune", &call(&daemon, "POST", "/v1/prune", Some(&dry)));
     assert!(pruned["tasks"].as_u64().unwrap_or(0) >= 4, "{pruned}");
@@ -382,7 +383,7 @@ fn answers_fit_the_document(backend: Backend) {
     conforms(&doc, "DELETE", "/v1/tasks/{id}", &refused);
     conforms(&doc, "POST", "/v1/prune", &call(&daemon, "POST", "/v1/prune", Some(&json!({"older_than_days": 0}))));
 
-    // Conversations (§19): a message to a finished task (200, its record with the new turn), to one that is
+    // Conversations (docs/humans.md): a message to a finished task (200, its record with the new turn), to one that is
     // not finished (409), to no task (404), and an empty one (400).
     let talk = scripted("doc-talk", json!([{"complete": {"success": true, "summary": "x"}}]));
     assert_eq!(call(&daemon, "POST", "/v1/tasks", Some(&talk)).0, 201);

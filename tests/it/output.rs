@@ -1,4 +1,4 @@
-//! Structured output (§14) through the real binary: a task with an `output_schema` whose scripted model
+//! Structured output (docs/task-file.md) through the real binary: a task with an `output_schema` whose scripted model
 //! completes with a valid `output`, with an invalid one and then a valid retry, with only invalid ones (the
 //! tries run out: `failed`, reason `error`, the summary naming the schema problem), and with `success: false`
 //! and no output. The output shows in `agentd run --json`, the record under `data_dir/runs`, the one-line

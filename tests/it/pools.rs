@@ -1,4 +1,5 @@
-//! Desktop pools (§23) through the real daemon: three Xvfb desktops of its `[[desktops]]`, each reset before
+//! Desktop pools (docs/providers.md) through the real daemon: three Xvfb desktops of its `[[desktops]]`, each reset
+//! before
 //! every task by a command that paints the screen in a colour of that task's own, so the first screenshot of
 //! each task shows whether it started on a desktop reset for it; a desktop whose reset fails leaves the pool
 //! (shown in `/healthz` and the metrics) and its task runs on another, the failure kept in its record.

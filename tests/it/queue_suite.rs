@@ -944,7 +944,7 @@ async fn retention_finds_and_deletes_only_old_finished_tasks(queue: &dyn Queue) 
     queue.finish("old-running", running.token, &finish(true)).await.unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// §19: a message to a finished task queues a new turn after its steps, with a fresh attempt count and time
+/// docs/humans.md: a message to a finished task queues a new turn after its steps, with a fresh attempt count and time
 /// budget; the next claim hands the worker the turns and every step; the turns survive the next ending. A
 /// message to a task that is not finished, or to no task, changes nothing.
 async fn a_message_to_a_finished_task_queues_a_new_turn(queue: &dyn Queue) {
@@ -1006,7 +1006,7 @@ async fn a_message_to_a_finished_task_queues_a_new_turn(queue: &dyn Queue) {
     assert_eq!(done.turns[0], record.turns[0]);
 }
 
-/// Take-over (§20): a queued task parks at once, a running one when its worker hands it back (the heartbeat
+/// Take-over (docs/humans.md): a queued task parks at once, a running one when its worker hands it back (the heartbeat
 /// carries the request), a lost worker's at the rescue; `resume` queues it with the note the next claim
 /// carries, once; a taken-over task takes no decision and a second pause or resume is refused.
 async fn a_person_takes_the_desktop_over_and_hands_it_back(queue: &dyn Queue) {
@@ -1074,7 +1074,7 @@ async fn a_person_takes_the_desktop_over_and_hands_it_back(queue: &dyn Queue) {
     assert_eq!(parks, 2, "the queue's own parks (queued, rescued) are events: {events:?}");
 }
 
-/// While a person has a task's desktop (§20 take-over), no other task of that desktop starts; other
+/// While a person has a task's desktop (docs/humans.md take-over), no other task of that desktop starts; other
 /// desktops go on; the hand-back frees it.
 async fn a_taken_over_desktop_is_kept_for_the_person(queue: &dyn Queue) {
     fn ok<T>(e: QueueError) -> T {

@@ -1,4 +1,4 @@
-//! `remote` tools (§13) through the real binary and daemon: a scripted model on the mock desktop calls tools
+//! `remote` tools (docs/tools.md) through the real binary and daemon: a scripted model on the mock desktop calls tools
 //! the task declares as `remote`; the task parks in `awaiting_tool` with its pending calls, the test answers
 //! through the API (`POST /v1/tasks/{id}/tool-results`) and the CLI (`agentd tool-result`), and the task
 //! continues its turn and finishes with the envelopes (and their details) in the step record. Also across a

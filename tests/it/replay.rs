@@ -1,4 +1,5 @@
-//! Replay (§18) through the real binary: a recording made with a vendor fake replays on a fresh mock
+//! Replay (docs/replay-and-verify.md) through the real binary: a recording made with a vendor fake replays on a fresh
+//! mock
 //! desktop to the same state without a model call; parameters and secret placeholders; a changed scene stops
 //! the replay at the step where the screen first differs (a human decides), or hands the task to the model
 //! from there; what cannot be replayed is refused naming `replay.of`.
@@ -301,7 +302,8 @@ fn with_a_fallback_the_model_takes_over_where_the_replay_diverged() {
     assert!(record["usage"]["input_tokens"].as_u64().unwrap() > 0);
 }
 
-/// A message to a finished replay (§19 on §18): with a fallback model (`on_divergence: "model"`) the new turn
+/// A message to a finished replay (docs/humans.md on docs/replay-and-verify.md): with a fallback model
+/// (`on_divergence: "model"`) the new turn
 /// is that model's, told the whole recording was replayed, with the message; a `stop` replay has no model to
 /// answer, and the message is refused naming the field, with nothing changed.
 #[test]

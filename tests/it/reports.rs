@@ -1,4 +1,4 @@
-//! Trajectory reports (§22): a task run by a real daemon on the mock desktop with the scripted model, then
+//! Trajectory reports (docs/reports.md): a task run by a real daemon on the mock desktop with the scripted model, then
 //! `agentd export --html` opened in headless Chromium (every step's screenshot loads, actions drawn, nothing
 //! from the task runs as markup), `--gif` and `--webp` decoded frame by frame, and `agentd show`'s table.
 

@@ -1,4 +1,4 @@
-//! Retention (§21) through the real daemon, on SQLite and on PostgreSQL: `DELETE /v1/tasks/{id}` and
+//! Retention (docs/operations.md) through the real daemon, on SQLite and on PostgreSQL: `DELETE /v1/tasks/{id}` and
 //! `agentd delete` (finished tasks only: a running, waiting or unknown task is a 4xx naming the problem, exit
 //! 2, and nothing changes), `agentd prune [--dry-run] [--older-than DAYS]`, and the background job deleting
 //! tasks finished more than `finished_days` ago in batches — never one that is not finished.

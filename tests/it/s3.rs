@@ -443,7 +443,8 @@ fn s3_daemon_stops_claiming_while_the_spool_is_full() {
     }
 }
 
-/// Deleting a task's artifacts (§21) lists and deletes in rounds of at most 1000 keys (DeleteObjects' bound),
+/// Deleting a task's artifacts (docs/operations.md) lists and deletes in rounds of at most 1000 keys (DeleteObjects'
+/// bound),
 /// under the store's prefix, and touches no other task's — not even one whose id extends this one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_delete_prefix_removes_one_task_in_rounds_of_1000() {

@@ -1,4 +1,4 @@
-//! Secrets (§15) end to end through the real binary: a task on the mock desktop types a secret by its
+//! Secrets (docs/security.md) end to end through the real binary: a task on the mock desktop types a secret by its
 //! placeholder; the desktop receives the value (only the right value signs in), and the value appears in no
 //! file under the data dir, no event, no log line and nothing the CLI prints.
 

@@ -1,4 +1,4 @@
-//! Take-over (§20) through the real daemon: `agentd pause` parks a running task after its current step in
+//! Take-over (docs/humans.md) through the real daemon: `agentd pause` parks a running task after its current step in
 //! `waiting_for_human` (`waiting.kind = takeover`, no worker, no lease); a person changes the mock desktop
 //! meanwhile (actions appended to its saved log, as if typed on it); `agentd resume --note` continues it, and
 //! the model's next request (checked by the Anthropic fake) carries the changed screenshot and the note. A

@@ -1,4 +1,4 @@
-//! Declared tools through the real binary (§13): a scripted model on the mock desktop calls an `http` tool
+//! Declared tools through the real binary (docs/tools.md): a scripted model on the mock desktop calls an `http` tool
 //! (a local test server checks its arguments and the header taken from the worker's environment) and a
 //! `command` tool from config; the step records keep the envelopes with their details, and invalid
 //! arguments come back to the model as a tool error without ending the task. Bad declarations are refused
@@ -137,7 +137,7 @@ fn task(base: &str, id: &str) -> Value {
     })
 }
 
-/// Checks the record of a run of [`task`] (the §8 document: `run --json` or `status --json`).
+/// Checks the record of a run of [`task`] (the docs/events.md document: `run --json` or `status --json`).
 fn check_record(record: &Value, seen: &Seen, dir: &Path) {
     assert_eq!(record["state"], "succeeded", "{record:#}");
     let steps = record["steps"].as_array().expect("steps");

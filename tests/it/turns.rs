@@ -1,4 +1,4 @@
-//! Conversations (§19) through the real binary and daemon, on SQLite and PostgreSQL: a task continued twice
+//! Conversations (docs/humans.md) through the real binary and daemon, on SQLite and PostgreSQL: a task continued twice
 //! with `agentd send` (the model's requests, checked by the Anthropic fake, hold the earlier turns and each new
 //! message; the record's `turns`, step numbering, screenshot keys and event numbers continue), exported with
 //! `agentd export ID --conversation` and submitted again as a new task whose model sees that history; and the
@@ -338,7 +338,8 @@ impl<M: agentd::model::Model> agentd::model::Model for Notes<M> {
     }
 }
 
-/// The loop itself (§19): a later turn sees the earlier one's steps as history and its message with its first
+/// The loop itself (docs/humans.md): a later turn sees the earlier one's steps as history and its message with its
+/// first
 /// screenshot, counts `max_steps` from its own first step, and — resumed after its worker died — keeps that
 /// message with the step it was shown with.
 #[tokio::test]
@@ -485,14 +486,14 @@ async fn the_loop_tells_a_later_turn_its_message_and_counts_its_limits_afresh() 
     tracker.wait().await;
 }
 
-/// The README's conversation example, its commands exactly as written (the `sh` block after the marker in the
-/// Conversations section), against a daemon, from the repository's directory: the shipped task exports March,
-/// the follow-up message April, and `agentd status` shows both turns.
+/// The documented conversation example, its commands exactly as written (the `sh` block after the marker in the
+/// Conversations section of docs/humans.md), against a daemon, from the repository's directory: the shipped task
+/// exports March, the follow-up message April, and `agentd status` shows both turns.
 #[test]
-fn the_readme_conversation_example_runs_as_written() {
+fn the_documented_conversation_example_runs_as_written() {
     const MARKER: &str = "<!-- tests/it/turns.rs runs this block as written -->";
-    let readme = std::fs::read_to_string(crate::support::repo().join("README.md")).expect("README.md");
-    let after = readme.split_once(MARKER).map(|(_, after)| after).expect("the marker in README.md");
+    let page = std::fs::read_to_string(crate::support::repo().join("docs/humans.md")).expect("docs/humans.md");
+    let after = page.split_once(MARKER).map(|(_, after)| after).expect("the marker in docs/humans.md");
     let block = after
         .trim_start()
         .strip_prefix("```sh\n")

@@ -1,4 +1,5 @@
-//! Verifiers (§16) end to end through `agentd run`: the mock desktop's login scene, a scripted model, and each
+//! Verifiers (docs/replay-and-verify.md) end to end through `agentd run`: the mock desktop's login scene, a scripted
+//! model, and each
 //! kind of check passing and failing (the `screen` check against the mock's real pixels, a reference cropped
 //! from a real screenshot of the scene; the `http` check against a server started here; `command` checks
 //! from `[verifiers]`). A completion whose checks fail goes back to the model, which fixes its work; one

@@ -10,7 +10,7 @@
 //! - **Credentials**: when configured, every request carries `X-API-Key` and `X-Container-Name`, the
 //!   headers the server reads (cua's cloud images check them against the container's name and cua's API;
 //!   a local server without `CONTAINER_NAME` ignores them). The key is never logged nor shown in errors.
-//! - **Actions** (contract §4) from the server's commands: `mouse_down`/`mouse_up` at a position for clicks
+//! - **Actions** (docs/task-file.md) from the server's commands: `mouse_down`/`mouse_up` at a position for clicks
 //!   of the left, right and middle buttons (back and forward do not exist there: unsupported), held
 //!   modifiers with `key_down`/`key_up` around the click, triple click as `double_click` then `left_click`
 //!   (two round trips, within apps' multi-click interval), drag as a press, a `move_cursor` per point of the
@@ -261,7 +261,7 @@ pub struct CuaServerProvider {
     /// The screen size as last seen (a screenshot or `get_screen_size`).
     size: std::sync::Mutex<Option<Size>>,
     /// Input actions one at a time: a click with modifiers is several commands that must not interleave.
-    /// It holds the keys each `mouse_down` pressed with its button, for the matching `mouse_up` (§24).
+    /// It holds the keys each `mouse_down` pressed with its button, for the matching `mouse_up` (docs/task-file.md).
     input: tokio::sync::Mutex<std::collections::HashMap<&'static str, Vec<String>>>,
     /// The `/ws` transport, used when configured or once `/cmd` turned out missing.
     ws: ws::WsTransport,

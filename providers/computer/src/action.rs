@@ -12,7 +12,7 @@ use crate::keys::{Key, KeyError};
 
 /// A pixel position on the screen. Signed so that a model's negative coordinate is a validation error the
 /// model can read, not a parse failure of the whole turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Point {
     pub x: i32,
@@ -53,7 +53,7 @@ impl std::fmt::Display for Size {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MouseButton {
     #[default]
@@ -87,8 +87,8 @@ impl MouseButton {
     }
 }
 
-/// One action of the product contract §4, in its JSON form (`{"type": "click", "x": 10, "y": 20}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One action of docs/task-file.md, in its JSON form (`{"type": "click", "x": 10, "y": 20}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Action {
     Click {
@@ -108,7 +108,7 @@ pub enum Action {
         x: i32,
         y: i32,
     },
-    /// Presses `button` where the pointer is; `keys` stay held until the matching `mouse_up` (§24).
+    /// Presses `button` where the pointer is; `keys` stay held until the matching `mouse_up` (docs/task-file.md).
     MouseDown {
         #[serde(default, skip_serializing_if = "is_left")]
         button: MouseButton,
@@ -122,7 +122,7 @@ pub enum Action {
     Move {
         x: i32,
         y: i32,
-        /// Modifier keys held down for the whole action (§24).
+        /// Modifier keys held down for the whole action (docs/task-file.md).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         keys: Vec<String>,
     },
@@ -131,7 +131,7 @@ pub enum Action {
         path: Vec<Point>,
         #[serde(default, skip_serializing_if = "is_left")]
         button: MouseButton,
-        /// Modifier keys held down for the whole action (§24).
+        /// Modifier keys held down for the whole action (docs/task-file.md).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         keys: Vec<String>,
     },
@@ -143,7 +143,7 @@ pub enum Action {
         scroll_x: i32,
         #[serde(default)]
         scroll_y: i32,
-        /// Modifier keys held down for the whole action (§24).
+        /// Modifier keys held down for the whole action (docs/task-file.md).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         keys: Vec<String>,
     },
@@ -275,7 +275,7 @@ impl Action {
         }
     }
 
-    /// The modifiers a pointer action holds down while it runs (§24); empty for keyboard actions.
+    /// The modifiers a pointer action holds down while it runs (docs/task-file.md); empty for keyboard actions.
     pub fn held_keys(&self) -> &[String] {
         match self {
             Self::Keypress { .. } | Self::HoldKey { .. } => &[],

@@ -259,7 +259,8 @@ fn click(x: &mut X, button: u8, count: usize) -> Result<(), XErr> {
 }
 
 /// Performs one input action on the connection (the worker thread's side of `perform`). A pointer action's
-/// `keys` are pressed first and released after it, even when it failed (§24); those of a `mouse_down` stay
+/// `keys` are pressed first and released after it, even when it failed (docs/task-file.md); those of a `mouse_down`
+/// stay
 /// down until the matching `mouse_up`.
 fn perform_on(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
     check_action(action, x.size()).map_err(invalid)?;

@@ -186,7 +186,7 @@ pub(crate) struct X {
     pending_error: Option<String>,
     buttons_down: BTreeSet<u8>,
     keys_down: Vec<u8>,
-    /// Keys a `mouse_down` pressed with its button, released by the matching `mouse_up` (§24).
+    /// Keys a `mouse_down` pressed with its button, released by the matching `mouse_up` (docs/task-file.md).
     pub held_with: BTreeMap<u8, Vec<u8>>,
 }
 

@@ -150,7 +150,7 @@ async fn typing_keeps_every_character_and_chords_carry_modifiers() {
 
     // More distinct characters missing from a US layout than the server has spare keycodes, mixed with
     // ASCII, upper case and shifted punctuation, repeated so that spares get reused mid-text.
-    let accents = "éèêëàâäîïôöùûüçÉÈÀÇœæßñÑøØåÅ€£¥©®°±µ¶§¿¡«»";
+    let accents = "éèêëàâäîïôöùûüçÉÈÀÇœæßñÑøØåÅ€£¥©®°±µ¶\u{a7}¿¡«»";
     let cjk = "日本語のテキスト";
     let mut text = String::new();
     for round in 0..6 {

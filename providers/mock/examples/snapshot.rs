@@ -1,7 +1,7 @@
 //! Renders a scene to a PNG file, optionally after some actions: a preview tool for scene authors.
 //!
 //! `cargo run -p agentd-mock --example snapshot -- SCENE OUT.png [WIDTHxHEIGHT] [ACTIONS.json]`
-//! where SCENE is a built-in name or a scene file and ACTIONS.json a JSON array of actions (§4 form).
+//! where SCENE is a built-in name or a scene file and ACTIONS.json a JSON array of actions (docs/task-file.md form).
 
 use agentd_computer::{Action, Size};
 use agentd_mock::{MockDesktop, Scene};

@@ -16,7 +16,7 @@
 //!   server to process every event). Several tasks may call at once; input actions are taken one at a time
 //!   (a click with modifiers must not interleave with another action), and the pauses inside an action
 //!   (`hold_key`'s duration) are awaited off that thread, so screenshots go on meanwhile.
-//! - **Actions** (contract §4, §24) from enigo's primitives: clicks of the five buttons as press/release at
+//! - **Actions** (docs/task-file.md) from enigo's primitives: clicks of the five buttons as press/release at
 //!   the point, double and triple click as two and three press/release pairs (the platform counts them),
 //!   held modifiers (`keys` of click/move/drag/scroll) pressed around the action and released in reverse
 //!   order even when it failed, `mouse_down`'s keys held until the matching `mouse_up`, drag with any button

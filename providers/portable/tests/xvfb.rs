@@ -1,5 +1,5 @@
 //! The portable provider on a real X server (Xvfb): the conformance kit, and clicks, keys, text, scroll, drag
-//! and held modifiers (§24) checked by the recording app.
+//! and held modifiers (docs/task-file.md) checked by the recording app.
 //!
 //! Needs `AGENTD_TEST_DISPLAY` (set by `scripts/test`, the sign that Xvfb is there); without it every test
 //! prints why it skips. Each test runs on an Xvfb of its own; xcap reads the display from `$DISPLAY`, so the
@@ -77,7 +77,7 @@ async fn clicks_scrolls_drags_and_held_modifiers_land() {
     act(&provider, json!({"type": "triple_click", "x": 400, "y": 220})).await;
     act(&provider, json!({"type": "scroll", "x": 700, "y": 200, "scroll_y": 300})).await;
     act(&provider, json!({"type": "scroll", "x": 710, "y": 210, "scroll_y": -100, "keys": ["ctrl"]})).await;
-    // A drag with the right button and Shift held through it (§24).
+    // A drag with the right button and Shift held through it (docs/task-file.md).
     act(
         &provider,
         json!({"type": "drag", "path": [{"x": 50, "y": 300}, {"x": 150, "y": 320}, {"x": 400, "y": 380}],

@@ -1,4 +1,4 @@
-//! VNC authentication (RFB security type 2): the DES challenge–response of RFC 6143 §7.2.2.
+//! VNC authentication (RFB security type 2): the DES challenge–response of RFC 6143, section 7.2.2.
 //!
 //! The server sends 16 random bytes; the client encrypts them with DES (ECB, two blocks) keyed by the
 //! password — its first 8 bytes, zero-padded — and sends the 16 result bytes back. RFB's historical DES code

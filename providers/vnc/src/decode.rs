@@ -1,6 +1,6 @@
 //! `FramebufferUpdate` messages into the local copy of the remote screen: the Raw, CopyRect and ZRLE
-//! encodings and the DesktopSize, ExtendedDesktopSize and LastRect pseudo-encodings (RFC 6143 §7.6.1,
-//! §7.7).
+//! encodings and the DesktopSize, ExtendedDesktopSize and LastRect pseudo-encodings (RFC 6143, sections 7.6.1
+//! and 7.7).
 //!
 //! An update is read and decoded completely first ([`Decoder::read_update`] → a list of [`Op`]s), then
 //! applied to the [`Framebuffer`] in one go by the caller, under its lock: a screenshot never sees half an
@@ -100,7 +100,7 @@ pub enum Op {
 }
 
 /// Per-connection decoding state: the screen size as updates change it, and the ZRLE zlib stream (one per
-/// connection, RFC 6143 §7.7.6).
+/// connection, RFC 6143, section 7.7.6).
 pub struct Decoder {
     width: u32,
     height: u32,

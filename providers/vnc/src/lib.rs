@@ -6,7 +6,7 @@
 //!   updates (Raw, CopyRect, ZRLE; DesktopSize resizes it), so a screenshot is a copy of memory. The server
 //!   draws the pointer into the framebuffer (no cursor pseudo-encoding is requested), so the model sees
 //!   where the pointer is.
-//! - **No frame older than the last action** (contract §24): after every input action the provider writes a
+//! - **No frame older than the last action** (docs/task-file.md): after every input action the provider writes a
 //!   *fence*, a non-incremental update request for one pixel, and the next screenshot waits until the
 //!   update that answers it has been applied (the second update after it at the latest; see `session`).
 //!   That is one or two round trips on the first screenshot after an action; screenshots with no input
@@ -131,7 +131,8 @@ struct Pointer {
     /// a server that may have forgotten its added keysyms).
     generation: u64,
     typed: std::collections::HashSet<u32>,
-    /// Keys a `mouse_down` pressed with its button (by mask bit), released by the matching `mouse_up` (§24).
+    /// Keys a `mouse_down` pressed with its button (by mask bit), released by the matching `mouse_up`
+    /// (docs/task-file.md).
     held_with: std::collections::HashMap<u8, Vec<u32>>,
 }
 
@@ -351,7 +352,7 @@ impl VncProvider {
         let at = |p: Point| (p.x.clamp(0, 65535) as u16, p.y.clamp(0, 65535) as u16);
         let mut out = Vec::new();
         // A pointer action's modifiers go down first and up after it; a mouse_down's stay down until its
-        // mouse_up (§24).
+        // mouse_up (docs/task-file.md).
         let held = match action {
             Action::Keypress { .. } | Action::HoldKey { .. } | Action::MouseUp { .. } => Vec::new(),
             _ => keysyms(action)?,

@@ -1,5 +1,6 @@
-//! Resuming an attempt (§12): the steps earlier attempts journaled become the model's history again — the
-//! earlier turns of a conversation (§19) as history only, with each later turn's message beside its first
+//! Resuming an attempt (docs/operations.md): the steps earlier attempts journaled become the model's history again —
+//! the
+//! earlier turns of a conversation (docs/humans.md) as history only, with each later turn's message beside its first
 //! step — usage, the guard's counts and the recorded summary are restored, steps a dead worker left in flight
 //! are marked (their actions never run again), and a step left waiting for a human or for remote tool results
 //! is set aside for `waits`. A completion already made, and structured outputs already refused, count as they
@@ -24,7 +25,7 @@ impl Loop {
     /// Returns the positions in `steps` of the steps an earlier attempt left unfinished (their actions were
     /// in flight), now marked with what is known.
     pub(super) fn restore(&mut self, resume: Vec<StepRecord>) -> Vec<usize> {
-        // Steps of earlier turns (§19) are history only: what they left waiting or unfinished ended with
+        // Steps of earlier turns (docs/humans.md) are history only: what they left waiting or unfinished ended with
         // their turn, and is neither settled, resumed nor journaled again.
         let first_step = self.context.turns.last().map_or(0, |turn| turn.first_step);
         let (earlier, mut resume): (Vec<StepRecord>, Vec<StepRecord>) =
@@ -151,7 +152,7 @@ fn completion_made(step: &StepRecord, tools: &Toolbox) -> Option<Outcome> {
                 if name == crate::model::TASK_COMPLETION
                     && step.call_results.iter().any(|r| r.call_id == call.id && !r.ok) =>
             {
-                // Refused (its checks failed, §16): the model was told and goes on.
+                // Refused (its checks failed, docs/replay-and-verify.md): the model was told and goes on.
                 return None;
             }
             CallKind::Function { name, arguments } if name == crate::model::TASK_COMPLETION => {
@@ -205,7 +206,7 @@ fn history_results(step: &StepRecord) -> Vec<ToolResult> {
         .collect()
 }
 
-/// What the model is told where a later turn of the conversation begins (§19), by the step it is shown with:
+/// What the model is told where a later turn of the conversation begins (docs/humans.md), by the step it is shown with:
 /// how the turn before ended, then the user's next message.
 fn turn_messages(turns: &[Turn]) -> Vec<(u32, String)> {
     turns
@@ -226,6 +227,6 @@ fn turn_messages(turns: &[Turn]) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// How the user's next message (§19) begins for the model.
+/// How the user's next message (docs/humans.md) begins for the model.
 pub const TURN_MESSAGE: &str = "The user's next message (a new turn of this task; look at the current screenshot, \
 act on it, and call task_completion when it is done): ";

@@ -1,4 +1,5 @@
-//! The loop's side of verifiers (§16): a round of checks when the model calls `task_completion` with
+//! The loop's side of verifiers (docs/replay-and-verify.md): a round of checks when the model calls `task_completion`
+//! with
 //! success (a failed round is the call's error, with the failed checks' messages, until the retries run
 //! out: then the task ends `verification_failed`), and the round at the end that fills `outcome.verified`
 //! and `outcome.checks`.
@@ -150,7 +151,8 @@ impl Loop {
         results
     }
 
-    /// The checks at the end (§16), into the outcome: the completion's round when it ended the task, else a
+    /// The checks at the end (docs/replay-and-verify.md), into the outcome: the completion's round when it ended the
+    /// task, else a
     /// new round when the task is over and the computer was reached (not for a cancelled task).
     pub(super) async fn verify_at_end(&mut self, end: &mut Ending) {
         let Ending::Finished(outcome) = end else {

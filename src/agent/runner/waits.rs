@@ -1,4 +1,5 @@
-//! Steps that waited for someone, continued (§13, §20): the step held for a human's approval runs its calls
+//! Steps that waited for someone, continued (docs/tools.md, docs/humans.md): the step held for a human's approval runs
+//! its calls
 //! once approved (an edited approval runs the human's actions instead, and the model is told what ran); the
 //! step parked for the API client's remote tool results runs the calls after them once answered; either
 //! finishes as a resumed step. And the take-over's two ends in the loop: the pause at a step boundary, and
@@ -38,7 +39,7 @@ impl Loop {
             let notes = vec![format!("A human approved: {reason}")];
             return self.finish_resumed_step(record, turn, executed, started, notes).await;
         };
-        // Approved with an edit (§20): the human's actions (screen pixels) run instead of the model's — all
+        // Approved with an edit (docs/humans.md): the human's actions (screen pixels) run instead of the model's — all
         // in the turn's first computer call, the others empty — and the model is told what ran.
         let mut run = turn.clone();
         let mut first = true;
@@ -151,7 +152,7 @@ impl Loop {
         Ok(executed.completion)
     }
 
-    /// A take-over (§20) asked for: the loop stops at this step boundary, saying it waits for the person.
+    /// A take-over (docs/humans.md) asked for: the loop stops at this step boundary, saying it waits for the person.
     pub(super) fn pause_requested(&self) -> Option<Ending> {
         if !self.context.pause.is_cancelled() {
             return None;

@@ -216,7 +216,7 @@
     const button = h('button', { type: 'submit', id: 'submit-task', text: 'Submit task' });
     const form = h('form', { class: 'panel' },
       h('label', { for: 'task-json', text: 'Task file (JSON)' }), text,
-      h('p', { class: 'muted', id: 'task-help', text: 'The same document `agentd submit` takes (product contract §3). Paths it names must be allowed by api.allowed_paths.' }),
+      h('p', { class: 'muted', id: 'task-help', text: 'The same document `agentd submit` takes (docs/task-file.md). Paths it names must be allowed by api.allowed_paths.' }),
       problem, button);
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -600,7 +600,7 @@
       if (hadFocus) title.focus();
     }
 
-    // Approve with an edit (§20): the proposed computer actions as JSON (screen pixels), run instead of them.
+    // Approve with an edit (docs/humans.md): the proposed computer actions as JSON (screen pixels), run instead of them.
     // While the text parses, the edited actions are drawn on the screenshot in place of the proposed ones.
     function editForm(actions) {
       const original = JSON.stringify(actions, null, 2);
