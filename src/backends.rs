@@ -21,8 +21,8 @@ use crate::model::{Model, ModelError, Shared};
 use crate::task::secrets::SecretSource;
 use crate::task::tools::{TaskTool, ToolDecl, ToolKind};
 use crate::task::{
-    CompatibleSpec, ComputerServerSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, PortableSpec, SceneSource,
-    ScriptSource, ScriptedSpec, VncSpec,
+    BrowserSpec, CompatibleSpec, ComputerServerSpec, ComputerSpec, LocalSpec, MockSpec, ModelSpec, PortableSpec,
+    SceneSource, ScriptSource, ScriptedSpec, VncSpec,
 };
 use crate::tools::command::CommandRunner;
 use crate::tools::http::HttpRunner;
@@ -66,6 +66,9 @@ pub struct ComputerContext<'a> {
     /// Where the computer may be: a VNC host or computer-server URL the task names is connected to only at
     /// an address this allows.
     pub outbound: &'a Outbound,
+    /// What a browser computer may open: `None` for anything (`agentd run`); for tasks submitted over the
+    /// API, the `[browser] allowed_urls` patterns and the outbound policy the pages' hosts must pass.
+    pub pages: Option<(&'a [String], &'a Outbound)>,
 }
 
 /// Opens the computer a task names.
@@ -103,6 +106,7 @@ pub async fn computer(spec: &ComputerSpec, ctx: &ComputerContext<'_>) -> Result<
         ComputerSpec::Vnc(spec) => vnc_computer(spec, ctx.outbound).await,
         ComputerSpec::ComputerServer(spec) => cua_computer(spec, ctx.outbound).await,
         ComputerSpec::Portable(spec) => portable_computer(spec).await,
+        ComputerSpec::Browser(spec) => browser_computer(spec, ctx.outbound, ctx.pages).await,
         ComputerSpec::Desktop(request) => Err(BuildError::invalid(
             "computer",
             format!(
@@ -208,7 +212,14 @@ pub async fn inline_script(spec: &ModelSpec, files: &FileAccess) -> Result<Model
 /// wording a lean build gives (a build without default features is linted in CI, not run: its tests would
 /// cost a second whole build).
 #[cfg_attr(
-    all(feature = "local", feature = "vnc", feature = "computer-server", feature = "portable", feature = "s3"),
+    all(
+        feature = "local",
+        feature = "vnc",
+        feature = "computer-server",
+        feature = "portable",
+        feature = "browser",
+        feature = "s3"
+    ),
     allow(dead_code)
 )]
 fn not_built(field: &'static str, feature: &str) -> BuildError {
@@ -360,6 +371,61 @@ async fn portable_computer(_: &PortableSpec) -> Result<Arc<dyn ComputerProvider>
     Err(not_built("computer.provider", "portable"))
 }
 
+/// A Chromium-family browser over the DevTools protocol: one started for the task (a fresh profile unless the
+/// task names a kept one) and stopped when the task's computer is dropped, or one running at `cdp_url`, where
+/// the task gets a browser context of its own. A restricted task's `cdp_url` and `start_url` must be at
+/// addresses its outbound policy allows.
+#[cfg(feature = "browser")]
+async fn browser_computer(
+    spec: &BrowserSpec,
+    outbound: &Outbound,
+    pages: Option<(&[String], &Outbound)>,
+) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    use agentd_browser::{BrowserConfig, BrowserError, BrowserProvider, Profile, UrlPolicy};
+    if outbound.is_restricted() {
+        for (field, url) in [("computer.cdp_url", &spec.cdp_url), ("computer.start_url", &spec.start_url)] {
+            if let Some(url) = url {
+                let url = url.replacen("ws://", "http://", 1);
+                check_url(outbound, &url, field.to_string()).await?;
+            }
+        }
+    }
+    let default = BrowserConfig::default();
+    let config = BrowserConfig {
+        executable: spec.executable.as_ref().map(std::path::PathBuf::from),
+        cdp_url: spec.cdp_url.clone(),
+        size: Size::new(
+            spec.width.map_or(default.size.width, |w| w.get()),
+            spec.height.map_or(default.size.height, |h| h.get()),
+        ),
+        start_url: spec.start_url.clone(),
+        profile: match spec.profile.as_deref() {
+            None | Some("fresh") => Profile::Fresh,
+            Some(dir) => Profile::Dir(dir.into()),
+        },
+        headless: spec.headless.unwrap_or(true),
+        url_policy: pages
+            .map(|(allowed, outbound)| UrlPolicy { allowed: allowed.to_vec(), outbound: outbound.clone() }),
+        ..default
+    };
+    match BrowserProvider::open(config).await {
+        Ok(provider) => Ok(Arc::new(provider)),
+        Err(e @ BrowserError::NoExecutable { .. }) => Err(BuildError::invalid("computer.executable", e.to_string())),
+        Err(e @ BrowserError::Config(_)) => Err(BuildError::invalid("computer", e.to_string())),
+        Err(e @ BrowserError::Navigation { .. }) => Err(BuildError::invalid("computer.start_url", e.to_string())),
+        Err(e) => Err(BuildError::Unreachable(e.to_string())),
+    }
+}
+
+#[cfg(not(feature = "browser"))]
+async fn browser_computer(
+    _: &BrowserSpec,
+    _: &Outbound,
+    _: Option<(&[String], &Outbound)>,
+) -> Result<Arc<dyn ComputerProvider>, BuildError> {
+    Err(not_built("computer.provider", "browser"))
+}
+
 /// Builds the model a task names, drawing HTTP clients, rate limiters, prices and keys from `shared` (one per
 /// process). Script paths resolve against `base_dir`.
 pub fn model(spec: &ModelSpec, shared: &Shared, base_dir: Option<&Path>) -> Result<Arc<dyn Model>, BuildError> {
@@ -482,6 +548,15 @@ async fn check_destinations(task: &crate::task::ResolvedTask, config: &Config) -
     }
     match &task.computer {
         ComputerSpec::ComputerServer(spec) => check_url(&outbound, &spec.url, "computer.url".into()).await,
+        ComputerSpec::Browser(spec) => {
+            if let Some(url) = &spec.cdp_url {
+                check_url(&outbound, &url.replacen("ws://", "http://", 1), "computer.cdp_url".into()).await?;
+            }
+            match &spec.start_url {
+                Some(url) => check_url(&outbound, url, "computer.start_url".into()).await,
+                None => Ok(()),
+            }
+        }
         ComputerSpec::Vnc(spec) => match spec.address.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
             Some((host, Ok(port))) => check_host(&outbound, host, port, "computer.address".into()).await,
             _ => Ok(()),
@@ -612,6 +687,7 @@ pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<
     {
         return Err(no_desktop(request, config));
     }
+    check_browser(task, config)?;
     let computer_env = match &task.computer {
         ComputerSpec::Vnc(VncSpec { password_env: Some(name), .. }) => Some(("computer.password_env", name)),
         ComputerSpec::ComputerServer(ComputerServerSpec { api_key_env: Some(name), .. }) => {
@@ -672,6 +748,33 @@ pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<
         }
     }
     check_tools(task, config)
+}
+
+/// A browser task from the API may name a browser binary or a kept profile directory only when `[defaults]
+/// computer` names the same: the binary is a program the worker runs, the profile someone's cookies.
+fn check_browser(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), BuildError> {
+    let ComputerSpec::Browser(browser) = &task.computer else { return Ok(()) };
+    let defaults = match &config.defaults.computer {
+        Some(ComputerSpec::Browser(defaults)) => Some(defaults),
+        _ => None,
+    };
+    if let Some(executable) = &browser.executable
+        && defaults.and_then(|d| d.executable.as_ref()) != Some(executable)
+    {
+        return Err(BuildError::invalid(
+            "computer.executable",
+            "tasks from the API may not name a browser binary (the daemon's `[defaults] computer` may)",
+        ));
+    }
+    if let Some(profile) = browser.profile.as_deref().filter(|p| *p != "fresh")
+        && defaults.and_then(|d| d.profile.as_deref()) != Some(profile)
+    {
+        return Err(BuildError::invalid(
+            "computer.profile",
+            "tasks from the API may not name a kept profile directory (the daemon's `[defaults] computer` may)",
+        ));
+    }
+    Ok(())
 }
 
 /// A task's tools may name only the config's `[tools]` (`use`), and, in an `http` tool's `headers_env`,

@@ -55,6 +55,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// `[outbound]`: which internal addresses tasks submitted over the API may reach.
     pub outbound: OutboundConfig,
+    /// `[browser]`: what the browser computers of tasks submitted over the API may open.
+    pub browser: BrowserSettings,
     /// `[[approval]]`: approval rules for every task (docs/humans.md), before each task's own.
     #[serde(default)]
     pub approval: Vec<crate::task::approval::ApprovalRule>,
@@ -164,6 +166,17 @@ impl Default for RetentionConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct OutboundConfig {
     pub allow: Vec<String>,
+}
+
+/// `[browser]`: what a browser computer (`computer.provider = "browser"`) of a task submitted over the API may
+/// open. Every request the browser makes is checked before it leaves: its URL must match one of
+/// `allowed_urls` (patterns, `*` for any characters; every http(s) and ws(s) URL when empty) and its host
+/// must resolve to addresses the task's outbound policy allows (`[outbound]`); `about:`, `data:` and `blob:`
+/// URLs are allowed, other schemes (`file:`) refused. Tasks run with `agentd run` open anything.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BrowserSettings {
+    pub allowed_urls: Vec<String>,
 }
 
 impl Config {
@@ -526,6 +539,7 @@ impl Default for Config {
             otel: OtelConfig::default(),
             retention: RetentionConfig::default(),
             outbound: OutboundConfig::default(),
+            browser: BrowserSettings::default(),
             approval: Vec::new(),
             desktops: Vec::new(),
             warnings: Vec::new(),
@@ -817,6 +831,7 @@ const SECTIONS: &[&str] = &[
     "otel",
     "retention",
     "outbound",
+    "browser",
     "approval",
     "desktops",
 ];
@@ -878,6 +893,7 @@ pub fn parse(text: &str, source_name: &str, env: &[(String, String)]) -> Result<
             "otel" => keyed(value, &key, &mut section_problems).map(|v| config.otel = v),
             "retention" => keyed(value, &key, &mut section_problems).map(|v| config.retention = v),
             "outbound" => keyed(value, &key, &mut section_problems).map(|v| config.outbound = v),
+            "browser" => keyed(value, &key, &mut section_problems).map(|v| config.browser = v),
             "approval" => section(value, &key, &mut section_problems).map(|v| config.approval = v),
             "desktops" => section(value, &key, &mut section_problems).map(|v| config.desktops = v),
             "models" => models(value, &mut section_problems).map(|v| config.models = v),
@@ -1072,6 +1088,11 @@ fn validate(config: &Config) -> Vec<(String, String)> {
     }
     if config.queue.max_attempts == 0 {
         problem("queue.max_attempts", "must be at least 1".into());
+    }
+    for (i, pattern) in config.browser.allowed_urls.iter().enumerate() {
+        if pattern.trim().is_empty() {
+            problem(&format!("browser.allowed_urls[{i}]"), "an empty pattern (use `*` for any characters)".into());
+        }
     }
     for (i, entry) in config.outbound.allow.iter().enumerate() {
         if let Err(message) = agentd_computer::outbound::Outbound::restricted(std::slice::from_ref(entry)) {
@@ -1323,6 +1344,7 @@ fn apply_env(
             "otel",
             "retention",
             "outbound",
+            "browser",
         ]
         .into_iter()
         .find(|s| rest.starts_with(&format!("{s}_"))) else {

@@ -146,9 +146,12 @@ impl Pool {
                     d.set(State::Failed(failure));
                     return;
                 }
-                // A pool desktop is the operator's: it may be anywhere.
+                // A pool desktop is the operator's: it may be anywhere. What a pool browser opens is the
+                // daemon's tasks' to ask: they came over the API.
                 let open = agentd_computer::outbound::Outbound::open();
-                let context = ComputerContext { files, persist_dir: None, secrets, outbound: &open };
+                let api = config.api_outbound();
+                let pages = Some((config.browser.allowed_urls.as_slice(), &api));
+                let context = ComputerContext { files, persist_dir: None, secrets, outbound: &open, pages };
                 let computer = match backends::computer(&d.config.computer, &context).await {
                     Ok(computer) => computer,
                     Err(e) => {

@@ -27,7 +27,9 @@ use crate::model::{
 };
 use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
-use crate::record::{ActionResult, CallResult, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord};
+use crate::record::{
+    ActionResult, CallResult, DownloadRef, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord,
+};
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
 use crate::task::ResolvedTask;
@@ -382,6 +384,7 @@ impl Loop {
         self.context.events.emit(EventKind::StepStarted { step: index });
 
         let (frame, prepared, screenshot) = self.capture(index).await?;
+        let page = self.built.computer.page().await;
         let screen_changed = self.screen.last_changed;
         self.screen.previous_frame = Some(frame.clone());
         let guard_note = self.watch_for_loops(index, self.screen.last_noticeably_changed)?;
@@ -391,6 +394,7 @@ impl Loop {
         let handed_back = self.take_hand_back();
         let called = self.call_model(index, &prepared.model).await;
         let mut record = StepRecord::begun(index, started_at, screenshot);
+        record.page = page;
         record.screen_changed = screen_changed;
         record.guard = guard_note;
         record.handed_back = handed_back;
@@ -598,6 +602,35 @@ impl Loop {
         }
     }
 
+    /// The files the computer downloaded since the last step (a browser's), stored as this attempt's artifacts
+    /// under `downloads/NAME` (a name an earlier step of the attempt used gets the step's index in front).
+    async fn store_downloads(&self) -> Vec<DownloadRef> {
+        let downloads = self.built.computer.take_downloads().await;
+        let mut stored = Vec::with_capacity(downloads.len());
+        for download in downloads {
+            let mut name = crate::artifacts::safe_file_name(&download.name);
+            let taken = |name: &str, stored: &[DownloadRef]| {
+                stored.iter().chain(self.steps.iter().flat_map(|s| s.downloads.iter())).any(|d| d.name == name)
+            };
+            let mut n = 2;
+            while taken(&name, &stored) {
+                name = format!("{n}-{}", crate::artifacts::safe_file_name(&download.name));
+                n += 1;
+            }
+            let (key, url) = match download.content {
+                Some(content) => {
+                    let key = crate::artifacts::download_key(&self.context.task_id, self.context.attempt, &name);
+                    let url = self.context.uploader.store().url(&key);
+                    self.context.uploader.submit(key.clone(), content.into(), None).await;
+                    (Some(key), Some(url))
+                }
+                None => (None, None),
+            };
+            stored.push(DownloadRef { name, bytes: download.size, key, url });
+        }
+        stored
+    }
+
     /// Fills in a step's results, journals it as finished and emits `step_finished`.
     async fn complete_step(
         &mut self,
@@ -607,6 +640,7 @@ impl Loop {
     ) -> Result<(), Stop> {
         self.verify_completion(record, executed).await;
         executed.fill(record);
+        record.downloads = self.store_downloads().await;
         record.duration_ms = started.elapsed().as_millis() as u64;
         record.finished = true;
         self.journal(record).await?;

@@ -32,6 +32,24 @@ pub fn verify_crop_key(task_id: &str, attempt: u32, round: u32, check: usize) ->
     format!("{}verify-{round}-{check}.png", attempt_prefix(task_id, attempt))
 }
 
+/// `tasks/{task_id}/{attempt}/downloads/{name}` — a file the computer downloaded (a browser's download),
+/// `name` made safe for any store: letters, digits, `.`, `-`, `_` kept, anything else `_`, no leading dot, at
+/// most 120 characters (`download` when nothing is left).
+pub fn download_key(task_id: &str, attempt: u32, name: &str) -> String {
+    format!("{}downloads/{}", attempt_prefix(task_id, attempt), safe_file_name(name))
+}
+
+/// A downloaded file's name as it is stored (see [`download_key`]).
+pub fn safe_file_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' })
+        .take(120)
+        .collect();
+    let cleaned = cleaned.trim_start_matches('.').to_string();
+    if cleaned.is_empty() { "download".to_string() } else { cleaned }
+}
+
 /// The key prefix of every artifact of a task, all attempts (`tasks/{task_id}/`).
 pub fn task_prefix(task_id: &str) -> String {
     format!("tasks/{task_id}/")
@@ -151,6 +169,13 @@ mod tests {
         assert!(check_key("tasks/abc/2/00007.png").is_ok());
         for bad in ["", "/etc/passwd", "tasks/../x", "tasks//x", "a\\b", "./x"] {
             assert!(check_key(bad).is_err(), "{bad}");
+        }
+        assert_eq!(download_key("abc", 1, "report.pdf"), "tasks/abc/1/downloads/report.pdf");
+        assert_eq!(download_key("abc", 1, "../../etc/passwd"), "tasks/abc/1/downloads/_.._etc_passwd");
+        assert_eq!(download_key("abc", 1, ".."), "tasks/abc/1/downloads/download");
+        assert_eq!(download_key("abc", 1, "Bericht März 2026.xlsx"), "tasks/abc/1/downloads/Bericht_M_rz_2026.xlsx");
+        for name in ["", ".", "/", "a/../b", "x\\y", "\u{0}"] {
+            assert!(check_key(&download_key("abc", 1, name)).is_ok(), "{name:?}");
         }
         assert_eq!(content_type("x/00001.png"), "image/png");
         assert!(check_prefix(&task_prefix("abc")).is_ok());

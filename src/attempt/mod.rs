@@ -203,11 +203,14 @@ impl Assembly {
         let computer = match self.computer {
             Some(Source::Given(computer)) => computer,
             Some(Source::Spec) | None => {
+                // What a browser may open is the task's to ask, whoever configured the browser.
+                let pages = self.api_task.then_some((config.browser.allowed_urls.as_slice(), &outbound));
                 let context = ComputerContext {
                     files: &files,
                     persist_dir: self.persist_dir.as_deref(),
                     secrets: &secrets,
                     outbound: &computer_outbound,
+                    pages,
                 };
                 backends::computer(&task.computer, &context).await?
             }

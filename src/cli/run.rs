@@ -257,6 +257,11 @@ fn describe_computer(spec: &crate::task::ComputerSpec) -> String {
             Some(monitor) => format!("portable(monitor {monitor})"),
             None => "portable".to_string(),
         },
+        crate::task::ComputerSpec::Browser(browser) => match (&browser.cdp_url, &browser.start_url) {
+            (Some(url), _) => format!("browser({url})"),
+            (None, Some(start)) => format!("browser({start})"),
+            (None, None) => "browser".to_string(),
+        },
         crate::task::ComputerSpec::Desktop(request) => request.describe(),
     }
 }

@@ -6,7 +6,9 @@
 //! lease, in the claim query of each backend, so the rule holds across a daemon's workers and across the
 //! nodes of a fleet sharing one queue.
 //!
-//! - `mock`: no key — every mock task has a desktop of its own.
+//! - `mock`: no key — every mock task has a desktop of its own; nor has a `browser` the task starts with a fresh
+//!   profile. A `browser` with a kept profile directory is `browser-profile:DIR` on the claiming machine; one
+//!   it attaches to (`cdp_url`) is `browser:host:port`, qualified like a VNC server.
 //! - `vnc`: the normalized address `vnc:host:port` (host lowercased, brackets of IPv6 literals dropped). A
 //!   loopback address names a server on the claiming machine, so it is qualified by its host name.
 //! - `local`: the X display number (`:0`, `:0.0` and `unix:0` are one display; `monitor` is a part of the
@@ -131,6 +133,14 @@ pub fn template(computer: &ComputerSpec) -> Option<String> {
         ComputerSpec::ComputerServer(cua) => Some(cua_key(&cua.url)),
         // The worker's own session: on X11 the display `local` without `display` drives too.
         ComputerSpec::Portable(_) => Some(format!("{HOST}/x11:{DISPLAY}")),
+        // A running browser the task attaches to is one computer (one task at a time, as a pool browser); a
+        // kept profile directory is held by one browser at a time; a launched browser with a fresh profile is
+        // the task's own.
+        ComputerSpec::Browser(browser) => match (&browser.cdp_url, browser.profile.as_deref()) {
+            (Some(url), _) => Some(browser_key(url)),
+            (None, Some(dir)) if dir != "fresh" => Some(format!("{HOST}/browser-profile:{dir}")),
+            _ => None,
+        },
         ComputerSpec::Desktop(request) => Some(format!("{POOL}{}", request.encode())),
     }
 }
@@ -201,6 +211,17 @@ fn cua_key(url: &str) -> String {
     }
 }
 
+/// `browser:host:port` of a DevTools URL (`http://host:port`, `ws://host:port/devtools/…`), normalized as a
+/// VNC address (a loopback one qualified by the claiming machine).
+fn browser_key(url: &str) -> String {
+    let lower = url.trim().to_ascii_lowercase();
+    let rest = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("ws://")).unwrap_or(&lower);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let has_port = authority.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && !p.contains(']'));
+    let address = if has_port { authority.to_string() } else { format!("{authority}:80") };
+    vnc_key(&address).replacen("vnc:", "browser:", 1)
+}
+
 fn is_loopback(host: &str) -> bool {
     host == "localhost"
         || host.ends_with(".localhost")
@@ -267,6 +288,20 @@ mod tests {
         let on_mock = DesktopScope::new("node-a", Some(":7"), None);
         assert_eq!(on_mock.qualify(stored.as_deref()), None);
         assert_eq!(on_local.qualify(None), None, "a mock task holds no desktop");
+    }
+
+    #[test]
+    fn browsers_are_keyed_by_what_they_share() {
+        assert_eq!(key(serde_json::json!({"provider": "browser"})), None, "a fresh browser is the task's own");
+        assert_eq!(key(serde_json::json!({"provider": "browser", "profile": "fresh"})), None);
+        let kept = key(serde_json::json!({"provider": "browser", "profile": "/var/lib/agentd/p1"}));
+        assert_eq!(kept.as_deref(), Some("{host}/browser-profile:/var/lib/agentd/p1"));
+        let remote = key(serde_json::json!({"provider": "browser", "cdp_url": "http://Box.example:9222"}));
+        assert_eq!(remote.as_deref(), Some("browser:box.example:9222"));
+        let ws = key(serde_json::json!({"provider": "browser", "cdp_url": "ws://box.example:9222/devtools/browser/x"}));
+        assert_eq!(ws, remote);
+        let local = key(serde_json::json!({"provider": "browser", "cdp_url": "http://127.0.0.1:9222"}));
+        assert_eq!(local.as_deref(), Some("{host}/browser:localhost:9222"));
     }
 
     #[test]

@@ -256,6 +256,25 @@ pub struct StepRecord {
     /// context, steps it compacted into the summary. Absent when it did nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<HistoryNote>,
+    /// The page the computer showed when this step's screenshot was taken (`url`, `title`): browser
+    /// computers only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<agentd_computer::PageInfo>,
+    /// Files the computer downloaded during this step (a browser's downloads), stored as its artifacts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub downloads: Vec<DownloadRef>,
+}
+
+/// A file downloaded during a step: its name, size, and where it is stored (`None` when it was larger than the
+/// provider keeps, and so not stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownloadRef {
+    pub name: String,
+    pub bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// The `waiting_reason` of a task a person took over (docs/humans.md `agentd pause`).
@@ -414,6 +433,8 @@ impl StepRecord {
             guard: None,
             handed_back: None,
             history: None,
+            page: None,
+            downloads: Vec::new(),
         }
     }
 

@@ -210,6 +210,7 @@ pub enum ComputerSpec {
     Vnc(VncSpec),
     ComputerServer(ComputerServerSpec),
     Portable(PortableSpec),
+    Browser(BrowserSpec),
     Desktop(DesktopSpec),
 }
 
@@ -222,6 +223,7 @@ impl Serialize for ComputerSpec {
             Self::Vnc(spec) => serde_json::to_value(spec),
             Self::ComputerServer(spec) => serde_json::to_value(spec),
             Self::Portable(spec) => serde_json::to_value(spec),
+            Self::Browser(spec) => serde_json::to_value(spec),
             Self::Desktop(spec) => return spec.serialize(s),
         }
         .map_err(S::Error::custom)?;
@@ -328,6 +330,59 @@ pub struct PortableSpec {
     pub monitor: Option<usize>,
 }
 
+/// A Chromium-family browser driven over the DevTools protocol: one it starts (`executable`, headless by
+/// default) or one already running (`cdp_url`). The screen is the page's viewport.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserSpec {
+    /// The browser binary; the first of `chromium`, `chromium-browser`, `google-chrome` on `PATH` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executable: Option<String>,
+    /// A running browser to attach to: `http://HOST:PORT` (its DevTools HTTP endpoint) or a `ws://…`
+    /// DevTools WebSocket. The task gets a browser context of its own there.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "cdp_url")]
+    pub cdp_url: Option<String>,
+    /// The viewport width in pixels (default 1280).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<ScreenWidth>,
+    /// The viewport height in pixels (default 800).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<ScreenHeight>,
+    /// The page the browser opens first (default `about:blank`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_url: Option<String>,
+    /// `"fresh"` (default): a new profile per task, removed after it; or the absolute path of a directory kept
+    /// across tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "browser_profile")]
+    pub profile: Option<String>,
+    /// Whether the browser shows no window (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headless: Option<bool>,
+}
+
+fn cdp_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    use serde::de::Error;
+    let url = String::deserialize(d)?;
+    let lower = url.trim().to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("ws://")) {
+        return Err(D::Error::custom(format!(
+            "{url:?} must be http://HOST:PORT (the browser's DevTools address) or a ws:// DevTools endpoint"
+        )));
+    }
+    Ok(Some(url))
+}
+
+fn browser_profile<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    use serde::de::Error;
+    let profile = String::deserialize(d)?;
+    if profile != "fresh" && !std::path::Path::new(&profile).is_absolute() {
+        return Err(D::Error::custom(format!(
+            "{profile:?} is neither \"fresh\" nor the absolute path of a profile directory"
+        )));
+    }
+    Ok(Some(profile))
+}
+
 /// A machine serving RFB (VNC) at `address` (`host:port`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -390,6 +445,7 @@ impl ComputerSpec {
             Self::Vnc(_) => "vnc",
             Self::ComputerServer(_) => "computer-server",
             Self::Portable(_) => "portable",
+            Self::Browser(_) => "browser",
             Self::Desktop(_) => "desktop",
         }
     }
@@ -406,13 +462,15 @@ impl<'de> Deserialize<'de> for ComputerSpec {
         {
             return variant(map.clone()).map(Self::Desktop);
         }
-        let (provider, rest) = tagged(value, "provider", &["mock", "local", "vnc", "computer-server", "portable"])
-            .map_err(|e: serde_json::Error| D::Error::custom(e.to_string()))?;
+        let (provider, rest) =
+            tagged(value, "provider", &["mock", "local", "vnc", "computer-server", "portable", "browser"])
+                .map_err(|e: serde_json::Error| D::Error::custom(e.to_string()))?;
         match provider.as_str() {
             "mock" => variant(rest).map(Self::Mock),
             "local" => variant(rest).map(Self::Local),
             "vnc" => variant(rest).map(Self::Vnc),
             "portable" => variant(rest).map(Self::Portable),
+            "browser" => variant(rest).map(Self::Browser),
             _ => variant(rest).map(Self::ComputerServer),
         }
     }

@@ -30,6 +30,7 @@ macro_rules! on_both_backends {
 mod agent_loop;
 mod approval;
 mod bad_input;
+mod browser;
 mod cli;
 mod cli_progress;
 mod compile;

@@ -779,7 +779,13 @@ impl CuaServerProvider {
                     cursor: Some(Point::new(x, y)),
                 });
             }
-            Action::Wait { .. } | Action::Screenshot {} | Action::Zoom { .. } => {
+            Action::Wait { .. }
+            | Action::Screenshot {}
+            | Action::Zoom { .. }
+            | Action::Navigate { .. }
+            | Action::Back {}
+            | Action::Forward {}
+            | Action::Reload {} => {
                 return Err(CuaError::Unsupported {
                     action: action.kind(),
                     reason: "the agent loop handles it without the provider".into(),
@@ -889,6 +895,7 @@ impl ComputerProvider for CuaServerProvider {
     }
 
     async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError> {
+        agentd_computer::provider::refuse_navigation("computer-server", action)?;
         if let Some(report) = sleep_for(action).await {
             return Ok(report);
         }

@@ -170,6 +170,16 @@ pub enum Action {
         x2: i32,
         y2: i32,
     },
+    /// Opens `url` in the page shown (browser computers; the others refuse it as a tool error).
+    Navigate {
+        url: String,
+    },
+    /// One page back in the shown page's history (browser computers).
+    Back {},
+    /// One page forward in the shown page's history (browser computers).
+    Forward {},
+    /// Loads the page shown again (browser computers).
+    Reload {},
 }
 
 fn is_left(button: &MouseButton) -> bool {
@@ -187,6 +197,8 @@ pub const MAX_DURATION_MS: u64 = 60_000;
 pub const MAX_TYPE_CHARS: usize = 10_000;
 /// Most points a drag path may have.
 pub const MAX_DRAG_POINTS: usize = 1_000;
+/// Longest URL a `navigate` action may carry.
+pub const MAX_URL_BYTES: usize = 8_192;
 
 /// Why an action cannot be attempted. Its `Display` is written for the model to read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -218,7 +230,17 @@ impl Action {
             Self::Screenshot {} => "screenshot",
             Self::CursorPosition {} => "cursor_position",
             Self::Zoom { .. } => "zoom",
+            Self::Navigate { .. } => "navigate",
+            Self::Back {} => "back",
+            Self::Forward {} => "forward",
+            Self::Reload {} => "reload",
         }
+    }
+
+    /// Whether this is one of the browser's page actions (`navigate`, `back`, `forward`, `reload`), which only
+    /// a browser computer performs.
+    pub fn is_navigation(&self) -> bool {
+        matches!(self, Self::Navigate { .. } | Self::Back {} | Self::Forward {} | Self::Reload {})
     }
 
     /// Every screen position this action names, in order.
@@ -325,6 +347,10 @@ impl Action {
             Self::Zoom { x1, y1, x2, y2 } if x2 <= x1 || y2 <= y1 => Err(ActionError::Invalid(format!(
                 "zoom region ({x1}, {y1})-({x2}, {y2}) is empty; x2 must be greater than x1 and y2 than y1"
             ))),
+            Self::Navigate { url } if url.trim().is_empty() => Err(ActionError::Invalid("navigate needs a url".into())),
+            Self::Navigate { url } if url.len() > MAX_URL_BYTES => {
+                Err(ActionError::Invalid(format!("navigate url is longer than {MAX_URL_BYTES} bytes")))
+            }
             _ => Ok(()),
         }
     }
@@ -369,6 +395,17 @@ impl Action {
             Self::Screenshot {} => "screenshot".into(),
             Self::CursorPosition {} => "cursor_position".into(),
             Self::Zoom { x1, y1, x2, y2 } => format!("zoom({x1},{y1},{x2},{y2})"),
+            Self::Navigate { url } => {
+                let shown: String = url.chars().take(60).collect();
+                if url.chars().count() > 60 {
+                    format!("navigate({shown:?}…)")
+                } else {
+                    format!("navigate({shown:?})")
+                }
+            }
+            Self::Back {} => "back".into(),
+            Self::Forward {} => "forward".into(),
+            Self::Reload {} => "reload".into(),
         }
     }
 }
@@ -400,6 +437,10 @@ mod tests {
             r#"{"type":"screenshot"}"#,
             r#"{"type":"cursor_position"}"#,
             r#"{"type":"zoom","x1":0,"y1":0,"x2":10,"y2":10}"#,
+            r#"{"type":"navigate","url":"https://example.org/a?b=c"}"#,
+            r#"{"type":"back"}"#,
+            r#"{"type":"forward"}"#,
+            r#"{"type":"reload"}"#,
         ];
         for case in cases {
             let action = parse(case).unwrap_or_else(|e| panic!("{case}: {e}"));

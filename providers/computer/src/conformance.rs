@@ -91,6 +91,7 @@ pub fn sample_actions(size: Size) -> Vec<Action> {
         Action::Keypress { keys: vec!["BackSpace".into()] },
         Action::Keypress { keys: vec!["Escape".into()] },
         Action::HoldKey { keys: vec!["shift".into()], duration_ms: 20 },
+        Action::Reload {},
         Action::Wait { duration_ms: 10 },
         Action::CursorPosition {},
     ]);

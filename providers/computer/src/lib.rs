@@ -23,4 +23,4 @@ pub use action::{Action, ActionError, MouseButton, Point, Size};
 pub use frame::Frame;
 pub use keys::{Key, KeyError};
 pub use pointer::{MAX_NOTCHES, MonitorInfo, PIXELS_PER_NOTCH, Shared, interpolate, notches};
-pub use provider::{ActionReport, ComputerProvider, GuestOutput, ProviderError};
+pub use provider::{ActionReport, ComputerProvider, Download, GuestOutput, PageInfo, ProviderError};

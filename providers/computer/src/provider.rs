@@ -6,6 +6,25 @@ use thiserror::Error;
 use crate::action::{Action, Point, Size};
 use crate::frame::Frame;
 
+/// The page a browser computer shows: where it is and what it is called.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PageInfo {
+    pub url: String,
+    pub title: String,
+}
+
+/// A file the computer downloaded (a browser's download), handed to the loop to store with the step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// The file's name as the page named it (not yet made safe as a storage key).
+    pub name: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its content; `None` when it is larger than the provider keeps (then only its name and size are
+    /// recorded).
+    pub content: Option<Vec<u8>>,
+}
+
 /// What a performed action reports back beyond success.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ActionReport {
@@ -91,6 +110,16 @@ pub trait ComputerProvider: Send + Sync {
         false
     }
 
+    /// The page shown, for computers that show pages (a browser); `None` for desktops. Each step records it.
+    async fn page(&self) -> Option<PageInfo> {
+        None
+    }
+
+    /// The files downloaded since the last call, taken (a browser's downloads); none for desktops.
+    async fn take_downloads(&self) -> Vec<Download> {
+        Vec::new()
+    }
+
     /// The provider's own record of its state for the task result (`computer_state`); `None` for real desktops.
     async fn state(&self) -> Option<serde_json::Value> {
         None
@@ -123,6 +152,21 @@ pub async fn sleep_for(action: &Action) -> Option<ActionReport> {
         return Some(ActionReport::default());
     }
     None
+}
+
+/// What every computer but a browser answers to `navigate`, `back`, `forward` and `reload`: a tool error
+/// naming the provider. `Ok` for every other action.
+pub fn refuse_navigation(provider: &'static str, action: &Action) -> Result<(), ProviderError> {
+    if action.is_navigation() {
+        return Err(ProviderError::Unsupported {
+            provider,
+            action: action.kind(),
+            reason: "pages are opened on a browser computer (computer.provider \"browser\"); here, use the \
+                     desktop's own browser with clicks and keys"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// The check every provider makes before acting: coordinates on the screen and keys known.

@@ -344,7 +344,14 @@ fn pointer_or_key(x: &mut X, action: &Action) -> Result<ActionReport, XErr> {
             let p = x.cursor()?;
             report.cursor = Some(p);
         }
-        Action::HoldKey { .. } | Action::Wait { .. } | Action::Screenshot {} | Action::Zoom { .. } => {
+        Action::HoldKey { .. }
+        | Action::Wait { .. }
+        | Action::Screenshot {}
+        | Action::Zoom { .. }
+        | Action::Navigate { .. }
+        | Action::Back {}
+        | Action::Forward {}
+        | Action::Reload {} => {
             return Err(XErr::Local(LocalError::Invalid(format!(
                 "{} is not performed on the X connection",
                 action.kind()
@@ -378,6 +385,7 @@ impl ComputerProvider for LocalProvider {
     }
 
     async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError> {
+        agentd_computer::provider::refuse_navigation("local", action)?;
         if let Some(report) = sleep_for(action).await {
             return Ok(report);
         }

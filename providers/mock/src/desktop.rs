@@ -297,6 +297,13 @@ fn apply(world: &mut World, action: &Action, size: Size) -> Result<ActionReport,
             let p = world.state.pointer;
             return Ok(ActionReport { message: Some(format!("pointer at {},{}", p.x, p.y)), cursor: Some(p) });
         }
+        Action::Navigate { .. } | Action::Back {} | Action::Forward {} | Action::Reload {} => {
+            return Err(ProviderError::Unsupported {
+                provider: "mock",
+                action: action.kind(),
+                reason: "the mock desktop has no pages".into(),
+            });
+        }
         Action::Screenshot {} | Action::Zoom { .. } => {
             return Ok(ActionReport {
                 message: Some(format!("{} is taken by the agent loop; nothing to do", action.kind())),
@@ -326,6 +333,7 @@ impl ComputerProvider for MockDesktop {
     }
 
     async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError> {
+        agentd_computer::provider::refuse_navigation("mock", action)?;
         // Sleep (outside the lock) only for actions that are going to be accepted.
         if check_action(action, self.size).is_ok() {
             match action {

@@ -166,7 +166,13 @@ impl PortableProvider {
                 let at = self.worker.call(|desk| desk.cursor()).await?;
                 return Ok(ActionReport { message: Some(format!("pointer at {},{}", at.x, at.y)), cursor: Some(at) });
             }
-            Action::Wait { .. } | Action::Screenshot {} | Action::Zoom { .. } => {
+            Action::Wait { .. }
+            | Action::Screenshot {}
+            | Action::Zoom { .. }
+            | Action::Navigate { .. }
+            | Action::Back {}
+            | Action::Forward {}
+            | Action::Reload {} => {
                 return Err(PortableError::Unsupported {
                     action: action.kind(),
                     reason: "the agent loop handles it without the provider".into(),
@@ -192,6 +198,7 @@ impl ComputerProvider for PortableProvider {
     }
 
     async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError> {
+        agentd_computer::provider::refuse_navigation("portable", action)?;
         if let Some(report) = sleep_for(action).await {
             return Ok(report);
         }

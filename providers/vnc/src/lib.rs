@@ -463,7 +463,14 @@ impl VncProvider {
             Action::CursorPosition {} => {
                 report.cursor = Some(Point::new(i32::from(pointer.x), i32::from(pointer.y)));
             }
-            Action::HoldKey { .. } | Action::Wait { .. } | Action::Screenshot {} | Action::Zoom { .. } => {
+            Action::HoldKey { .. }
+            | Action::Wait { .. }
+            | Action::Screenshot {}
+            | Action::Zoom { .. }
+            | Action::Navigate { .. }
+            | Action::Back {}
+            | Action::Forward {}
+            | Action::Reload {} => {
                 return Err(VncError::Invalid(format!("{} is not sent as input", action.kind())));
             }
         }
@@ -571,6 +578,7 @@ impl ComputerProvider for VncProvider {
     }
 
     async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError> {
+        agentd_computer::provider::refuse_navigation("vnc", action)?;
         if let Some(report) = sleep_for(action).await {
             return Ok(report);
         }
