@@ -51,6 +51,9 @@ impl RouterApi {
             .body(body)
             .map_err(|e| format!("{method} {path}: {e}"))?;
         let mut router = self.router.clone();
+        std::future::poll_fn(|cx| tower_service::Service::<Request>::poll_ready(&mut router, cx))
+            .await
+            .map_err(|e| match e {})?;
         tower_service::Service::call(&mut router, request).await.map_err(|e| match e {})
     }
 }

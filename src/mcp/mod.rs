@@ -188,6 +188,8 @@ struct StepProgress {
     finished: u32,
     text: String,
     actions: Vec<String>,
+    /// A notification was sent for a wait since the last finished step (progress then is `finished + 0.5`).
+    told_waiting: bool,
 }
 
 impl StepProgress {
@@ -209,8 +211,23 @@ impl StepProgress {
                 self.actions.push(name);
             }
             EventKind::ToolStarted { name, .. } => self.actions.push(name.clone()),
+            // The task waits for a person: the client is told, between two steps' values, once per step.
+            EventKind::WaitingForHuman { reason, question, .. } if !self.told_waiting => {
+                self.told_waiting = true;
+                let Some((token, peer)) = &call.progress else { return };
+                let why = question.as_ref().map_or_else(|| reason.clone(), |q| format!("the model asks: {q}"));
+                let message = format!(
+                    "waiting for a human: {why} (the answer, approve and reject tools, or agentd answer/approve/reject \
+                     {}, resume it)",
+                    event.task_id
+                );
+                let param = ProgressNotificationParam::new(token.clone(), f64::from(self.finished) + 0.5)
+                    .with_message(message);
+                let _ = peer.notify_progress(param).await;
+            }
             EventKind::StepFinished { step, .. } => {
                 self.finished += 1;
+                self.told_waiting = false;
                 let Some((token, peer)) = &call.progress else { return };
                 let said: String = self.text.split_whitespace().collect::<Vec<_>>().join(" ");
                 let said: String = said.chars().take(200).collect();

@@ -203,6 +203,15 @@ mod tests {
         assert_eq!(TaskTool::from_name("computer"), None);
     }
 
+    /// docs/mcp.md has a row for every tool.
+    #[test]
+    fn the_docs_name_every_tool() {
+        let docs = include_str!("../../docs/mcp.md");
+        for tool in TaskTool::ALL {
+            assert!(docs.contains(&format!("| `{}` |", tool.name())), "docs/mcp.md has no row for {}", tool.name());
+        }
+    }
+
     #[test]
     fn reading_tools_are_read_only_and_the_rest_are_not() {
         for tool in TaskTool::ALL {

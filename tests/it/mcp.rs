@@ -127,6 +127,8 @@ fn the_python_sdk_runs_tasks_over_streamable_http_and_mcp_refuses_a_wrong_token_
     assert_eq!(status_of(&address, &request("authorization: Bearer wrong-token\r\n", None)), 401);
     assert_eq!(status_of(&address, &request("", None)), 401);
     assert_eq!(status_of(&address, &request(&good, Some("http://evil.example"))), 403);
+    let foreign_host = request(&good, None).replace(&format!("host: {address}"), "host: evil.example");
+    assert_eq!(status_of(&address, &foreign_host), 403);
     assert_eq!(status_of(&address, &request(&good, Some(&format!("http://{address}")))), 200);
     assert_eq!(status_of(&address, &request(&good, None)), 200);
     let seen = client(&python, &["http", &format!("http://{address}/mcp"), token]);

@@ -13,6 +13,7 @@ with what was seen. Exit 0 when every check passed, 1 otherwise.
 import base64
 import json
 import sys
+import time
 
 import anyio
 from mcp import ClientSession
@@ -87,7 +88,9 @@ async def scenario(session, mode, suffix):
         "model": {"provider": "scripted", "script": LOGIN_SCRIPT},
         "limits": {"max_steps": 10, "timeout_secs": 120},
     }
+    started = time.monotonic()
     result = await session.call_tool("run_task", task, progress_callback=on_progress)
+    seen["run_task_seconds"] = round(time.monotonic() - started, 3)
     seen["run_progress"] = progress
     check(not result.is_error, "run_task succeeded", text_of(result))
     try:
@@ -104,6 +107,10 @@ async def scenario(session, mode, suffix):
         data = base64.b64decode(images[0].data)
         check(images[0].mime_type == "image/png" and data[:8] == b"\x89PNG\r\n\x1a\n", "the image is a PNG", images[0].mime_type)
         seen["screenshot_bytes"] = len(data)
+    # The notifications came before the result; the SDK hands each to its callback in a task of its own.
+    with anyio.move_on_after(5):
+        while len(progress) < 4:
+            await anyio.sleep(0.01)
     check(len(progress) == 4, "one progress notification per step (4 steps)", progress)
     values = [p["progress"] for p in progress]
     check(values == sorted(values) and len(set(values)) == len(values), "progress increases", values)
@@ -201,9 +208,53 @@ async def scenario(session, mode, suffix):
     check(state == "succeeded", "a submitted task runs to its end", state)
 
     if mode == "local":
+        # Nobody to ask in this process: the question ends the run, and its outcome says what was asked.
+        result = await session.call_tool("run_task", {
+            "instructions": "Ask which account",
+            "computer": {"provider": "mock", "scene": "blank"},
+            "model": {"provider": "scripted", "script": {"turns": [
+                {"say": "asking", "calls": [{"name": "ask_human", "arguments": {"question": "Which account?"}}]},
+                {"complete": {"success": True, "summary": "answered"}}]}},
+        })
+        check(result.is_error and "Which account?" in text_of(result), "a question ends a local run, saying what it asked", text_of(result))
         result = await session.call_tool("answer", {"id": login_id, "text": "hello"})
         check(result.is_error and "--local" in text_of(result), "answer is refused with --local, saying why", text_of(result))
     else:
+        # The model asks a question: run_task tells the client (a notification half a step on) and waits; the
+        # answer tool, in another request, resumes the task, and run_task returns its outcome.
+        ask_id = f"mcp-ask-{suffix}"
+        waiting = anyio.Event()
+        notes = []
+        outcome = {}
+
+        async def on_ask_progress(value, total, message):
+            notes.append({"progress": value, "message": message})
+            if message and message.startswith("waiting for a human"):
+                waiting.set()
+
+        async with anyio.create_task_group() as group:
+            async def asking():
+                outcome["result"] = await session.call_tool("run_task", {
+                    "id": ask_id,
+                    "instructions": "Ask which account",
+                    "computer": {"provider": "mock", "scene": "blank"},
+                    "model": {"provider": "scripted", "script": {"turns": [
+                        {"say": "asking", "calls": [{"name": "ask_human", "arguments": {"question": "Which account?"}}]},
+                        {"complete": {"success": True, "summary": "answered"}}]}},
+                }, progress_callback=on_ask_progress)
+
+            group.start_soon(asking)
+            with anyio.fail_after(60):
+                await waiting.wait()
+            result = await session.call_tool("answer", {"id": ask_id, "text": "alice"})
+            check(not result.is_error, "answer resumes the waiting task", text_of(result))
+        seen["ask_progress"] = notes
+        check(any("Which account?" in (n["message"] or "") for n in notes), "the waiting notification carries the question", notes)
+        values = [n["progress"] for n in notes]
+        check(values == sorted(values) and len(set(values)) == len(values), "progress increases across the wait", values)
+        asked = outcome.get("result")
+        check(asked is not None and not asked.is_error, "run_task returns once the answered task ends", asked and text_of(asked))
+
         result = await session.call_tool("send_message", {"id": login_id, "text": "now open Settings"})
         check(not result.is_error and json.loads(text_of(result)).get("turn") == 1, "send_message queues turn 1", text_of(result))
         result = await session.call_tool("answer", {"id": cancel_id, "text": "hello"})
