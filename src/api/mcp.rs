@@ -43,7 +43,7 @@ impl RouterApi {
             Some(body) => Body::from(body.to_string()),
             None => Body::empty(),
         };
-        let request = Request::builder()
+        let request = axum::http::Request::builder()
             .method(method)
             .uri(path)
             .header(header::HOST, "localhost")
@@ -51,10 +51,10 @@ impl RouterApi {
             .body(body)
             .map_err(|e| format!("{method} {path}: {e}"))?;
         let mut router = self.router.clone();
-        std::future::poll_fn(|cx| tower_service::Service::<Request>::poll_ready(&mut router, cx))
-            .await
-            .map_err(|e| match e {})?;
-        tower_service::Service::call(&mut router, request).await.map_err(|e| match e {})
+        // The router is always ready and never fails (its error type is `Infallible`).
+        let Ok(()) = std::future::poll_fn(|cx| tower_service::Service::<Request>::poll_ready(&mut router, cx)).await;
+        let Ok(response) = tower_service::Service::call(&mut router, request).await;
+        Ok(response)
     }
 }
 

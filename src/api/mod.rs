@@ -268,9 +268,9 @@ async fn openapi() -> Response {
 fn router(state: Arc<ApiState>) -> Router {
     let api = layered(endpoint_routes(), state.clone());
     let service = mcp::service(api, &state.stopping);
-    let mcp: Router<Arc<ApiState>> =
+    let mcp_routes: Router<Arc<ApiState>> =
         Router::new().route_service(mcp::PATH, service).route_layer(middleware::from_fn(mcp::origin_check));
-    layered(endpoint_routes().merge(mcp), state)
+    layered(endpoint_routes().merge(mcp_routes), state)
 }
 
 /// The endpoints' routes, not yet given their state.

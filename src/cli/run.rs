@@ -21,7 +21,6 @@ use crate::backends::{self, BuildError};
 use crate::config::Config;
 use crate::library::{AbortHandle, Agent};
 use crate::private::write_atomically;
-use crate::record::RECORD_VERSION;
 use crate::status::TaskRecord;
 use crate::task::{TaskId, TaskSpec};
 

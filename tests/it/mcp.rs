@@ -66,6 +66,24 @@ fn the_python_sdk_runs_tasks_through_agentd_mcp_local() {
     let bin = env!("CARGO_BIN_EXE_agentd");
     let seen = client(&python, &["stdio", "--", bin, "--config", config.to_str().expect("utf-8"), "mcp", "--local"]);
     assert_eq!(seen["run_progress"].as_array().map(Vec::len), Some(4), "{seen:#}");
+    // The same task through `agentd run` (process start included), for the overhead of run_task.
+    let task = serde_json::json!({
+        "instructions": "Log in as alice and open Reports",
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "scripted", "script": "config/scripts/mock-login.json"},
+        "limits": {"max_steps": 10, "timeout_secs": 120},
+    });
+    let file = agentd.dir.path().join("login.json");
+    std::fs::write(&file, task.to_string().replace("config/scripts", &repo().join("config/scripts").display().to_string()))
+        .expect("task file");
+    let started = std::time::Instant::now();
+    let direct = agentd.run(&["run", file.to_str().expect("utf-8")]);
+    assert_eq!(direct.code, 0, "{}", direct.stderr);
+    eprintln!(
+        "login task (4 steps): run_task over MCP {} s (the call), agentd run {:.3} s (the process)",
+        seen["run_task_seconds"],
+        started.elapsed().as_secs_f64()
+    );
     // The run is recorded as `agentd run` records it: `agentd show ID --local` reads it.
     let shown = agentd.run(&["show", "mcp-login-local", "--local", "--json"]);
     assert_eq!(shown.code, 0, "{}", shown.stderr);
