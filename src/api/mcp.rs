@@ -118,7 +118,11 @@ pub fn service(api: Router, stopping: &CancellationToken) -> StreamableHttpServi
         .disable_allowed_hosts()
         .disable_allowed_origins()
         .with_cancellation_token(stopping.child_token());
-    StreamableHttpService::new(move || Ok(TaskServer::new(backend.clone())), Arc::new(LocalSessionManager::default()), config)
+    StreamableHttpService::new(
+        move || Ok(TaskServer::new(backend.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
 }
 
 /// Refuses (403) a request whose `Origin` is not this server's own.

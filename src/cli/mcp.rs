@@ -52,8 +52,8 @@ pub async fn serve(config: Config, client: Option<Client>) -> CliResult {
     let (backend, local) = match client {
         Some(client) => (Backend::Daemon(std::sync::Arc::new(ClientApi { client })), None),
         None => {
-            let cwd = std::env::current_dir()
-                .map_err(|e| CliError::failed(anyhow::anyhow!("the working directory: {e}")))?;
+            let cwd =
+                std::env::current_dir().map_err(|e| CliError::failed(anyhow::anyhow!("the working directory: {e}")))?;
             let runs = std::sync::Arc::new(crate::mcp::local::LocalRuns::new(config, cwd));
             (Backend::Local(runs.clone()), Some(runs))
         }

@@ -7,9 +7,7 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{
-    Call, StepProgress, TaskTool, encode, json_result, mime_of, optional_text, run_result, task_of, text_arg,
-};
+use super::{Call, StepProgress, TaskTool, encode, json_result, mime_of, optional_text, run_result, task_of, text_arg};
 use crate::record::events::{Event, EventKind};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;
@@ -128,7 +126,8 @@ fn listed(task: &Value) -> Value {
         "instructions": task["task"]["instructions"],
     });
     if let Some(outcome) = task.get("outcome").filter(|o| !o.is_null()) {
-        out["outcome"] = json!({"success": outcome["success"], "summary": outcome["summary"], "reason": outcome["reason"]});
+        out["outcome"] =
+            json!({"success": outcome["success"], "summary": outcome["summary"], "reason": outcome["reason"]});
     }
     if let Some(error) = task.get("error") {
         out["error"] = error.clone();
@@ -159,7 +158,11 @@ async fn cancel(api: &dyn DaemonApi, id: &str) -> Result<Value, String> {
 
 /// `run_task`: submit, follow the events (progress per step) to `task_finished`, then the record and its last
 /// screenshot. A cancelled request cancels the task.
-async fn run_task(api: &dyn DaemonApi, args: serde_json::Map<String, Value>, call: &Call) -> Result<CallToolResult, String> {
+async fn run_task(
+    api: &dyn DaemonApi,
+    args: serde_json::Map<String, Value>,
+    call: &Call,
+) -> Result<CallToolResult, String> {
     let record = submit(api, args).await?;
     let id = record.id.clone();
     let (sender, mut events) = mpsc::unbounded_channel();

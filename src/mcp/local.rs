@@ -180,7 +180,11 @@ impl LocalRuns {
         Ok((id, receiver))
     }
 
-    async fn run_task(self: &Arc<Self>, args: serde_json::Map<String, Value>, call: &Call) -> Result<CallToolResult, String> {
+    async fn run_task(
+        self: &Arc<Self>,
+        args: serde_json::Map<String, Value>,
+        call: &Call,
+    ) -> Result<CallToolResult, String> {
         let (id, mut events) = self.start(task_of(args)?).await?;
         let mut progress = StepProgress::default();
         loop {
@@ -207,7 +211,8 @@ impl LocalRuns {
             Err(_) => None,
         }
         .ok_or_else(|| format!("task {id}: the run ended without a record"))?;
-        let key = record.final_screenshot.as_ref().or(record.steps.last().map(|s| &s.screenshot)).map(|s| s.key.clone());
+        let key =
+            record.final_screenshot.as_ref().or(record.steps.last().map(|s| &s.screenshot)).map(|s| s.key.clone());
         let screenshot = match key {
             Some(key) => store.get(&key).await.ok().map(|bytes| (bytes.to_vec(), mime_of(&key))),
             None => None,

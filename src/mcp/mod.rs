@@ -95,8 +95,10 @@ impl ServerHandler for TaskServer {
     fn get_info(&self) -> InitializeResult {
         let mode = match self.backend {
             Backend::Daemon(_) => "Tasks go to the agentd daemon's queue.",
-            Backend::Local(_) => "Tasks run in this process (--local): answer, approve, reject and send_message are \
-                                  refused here; a question or a held approval ends the task.",
+            Backend::Local(_) => {
+                "Tasks run in this process (--local): answer, approve, reject and send_message are \
+                                  refused here; a question or a held approval ends the task."
+            }
         };
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
             .with_protocol_version(PROTOCOL_VERSION)
@@ -221,8 +223,8 @@ impl StepProgress {
                      {}, resume it)",
                     event.task_id
                 );
-                let param = ProgressNotificationParam::new(token.clone(), f64::from(self.finished) + 0.5)
-                    .with_message(message);
+                let param =
+                    ProgressNotificationParam::new(token.clone(), f64::from(self.finished) + 0.5).with_message(message);
                 let _ = peer.notify_progress(param).await;
             }
             EventKind::StepFinished { step, .. } => {
@@ -238,7 +240,8 @@ impl StepProgress {
                 if !self.actions.is_empty() {
                     message.push_str(&format!(" [{}]", self.actions.join(", ")));
                 }
-                let param = ProgressNotificationParam::new(token.clone(), f64::from(self.finished)).with_message(message);
+                let param =
+                    ProgressNotificationParam::new(token.clone(), f64::from(self.finished)).with_message(message);
                 // A client that went away is noticed by the session, not here.
                 let _ = peer.notify_progress(param).await;
             }

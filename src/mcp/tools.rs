@@ -91,10 +91,9 @@ impl TaskTool {
     }
 
     fn input_schema(self) -> Value {
-        let id = json!({"type": "string", "description": "The task's id (as run_task, submit_task or list_tasks gave it)."});
-        let object = |properties: Value, required: &[&str]| {
-            json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
-        };
+        let id =
+            json!({"type": "string", "description": "The task's id (as run_task, submit_task or list_tasks gave it)."});
+        let object = |properties: Value, required: &[&str]| json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false});
         match self {
             Self::RunTask | Self::SubmitTask => task_file_schema(),
             Self::GetTask | Self::Approve | Self::Cancel => object(json!({ "id": id }), &["id"]),

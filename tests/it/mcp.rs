@@ -74,8 +74,11 @@ fn the_python_sdk_runs_tasks_through_agentd_mcp_local() {
         "limits": {"max_steps": 10, "timeout_secs": 120},
     });
     let file = agentd.dir.path().join("login.json");
-    std::fs::write(&file, task.to_string().replace("config/scripts", &repo().join("config/scripts").display().to_string()))
-        .expect("task file");
+    std::fs::write(
+        &file,
+        task.to_string().replace("config/scripts", &repo().join("config/scripts").display().to_string()),
+    )
+    .expect("task file");
     let started = std::time::Instant::now();
     let direct = agentd.run(&["run", file.to_str().expect("utf-8")]);
     assert_eq!(direct.code, 0, "{}", direct.stderr);
