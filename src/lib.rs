@@ -81,6 +81,8 @@ pub mod input;
 #[doc(hidden)]
 pub mod library;
 #[doc(hidden)]
+pub mod mcp;
+#[doc(hidden)]
 pub mod metrics;
 #[doc(hidden)]
 pub mod model;

@@ -19,6 +19,7 @@ mod connections;
 pub mod console;
 mod events;
 mod handle;
+pub mod mcp;
 mod messages;
 mod retention;
 mod takeover;
@@ -262,13 +263,29 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
+/// The API: every endpoint, and `/mcp` (MCP's Streamable HTTP transport, [`mcp`]), whose tools call the
+/// endpoints in-process through the same router without `/mcp`.
 fn router(state: Arc<ApiState>) -> Router {
-    let limit = state.config.api.max_body_bytes;
+    let api = layered(endpoint_routes(), state.clone());
+    let service = mcp::service(api, &state.stopping);
+    let mcp_routes: Router<Arc<ApiState>> =
+        Router::new().route_service(mcp::PATH, service).route_layer(middleware::from_fn(mcp::origin_check));
+    layered(endpoint_routes().merge(mcp_routes), state)
+}
+
+/// The endpoints' routes, not yet given their state.
+fn endpoint_routes() -> Router<Arc<ApiState>> {
     let mut router = Router::new();
     for endpoint in endpoints() {
         // Two methods on one path merge into one route.
         router = router.route(endpoint.path, endpoint.handler);
     }
+    router
+}
+
+/// The routes with the API's fallbacks, body reading and request counting, given the state.
+fn layered(router: Router<Arc<ApiState>>, state: Arc<ApiState>) -> Router {
+    let limit = state.config.api.max_body_bytes;
     router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .method_not_allowed_fallback(|| async {

@@ -8,6 +8,7 @@ pub mod console;
 pub mod docs;
 pub mod exit;
 pub mod live;
+pub mod mcp;
 pub mod progress;
 pub mod remote;
 pub mod report;
@@ -410,6 +411,27 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
+    /// Serve the Model Context Protocol on standard input and output: the task tools (run_task, submit_task,
+    /// get_task, list_tasks, answer, approve, reject, cancel, send_message) for an MCP client that starts agentd
+    /// (Claude Code, Claude Desktop, an editor).
+    ///
+    /// The tasks go to the daemon (reached like the other client commands), or run in this process with
+    /// --local, as `agentd run` runs them. Standard output carries the protocol only; logs go to stderr.
+    #[command(after_help = "Examples:
+  agentd mcp                                       the daemon on the configured socket
+  agentd mcp --url https://agentd.internal:7070    a daemon over TCP (token from $AGENTD_TOKEN)
+  agentd mcp --local                               tasks run here, no daemon
+  claude mcp add agentd -- agentd mcp              add it to Claude Code
+
+See docs/mcp.md for the tools, their results and the clients' configuration.")]
+    Mcp {
+        /// Run the tasks in this process, as `agentd run` does, instead of sending them to the daemon
+        /// (answer, approve, reject and send_message are then refused).
+        #[arg(long, conflicts_with_all = ["socket", "url"])]
+        local: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// Configuration commands.
     Config {
         #[command(subcommand)]
@@ -487,6 +509,7 @@ impl Command {
             Command::Show { .. } => "show",
             Command::Compile { .. } => "compile",
             Command::Console { .. } => "console",
+            Command::Mcp { .. } => "mcp",
             Command::Config { command: ConfigCommand::Check { .. } } => "config check",
             Command::Completions { .. } => "completions",
             Command::Schema { .. } => "schema",
@@ -515,7 +538,8 @@ impl Command {
             | Command::Export { daemon, .. }
             | Command::Show { daemon, .. }
             | Command::Compile { daemon, .. }
-            | Command::Console { daemon, .. } => (Some(&mut daemon.socket), Some(&mut daemon.url)),
+            | Command::Console { daemon, .. }
+            | Command::Mcp { daemon, .. } => (Some(&mut daemon.socket), Some(&mut daemon.url)),
             Command::Serve { socket } | Command::Config { command: ConfigCommand::Check { socket } } => {
                 (Some(socket), None)
             }
@@ -737,6 +761,11 @@ async fn dispatch(cli: Cli) -> CliResult {
         Command::Console { port, open, daemon } => {
             let endpoint = client::Endpoint::locate(daemon.socket.clone(), daemon.url.clone(), &source.load()?)?;
             console::console(endpoint, *port, *open, json).await
+        }
+        Command::Mcp { local, daemon } => {
+            let config = source.load()?;
+            let client = if *local { None } else { Some(client(daemon)?) };
+            mcp::serve(config, client).await
         }
         Command::Config { command: ConfigCommand::Check { socket } } => {
             config_check(&source, socket.as_deref(), json).await

@@ -22,7 +22,6 @@ use crate::backends::{self, BuildError};
 use crate::config::Config;
 use crate::library::{AbortHandle, Agent};
 use crate::private::write_atomically;
-use crate::record::RECORD_VERSION;
 use crate::status::TaskRecord;
 use crate::task::{TaskId, TaskSpec};
 
@@ -96,35 +95,11 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     progress.finish();
     let report = run.finish().await;
     signals.abort();
-    let outcome = report.outcome;
+    let outcome = report.outcome.clone();
     let pending = report.pending_uploads;
     let state = outcome.state();
 
-    let mut record = TaskRecord {
-        version: RECORD_VERSION,
-        id: task_id.to_string(),
-        state,
-        created_at,
-        started_at: Some(created_at),
-        finished_at: Some(OffsetDateTime::now_utc()),
-        attempt: 1,
-        worker: Some(worker),
-        task: spec,
-        outcome: Some(outcome.clone()),
-        usage: report.usage,
-        steps: report.steps,
-        final_screenshot: report.final_screenshot,
-        computer_state: report.computer_state,
-        waiting_reason: None,
-        pending_tool_calls: Vec::new(),
-        replay: None,
-        waiting: None,
-        turns: Vec::new(),
-        taken_over: false,
-        desktop: None,
-        desktop_failure: None,
-    };
-    record.derive();
+    let record = report.record(spec, created_at, worker);
     let document =
         serde_json::to_vec_pretty(&record).context("serializing the task record").map_err(CliError::failed)?;
     let record_path = record_path(config, task_id.as_str());

@@ -19,8 +19,10 @@ use crate::artifacts::{ArtifactStore, Uploader};
 use crate::attempt::{self, Attempt, Built, Ending, RunContext};
 use crate::config::Config;
 use crate::record::events::EventKind;
-use crate::record::{EndReason, Event, Outcome, Proposed, ScreenshotRef, StepRecord, Usage, Waiting};
-use crate::task::{ResolvedTask, TaskId};
+use crate::record::{EndReason, Event, Outcome, Proposed, RECORD_VERSION, ScreenshotRef, StepRecord, Usage, Waiting};
+use crate::status::TaskRecord;
+use crate::task::{ResolvedTask, TaskId, TaskSpec};
+use time::OffsetDateTime;
 
 /// How long a run waits for its screenshots to be stored before it resolves (they stay in the spool).
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -70,6 +72,37 @@ pub struct RunReport {
 pub struct RunFailed(pub Box<RunReport>);
 
 impl RunReport {
+    /// The run's status document (§8) as `agentd run` writes it: the task file as given beside what the run
+    /// recorded, attempt 1, started when it was created.
+    pub fn record(&self, task: TaskSpec, created_at: OffsetDateTime, worker: String) -> TaskRecord {
+        let mut record = TaskRecord {
+            version: RECORD_VERSION,
+            id: self.task_id.clone(),
+            state: self.outcome.state(),
+            created_at,
+            started_at: Some(created_at),
+            finished_at: Some(OffsetDateTime::now_utc()),
+            attempt: 1,
+            worker: Some(worker),
+            task,
+            outcome: Some(self.outcome.clone()),
+            usage: self.usage,
+            steps: self.steps.clone(),
+            final_screenshot: self.final_screenshot.clone(),
+            computer_state: self.computer_state.clone(),
+            waiting_reason: None,
+            pending_tool_calls: Vec::new(),
+            replay: None,
+            waiting: None,
+            turns: Vec::new(),
+            taken_over: false,
+            desktop: None,
+            desktop_failure: None,
+        };
+        record.derive();
+        record
+    }
+
     /// `Ok` when the task succeeded, else the report as an error.
     pub fn into_result(self) -> Result<Self, RunFailed> {
         if self.outcome.success { Ok(self) } else { Err(RunFailed(Box::new(self))) }

@@ -49,6 +49,7 @@ mod hostile;
 mod house;
 mod humans;
 mod library;
+mod mcp;
 mod metrics;
 mod models;
 mod models_storm;

@@ -1,0 +1,67 @@
+//! `agentd mcp`: the MCP server of the task tools on standard input and output, for a client that starts it
+//! (Claude Code, Claude Desktop, editors). It reaches the daemon through the CLI's client (`--socket`,
+//! `--url`, `$AGENTD_TOKEN`), or with `--local` runs the tasks in this process (`crate::mcp::local`).
+//! Standard output carries the protocol and nothing else; logs go to stderr.
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::client::{Client, Method};
+use super::exit::{CliError, CliResult, Exit};
+use crate::config::Config;
+use crate::mcp::{Backend, DaemonApi};
+use crate::record::events::Event;
+use crate::task::{TaskSource, TaskSpec};
+
+/// The daemon's API through the CLI's client.
+struct ClientApi {
+    client: Client,
+}
+
+#[async_trait::async_trait]
+impl DaemonApi for ClientApi {
+    async fn request(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Value), String> {
+        let method = Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+        let body = body.map(|body| body.to_string().into_bytes());
+        let (status, reply) = self.client.request(method, path, body).await.map_err(|e| format!("{:#}", e.error))?;
+        Ok((status.as_u16(), reply))
+    }
+
+    async fn get_bytes(&self, path: &str) -> Result<(u16, Vec<u8>), String> {
+        self.client.get_bytes(path).await.map_err(|e| format!("{:#}", e.error))
+    }
+
+    async fn follow(&self, task_id: &str, events: mpsc::UnboundedSender<Event>) -> Result<(), String> {
+        self.client
+            .follow_events(task_id, 0, true, |event| {
+                let _ = events.send(event.clone());
+            })
+            .await
+            .map_err(|e| format!("{:#}", e.error))
+    }
+
+    fn prepare(&self, spec: TaskSpec) -> Result<TaskSpec, String> {
+        // Relative paths resolve against the directory the server was started in, as for a task on stdin.
+        let source = TaskSource::of(std::path::Path::new("-"));
+        super::remote::prepare_for_daemon(spec, &source).map_err(|e| format!("{:#}", e.error))
+    }
+}
+
+/// Serves MCP on stdio until the client closes it: over the daemon's API, or (`local`) on runs in this process.
+pub async fn serve(config: Config, client: Option<Client>) -> CliResult {
+    let (backend, local) = match client {
+        Some(client) => (Backend::Daemon(std::sync::Arc::new(ClientApi { client })), None),
+        None => {
+            let cwd =
+                std::env::current_dir().map_err(|e| CliError::failed(anyhow::anyhow!("the working directory: {e}")))?;
+            let runs = std::sync::Arc::new(crate::mcp::local::LocalRuns::new(config, cwd));
+            (Backend::Local(runs.clone()), Some(runs))
+        }
+    };
+    let served = crate::mcp::serve_stdio(backend).await;
+    if let Some(runs) = local {
+        runs.shutdown().await;
+    }
+    served.map_err(|e| CliError::unreachable(anyhow::anyhow!(e)))?;
+    Ok(Exit::Success)
+}

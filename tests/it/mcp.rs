@@ -1,0 +1,158 @@
+//! `agentd mcp` (and the daemon's `/mcp`) driven by the official MCP Python SDK's real client
+//! (`tests/mcp/client.py`, the SDK installed by `scripts/setup/50-mcp.sh`): initialize, the tools and their
+//! annotations, run_task on the mock desktop with a scripted model (a progress notification per step, the
+//! outcome, the last screenshot as an image, structured output), a bad task, cancellation, and the other tools.
+
+use std::process::{Command, Stdio};
+
+use crate::support::{Agentd, Daemon, repo};
+
+/// The Python with the MCP SDK, or `None` after a skip (a failure under CI).
+fn python() -> Option<String> {
+    agentd_testenv::var_or_skip(
+        "AGENTD_TEST_MCP_PYTHON",
+        "scripts/setup/50-mcp.sh installs the MCP Python SDK into a virtualenv and sets it to that python",
+    )
+}
+
+/// Runs the client script with `args`; panics with what it saw and printed unless every check passed.
+fn client(python: &str, args: &[&str]) -> serde_json::Value {
+    let script = repo().join("tests/mcp/client.py");
+    let child = Command::new(python)
+        .arg(&script)
+        .args(args)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the MCP client");
+    let pid = child.id();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    // The scenario's own waits are bounded (60 s each); this bound is only for a hung interpreter.
+    let output = match receiver.recv_timeout(std::time::Duration::from_secs(300)) {
+        Ok(output) => output,
+        Err(_) => {
+            // SAFETY: a signal to our own child process, not yet reaped (its waiter has not returned).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            receiver.recv().expect("the client's waiter")
+        }
+    }
+    .expect("the client's output");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let last = stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| {
+        panic!("the client printed no report ({e}); exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", output.status)
+    });
+    assert!(
+        output.status.success() && report["failures"].as_array().is_some_and(Vec::is_empty),
+        "checks failed: {:#}\nseen: {:#}\nstderr:\n{stderr}",
+        report["failures"],
+        report["seen"]
+    );
+    report["seen"].clone()
+}
+
+#[test]
+fn the_python_sdk_runs_tasks_through_agentd_mcp_local() {
+    let Some(python) = python() else { return };
+    let _load = crate::support::timing_sensitive();
+    let agentd = Agentd::new();
+    let config = agentd.dir.path().join("agentd.toml");
+    let bin = env!("CARGO_BIN_EXE_agentd");
+    let seen = client(&python, &["stdio", "--", bin, "--config", config.to_str().expect("utf-8"), "mcp", "--local"]);
+    assert_eq!(seen["run_progress"].as_array().map(Vec::len), Some(4), "{seen:#}");
+    // The same task through `agentd run` (process start included), for the overhead of run_task.
+    let task = serde_json::json!({
+        "instructions": "Log in as alice and open Reports",
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "scripted", "script": "config/scripts/mock-login.json"},
+        "limits": {"max_steps": 10, "timeout_secs": 120},
+    });
+    let file = agentd.dir.path().join("login.json");
+    std::fs::write(
+        &file,
+        task.to_string().replace("config/scripts", &repo().join("config/scripts").display().to_string()),
+    )
+    .expect("task file");
+    let started = std::time::Instant::now();
+    let direct = agentd.run(&["run", file.to_str().expect("utf-8")]);
+    assert_eq!(direct.code, 0, "{}", direct.stderr);
+    eprintln!(
+        "login task (4 steps): run_task over MCP {} s (the call), agentd run {:.3} s (the process)",
+        seen["run_task_seconds"],
+        started.elapsed().as_secs_f64()
+    );
+    // The run is recorded as `agentd run` records it: `agentd show ID --local` reads it.
+    let shown = agentd.run(&["show", "mcp-login-local", "--local", "--json"]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert_eq!(shown.json()["state"], "succeeded", "{}", shown.stdout);
+}
+
+#[test]
+fn the_python_sdk_runs_tasks_through_agentd_mcp_on_the_daemon() {
+    let Some(python) = python() else { return };
+    let _load = crate::support::timing_sensitive();
+    let daemon = Daemon::start("");
+    let config = daemon.agentd.dir.path().join("agentd.toml");
+    let bin = env!("CARGO_BIN_EXE_agentd");
+    let socket = daemon.socket.to_str().expect("utf-8");
+    let args = ["stdio", "--", bin, "--config", config.to_str().expect("utf-8"), "mcp", "--socket", socket];
+    let seen = client(&python, &args);
+    assert_eq!(seen["run_progress"].as_array().map(Vec::len), Some(4), "{seen:#}");
+    // What the MCP client ran is the daemon's task like any other.
+    let task = daemon.task("mcp-login-daemon");
+    assert_eq!(task["steps"][0]["actions"][0]["type"], "click", "{task:#}");
+    assert_eq!(daemon.task("mcp-cancel-daemon")["state"], "cancelled");
+}
+
+/// The status code of one raw HTTP/1.1 request to `address` (the status line only is read).
+fn status_of(address: &str, request: &str) -> u16 {
+    use std::io::{BufRead, Write};
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to the daemon");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).expect("timeout");
+    stream.write_all(request.as_bytes()).expect("send the request");
+    let mut line = String::new();
+    std::io::BufReader::new(stream).read_line(&mut line).expect("read the status line");
+    line.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("no status in {line:?}"))
+}
+
+#[test]
+fn the_python_sdk_runs_tasks_over_streamable_http_and_mcp_refuses_a_wrong_token_and_a_foreign_origin() {
+    let Some(python) = python() else { return };
+    let _load = crate::support::timing_sensitive();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = "mcp-token-0123456789abcdef0123456789";
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token).expect("token");
+    let daemon = Daemon::start_with_api(
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
+        "",
+    );
+    let address = format!("127.0.0.1:{port}");
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let request = |auth: &str, origin: Option<&str>| {
+        let origin = origin.map(|o| format!("origin: {o}\r\n")).unwrap_or_default();
+        format!(
+            "POST /mcp HTTP/1.1\r\nhost: {address}\r\n{auth}{origin}content-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{initialize}",
+            initialize.len()
+        )
+    };
+    let good = format!("authorization: Bearer {token}\r\n");
+    assert_eq!(status_of(&address, &request("authorization: Bearer wrong-token\r\n", None)), 401);
+    assert_eq!(status_of(&address, &request("", None)), 401);
+    assert_eq!(status_of(&address, &request(&good, Some("http://evil.example"))), 403);
+    let foreign_host = request(&good, None).replace(&format!("host: {address}"), "host: evil.example");
+    assert_eq!(status_of(&address, &foreign_host), 403);
+    assert_eq!(status_of(&address, &request(&good, Some(&format!("http://{address}")))), 200);
+    assert_eq!(status_of(&address, &request(&good, None)), 200);
+    let seen = client(&python, &["http", &format!("http://{address}/mcp"), token]);
+    assert_eq!(seen["run_progress"].as_array().map(Vec::len), Some(4), "{seen:#}");
+    assert_eq!(daemon.task("mcp-cancel-http")["state"], "cancelled");
+}
