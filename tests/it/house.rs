@@ -291,9 +291,9 @@ fn text_files(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
     }
 }
 
-/// Nothing in the repository cites the product contract's section numbers (`§N`): a reader of the repository
-/// cannot open the contract, so code comments, `--help`, the console, the OpenAPI document and the docs name
-/// the page of `docs/` that holds the subject instead. The sign itself is refused in every text file of the
+/// Nothing in the repository cites the product contract's section numbers (U+00A7 and a number): a reader of
+/// the repository cannot open the contract, so code comments, `--help`, the console, the OpenAPI document and
+/// the docs name the page of `docs/` that holds the subject instead. The sign itself is refused in every text file of the
 /// code, the tests and the docs (a test that types it writes `\u{a7}`); an RFC's section is "section N".
 #[test]
 fn no_text_cites_the_contract_by_section_number() {
@@ -310,11 +310,12 @@ fn no_text_cites_the_contract_by_section_number() {
     }
     assert!(files.iter().any(|(path, _)| path.ends_with("src/api/console/app.js")), "the console's assets were read");
     assert!(files.iter().any(|(path, _)| path.ends_with("docs/cli.md")), "docs/ was read");
+    let repo = repo.as_path();
     let found: Vec<String> = files
         .iter()
         .flat_map(|(path, text)| {
             text.lines().enumerate().filter(|(_, line)| line.contains('\u{a7}')).map(move |(n, line)| {
-                format!("{}:{}: {}", path.strip_prefix(&repo).unwrap_or(path).display(), n + 1, line.trim())
+                format!("{}:{}: {}", path.strip_prefix(repo).unwrap_or(path).display(), n + 1, line.trim())
             })
         })
         .collect();

@@ -218,3 +218,19 @@ fn help_shows_examples_and_only_the_options_that_apply() {
         assert!(run.stderr.contains("none.sock"), "{args:?}: {}", run.stderr);
     }
 }
+
+/// `agentd schema task` and `agentd schema config` print JSON Schemas (draft 2020-12) on stdout, exit 0, and need
+/// no configuration; another argument is refused (exit 2).
+#[test]
+fn schema_prints_the_task_and_config_schemas() {
+    let agentd = Agentd::new();
+    for (which, field) in [("task", "instructions"), ("config", "api")] {
+        let run = agentd.run(&["schema", which]);
+        assert_eq!(run.code, 0, "{which}: {}", run.stderr);
+        let schema: serde_json::Value = serde_json::from_str(&run.stdout).expect("a JSON document");
+        assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema", "{which}");
+        assert!(schema["properties"].get(field).is_some(), "{which}: no {field}:\n{}", run.stdout);
+    }
+    let bad = agentd.run(&["schema", "status"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}

@@ -271,7 +271,9 @@ async fn keys_clicks_drags_and_wheels_reach_the_page_exactly() {
         }
     }
 
-    let drag_cases: Vec<(&str, Vec<Value>, Vec<(i32, i32)>, &str)> = vec![
+    // Name, actions, the points the drag must pass through, what the page must see.
+    type DragCase = (&'static str, Vec<Value>, Vec<(i32, i32)>, &'static str);
+    let drag_cases: Vec<DragCase> = vec![
         (
             "drag: left through 2 intermediate points",
             vec![json!({"type": "drag", "path": [p(60, 200), p(150, 220), p(300, 260), p(500, 350)]})],
