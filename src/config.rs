@@ -173,7 +173,7 @@ pub struct OutboundConfig {
 /// `allowed_urls` (patterns, `*` for any characters; every http(s) and ws(s) URL when empty) and its host
 /// must resolve to addresses the task's outbound policy allows (`[outbound]`); `about:`, `data:` and `blob:`
 /// URLs are allowed, other schemes (`file:`) refused. Tasks run with `agentd run` open anything.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BrowserSettings {
     pub allowed_urls: Vec<String>,

@@ -11,8 +11,8 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
 use super::{
-    ApiConfig, ArtifactsConfig, DesktopConfig, LogConfig, MODEL_PROVIDERS, ModelConfig, OtelConfig, OutboundConfig,
-    QueueConfig, RetentionConfig, SettlePolicy, WorkerConfig,
+    ApiConfig, ArtifactsConfig, BrowserSettings, DesktopConfig, LogConfig, MODEL_PROVIDERS, ModelConfig, OtelConfig,
+    OutboundConfig, QueueConfig, RetentionConfig, SettlePolicy, WorkerConfig,
 };
 use crate::task::TaskDefaults;
 use crate::task::approval::ApprovalRule;
@@ -36,6 +36,7 @@ pub fn config_schema() -> Value {
         "otel": OtelConfig::json_schema(&mut generator).to_value(),
         "retention": RetentionConfig::json_schema(&mut generator).to_value(),
         "outbound": OutboundConfig::json_schema(&mut generator).to_value(),
+        "browser": BrowserSettings::json_schema(&mut generator).to_value(),
         "approval": {"type": "array", "items": generator.subschema_for::<ApprovalRule>().to_value()},
         "desktops": {"type": "array", "items": generator.subschema_for::<DesktopConfig>().to_value()},
         "models": {

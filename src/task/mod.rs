@@ -332,7 +332,7 @@ pub struct PortableSpec {
 
 /// A Chromium-family browser driven over the DevTools protocol: one it starts (`executable`, headless by
 /// default) or one already running (`cdp_url`). The screen is the page's viewport.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BrowserSpec {
     /// The browser binary; the first of `chromium`, `chromium-browser`, `google-chrome` on `PATH` when absent.

@@ -20,9 +20,9 @@ use super::secrets::SecretName;
 use super::tools::{self, CommandTool, HttpTool, Parameters, RESERVED_TOOL_NAMES, RemoteTool, TaskTool, ToolName};
 use super::verify::{self, Check, GuestCheck, HttpCheck, MAX_GUEST_COMMAND_BYTES, Pointer, ScreenCheck, Status};
 use super::{
-    Bounded, CompatibleSpec, ComputerServerSpec, ComputerSpec, Cost, GeminiSpec, Instructions, LabelKey, Limit,
-    LocalSpec, MockSpec, ModelSpec, PortableSpec, Positive, SceneSource, ScreenDimension, ScriptSource, ScriptedSpec,
-    TaskId, TaskSpec, Temperature, VendorModelSpec, VncSpec,
+    Bounded, BrowserSpec, CompatibleSpec, ComputerServerSpec, ComputerSpec, Cost, GeminiSpec, Instructions, LabelKey,
+    Limit, LocalSpec, MockSpec, ModelSpec, PortableSpec, Positive, SceneSource, ScreenDimension, ScriptSource,
+    ScriptedSpec, TaskId, TaskSpec, Temperature, VendorModelSpec, VncSpec,
 };
 
 /// The schema `agentd schema task` prints: draft 2020-12, subschemas under `$defs`.
@@ -199,6 +199,7 @@ impl JsonSchema for ComputerSpec {
             tagged::<VncSpec>(generator, "provider", "vnc").to_value(),
             tagged::<ComputerServerSpec>(generator, "provider", "computer-server").to_value(),
             tagged::<PortableSpec>(generator, "provider", "portable").to_value(),
+            tagged::<BrowserSpec>(generator, "provider", "browser").to_value(),
             pool.to_value(),
         ];
         json_schema!({
@@ -464,6 +465,8 @@ mod tests {
             json!({"provider": "local", "display": ":0", "monitor": 1}),
             json!({"provider": "vnc", "address": "host:5900", "password_env": "VNC_PASSWORD"}),
             json!({"provider": "portable", "monitor": 0}),
+            json!({"provider": "browser", "start_url": "https://example.org/", "width": 1280, "height": 800}),
+            json!({"provider": "browser", "cdp_url": "http://127.0.0.1:9222", "profile": "/var/lib/agentd/profile"}),
             json!({"desktop": "box-1"}),
             json!({"labels": ["gpu"]}),
         ] {
