@@ -263,7 +263,7 @@ impl LocalRuns {
             })
             .filter(|(_, entry)| state.is_none_or(|state| entry["state"] == state))
             .collect();
-        listed.sort_by(|a, b| b.0.cmp(&a.0));
+        listed.sort_by_key(|(created, _)| std::cmp::Reverse(*created));
         listed.into_iter().take(limit).map(|(_, entry)| entry).collect()
     }
 }
