@@ -8,22 +8,20 @@
 //! are the request's `Host`): a page of another site (DNS rebinding, a browser tab on localhost) is refused
 //! with 403. Requests without `Origin` (programs, not browsers) pass.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use super::ApiError;
+use super::{ApiError, ApiState};
 use crate::mcp::{Backend, DaemonApi, TaskServer};
 use crate::record::events::{Event, EventKind};
 use crate::sse::SseParser;
@@ -32,13 +30,15 @@ use crate::task::TaskSpec;
 /// The path of the MCP endpoint.
 pub const PATH: &str = "/mcp";
 
-/// The API's router as the MCP tools reach it: requests made in-process, answered by the same handlers.
+/// The API's router as the MCP tools reach it: requests made in-process, answered by the same handlers (a
+/// router made for each request from the state, which the `/mcp` service it belongs to does not keep alive).
 struct RouterApi {
-    router: Router,
+    state: Weak<ApiState>,
 }
 
 impl RouterApi {
     async fn send(&self, method: &str, path: &str, body: Option<Value>) -> Result<Response, String> {
+        let state = self.state.upgrade().ok_or("the daemon is stopping")?;
         let body = match body {
             Some(body) => Body::from(body.to_string()),
             None => Body::empty(),
@@ -50,7 +50,7 @@ impl RouterApi {
             .header(header::CONTENT_TYPE, "application/json")
             .body(body)
             .map_err(|e| format!("{method} {path}: {e}"))?;
-        let mut router = self.router.clone();
+        let mut router: Router = super::router(state);
         // The router is always ready and never fails (its error type is `Infallible`).
         let Ok(()) = std::future::poll_fn(|cx| tower_service::Service::<Request>::poll_ready(&mut router, cx)).await;
         let Ok(response) = tower_service::Service::call(&mut router, request).await;
@@ -109,28 +109,41 @@ impl DaemonApi for RouterApi {
     }
 }
 
-/// The `/mcp` service: rmcp's Streamable HTTP transport with one [`TaskServer`] per session over `api` (the
-/// router without `/mcp`). Its sessions end when `stopping` fires. Host checks are the TCP guard's (rmcp's
-/// own, loopback names only, is off); the Origin check is [`origin_check`].
-pub fn service(api: Router, stopping: &CancellationToken) -> StreamableHttpService<TaskServer, LocalSessionManager> {
-    let backend = Backend::Daemon(Arc::new(RouterApi { router: api }));
-    let config = StreamableHttpServerConfig::default()
-        .disable_allowed_hosts()
-        .disable_allowed_origins()
-        .with_cancellation_token(stopping.child_token());
-    StreamableHttpService::new(
-        move || Ok(TaskServer::new(backend.clone())),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    )
+/// `/mcp`'s service: rmcp's Streamable HTTP transport, one [`TaskServer`] per session over the API, made at
+/// the first request. Its sessions end when the daemon stops (`ApiState::stopping`). Host checks are the TCP
+/// guard's (rmcp's own, loopback names only, is off); the Origin check is [`same_origin`].
+#[derive(Default)]
+pub struct McpEndpoint {
+    service: OnceLock<StreamableHttpService<TaskServer, LocalSessionManager>>,
 }
 
-/// Refuses (403) a request whose `Origin` is not this server's own.
-pub async fn origin_check(request: Request, next: Next) -> Response {
+impl McpEndpoint {
+    fn service(&self, state: &Arc<ApiState>) -> StreamableHttpService<TaskServer, LocalSessionManager> {
+        self.service
+            .get_or_init(|| {
+                let backend = Backend::Daemon(Arc::new(RouterApi { state: Arc::downgrade(state) }));
+                let config = StreamableHttpServerConfig::default()
+                    .disable_allowed_hosts()
+                    .disable_allowed_origins()
+                    .with_cancellation_token(state.stopping.child_token());
+                StreamableHttpService::new(
+                    move || Ok(TaskServer::new(backend.clone())),
+                    Arc::new(LocalSessionManager::default()),
+                    config,
+                )
+            })
+            .clone()
+    }
+}
+
+/// `POST`, `GET` and `DELETE /mcp`: a request of MCP's Streamable HTTP transport, once its `Origin` passed.
+pub async fn handle(State(state): State<Arc<ApiState>>, request: Request) -> Response {
     if let Err(e) = same_origin(request.headers()) {
         return e.into_response();
     }
-    next.run(request).await
+    let mut service = state.mcp.service(&state);
+    let Ok(response) = tower_service::Service::call(&mut service, request).await;
+    response.map(Body::new)
 }
 
 /// `Ok` without an `Origin`, or with one whose authority is the request's `Host`.

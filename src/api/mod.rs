@@ -70,6 +70,8 @@ pub struct ApiState {
     pub retention: Arc<crate::retention::Retention>,
     /// The desktop pool (docs/providers.md), for `/healthz` and the metrics.
     pub pool: Arc<crate::pool::Pool>,
+    /// `/mcp`: its sessions, made at the first request.
+    pub mcp: mcp::McpEndpoint,
 }
 
 /// An API failure, rendered as `{"error": {"code", "message", "field"?}}` with its status.
@@ -236,6 +238,9 @@ fn endpoints() -> Vec<Endpoint> {
         post_at("/v1/tasks/{id}/answer", tasks::answer),
         post_at("/v1/tasks/{id}/pause", takeover::pause),
         post_at("/v1/tasks/{id}/resume", takeover::resume),
+        post_at(mcp::PATH, mcp::handle),
+        get_at(mcp::PATH, mcp::handle),
+        delete_at(mcp::PATH, mcp::handle),
         get_at("/v1/tasks/{id}/events", events::stream),
         get_at("/v1/tasks/{id}/steps/{index}/screenshot", tasks::screenshot),
         get_at("/v1/openapi.json", openapi),
@@ -263,14 +268,8 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-/// The API: every endpoint, and `/mcp` (MCP's Streamable HTTP transport, [`mcp`]), whose tools call the
-/// endpoints in-process through the same router without `/mcp`.
 fn router(state: Arc<ApiState>) -> Router {
-    let api = layered(endpoint_routes(), state.clone());
-    let service = mcp::service(api, &state.stopping);
-    let mcp_routes: Router<Arc<ApiState>> =
-        Router::new().route_service(mcp::PATH, service).route_layer(middleware::from_fn(mcp::origin_check));
-    layered(endpoint_routes().merge(mcp_routes), state)
+    layered(endpoint_routes(), state)
 }
 
 /// The endpoints' routes, not yet given their state.

@@ -178,6 +178,7 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
         stopping: stop_claiming.clone(),
         retention: retention.clone(),
         pool: workers.pool.clone(),
+        mcp: api::mcp::McpEndpoint::default(),
     });
     let servers = api::bind(&state).await.map_err(|e| DaemonError::Unreachable(e.to_string()))?;
     let api_stop = CancellationToken::new();
