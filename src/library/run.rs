@@ -72,7 +72,7 @@ pub struct RunReport {
 pub struct RunFailed(pub Box<RunReport>);
 
 impl RunReport {
-    /// The run's status document (§8) as `agentd run` writes it: the task file as given beside what the run
+    /// The run's status document (docs/events.md) as `agentd run` writes it: the task file as given beside what the run
     /// recorded, attempt 1, started when it was created.
     pub fn record(&self, task: TaskSpec, created_at: OffsetDateTime, worker: String) -> TaskRecord {
         let mut record = TaskRecord {
