@@ -454,7 +454,9 @@ async fn new_tabs_are_followed_and_dialogs_answered() {
     }
     assert!(message.contains("upload"), "the file chooser is refused with a note: {message:?}");
 
-    perform(&browser, json!({"type": "click", "x": 100, "y": 30})).await;
+    // The new tab's note goes with the click's own result when the tab is attached before the click returns,
+    // else with the next: both are read.
+    let clicked = perform(&browser, json!({"type": "click", "x": 100, "y": 30})).await;
     // The new tab is attached while the click returns: wait for it (a signal, bounded).
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut seen = Vec::new();
@@ -471,7 +473,7 @@ async fn new_tabs_are_followed_and_dialogs_answered() {
         assert!(Instant::now() < deadline, "no second tab shown within 10 s; saw {seen:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let notes = browser.take_notes().join("; ");
+    let notes = format!("{}; {}", clicked.message.unwrap_or_default(), browser.take_notes().join("; "));
     assert!(notes.contains("new tab") && notes.contains("/second"), "{notes}");
 
     // Back and forward in the second tab's own history, then a reload.
