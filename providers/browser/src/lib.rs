@@ -51,6 +51,9 @@
 //! - **Faults**: a browser that exits or crashes closes the DevTools socket; every call then fails as
 //!   `Unavailable` (the attempt ends and the daemon may retry it on a new browser).
 
+/// How long a screenshot may go unanswered before it is asked once more (see `Inner::screenshot`).
+const CAPTURE_FIRST_TRY: Duration = Duration::from_secs(5);
+
 pub mod cdp;
 pub mod keys;
 pub mod launch;
@@ -1004,10 +1007,22 @@ impl Inner {
 
     async fn screenshot(&self) -> Result<Frame, BrowserError> {
         let session = self.active()?;
-        let answer = self
+        let params = json!({"format": "png", "optimizeForSpeed": true});
+        // A capture asked while the page swaps renderers (a refused or failed navigation commits Chromium's
+        // error page in another process) can go unanswered: it is asked once more, after a bound no healthy
+        // capture comes near (they take tens of milliseconds), before the call counts as failed.
+        let answer = match self
             .conn
-            .call(Some(&session), "Page.captureScreenshot", json!({"format": "png", "optimizeForSpeed": true}))
-            .await?;
+            .call_within(Some(&session), "Page.captureScreenshot", params.clone(), CAPTURE_FIRST_TRY)
+            .await
+        {
+            Err(CdpError::Timeout { .. }) => {
+                tracing::warn!("a screenshot went unanswered for {CAPTURE_FIRST_TRY:?}; asking again");
+                let session = self.active()?;
+                self.conn.call(Some(&session), "Page.captureScreenshot", params).await?
+            }
+            answer => answer?,
+        };
         let data = answer.get("data").and_then(Value::as_str).unwrap_or_default().to_string();
         let size = self.size;
         tokio::task::spawn_blocking(move || decode_png(&data, size))
