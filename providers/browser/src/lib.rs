@@ -51,8 +51,10 @@
 //! - **Faults**: a browser that exits or crashes closes the DevTools socket; every call then fails as
 //!   `Unavailable` (the attempt ends and the daemon may retry it on a new browser).
 
-/// How long a screenshot may go unanswered before it is asked once more (see `Inner::screenshot`).
+/// How long one screenshot may go unanswered before it is asked again, and how long a page's renderer swap may
+/// keep refusing captures before the screenshot fails (see the provider's `screenshot`).
 const CAPTURE_FIRST_TRY: Duration = Duration::from_secs(5);
+const CAPTURE_SWAP_BOUND: Duration = Duration::from_secs(30);
 
 pub mod cdp;
 pub mod keys;
@@ -1006,22 +1008,27 @@ impl Inner {
     }
 
     async fn screenshot(&self) -> Result<Frame, BrowserError> {
-        let session = self.active()?;
         let params = json!({"format": "png", "optimizeForSpeed": true});
-        // A capture asked while the page swaps renderers (a refused or failed navigation commits Chromium's
-        // error page in another process) can go unanswered: it is asked once more, after a bound no healthy
-        // capture comes near (they take tens of milliseconds), before the call counts as failed.
-        let answer = match self
-            .conn
-            .call_within(Some(&session), "Page.captureScreenshot", params.clone(), CAPTURE_FIRST_TRY)
-            .await
-        {
-            Err(CdpError::Timeout { .. }) => {
-                tracing::warn!("a screenshot went unanswered for {CAPTURE_FIRST_TRY:?}; asking again");
-                let session = self.active()?;
-                self.conn.call(Some(&session), "Page.captureScreenshot", params).await?
+        // While the page swaps renderers (a refused or failed navigation commits Chromium's error page in another
+        // process) a capture can go unanswered or be refused as "Not attached to an active page": it is asked
+        // again until the swap is over, within a bound no healthy capture comes near (they take tens of ms).
+        let deadline = tokio::time::Instant::now() + CAPTURE_SWAP_BOUND;
+        let answer = loop {
+            let session = self.active()?;
+            let result = self
+                .conn
+                .call_within(Some(&session), "Page.captureScreenshot", params.clone(), CAPTURE_FIRST_TRY)
+                .await;
+            let swapping = match &result {
+                Err(CdpError::Timeout { .. }) => true,
+                Err(CdpError::Protocol { message, .. }) => message.contains("Not attached to an active page"),
+                _ => false,
+            };
+            if !swapping || tokio::time::Instant::now() >= deadline {
+                break result?;
             }
-            answer => answer?,
+            tracing::debug!("a screenshot came during a page's renderer swap; asking again");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         };
         let data = answer.get("data").and_then(Value::as_str).unwrap_or_default().to_string();
         let size = self.size;
