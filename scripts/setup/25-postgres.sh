@@ -1,14 +1,17 @@
 # shellcheck shell=bash
 # PostgreSQL for the fleet queue's tests (sourced by scripts/test, which defines apt_install and on_exit).
 #
-# Starts a private PostgreSQL cluster of its own (trust authentication, loopback only, a free port, data in
-# a temporary directory), so the tests can restart it mid-run without disturbing anything else on the
-# machine, and exports:
-#   AGENTD_TEST_POSTGRES_URL   postgres://postgres@127.0.0.1:PORT/postgres
-#   AGENTD_TEST_PG_CTL         a command prefix; the tests append `stop -m fast` / `start` to restart it
-# Each test works in a schema of its own. When a private cluster cannot be made (no PostgreSQL binaries and
-# no root to install them), the machine's own server on 127.0.0.1:5432 is used if it answers (started with
-# pg_ctlcluster if it is down), without AGENTD_TEST_PG_CTL: the restart test then says it skips.
+# Starts two private PostgreSQL clusters (trust authentication, loopback only, a free port each, data in a
+# temporary directory): one every test shares, each test in a schema of its own, and one that the restart
+# test stops and starts mid-run, so that restart never refuses the connections of the tests running beside it.
+# Exports:
+#   AGENTD_TEST_POSTGRES_URL       postgres://postgres@127.0.0.1:PORT/postgres (the shared cluster)
+#   AGENTD_TEST_PG_RESTART_URL     the same for the restartable cluster
+#   AGENTD_TEST_PG_CTL             a command prefix for the restartable one; the test appends `stop -m fast` /
+#                                  `start`
+# When a private cluster cannot be made (no PostgreSQL binaries and no root to install them), the machine's
+# own server on 127.0.0.1:5432 is used if it answers (started with pg_ctlcluster if it is down), without
+# AGENTD_TEST_PG_CTL: the restart test then says it skips (a failure under CI).
 
 postgres_bin_dir() {
   ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1
@@ -19,6 +22,7 @@ if [ -z "$(postgres_bin_dir)" ]; then
 fi
 PG_BIN="$(postgres_bin_dir)"
 
+# Makes and starts one private cluster; sets PG_URL and PG_CTL to its URL and pg_ctl command prefix.
 postgres_private_cluster() {
   [ -n "$PG_BIN" ] || return 1
   local runas=()
@@ -44,17 +48,16 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 EOF
-  AGENTD_TEST_PG_CTL="${runas[*]} $PG_BIN/pg_ctl -D $PG_DIR/data -w -t 60 -l $PG_DIR/server.log"
-  $AGENTD_TEST_PG_CTL start >/dev/null || {
+  PG_CTL="${runas[*]} $PG_BIN/pg_ctl -D $PG_DIR/data -w -t 60 -l $PG_DIR/server.log"
+  $PG_CTL start >/dev/null || {
     cat "$PG_DIR/server.log" >&2
     rm -rf "$PG_DIR"
     return 1
   }
   # Hooks run in the order they were added: stop the server, then remove its files.
-  on_exit "$AGENTD_TEST_PG_CTL stop -m immediate >/dev/null 2>&1"
+  on_exit "$PG_CTL stop -m immediate >/dev/null 2>&1"
   on_exit "rm -rf '$PG_DIR'"
-  export AGENTD_TEST_PG_CTL
-  export AGENTD_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
 }
 
 postgres_machine_server() {
@@ -69,7 +72,13 @@ postgres_machine_server() {
 }
 
 if postgres_private_cluster; then
-  echo "postgres: private cluster at $AGENTD_TEST_POSTGRES_URL (restartable by the tests)" >&2
+  export AGENTD_TEST_POSTGRES_URL="$PG_URL"
+  if postgres_private_cluster; then
+    export AGENTD_TEST_PG_RESTART_URL="$PG_URL" AGENTD_TEST_PG_CTL="$PG_CTL"
+  else
+    setup_failed "postgres: the restart test's private cluster could not be started"
+  fi
+  echo "postgres: private clusters at $AGENTD_TEST_POSTGRES_URL and $AGENTD_TEST_PG_RESTART_URL (restartable)" >&2
 elif postgres_machine_server; then
   echo "postgres: the machine's server at $AGENTD_TEST_POSTGRES_URL (the restart test will skip)" >&2
 else

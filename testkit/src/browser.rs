@@ -1,29 +1,44 @@
-//! A small harness over headless Chromium (the DevTools protocol, through `chromiumoxide`) for tests that
-//! look at what a browser shows: the web console's, and any later page agentd serves or writes.
+//! A small harness over headless Chromium for tests that look at what a browser shows: the web console's, and
+//! any later page agentd serves or writes. It speaks the DevTools protocol through the browser provider's own
+//! client and launcher (`agentd_browser::cdp`, `agentd_browser::launch`): one CDP implementation in the
+//! workspace, and no second, generated one to compile for the tests.
 //!
 //! [`Browser::launch`] starts Chromium from `$AGENTD_TEST_CHROMIUM` (`scripts/setup/40-browser.sh` sets it),
-//! else `/usr/bin/chromium`, with a private profile that is removed when the browser is dropped; `None` when
+//! else `/usr/bin/chromium`, with a fresh profile that is removed when the browser is dropped; `None` when
 //! neither exists (the caller skips, saying so). A [`Tab`] has a fixed viewport and offers what tests need:
 //! navigate, evaluate JavaScript, wait for a condition, click, press keys, and save a screenshot;
 //! [`pixel_spread`] tells a blank PNG from a page with something on it.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
-use chromiumoxide::cdp::browser_protocol::input::{DispatchKeyEventParams, DispatchKeyEventType};
-use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
-use chromiumoxide::page::ScreenshotParams;
-use futures_util::StreamExt;
+use agentd_browser::cdp::{Connection, Event};
+use agentd_browser::launch::{self, Launch, Profile};
+use base64::Engine;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
 
 /// Anything the harness fails at, as text for a test's panic message.
 pub type Error = String;
 
-/// A headless Chromium with a private profile.
+/// How long the browser gets to start, and any one DevTools call to be answered.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// The sessions of the documents that fired their load event, in order, and a wake-up when one does.
+#[derive(Default)]
+struct Loads {
+    seen: Mutex<Vec<String>>,
+    changed: Notify,
+}
+
+/// A headless Chromium with a fresh profile.
 pub struct Browser {
-    browser: chromiumoxide::Browser,
-    handler: tokio::task::JoinHandle<()>,
-    profile: tempfile::TempDir,
+    conn: Arc<Connection>,
+    loads: Arc<Loads>,
+    pump: tokio::task::JoinHandle<()>,
+    /// Never read, only held: dropped last, it kills the browser's process group and removes its profile.
+    _process: launch::Process,
 }
 
 /// The Chromium binary to drive: `$AGENTD_TEST_CHROMIUM`, else `/usr/bin/chromium` when it exists.
@@ -42,59 +57,125 @@ impl Browser {
             agentd_testenv::skip("no Chromium (set AGENTD_TEST_CHROMIUM; scripts/setup/40-browser.sh installs it)");
             return Ok(None);
         };
-        let profile = tempfile::tempdir().map_err(|e| format!("browser profile: {e}"))?;
-        let config = chromiumoxide::BrowserConfig::builder()
-            .chrome_executable(executable)
-            .user_data_dir(profile.path())
-            .new_headless_mode()
-            .no_sandbox()
-            .viewport(None)
-            .args(["--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--hide-scrollbars"])
-            .build()?;
-        let (browser, mut handler) =
-            chromiumoxide::Browser::launch(config).await.map_err(|e| format!("launching Chromium: {e}"))?;
-        let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
-        Ok(Some(Self { browser, handler, profile }))
+        let process = launch::launch(Launch {
+            executable: &executable,
+            profile: &Profile::Fresh,
+            headless: true,
+            width: 1280,
+            height: 800,
+            timeout: BOUND,
+        })
+        .await
+        .map_err(|e| format!("launching Chromium: {e}"))?;
+        let (conn, events) =
+            Connection::open(&process.ws_url, BOUND).await.map_err(|e| format!("connecting to Chromium: {e}"))?;
+        let loads = Arc::new(Loads::default());
+        let pump = tokio::spawn(pump(events, loads.clone()));
+        Ok(Some(Self { conn: Arc::new(conn), loads, pump, _process: process }))
     }
 
     /// A new tab whose viewport is `width`×`height` CSS pixels (`mobile`: a phone's, with touch).
     pub async fn tab(&self, width: u32, height: u32, mobile: bool) -> Result<Tab, Error> {
-        let page = self.browser.new_page("about:blank").await.map_err(|e| format!("new tab: {e}"))?;
-        page.execute(SetDeviceMetricsOverrideParams::new(width as i64, height as i64, 1.0, mobile))
-            .await
-            .map_err(|e| format!("viewport: {e}"))?;
-        Ok(Tab { page })
-    }
-
-    /// Where the browser keeps its profile (cookies and all): removed when the browser is dropped.
-    pub fn profile(&self) -> &Path {
-        self.profile.path()
+        let call = |method: &'static str, params: Value| async move {
+            self.conn.call(None, method, params).await.map_err(|e| format!("new tab: {e}"))
+        };
+        let target = call("Target.createTarget", json!({"url": "about:blank"})).await?;
+        let target = target["targetId"].as_str().ok_or("new tab: no target id")?;
+        let attached = call("Target.attachToTarget", json!({"targetId": target, "flatten": true})).await?;
+        let session = attached["sessionId"].as_str().ok_or("new tab: no session id")?.to_string();
+        let tab = Tab { conn: self.conn.clone(), loads: self.loads.clone(), session };
+        tab.call("Page.enable", json!({})).await?;
+        tab.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile}),
+        )
+        .await?;
+        Ok(tab)
     }
 
     /// Closes the browser and waits for it to exit.
-    pub async fn close(mut self) {
-        let _ = self.browser.close().await;
-        let _ = self.browser.wait().await;
-        self.handler.abort();
+    pub async fn close(self) {
+        let _ = self.conn.call_within(None, "Browser.close", json!({}), Duration::from_secs(5)).await;
+        // Dropping the browser stops the event pump, then reaps the browser process (killing what is left of
+        // its group) and removes the profile.
+        drop(self);
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        self.pump.abort();
+    }
+}
+
+/// Notes every document's load event (`Page.loadEventFired`), for [`Tab::goto`] to wait on.
+async fn pump(mut events: mpsc::UnboundedReceiver<Event>, loads: Arc<Loads>) {
+    while let Some(event) = events.recv().await {
+        if event.method != "Page.loadEventFired" {
+            continue;
+        }
+        let Some(session) = event.session else { continue };
+        if let Ok(mut seen) = loads.seen.lock() {
+            seen.push(session);
+        }
+        loads.changed.notify_waiters();
     }
 }
 
 /// One tab.
 pub struct Tab {
-    page: chromiumoxide::Page,
+    conn: Arc<Connection>,
+    loads: Arc<Loads>,
+    session: String,
 }
 
 impl Tab {
-    /// Navigates to `url` and waits for the load.
+    async fn call(&self, method: &str, params: Value) -> Result<Value, Error> {
+        self.conn.call(Some(&self.session), method, params).await.map_err(|e| e.to_string())
+    }
+
+    /// Navigates to `url` and waits for a document of this tab to fire its load event: the new one, or the one
+    /// it went on to (a page that submits a form as it loads never finishes loading itself). A change of the
+    /// fragment only is no new document: nothing is waited for.
     pub async fn goto(&self, url: &str) -> Result<(), Error> {
-        self.page.goto(url).await.map_err(|e| format!("goto {url}: {e}"))?;
-        Ok(())
+        let before = self.loads.seen.lock().map(|seen| seen.len()).unwrap_or(0);
+        let navigated =
+            self.call("Page.navigate", json!({"url": url})).await.map_err(|e| format!("goto {url}: {e}"))?;
+        if let Some(error) = navigated["errorText"].as_str() {
+            return Err(format!("goto {url}: {error}"));
+        }
+        if navigated["loaderId"].as_str().is_none() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + BOUND;
+        loop {
+            let changed = self.loads.changed.notified();
+            if self.loads.seen.lock().is_ok_and(|seen| seen.iter().skip(before).any(|s| *s == self.session)) {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, changed).await.is_err() {
+                return Err(format!("goto {url}: the page did not finish loading within {BOUND:?}"));
+            }
+        }
     }
 
     /// The value of a JavaScript expression (awaited when it is a promise).
     pub async fn eval<T: serde::de::DeserializeOwned>(&self, expression: &str) -> Result<T, Error> {
-        let result = self.page.evaluate(expression).await.map_err(|e| format!("evaluate {expression}: {e}"))?;
-        result.into_value().map_err(|e| format!("evaluate {expression}: {e}"))
+        let value = self.evaluate(expression).await?;
+        serde_json::from_value(value).map_err(|e| format!("evaluate {expression}: {e}"))
+    }
+
+    async fn evaluate(&self, expression: &str) -> Result<Value, Error> {
+        let mut answer = self
+            .call("Runtime.evaluate", json!({"expression": expression, "returnByValue": true, "awaitPromise": true}))
+            .await
+            .map_err(|e| format!("evaluate {expression}: {e}"))?;
+        if let Some(details) = answer.get("exceptionDetails") {
+            let text = details["exception"]["description"].as_str().or(details["text"].as_str()).unwrap_or("");
+            return Err(format!("evaluate {expression}: {text}"));
+        }
+        Ok(answer["result"]["value"].take())
     }
 
     /// Waits until `expression` is truthy, polling every 25 ms; an error names it when `timeout` passes.
@@ -114,29 +195,65 @@ impl Tab {
         }
     }
 
+    /// The centre of the element `selector` finds, scrolled into view, in viewport coordinates.
+    async fn centre(&self, selector: &str) -> Result<(f64, f64), Error> {
+        let quoted = serde_json::to_string(selector).map_err(|e| e.to_string())?;
+        let point: Option<(f64, f64)> = self
+            .eval(&format!(
+                "(() => {{ const e = document.querySelector({quoted}); if (!e) return null; \
+                 e.scrollIntoView({{block: 'center', inline: 'center'}}); const r = e.getBoundingClientRect(); \
+                 return [r.left + r.width / 2, r.top + r.height / 2]; }})()"
+            ))
+            .await
+            .map_err(|e| format!("find {selector}: {e}"))?;
+        point.ok_or_else(|| format!("find {selector}: no element matches"))
+    }
+
     /// Clicks the element `selector` finds (a real mouse click at its centre).
     pub async fn click(&self, selector: &str) -> Result<(), Error> {
-        let element = self.page.find_element(selector).await.map_err(|e| format!("find {selector}: {e}"))?;
-        element.click().await.map_err(|e| format!("click {selector}: {e}"))?;
+        let (x, y) = self.centre(selector).await?;
+        for (kind, buttons) in [("mouseMoved", 0), ("mousePressed", 1), ("mouseReleased", 0)] {
+            let mut event = json!({"type": kind, "x": x, "y": y, "buttons": buttons});
+            if kind != "mouseMoved" {
+                event["button"] = json!("left");
+                event["clickCount"] = json!(1);
+            }
+            self.call("Input.dispatchMouseEvent", event).await.map_err(|e| format!("click {selector}: {e}"))?;
+        }
         Ok(())
     }
 
     /// Types `text` into the input or text area `selector` finds (clicked, and focused in case the click missed),
-    /// and checks it then holds the text.
+    /// key by key, and checks it then holds the text.
     pub async fn type_into(&self, selector: &str, text: &str) -> Result<(), Error> {
-        let element = self.page.find_element(selector).await.map_err(|e| format!("find {selector}: {e}"))?;
-        element.click().await.map_err(|e| format!("click {selector}: {e}"))?;
+        self.click(selector).await?;
         // The click lands where the element was when its box was read; a page that re-laid itself out in
         // between (an image loaded above it) moves it, and the keys would go elsewhere. Focus it for sure.
-        element.focus().await.map_err(|e| format!("focus {selector}: {e}"))?;
-        element.type_str(text).await.map_err(|e| format!("type into {selector}: {e}"))?;
-        let value = element
-            .call_js_fn("function() { return this.value; }", false)
+        let quoted = serde_json::to_string(selector).map_err(|e| e.to_string())?;
+        let _: bool = self
+            .eval(&format!("(() => {{ document.querySelector({quoted}).focus(); return true; }})()"))
             .await
-            .map_err(|e| format!("read {selector}: {e}"))?
-            .result
-            .value;
-        match value.as_ref().and_then(|v| v.as_str()) {
+            .map_err(|e| format!("focus {selector}: {e}"))?;
+        for c in text.chars() {
+            if c == '\n' {
+                self.press("Enter", false).await?;
+                continue;
+            }
+            let key = c.to_string();
+            for kind in ["keyDown", "keyUp"] {
+                let mut event = json!({"type": kind, "key": key});
+                if kind == "keyDown" {
+                    event["text"] = json!(key);
+                    event["unmodifiedText"] = json!(key);
+                }
+                self.call("Input.dispatchKeyEvent", event).await.map_err(|e| format!("type into {selector}: {e}"))?;
+            }
+        }
+        let value: Option<String> = self
+            .eval(&format!("(() => {{ const v = document.querySelector({quoted}).value; return v ?? null; }})()"))
+            .await
+            .map_err(|e| format!("read {selector}: {e}"))?;
+        match value {
             Some(value) if value.ends_with(text) => Ok(()),
             other => Err(format!("typed {text:?} into {selector}, and it holds {other:?}")),
         }
@@ -159,23 +276,16 @@ impl Tab {
             other => return Err(format!("press: no key {other:?} in the harness's table")),
         };
         let modifiers = if shift { 8 } else { 0 };
-        let event = |kind: DispatchKeyEventType| {
-            let mut builder = DispatchKeyEventParams::builder()
-                .r#type(kind)
-                .key(key)
-                .code(code)
-                .windows_virtual_key_code(key_code)
-                .native_virtual_key_code(key_code)
-                .modifiers(modifiers);
+        let down = if text.is_some() { "keyDown" } else { "rawKeyDown" };
+        for kind in [down, "keyUp"] {
+            let mut event = json!({
+                "type": kind, "key": key, "code": code, "modifiers": modifiers,
+                "windowsVirtualKeyCode": key_code, "nativeVirtualKeyCode": key_code,
+            });
             if let Some(text) = text {
-                builder = builder.text(text);
+                event["text"] = json!(text);
             }
-            builder.build()
-        };
-        let down = if text.is_some() { DispatchKeyEventType::KeyDown } else { DispatchKeyEventType::RawKeyDown };
-        for kind in [down, DispatchKeyEventType::KeyUp] {
-            let params = event(kind)?;
-            self.page.execute(params).await.map_err(|e| format!("press {key}: {e}"))?;
+            self.call("Input.dispatchKeyEvent", event).await.map_err(|e| format!("press {key}: {e}"))?;
         }
         Ok(())
     }
@@ -192,13 +302,17 @@ impl Tab {
 
     /// The page's current URL.
     pub async fn url(&self) -> String {
-        self.page.url().await.ok().flatten().unwrap_or_default()
+        self.eval("location.href").await.unwrap_or_default()
     }
 
     /// A PNG of the viewport, also written to `path` (its directory is created).
     pub async fn screenshot(&self, path: &Path) -> Result<Vec<u8>, Error> {
-        let params = ScreenshotParams::builder().format(CaptureScreenshotFormat::Png).build();
-        let png = self.page.screenshot(params).await.map_err(|e| format!("screenshot: {e}"))?;
+        let shot = self
+            .call("Page.captureScreenshot", json!({"format": "png"}))
+            .await
+            .map_err(|e| format!("screenshot: {e}"))?;
+        let data = shot["data"].as_str().ok_or("screenshot: no data")?;
+        let png = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("screenshot: {e}"))?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }

@@ -5,9 +5,10 @@
 //! share, as a real VM outlives the worker driving it, so a repeated action is visible.
 //!
 //! Needs `AGENTD_TEST_POSTGRES_URL` and `AGENTD_TEST_S3_ENDPOINT` (`./scripts/test` starts both); the
-//! PostgreSQL restart also needs `AGENTD_TEST_PG_CTL`. Each test uses a schema and a bucket of its own; the
-//! tests run one at a time and never beside timing-sensitive tests (`support::heavy`): they share the
-//! database server, one restarts it, and three daemons load the machine.
+//! PostgreSQL restart runs on a server of its own, `AGENTD_TEST_PG_RESTART_URL`, which it stops and starts
+//! with `AGENTD_TEST_PG_CTL`, so the tests beside it keep their connections. Each test uses a schema and a
+//! bucket of its own; the tests run one at a time and never beside timing-sensitive tests
+//! (`support::heavy`): three daemons load the machine.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -472,11 +473,18 @@ fn sigkill_of_nodes_mid_run_loses_nothing_and_repeats_no_action() {
 
 #[test]
 fn a_postgres_restart_mid_run_loses_nothing_and_workers_reconnect() {
-    let Some(services) = services() else { return };
-    let Some(pg_ctl) = std::env::var("AGENTD_TEST_PG_CTL").ok().filter(|v| !v.is_empty()) else {
-        agentd_testenv::skip("AGENTD_TEST_PG_CTL is not set (./scripts/test runs a private PostgreSQL it can restart)");
+    let Some(mut services) = services() else { return };
+    // A server of its own: restarting the one every other test shares would refuse their connections.
+    let restartable =
+        ["AGENTD_TEST_PG_CTL", "AGENTD_TEST_PG_RESTART_URL"].map(|v| std::env::var(v).ok().filter(|v| !v.is_empty()));
+    let [Some(pg_ctl), Some(restart_url)] = restartable else {
+        agentd_testenv::skip(
+            "AGENTD_TEST_PG_CTL or AGENTD_TEST_PG_RESTART_URL is not set (./scripts/test runs a private PostgreSQL \
+             for this test to restart)",
+        );
         return;
     };
+    services.postgres = restart_url;
     let _heavy = crate::support::heavy();
     let mut fleet = Fleet::new(&services, None);
     fleet.start_nodes(3, 3, "");

@@ -10,8 +10,8 @@
 //!   profile in memory) that the browser disposes of when the connection closes.
 //! - **Client**: a small client of our own over the async-tungstenite WebSocket already in the build
 //!   ([`cdp`]), with `serde_json` values for the few dozen methods and events used, rather than chromiumoxide.
-//!   chromiumoxide (in the lockfile as a test dependency of the console's tests) brings ~5 MB of generated
-//!   protocol types into every release build, and its handler owns the pages: it attaches, follows and waits
+//!   chromiumoxide brings ~5 MB of generated protocol types into every build (the console's test harness
+//!   uses this client too, for that reason), and its handler owns the pages: it attaches, follows and waits
 //!   for targets its own way, where this provider must decide exactly what happens before a new tab runs
 //!   (its viewport and interceptions are set while it is paused: `Target.setAutoAttach` with
 //!   `waitForDebuggerOnStart`), answer dialogs the moment they open, and tell a crashed browser
