@@ -7,8 +7,8 @@
 //! Needs `AGENTD_TEST_POSTGRES_URL` and `AGENTD_TEST_S3_ENDPOINT` (`./scripts/test` starts both); the
 //! PostgreSQL restart runs on a server of its own, `AGENTD_TEST_PG_RESTART_URL`, which it stops and starts
 //! with `AGENTD_TEST_PG_CTL`, so the tests beside it keep their connections. Each test uses a schema and a
-//! bucket of its own; the tests run one at a time and never beside timing-sensitive tests
-//! (`support::heavy`): three daemons load the machine.
+//! bucket of its own; three daemons load the machine, so the tests never run beside timing-sensitive ones
+//! (`support::heavy`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -3,20 +3,16 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// The machine's load, as a lock across test processes (the test runner may give every test a process of
-/// its own): tests that load the machine (several daemons, kill loops) hold it exclusively; tests whose
-/// checks are sensitive to timing (real desktops and the apps on them) hold it shared, so the two never
-/// overlap.
-const LOAD: &str = "machine-load";
-
-/// Holds [`LOAD`] exclusively: this test loads the machine.
-pub fn heavy() -> agentd_testenv::Held {
-    agentd_testenv::lock(LOAD, agentd_testenv::Mode::Exclusive)
+/// This test loads the machine (several daemons, kill loops): it runs beside others that do, never beside a
+/// timing-sensitive one ([`agentd_testenv::MACHINE_LOAD`]).
+pub fn heavy() -> agentd_testenv::Inside {
+    agentd_testenv::loading_the_machine()
 }
 
-/// Holds [`LOAD`] shared: this test's checks depend on timing.
-pub fn timing_sensitive() -> agentd_testenv::Held {
-    agentd_testenv::lock(LOAD, agentd_testenv::Mode::Shared)
+/// This test's checks depend on timing (real desktops and the apps on them): it runs beside others that do,
+/// never beside one that loads the machine.
+pub fn timing_sensitive() -> agentd_testenv::Inside {
+    agentd_testenv::on_a_quiet_machine()
 }
 
 /// The repository root (where `config/` lives).

@@ -12,10 +12,9 @@ use serde_json::{Value, json};
 
 const RECORDER: &str = include_str!("pages/recorder.html");
 
-/// The machine's load, held shared as every test with timing in its checks does (tests that load the
-/// machine hold it alone).
-fn load() -> agentd_testenv::Held {
-    agentd_testenv::lock("machine-load", agentd_testenv::Mode::Shared)
+/// These tests have timing in their checks: never beside a test that loads the machine.
+fn load() -> agentd_testenv::Inside {
+    agentd_testenv::on_a_quiet_machine()
 }
 
 /// The Chromium to drive, or `None` after saying why the test skips.

@@ -5,8 +5,11 @@
 //!   skips and passes; with [`REQUIRE_ALL`] set (`scripts/test` sets it under CI) it fails instead, so a
 //!   service that did not start can never turn into a green run that tested nothing.
 //! - [`lock`]: named locks that hold across test processes as well as threads (advisory file locks), for
-//!   resources several tests share — an X display, the machine's load. The test runner may run every test
-//!   in a process of its own, so an in-process mutex would not keep two of them apart.
+//!   resources several tests share — an X display. The test runner may run every test in a process of its
+//!   own, so an in-process mutex would not keep two of them apart.
+//! - [`room`]: a room two kinds of tests take turns in, as many of one kind at once as come, never the two
+//!   kinds together — the machine's load: tests that load it beside each other, tests that need it quiet
+//!   beside each other, never one beside the other.
 
 use std::fmt::Display;
 use std::fs::{File, OpenOptions};
@@ -93,6 +96,54 @@ pub fn lock(name: &str, mode: Mode) -> Held {
     Held { _file: file }
 }
 
+/// Which side of a [`room`] a test is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    A,
+    B,
+}
+
+/// Held while inside a [`room`]; leaves it when dropped.
+#[derive(Debug)]
+pub struct Inside {
+    _side: Held,
+}
+
+/// Enters the room called `name` on `side`: waits until no holder of the other side is inside, and keeps them
+/// out until this is dropped; holders of the same side come and go freely.
+///
+/// Three file locks make it: one per side, held shared by everyone inside on that side, and a gate. To enter,
+/// a test takes the gate, joins its side (shared), waits for the other side to empty (an exclusive lock of the
+/// other side's file, released at once), and leaves the gate. Whoever waits at the gate for the other side to
+/// empty holds everyone else back, so that side can only empty, and the two sides take turns: no deadlock
+/// and no side kept out for ever. A test that dies leaves the room with its process (the kernel drops its
+/// locks).
+pub fn room(name: &str, side: Side) -> Inside {
+    let (own, other) = match side {
+        Side::A => ("a", "b"),
+        Side::B => ("b", "a"),
+    };
+    let gate = lock(&format!("{name}-gate"), Mode::Exclusive);
+    let inside = lock(&format!("{name}-{own}"), Mode::Shared);
+    drop(lock(&format!("{name}-{other}"), Mode::Exclusive));
+    drop(gate);
+    Inside { _side: inside }
+}
+
+/// The machine's load, as a [`room`]: tests that load the machine (several daemons, kill loops) on one side,
+/// tests whose checks are sensitive to timing (real desktops, browsers and the apps in them) on the other.
+pub const MACHINE_LOAD: &str = "machine-load";
+
+/// Enters [`MACHINE_LOAD`] on the loading side: the calling test loads the machine.
+pub fn loading_the_machine() -> Inside {
+    room(MACHINE_LOAD, Side::A)
+}
+
+/// Enters [`MACHINE_LOAD`] on the quiet side: the calling test's checks depend on timing.
+pub fn on_a_quiet_machine() -> Inside {
+    room(MACHINE_LOAD, Side::B)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +176,56 @@ mod tests {
             t.join().expect("a lock holder panicked");
         }
         assert!(most.load(Ordering::SeqCst) <= 2, "more than two shared holders were counted inside");
+    }
+
+    #[test]
+    fn a_room_never_holds_both_sides() {
+        let name = format!("room-self-test-{}", std::process::id());
+        // Holders of each side inside now.
+        let inside = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let (name, inside) = (name.clone(), inside.clone());
+                std::thread::spawn(move || {
+                    let (side, own, other) = if i % 2 == 0 { (Side::A, 0, 1) } else { (Side::B, 1, 0) };
+                    for _ in 0..3 {
+                        let _inside = room(&name, side);
+                        inside[own].fetch_add(1, Ordering::SeqCst);
+                        let others = inside[other].load(Ordering::SeqCst);
+                        assert_eq!(others, 0, "side {side:?} entered with {others} of the other side inside");
+                        std::thread::sleep(Duration::from_millis(20));
+                        inside[own].fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("a room holder panicked");
+        }
+    }
+
+    #[test]
+    fn holders_of_one_side_are_inside_together() {
+        let name = format!("room-together-test-{}", std::process::id());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (name, inside) = (name.clone(), inside.clone());
+                std::thread::spawn(move || {
+                    let _inside = room(&name, Side::B);
+                    inside.fetch_add(1, Ordering::SeqCst);
+                    // Each stays until all three are in: a room that let one in at a time would never get there.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while inside.load(Ordering::SeqCst) < 3 {
+                        let seen = inside.load(Ordering::SeqCst);
+                        assert!(std::time::Instant::now() < deadline, "only {seen} of 3 got in together");
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("a room holder panicked");
+        }
     }
 }
