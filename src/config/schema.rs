@@ -1,62 +1,21 @@
 //! The configuration file's JSON Schema (`agentd schema config`, docs/configuration.md), derived from the
 //! types its sections are read into.
 //!
-//! [`super::parse`] reads the file section by section — every section optional, each filled from its defaults
-//! — so the root here lists the same sections as that reader, and each section's schema is its type's. What
-//! only `agentd config check` can find (files that exist, addresses that answer, bounds across sections) is
-//! not in it.
+//! Its root lists the file's top-level keys from the one table the reader uses (`sections.rs`: every
+//! section optional, each filled from its defaults), and each key's schema is the one written there, mostly its
+//! type's. What only `agentd config check` can find (files that exist, addresses that answer, bounds across
+//! sections) is not in it.
 
-use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
-use super::{
-    ApiConfig, ArtifactsConfig, BrowserSettings, DesktopConfig, LogConfig, MODEL_PROVIDERS, ModelConfig, OtelConfig,
-    OutboundConfig, QueueConfig, RetentionConfig, SettlePolicy, WorkerConfig,
-};
-use crate::task::TaskDefaults;
-use crate::task::approval::ApprovalRule;
-use crate::task::guard::GuardSpec;
-use crate::task::schema::declared_tools;
-use crate::task::verify::VerifierDecl;
+use super::sections::TOP_LEVEL;
 
 /// The schema `agentd schema config` prints: draft 2020-12, for the TOML file as a JSON document.
 pub fn config_schema() -> Value {
     let mut generator = SchemaSettings::draft2020_12().into_generator();
-    let properties = json!({
-        "data_dir": {"description": "Where the queue database, artifacts, spool and mock desktops live.", "type": "string"},
-        "api": ApiConfig::json_schema(&mut generator).to_value(),
-        "queue": QueueConfig::json_schema(&mut generator).to_value(),
-        "worker": WorkerConfig::json_schema(&mut generator).to_value(),
-        "artifacts": ArtifactsConfig::json_schema(&mut generator).to_value(),
-        "defaults": TaskDefaults::json_schema(&mut generator).to_value(),
-        "settle": SettlePolicy::json_schema(&mut generator).to_value(),
-        "guard": GuardSpec::json_schema(&mut generator).to_value(),
-        "log": LogConfig::json_schema(&mut generator).to_value(),
-        "otel": OtelConfig::json_schema(&mut generator).to_value(),
-        "retention": RetentionConfig::json_schema(&mut generator).to_value(),
-        "outbound": OutboundConfig::json_schema(&mut generator).to_value(),
-        "browser": BrowserSettings::json_schema(&mut generator).to_value(),
-        "approval": {"type": "array", "items": generator.subschema_for::<ApprovalRule>().to_value()},
-        "desktops": {"type": "array", "items": generator.subschema_for::<DesktopConfig>().to_value()},
-        "models": {
-            "description": "How to reach each model provider, by its name.",
-            "type": "object",
-            "propertyNames": {"enum": MODEL_PROVIDERS},
-            "additionalProperties": generator.subschema_for::<ModelConfig>().to_value()
-        },
-        "tools": {
-            "description": "Tools tasks name with {\"use\": \"NAME\"}; the key is the tool's name.",
-            "type": "object",
-            "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_-]{0,63}$"},
-            "additionalProperties": {"oneOf": declared_tools(&mut generator, &["http", "remote", "command"], true)}
-        },
-        "verifiers": {
-            "description": "Programs a task's {\"kind\": \"command\", \"use\": \"NAME\"} check runs.",
-            "type": "object",
-            "additionalProperties": generator.subschema_for::<VerifierDecl>().to_value()
-        }
-    });
+    let properties: serde_json::Map<String, Value> =
+        TOP_LEVEL.iter().map(|key| (key.name.to_string(), (key.schema)(&mut generator))).collect();
     let definitions: serde_json::Map<String, Value> = generator.take_definitions(true);
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
