@@ -4,7 +4,8 @@
 //! reads it and every file of `src/`, resolves each `crate::…` and `super::…` path to the top-level module
 //! it names, and fails with the file, the line and both layers when an arrow points up or sideways (modules of
 //! one layer do not import each other). A module that is not in any layer fails too, so a new module has to
-//! be placed before it can land. In the spirit of rust-analyzer's tidy tests.
+//! be placed before it can land. In the spirit of rust-analyzer's tidy tests. The modules src/lib.rs builds
+//! with feature `daemon` only are checked the same way: no module of the library without it imports one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
