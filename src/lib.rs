@@ -51,65 +51,166 @@
 //!
 //! Everything a task file says can be said here too ([`AgentBuilder::task`], [`AgentBuilder::model_spec`],
 //! [`AgentBuilder::computer_spec`], [`AgentBuilder::declared_tool`], [`AgentBuilder::output_schema`]); a
-//! run is the same attempt `agentd run` and the daemon's workers make. The modules below the curated items
-//! are the binary's and the tests'; they are not part of the library's API.
+//! run is the same attempt `agentd run` and the daemon's workers make.
+//!
+//! # Features
+//!
+//! The default features build the daemon and the command line (`daemon`: the SQLite and PostgreSQL queue, the
+//! HTTP API and web console, the MCP server, the desktop pool, retention, metrics), the real desktops (`local`,
+//! `vnc`, `computer-server`, `browser`; `portable` is off), the S3 artifact store (`s3`) and OpenTelemetry
+//! traces (`otel`). A program that embeds the agent can turn them all off (`default-features = false`): what
+//! is left is the loop, the mock desktop, the scripted model and every model adapter, the filesystem artifact
+//! store and this API, with none of the daemon's dependencies (docs/library.md lists them). Feature
+//! `internals` is agentd's own, for its tests and benchmarks: it makes the crate's modules public, unstable and
+//! not covered by semver.
 
-// The internal modules below are documented for their maintainers (`cargo doc --document-private-items`);
-// their docs link to their own private items, which the public docs hide with them.
-#![allow(rustdoc::private_intra_doc_links)]
+// The modules are the crate's own: with feature `internals` (agentd's tests, benchmarks and examples, through
+// the dev-dependency on this package; unstable, not covered by semver) they are public and hidden from the
+// docs, else crate-private. What a library uses of them is re-exported below. The modules of the daemon and the
+// command line (the queue, the HTTP API, the MCP server, the pool, retention, the metrics, the CLI) are built
+// with feature `daemon` only.
+//
+// Without `internals`, the items (and re-exports) of the modules that only the tests, the benchmarks or the
+// daemon use are unused: that is no finding (with it, every one of them is public and unchecked alike).
+#![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
+// With `internals`, the hidden modules' docs link to their own private items, which the docs hide with them.
+#![cfg_attr(feature = "internals", allow(rustdoc::private_intra_doc_links))]
 
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod agent;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod agent;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod api;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod api;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod artifacts;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod artifacts;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod attempt;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod attempt;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod backends;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod backends;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod cli;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod cli;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod config;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod config;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod daemon;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod daemon;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod exit;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod exit;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod input;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod input;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod library;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod library;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod mcp;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod mcp;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod metrics;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod metrics;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod model;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod model;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod pool;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod pool;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod private;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod private;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod queue;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod queue;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod record;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod record;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod report;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod report;
+#[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod retention;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod retention;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod screen;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod screen;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod sse;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod sse;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod status;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod status;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod task;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod task;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod tools;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod tools;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod verify;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod verify;
+
+/// The `agentd` binary's entry point (`src/main.rs`): not part of the library's API.
+#[cfg(feature = "daemon")]
+#[doc(hidden)]
+pub use cli::main as binary_main;
 
 // The agent and its runs.
 pub use library::{

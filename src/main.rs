@@ -1,5 +1,5 @@
-//! The `agentd` binary: everything happens in [`agentd::cli`].
+//! The `agentd` binary: everything happens in the crate's `cli` module.
 
 fn main() -> std::process::ExitCode {
-    agentd::cli::main()
+    agentd::binary_main()
 }

@@ -30,7 +30,7 @@ pub struct BrowserSettings {
 }
 
 impl Config {
-    /// The outbound policy of a task submitted over the API ([`OutboundConfig`]); the entries were checked
+    /// The outbound policy of a task submitted over the API (`OutboundConfig`); the entries were checked
     /// when the config was loaded.
     pub fn api_outbound(&self) -> agentd_computer::outbound::Outbound {
         agentd_computer::outbound::Outbound::restricted(&self.outbound.allow).unwrap_or_else(|_| {

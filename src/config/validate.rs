@@ -92,6 +92,8 @@ pub(super) fn validate(config: &Config) -> Vec<(String, String)> {
     {
         problem("queue.url", "must start with postgres:// or postgresql://".into());
     }
+    // The queue is the daemon's: a library without it (no feature `daemon`, no sqlx) has no queue to check for.
+    #[cfg(feature = "daemon")]
     if let Some(url) = &config.queue.url
         && (url.starts_with("postgres://") || url.starts_with("postgresql://"))
         && let Err(e) = url.parse::<sqlx::postgres::PgConnectOptions>()

@@ -48,7 +48,7 @@ impl CoordinateMap {
 
     /// A model point to the screen pixel whose centre it names. Out-of-range model points map outside the
     /// screen (so validation reports them as off-screen instead of silently clamping a wrong click).
-    pub fn to_screen(&self, p: Point) -> Point {
+    pub fn to_screen(self, p: Point) -> Point {
         Point::new(
             map_axis(p.x, self.model.width, self.screen.width),
             map_axis(p.y, self.model.height, self.screen.height),
@@ -56,7 +56,7 @@ impl CoordinateMap {
     }
 
     /// A screen pixel to the model point whose cell contains it.
-    pub fn to_model(&self, p: Point) -> Point {
+    pub fn to_model(self, p: Point) -> Point {
         Point::new(
             map_axis(p.x, self.screen.width, self.model.width),
             map_axis(p.y, self.screen.height, self.model.height),

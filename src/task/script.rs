@@ -82,7 +82,7 @@ impl Script {
         Ok(script)
     }
 
-    /// Reads and parses a script file (blocking; a regular file of bounded size, see [`crate::input::files`]).
+    /// Reads and parses a script file (blocking; a regular file of bounded size, see `input::files`).
     pub fn load(path: &Path) -> Result<Self, TaskFileError> {
         let name = path.display().to_string();
         let text = crate::input::read_text_blocking(path)

@@ -4,7 +4,8 @@
 //! reads it and every file of `src/`, resolves each `crate::…` and `super::…` path to the top-level module
 //! it names, and fails with the file, the line and both layers when an arrow points up or sideways (modules of
 //! one layer do not import each other). A module that is not in any layer fails too, so a new module has to
-//! be placed before it can land. In the spirit of rust-analyzer's tidy tests.
+//! be placed before it can land. In the spirit of rust-analyzer's tidy tests. The modules src/lib.rs builds
+//! with feature `daemon` only are checked the same way: no module of the library without it imports one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -236,6 +237,70 @@ fn every_module_imports_only_from_layers_below_it() {
         }
     }
     assert!(problems.is_empty(), "imports that point up the house:\n{}", problems.join("\n"));
+}
+
+/// The modules src/lib.rs declares under a `cfg` that names feature `daemon` (the cfg line right above the
+/// `mod` line).
+fn daemon_modules(lib_rs: &str) -> Vec<String> {
+    let lines: Vec<&str> = lib_rs.lines().map(str::trim).collect();
+    let mut names = Vec::new();
+    for pair in lines.windows(2) {
+        let (attr, item) = (pair[0], pair[1]);
+        let Some(declared) = item.strip_prefix("pub mod ").or_else(|| item.strip_prefix("pub(crate) mod ")) else {
+            continue;
+        };
+        let name = declared.trim_end_matches(';').to_string();
+        if attr.starts_with("#[cfg(") && attr.contains("feature = \"daemon\"") && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// Every import, by a module built without feature `daemon`, of a module built only with it.
+fn lean_violations(daemon: &[String], files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (path, code) in files {
+        let module = module_of(path);
+        let Some(top) = module.first() else { continue };
+        if daemon.contains(top) {
+            continue;
+        }
+        for (name, line) in imports_of(&module, code) {
+            if daemon.contains(&name) {
+                problems.push(format!(
+                    "src/{}:{line}: `{top}` is in the library without default features, but imports `{name}`, which \
+                     only feature `daemon` builds",
+                    path.display()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_library_without_the_daemon_never_imports_the_daemons_modules() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib_rs = std::fs::read_to_string(root.join("src/lib.rs")).expect("src/lib.rs");
+    let daemon = daemon_modules(&lib_rs);
+    for expected in ["cli", "daemon", "api", "mcp", "queue"] {
+        assert!(daemon.iter().any(|m| m == expected), "`{expected}` is not behind feature `daemon`: {daemon:?}");
+    }
+    for lean in ["library", "attempt", "agent", "model", "task", "record"] {
+        assert!(!daemon.iter().any(|m| m == lean), "`{lean}` is behind feature `daemon`: {daemon:?}");
+    }
+    let problems = lean_violations(&daemon, &source_files(&root.join("src")));
+    assert!(problems.is_empty(), "the library without the daemon would not build:\n{}", problems.join("\n"));
+
+    // The check itself: a lean module's import of a daemon module is found, a daemon module's is not.
+    let files = vec![
+        (PathBuf::from("model/mod.rs"), "use crate::record::Usage;\nuse crate::{task, queue::Lease};\n".into()),
+        (PathBuf::from("daemon/worker.rs"), "use crate::queue::Queue;\n".into()),
+    ];
+    let problems = lean_violations(&["daemon".to_string(), "queue".to_string()], &files);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("src/model/mod.rs:2: `model` is in the library"), "{problems:?}");
 }
 
 fn synthetic_layers() -> Vec<Vec<String>> {
