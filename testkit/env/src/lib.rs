@@ -117,7 +117,8 @@ pub struct Inside {
 /// other side's file, released at once), and leaves the gate. Whoever waits at the gate for the other side to
 /// empty holds everyone else back, so that side can only empty, and the two sides take turns: no deadlock
 /// and no side kept out for ever. A test that dies leaves the room with its process (the kernel drops its
-/// locks).
+/// locks). A test enters once: entering again from inside could wait for ever at the gate, behind a holder of
+/// the other side who waits for this one to leave.
 pub fn room(name: &str, side: Side) -> Inside {
     let (own, other) = match side {
         Side::A => ("a", "b"),
