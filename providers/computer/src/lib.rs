@@ -1,7 +1,8 @@
 //! The boundary between agentd and a computer it operates.
 //!
 //! This crate owns what every provider shares and nothing more: the [`Action`] vocabulary (the JSON form of
-//! docs/task-file.md), key-name parsing to X keysyms ([`keys`]), the raw [`Frame`] a provider captures,
+//! docs/task-file.md), key-name parsing to X keysyms ([`keys`]), an X server's keyboard mapping as XTest providers use it
+//! ([`keymap`]), the raw [`Frame`] a provider captures,
 //! the [`ComputerProvider`] trait with its typed [`ProviderError`], and a [`conformance`] kit every provider
 //! runs in its tests; and [`locate`], the one field locator of the JSON files people write (task files,
 //! scripts, scenes), which agentd and the mock provider share; [`outbound`], the one policy for where a
@@ -13,6 +14,7 @@
 pub mod action;
 pub mod conformance;
 pub mod frame;
+pub mod keymap;
 pub mod keys;
 pub mod locate;
 pub mod outbound;

@@ -23,7 +23,6 @@
 
 pub mod capture;
 pub mod error;
-pub mod keymap;
 pub mod pixels;
 mod session;
 #[cfg(feature = "test-support")]
@@ -39,6 +38,7 @@ use agentd_computer::{Action, ActionReport, ComputerProvider, Frame, Key, Point,
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
+pub use agentd_computer::keymap;
 pub use error::LocalError;
 use session::{Session, X, XErr};
 

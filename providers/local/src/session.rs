@@ -27,21 +27,13 @@ use x11rb::rust_connection::RustConnection;
 
 use crate::capture::ShmSegment;
 use crate::error::LocalError;
-use crate::keymap::{KeyPlace, Keymap};
 use crate::pixels::PixelLayout;
 use crate::{CaptureMethod, LocalConfig, MonitorInfo};
+use agentd_computer::keymap::{Drawing, KeyPlace, Keymap, QuietWait, REMAP_SETTLE};
 
 const SHIFT_L: u32 = 0xffe1;
-/// How long the screen must stay unchanged before a spare keycode is reassigned mid-text.
-const QUIET: Duration = Duration::from_millis(80);
 /// How long a borrowed keycode keeps its keysym after its last use before it is emptied again.
 pub const SPARE_IDLE: Duration = Duration::from_secs(5);
-/// The pause after borrowing spare keycodes, before the keys that use them.
-const REMAP_SETTLE: Duration = Duration::from_millis(50);
-/// How long to wait for an application that draws nothing in answer to typing.
-const NO_ECHO_WAIT: Duration = Duration::from_millis(300);
-/// The longest wait for that quiet (a screen that never stops changing: a video, a clock).
-const QUIET_MAX: Duration = Duration::from_secs(3);
 
 /// Why an operation on the connection failed, before it is told to the caller.
 #[derive(Debug)]
@@ -605,32 +597,21 @@ impl X {
     }
 
     /// Waits until applications have probably read the input sent so far, before a spare keycode they may
-    /// still have to translate is reassigned: until `earliest`, then until something was drawn since this
-    /// call and the screen has been quiet for [`QUIET`] (an application draws once it has handled its
-    /// queued events). An application that draws nothing in answer (a password field, no echo) is waited
-    /// for [`NO_ECHO_WAIT`]; a screen that never stops changing (a video) at most [`QUIET_MAX`]. Without
-    /// DAMAGE only `earliest` and [`NO_ECHO_WAIT`] are waited for.
+    /// still have to translate is reassigned (see [`QuietWait`]).
     pub fn wait_until_quiet(&mut self, earliest: Instant) -> Result<(), XErr> {
-        let start = Instant::now();
-        let seen = self.damage_count;
+        let wait = QuietWait::new(Instant::now(), earliest, self.drawing());
         loop {
             self.finish()?;
-            let now = Instant::now();
-            let waited = now.saturating_duration_since(start);
-            let drew = self.damage_count > seen;
-            let quiet = self.last_damage.is_none_or(|at| now.saturating_duration_since(at) >= QUIET);
-            let done = if now < earliest {
-                false
-            } else if self.damage.is_none() || !drew {
-                waited >= NO_ECHO_WAIT
-            } else {
-                quiet
-            };
-            if done || waited >= QUIET_MAX {
+            if wait.done(Instant::now(), self.drawing()) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// What the server has reported of drawing, with DAMAGE.
+    fn drawing(&self) -> Option<Drawing> {
+        self.damage.map(|_| Drawing { count: self.damage_count, last: self.last_damage })
     }
 
     /// Lets applications see the pointer at its current position before the next event (motion
@@ -701,21 +682,7 @@ impl X {
         let shift = self.shift_keycode()?;
         let mut start = 0;
         while start < keysyms.len() {
-            let spares = self.keymap.spare_count();
-            // The longest run whose keysyms outside the layout (already on a spare or not) fit in the
-            // spares at once.
-            let mut end = start;
-            let mut on_spares: Vec<u32> = Vec::new();
-            while end < keysyms.len() {
-                let keysym = keysyms[end];
-                if !self.keymap.in_layout(keysym) && !on_spares.contains(&keysym) {
-                    if on_spares.len() == spares {
-                        break;
-                    }
-                    on_spares.push(keysym);
-                }
-                end += 1;
-            }
+            let end = start + self.keymap.fitting_run(&keysyms[start..]);
             if end == start {
                 return Err(XErr::Local(LocalError::Invalid(format!(
                     "cannot type {:?}: the keyboard layout lacks it and the X server has no spare keycode",

@@ -21,7 +21,8 @@
 //!   held modifiers (`keys` of click/move/drag/scroll) pressed around the action and released in reverse
 //!   order even when it failed, `mouse_down`'s keys held until the matching `mouse_up`, drag with any button
 //!   through every point of the path, scroll in wheel notches (one per [`PIXELS_PER_NOTCH`]), `type` with
-//!   enigo's text entry, chords pressed in order and released in reverse. Key names map as in [`keys`].
+//!   enigo's text entry on macOS and Windows and key by key on X11 (keys placed as the X11 provider places
+//!   them, sent as raw keycodes: the `xkeyboard` module says why), chords pressed in order and released in reverse. Key names map as in [`keys`].
 //! - **Screen**: one monitor (the primary, or `monitor` N of xcap's list) is the screen: its size is
 //!   `screen_size`, coordinates are relative to its top-left corner, and a capture is converted to an RGB
 //!   frame of exactly that size (a HiDPI capture larger than the monitor's logical size is sampled down).
@@ -30,8 +31,9 @@
 
 pub mod error;
 pub mod keys;
-pub mod spares;
 mod worker;
+#[cfg(target_os = "linux")]
+mod xkeyboard;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,13 +2,14 @@
 //! asked, so nothing that is not `Send` on some platform ever crosses threads.
 
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentd_computer::{Frame, MonitorInfo, MouseButton, Point, Size};
 use enigo::{Axis, Coordinate, Direction, Enigo, Keyboard, Mouse, Settings};
 
 use crate::error::{PortableError, input_error};
-use crate::spares::{self, Spares};
+#[cfg(target_os = "linux")]
+use crate::xkeyboard::XKeyboard;
 
 /// One primitive of a composed action.
 #[derive(Debug, Clone)]
@@ -48,7 +49,15 @@ impl Worker {
         std::thread::Builder::new()
             .name("agentd-portable".into())
             .spawn(move || {
-                let mut desk = Desk { monitor, enigo: None, info: None, held: Vec::new(), spares: None, pressed: 0 };
+                let mut desk = Desk {
+                    monitor,
+                    enigo: None,
+                    info: None,
+                    held: Vec::new(),
+                    #[cfg(target_os = "linux")]
+                    keyboard: None,
+                    pressed: Vec::new(),
+                };
                 while let Ok(job) = inbox.recv() {
                     job(&mut desk);
                 }
@@ -81,10 +90,11 @@ pub(crate) struct Desk {
     info: Option<MonitorInfo>,
     /// Keys each `mouse_down` pressed with its button, released by the matching `mouse_up`.
     held: Vec<(MouseButton, Vec<enigo::Key>)>,
-    /// enigo's borrowed keycodes on X11, paced (see [`Spares`]); `None` elsewhere.
-    spares: Option<Spares>,
-    /// Keys pressed through [`Desk::key`] and not released yet.
-    pressed: usize,
+    /// The X display's keyboard mapping, where keys are placed on X11 (see [`XKeyboard`]); `None` elsewhere.
+    #[cfg(target_os = "linux")]
+    keyboard: Option<XKeyboard>,
+    /// Keys pressed through [`Desk::key`] and not released yet, with the keycodes pressed for each on X11.
+    pressed: Vec<(enigo::Key, Vec<u8>)>,
 }
 
 impl Desk {
@@ -94,33 +104,124 @@ impl Desk {
         Ok(())
     }
 
-    /// Sends one key event through enigo. A press that would make enigo empty its borrowed keycodes
-    /// starts over apart from the key instead, when no key or button is held (see [`Spares`]).
+    /// Sends one key event: on X11 as the keycodes this provider placed the key on (with Shift where the
+    /// layout wants it and the held keys do not have it), elsewhere through enigo's own key mapping.
     fn key(&mut self, action: &'static str, key: enigo::Key, direction: Direction) -> Result<(), PortableError> {
-        if direction != Direction::Release
-            && let Some(spares) = &mut self.spares
-            && let Some(wait) = spares.before_key(keysym(key), Instant::now())
-        {
-            std::thread::sleep(wait);
-            if self.pressed == 0 && self.held.is_empty() {
-                // Dropping the connection empties every keycode it borrowed (one change at a time).
-                self.enigo = None;
-                std::thread::sleep(spares::SETTLE);
-                self.enigo()?;
-                if let Some(spares) = &mut self.spares {
-                    spares.before_key(keysym(key), Instant::now());
+        // Opens the connections (enigo's and, on X11, the keyboard's) when they are not open.
+        self.enigo()?;
+        #[cfg(target_os = "linux")]
+        if self.keyboard.is_some() {
+            return self.x_key(action, key, direction);
+        }
+        self.with_enigo(action, |e| e.key(key, direction))?;
+        match direction {
+            Direction::Press => self.pressed.push((key, Vec::new())),
+            Direction::Release => {
+                if let Some(i) = self.pressed.iter().rposition(|(k, _)| *k == key) {
+                    self.pressed.remove(i);
                 }
             }
+            Direction::Click => {}
         }
-        let sent = self.with_enigo(action, |e| e.key(key, direction));
-        if sent.is_ok() {
-            match direction {
-                Direction::Press => self.pressed += 1,
-                Direction::Release => self.pressed = self.pressed.saturating_sub(1),
-                Direction::Click => {}
+        Ok(())
+    }
+
+    #[cfg(target_os = "linux")]
+    fn x_key(&mut self, action: &'static str, key: enigo::Key, direction: Direction) -> Result<(), PortableError> {
+        if direction == Direction::Release {
+            let keycodes = match self.pressed.iter().rposition(|(k, _)| *k == key) {
+                Some(i) => self.pressed.remove(i).1,
+                None => vec![self.place(&[keysym(key)])?[0].keycode],
+            };
+            return self.raw_keys(action, &keycodes, Direction::Release);
+        }
+        let place = self.place(&[keysym(key)])?[0];
+        let holds_shift = self.pressed.iter().any(|(k, _)| is_shift(keysym(*k)));
+        let mut keycodes = Vec::with_capacity(2);
+        if place.shift && !holds_shift && !is_modifier(keysym(key)) {
+            keycodes.push(self.shift_keycode()?);
+        }
+        keycodes.push(place.keycode);
+        self.raw_keys(action, &keycodes, Direction::Press)?;
+        if direction == Direction::Click {
+            self.raw_keys(action, &keycodes, Direction::Release)
+        } else {
+            self.pressed.push((key, keycodes));
+            Ok(())
+        }
+    }
+
+    /// Presses `keycodes` in order, or releases them in reverse order, as they are.
+    #[cfg(target_os = "linux")]
+    fn raw_keys(&mut self, action: &'static str, keycodes: &[u8], direction: Direction) -> Result<(), PortableError> {
+        let mut send = |keycode: u8| {
+            if let Some(keyboard) = &mut self.keyboard {
+                keyboard.touch(keycode);
             }
+            self.with_enigo(action, |e| e.raw(u16::from(keycode), direction))
+        };
+        if direction == Direction::Release {
+            keycodes.iter().rev().try_for_each(|&k| send(k))
+        } else {
+            keycodes.iter().try_for_each(|&k| send(k))
         }
-        sent
+    }
+
+    /// Runs `f` on the X keyboard; a failure of its connection drops both connections, so the next call
+    /// opens them again.
+    #[cfg(target_os = "linux")]
+    fn with_keyboard<T>(
+        &mut self,
+        f: impl FnOnce(&mut XKeyboard) -> Result<T, PortableError>,
+    ) -> Result<T, PortableError> {
+        let result = match &mut self.keyboard {
+            Some(keyboard) => f(keyboard),
+            None => Err(PortableError::Input("the X keyboard connection is closed".into())),
+        };
+        if matches!(result, Err(PortableError::Input(_))) {
+            self.keyboard = None;
+            self.enigo = None;
+        }
+        result
+    }
+
+    #[cfg(target_os = "linux")]
+    fn place(&mut self, keysyms: &[u32]) -> Result<Vec<agentd_computer::keymap::KeyPlace>, PortableError> {
+        self.with_keyboard(|keyboard| keyboard.place(keysyms))
+    }
+
+    #[cfg(target_os = "linux")]
+    fn shift_keycode(&mut self) -> Result<u8, PortableError> {
+        self.with_keyboard(|keyboard| keyboard.shift())
+    }
+
+    /// Types `text` (no control characters) on X11: run by run, each run's keys placed before its first key
+    /// is sent, every character with Shift where the layout wants it.
+    #[cfg(target_os = "linux")]
+    fn x_type(&mut self, text: &str) -> Result<(), PortableError> {
+        let keysyms: Vec<u32> = text.chars().map(|c| agentd_computer::Key::from_char(c).keysym).collect();
+        let shift = self.shift_keycode()?;
+        let mut start = 0;
+        while start < keysyms.len() {
+            let fits = self.with_keyboard(|keyboard| keyboard.fitting_run(&keysyms[start..]))?;
+            if fits == 0 {
+                return Err(PortableError::Unsupported {
+                    action: "type",
+                    reason: format!(
+                        "cannot type {:?}: the keyboard layout lacks it and the X server has no spare keycode",
+                        char::from_u32(keysyms[start]).unwrap_or('?')
+                    ),
+                });
+            }
+            let places = self.place(&keysyms[start..start + fits])?;
+            for place in places {
+                let keycodes = if place.shift { vec![shift, place.keycode] } else { vec![place.keycode] };
+                self.raw_keys("type", &keycodes, Direction::Press)?;
+                self.raw_keys("type", &keycodes, Direction::Release)?;
+            }
+            start += fits;
+        }
+        Ok(())
     }
 
     fn enigo(&mut self) -> Result<&mut Enigo, PortableError> {
@@ -129,9 +230,10 @@ impl Desk {
             // waits out before it processes the event: a click took 24 ms); the X11 provider sends none either.
             let settings = Settings { release_keys_when_dropped: true, linux_delay: 0, ..Settings::default() };
             let enigo = Enigo::new(&settings).map_err(|e| PortableError::Connect(e.to_string()))?;
-            // A new connection reads the mapping anew, and so does the pacing (what an earlier one borrowed
-            // is no longer empty).
-            self.spares = spares::of_display();
+            #[cfg(target_os = "linux")]
+            if self.keyboard.is_none() {
+                self.keyboard = XKeyboard::open();
+            }
             self.enigo = Some(enigo);
         }
         self.enigo.as_mut().ok_or_else(|| PortableError::Connect("no input connection".into()))
@@ -222,14 +324,11 @@ impl Desk {
                 self.with_enigo("scroll", |e| e.scroll(notches, axis))
             }
             Step::Text(text) => {
+                self.enigo()?;
                 for piece in text_pieces(&text) {
                     match piece {
-                        // Paced on X11: one key per character, as enigo's text entry does there.
-                        Piece::Text(run) if self.spares.is_some() => {
-                            for c in run.chars() {
-                                self.key("type", enigo::Key::Unicode(c), Direction::Click)?;
-                            }
-                        }
+                        #[cfg(target_os = "linux")]
+                        Piece::Text(run) if self.keyboard.is_some() => self.x_type(run)?,
                         Piece::Text(run) => self.with_enigo("type", |e| e.text(run))?,
                         Piece::Key(key) => self.key("type", key, Direction::Click)?,
                     }
@@ -336,9 +435,14 @@ fn keysym(key: enigo::Key) -> u32 {
     xkeysym::Keysym::from(key).raw()
 }
 
-#[cfg(not(target_os = "linux"))]
-fn keysym(_key: enigo::Key) -> u32 {
-    0
+#[cfg(target_os = "linux")]
+fn is_shift(keysym: u32) -> bool {
+    matches!(keysym, 0xffe1 | 0xffe2)
+}
+
+#[cfg(target_os = "linux")]
+fn is_modifier(keysym: u32) -> bool {
+    agentd_computer::Key { keysym }.is_modifier()
 }
 
 fn enigo_button(button: MouseButton) -> enigo::Button {

@@ -1,5 +1,6 @@
-//! The server's keyboard mapping as the provider sees it: which keycode (and whether Shift) types a keysym,
-//! and the spare keycodes it borrows for keysyms the layout lacks.
+//! An X server's keyboard mapping as an XTest provider sees it: which keycode (and whether Shift) types a
+//! keysym, and the spare keycodes it borrows for keysyms the layout lacks. Shared by the X11 provider and
+//! the portable provider on X11, which own the connection this state describes.
 //!
 //! XTest injects keycodes, not keysyms, so every key name (already an X keysym, from the shared table in
 //! `agentd_computer::keys`) is looked up here. A keysym in the first column of a keycode is typed by that
@@ -11,14 +12,23 @@
 //! the mapping of that moment, so reassigning a keycode while a client still has unread events for it
 //! types the wrong character. The spares are therefore used least-recently-used first, a typing run maps all
 //! the keysyms it needs before its first key event, and a spare is only reassigned once it has been idle for
-//! [`REUSE_AFTER`] (the caller waits when it must). Mappings are left in place afterwards, so repeated
-//! characters cost nothing.
+//! [`REUSE_AFTER`] and applications have drawn and gone quiet since ([`QuietWait`]: the caller waits when
+//! it must). Mappings are left in place afterwards, so repeated characters cost nothing.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How long a spare keycode must have been idle before it may be given another keysym.
 pub const REUSE_AFTER: Duration = Duration::from_millis(150);
+/// How long the screen must stay unchanged before a spare keycode is reassigned mid-text.
+pub const QUIET: Duration = Duration::from_millis(80);
+/// The pause after borrowing spare keycodes, before the keys that use them: without it a busy client
+/// occasionally translated a new key with the keycode's old symbol.
+pub const REMAP_SETTLE: Duration = Duration::from_millis(50);
+/// How long to wait for an application that draws nothing in answer to typing.
+pub const NO_ECHO_WAIT: Duration = Duration::from_millis(300);
+/// The longest wait for that quiet (a screen that never stops changing: a video, a clock).
+pub const QUIET_MAX: Duration = Duration::from_secs(3);
 
 const NO_SYMBOL: u32 = 0;
 
@@ -151,6 +161,22 @@ impl Keymap {
         self.index.contains_key(&keysym)
     }
 
+    /// How many keysyms from the start of `keysyms` fit in one typing run: the longest run whose keysyms
+    /// outside the layout (on a spare already or not) fit in the spares at once. 0 when the first keysym is
+    /// outside the layout and there is no spare.
+    pub fn fitting_run(&self, keysyms: &[u32]) -> usize {
+        let mut on_spares: Vec<u32> = Vec::new();
+        for (i, &keysym) in keysyms.iter().enumerate() {
+            if !self.in_layout(keysym) && !on_spares.contains(&keysym) {
+                if on_spares.len() == self.spares.len() {
+                    return i;
+                }
+                on_spares.push(keysym);
+            }
+        }
+        keysyms.len()
+    }
+
     /// Chooses spares for every keysym of `needed` the layout lacks, least recently used first, never one
     /// that holds a keysym of `needed`. Returns the remaps to send (in order; nothing is changed here: each
     /// is [`assign`](Self::assign)ed as it is sent) and the moment the oldest reassigned spare becomes safe
@@ -219,6 +245,49 @@ impl Keymap {
     /// The spares currently holding a keysym, to clear when the provider goes away.
     pub fn used_spares(&self) -> Vec<u8> {
         self.spares.iter().filter(|s| s.keysym != NO_SYMBOL).map(|s| s.keycode).collect()
+    }
+}
+
+/// Waiting, before a spare keycode applications may still have to translate is reassigned, until they have
+/// probably read the input sent so far: until `earliest`, then until something was drawn since the wait
+/// began and the screen has been quiet for [`QUIET`] (an application draws once it has handled its queued
+/// events). An application that draws nothing in answer (a password field, no echo) is waited for
+/// [`NO_ECHO_WAIT`]; a screen that never stops changing (a video) at most [`QUIET_MAX`]. Without the DAMAGE
+/// extension only `earliest` and [`NO_ECHO_WAIT`] are waited for. The caller polls [`done`](Self::done)
+/// after each round trip to the server.
+#[derive(Debug, Clone, Copy)]
+pub struct QuietWait {
+    start: Instant,
+    earliest: Instant,
+    /// Drawings reported when the wait began.
+    seen: u64,
+}
+
+/// What the server has reported of drawing: how many damage notifications so far, and when the last came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drawing {
+    pub count: u64,
+    pub last: Option<Instant>,
+}
+
+impl QuietWait {
+    pub fn new(now: Instant, earliest: Instant, drawing: Option<Drawing>) -> Self {
+        Self { start: now, earliest, seen: drawing.map_or(0, |d| d.count) }
+    }
+
+    /// Whether the wait is over at `now`, given what the server reported so far (`None`: no DAMAGE).
+    pub fn done(&self, now: Instant, drawing: Option<Drawing>) -> bool {
+        let waited = now.saturating_duration_since(self.start);
+        if waited >= QUIET_MAX {
+            return true;
+        }
+        if now < self.earliest {
+            return false;
+        }
+        match drawing {
+            Some(d) if d.count > self.seen => d.last.is_none_or(|at| now.saturating_duration_since(at) >= QUIET),
+            _ => waited >= NO_ECHO_WAIT,
+        }
     }
 }
 
@@ -293,6 +362,43 @@ mod tests {
         assert_eq!(map.spare_count(), 2);
         assert_eq!(map.find(0xe9), Some(KeyPlace { keycode: 9, shift: false }));
         assert_eq!(map.used_spares(), vec![9]);
+    }
+
+    #[test]
+    fn a_run_holds_as_many_keysyms_outside_the_layout_as_there_are_spares() {
+        let mut map = sample();
+        // a é a ê ë: é and ê fit in the two spares, ë does not.
+        assert_eq!(map.fitting_run(&[0x61, 0xe9, 0x61, 0xea, 0xe9, 0xeb]), 5);
+        assert_eq!(map.fitting_run(&[0x61, 0x41, 0x21]), 3);
+        assert_eq!(map.fitting_run(&[]), 0);
+        apply(&mut map, &[0xe9]).unwrap();
+        assert_eq!(map.fitting_run(&[0xe9, 0xea, 0xeb]), 2, "a keysym on a spare counts against the run");
+        let bare = Keymap::new(8, 1, vec![0x61]);
+        assert_eq!(bare.fitting_run(&[0xe9]), 0);
+    }
+
+    #[test]
+    fn a_quiet_wait_ends_when_the_screen_drew_and_went_quiet() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let drawn = |count, at: Instant| Some(Drawing { count, last: Some(at) });
+        let wait = QuietWait::new(t0, t0 + ms(100), drawn(3, t0));
+        // Not before `earliest`, even after drawing.
+        assert!(!wait.done(t0 + ms(99), drawn(4, t0 + ms(10))));
+        // Drew since the start: quiet for QUIET after the last drawing.
+        assert!(!wait.done(t0 + ms(150), drawn(4, t0 + ms(100))));
+        assert!(wait.done(t0 + ms(180), drawn(4, t0 + ms(100))));
+        // Nothing drawn since the start: the no-echo wait.
+        assert!(!wait.done(t0 + ms(200), drawn(3, t0)));
+        assert!(wait.done(t0 + NO_ECHO_WAIT, drawn(3, t0)));
+        // Without DAMAGE: the no-echo wait after `earliest`.
+        let blind = QuietWait::new(t0, t0, None);
+        assert!(!blind.done(t0 + ms(299), None));
+        assert!(blind.done(t0 + NO_ECHO_WAIT, None));
+        // A screen that never goes quiet: at most QUIET_MAX.
+        let busy = QuietWait::new(t0, t0, drawn(0, t0));
+        let now = t0 + QUIET_MAX;
+        assert!(busy.done(now, drawn(999, now)));
     }
 
     #[test]
