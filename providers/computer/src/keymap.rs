@@ -22,8 +22,11 @@ use std::time::{Duration, Instant};
 pub const REUSE_AFTER: Duration = Duration::from_millis(150);
 /// How long the screen must stay unchanged before a spare keycode is reassigned mid-text.
 pub const QUIET: Duration = Duration::from_millis(80);
-/// The pause after borrowing spare keycodes, before the keys that use them: without it a busy client
-/// occasionally translated a new key with the keycode's old symbol.
+/// The pause after borrowing spare keycodes, before the keys that use them. Tk translates a key event into
+/// a character when it *reads* the event from the connection, but handles the mapping notification read in
+/// the same batch only afterwards, when it dispatches its queue: a key that arrives right behind its
+/// mapping is translated with the keycode's old symbol (nothing, on an empty spare). The pause lets the app
+/// read and handle the notification before the key arrives; no X request tells when it has.
 pub const REMAP_SETTLE: Duration = Duration::from_millis(50);
 /// How long to wait for an application that draws nothing in answer to typing.
 pub const NO_ECHO_WAIT: Duration = Duration::from_millis(300);

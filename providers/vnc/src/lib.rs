@@ -113,9 +113,11 @@ impl VncConfig {
     }
 }
 
-/// The pause after the first key event of a keysym outside ASCII on a connection. Servers (Xvnc,
+/// The pauses around the first key of a keysym outside ASCII on a connection. Servers (Xvnc,
 /// x11vnc -add_keysyms) add such keysyms to their keyboard map on first use; a burst of those changes makes
-/// X clients miss some and drop or mistype those characters. Each keysym pays this once per connection.
+/// X clients miss some and drop or mistype those characters, and so does a key that arrives right behind
+/// its mapping. Each keysym pays this twice once per connection: after a release that announces it (x11vnc
+/// maps it then; Xvnc ignores the release of a key not pressed) and after its first key.
 pub const NEW_KEYSYM_SETTLE: Duration = Duration::from_millis(100);
 
 const SHIFT_L: u32 = 0xffe1;
@@ -432,6 +434,17 @@ impl VncProvider {
                         continue;
                     }
                     let keysym = Key::from_char(c).keysym;
+                    let outside_ascii = (0x7f..0xff00).contains(&keysym) || keysym >= 0x0100_0000;
+                    let first_use = outside_ascii && !pointer.typed.contains(&keysym);
+                    if first_use {
+                        // Announced by a release first: the X server drops the release of a key that is not
+                        // down, so it types nothing, but x11vnc adds the keysym to the keymap on it. Apps
+                        // then meet the new mapping before the key: Tk translates a key when it reads it,
+                        // before it handles the mapping notification read with it, and lost `ü` to that.
+                        out.extend_from_slice(&proto::key_event(false, keysym));
+                        self.send(std::mem::take(&mut out)).await?;
+                        tokio::time::sleep(NEW_KEYSYM_SETTLE).await;
+                    }
                     // An upper-case letter outside ASCII goes with Shift held: a server that adds the
                     // keysym to its keymap as a lone symbol (x11vnc -add_keysyms) would otherwise type its
                     // lower case, X deriving the pair from the one symbol.
@@ -444,8 +457,8 @@ impl VncProvider {
                     if shift {
                         out.extend_from_slice(&proto::key_event(false, SHIFT_L));
                     }
-                    let outside_ascii = (0x7f..0xff00).contains(&keysym) || keysym >= 0x0100_0000;
-                    if outside_ascii && pointer.typed.insert(keysym) {
+                    if first_use {
+                        pointer.typed.insert(keysym);
                         self.send(std::mem::take(&mut out)).await?;
                         tokio::time::sleep(NEW_KEYSYM_SETTLE).await;
                     }
