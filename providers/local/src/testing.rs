@@ -200,6 +200,33 @@ impl XServer {
 
 /// x11vnc serving `display` on `port` (localhost only), with a `vncpasswd`-format password file or none.
 pub fn x11vnc(display: &str, port: u16, password_file: Option<&Path>) -> std::io::Result<Process> {
+    start_x11vnc(display, port, password_file, None)
+}
+
+/// x11vnc as [`x11vnc`], writing its log to `log` (for [`wait_for_x11vnc_damage`]).
+pub fn x11vnc_logged(display: &str, port: u16, log: &Path) -> std::io::Result<Process> {
+    start_x11vnc(display, port, None, Some(log))
+}
+
+/// Waits until the x11vnc logging to `log` has created its X damage object, which it does some time after
+/// its first client connected (it has none while no client is): from then on it sees changes to the
+/// screen as they are drawn. Before, it finds them only by a sparse check every 2 s. The error shows the log.
+pub fn wait_for_x11vnc_damage(log: &Path, bound: Duration) -> std::io::Result<()> {
+    let read = || std::fs::read_to_string(log).unwrap_or_default();
+    // The last word on its damage object is that it exists ("created   xdamage object: 0x…", or "destroyed").
+    let has_damage =
+        || read().lines().rev().find(|l| l.contains("xdamage object:")).is_some_and(|l| l.contains("created"));
+    wait_for(bound, has_damage).map_err(|_| {
+        std::io::Error::other(format!("x11vnc created no damage object within {bound:?}; its log:\n{}", read()))
+    })
+}
+
+fn start_x11vnc(
+    display: &str,
+    port: u16,
+    password_file: Option<&Path>,
+    log: Option<&Path>,
+) -> std::io::Result<Process> {
     let mut command = Command::new("x11vnc");
     command.args([
         "-display",
@@ -209,10 +236,13 @@ pub fn x11vnc(display: &str, port: u16, password_file: Option<&Path>) -> std::io
         "-localhost",
         "-forever",
         "-shared",
-        "-quiet",
         "-noxrecord",
         "-add_keysyms",
     ]);
+    match log {
+        Some(log) => command.arg("-o").arg(log),
+        None => command.arg("-quiet"),
+    };
     match password_file {
         Some(file) => command.arg("-rfbauth").arg(file),
         None => command.arg("-nopw"),
@@ -246,6 +276,7 @@ pub struct VncDesktop {
     // Dropped in this order: the VNC server before its X server.
     _vnc: Option<Process>,
     _x: XServer,
+    /// A directory of this desktop's own (the password file, x11vnc's log), removed when it is dropped.
     password_dir: Option<PathBuf>,
 }
 
@@ -254,7 +285,9 @@ impl VncDesktop {
     pub fn x11vnc(width: u32, height: u32) -> std::io::Result<Self> {
         let x = XServer::xvfb(width, height)?;
         let port = free_port()?;
-        let vnc = x11vnc(&x.display, port, None)?;
+        let dir = std::env::temp_dir().join(format!("agentd-vnc-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&dir)?;
+        let vnc = x11vnc_logged(&x.display, port, &dir.join("x11vnc.log"))?;
         Ok(Self {
             addr: format!("127.0.0.1:{port}"),
             display: x.display.clone(),
@@ -262,8 +295,20 @@ impl VncDesktop {
             horizontal_wheel: false,
             _vnc: Some(vnc),
             _x: x,
-            password_dir: None,
+            password_dir: Some(dir),
         })
+    }
+
+    /// Waits until the server sees changes to the screen as they are drawn, after a client connected: at
+    /// once for Xvnc (it draws into its own framebuffer), for x11vnc once it watches X damage (see
+    /// [`wait_for_x11vnc_damage`]).
+    pub fn wait_until_watching(&self, bound: Duration) -> std::io::Result<()> {
+        match (&self._vnc, &self.password_dir) {
+            (Some(_), Some(dir)) if dir.join("x11vnc.log").exists() => {
+                wait_for_x11vnc_damage(&dir.join("x11vnc.log"), bound)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// TigerVNC's Xvnc (`width` x `height`), with VNC authentication when `password` is given.
