@@ -56,6 +56,7 @@ impl Worker {
                     held: Vec::new(),
                     #[cfg(target_os = "linux")]
                     keyboard: None,
+                    #[cfg(target_os = "linux")]
                     pressed: Vec::new(),
                 };
                 while let Ok(job) = inbox.recv() {
@@ -93,7 +94,8 @@ pub(crate) struct Desk {
     /// The X display's keyboard mapping, where keys are placed on X11 (see [`XKeyboard`]); `None` elsewhere.
     #[cfg(target_os = "linux")]
     keyboard: Option<XKeyboard>,
-    /// Keys pressed through [`Desk::key`] and not released yet, with the keycodes pressed for each on X11.
+    /// Keys pressed through [`Desk::key`] on X11 and not released yet, with the keycodes pressed for each.
+    #[cfg(target_os = "linux")]
     pressed: Vec<(enigo::Key, Vec<u8>)>,
 }
 
@@ -113,17 +115,7 @@ impl Desk {
         if self.keyboard.is_some() {
             return self.x_key(action, key, direction);
         }
-        self.with_enigo(action, |e| e.key(key, direction))?;
-        match direction {
-            Direction::Press => self.pressed.push((key, Vec::new())),
-            Direction::Release => {
-                if let Some(i) = self.pressed.iter().rposition(|(k, _)| *k == key) {
-                    self.pressed.remove(i);
-                }
-            }
-            Direction::Click => {}
-        }
-        Ok(())
+        self.with_enigo(action, |e| e.key(key, direction))
     }
 
     #[cfg(target_os = "linux")]
