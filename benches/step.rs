@@ -338,6 +338,8 @@ fn first_request<'a>(tools: &'a [ToolSpec], screenshot: &'a ModelImage) -> Model
         notes: &[],
         tools,
         screen: Size::new(1280, 800),
+        browser: false,
+        page: None,
         step: 0,
         summary: None,
     }

@@ -537,6 +537,11 @@ async fn check_destinations(task: &crate::task::ResolvedTask, config: &Config) -
         {
             check_url(&outbound, &http.url, format!("tools[{i}].url")).await?;
         }
+        if let TaskTool::Mcp(source) = tool
+            && let crate::task::tools::McpTransport::Http { url, .. } = &source.transport
+        {
+            check_url(&outbound, url, format!("tools[{i}].url")).await?;
+        }
     }
     for (i, check) in task.verify.iter().enumerate() {
         if let crate::task::verify::Check::Http(http) = check {
@@ -806,7 +811,56 @@ fn check_tools(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), 
                     ));
                 }
             }
+            TaskTool::Mcp(source) => check_mcp(source, &format!("tools[{i}]"), config)?,
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// An API task's MCP server: a program `[tools] allowed_mcp_commands` names, or a URL `allowed_mcp_urls`
+/// allows, with only `[worker] allowed_env` variables given to it.
+fn check_mcp(source: &crate::task::tools::McpSource, field: &str, config: &Config) -> Result<(), BuildError> {
+    use crate::task::tools::McpTransport;
+    let allowed = &config.mcp_allowed;
+    let env_allowed = |var: &String| config.worker.allowed_env.contains(var);
+    match &source.transport {
+        McpTransport::Stdio { command, env } => {
+            let program = command.first().map(String::as_str).unwrap_or_default();
+            if !allowed.allows_command(command) {
+                return Err(BuildError::invalid(
+                    format!("{field}.command"),
+                    format!(
+                        "{program:?} is not a program tasks from the API may start as an MCP server (add it to                          `tools.allowed_mcp_commands` in the daemon's config)"
+                    ),
+                ));
+            }
+            if let Some(var) = env.iter().find(|v| !env_allowed(v)) {
+                return Err(BuildError::invalid(
+                    format!("{field}.env"),
+                    format!(
+                        "the environment variable {var:?} is not one tasks from the API may name (add it to `worker.allowed_env`)"
+                    ),
+                ));
+            }
+        }
+        McpTransport::Http { url, headers_env } => {
+            if !allowed.allows_url(url) {
+                return Err(BuildError::invalid(
+                    format!("{field}.url"),
+                    format!(
+                        "{url} is not an MCP server tasks from the API may use (add it to `tools.allowed_mcp_urls`                          in the daemon's config)"
+                    ),
+                ));
+            }
+            if let Some((header, var)) = headers_env.iter().find(|(_, var)| !env_allowed(var)) {
+                return Err(BuildError::invalid(
+                    format!("{field}.headers_env.{header}"),
+                    format!(
+                        "the environment variable {var:?} is not one tasks from the API may name (add it to `worker.allowed_env`)"
+                    ),
+                ));
+            }
         }
     }
     Ok(())

@@ -252,6 +252,7 @@ mod tests {
                 step,
                 screenshot: Some(ModelImage::new(Size::new(1, 1), "image/png", vec![0u8].into())),
                 notes: vec![],
+                page: None,
                 turn: ModelTurn::default(),
                 results: vec![],
             })

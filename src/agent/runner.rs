@@ -392,7 +392,7 @@ impl Loop {
         // The history budget (`runner::history`): old screenshots out, old steps compacted into the summary.
         let history_note = self.keep_budget(index, &prepared.model).await;
         let handed_back = self.take_hand_back();
-        let called = self.call_model(index, &prepared.model).await;
+        let called = self.call_model(index, &prepared.model, page.as_ref()).await;
         let mut record = StepRecord::begun(index, started_at, screenshot);
         record.page = page;
         record.screen_changed = screen_changed;
@@ -460,6 +460,7 @@ impl Loop {
             step: index,
             screenshot: Some(prepared.model),
             notes,
+            page: record.page.clone(),
             turn,
             results: executed.tool_results,
         });
@@ -652,7 +653,12 @@ impl Loop {
         Ok(())
     }
 
-    async fn call_model(&mut self, step: u32, screenshot: &ModelImage) -> Result<ModelTurn, CallEnd> {
+    async fn call_model(
+        &mut self,
+        step: u32,
+        screenshot: &ModelImage,
+        page: Option<&agentd_computer::PageInfo>,
+    ) -> Result<ModelTurn, CallEnd> {
         let tools = &self.conversation.specs;
         let request = ModelRequest {
             instructions: &self.task.instructions,
@@ -661,6 +667,8 @@ impl Loop {
             notes: &self.conversation.notes,
             tools,
             screen: self.screen.size,
+            browser: self.built.computer.navigates(),
+            page,
             step,
             summary: self.conversation.summary.as_deref(),
         };
@@ -806,7 +814,7 @@ impl Loop {
                         call_id: call.id.clone(),
                         ok: outcome.ok,
                         message: outcome.message,
-                        image: None,
+                        image: outcome.image.as_ref().map(crate::tools::ToolImage::to_model),
                     });
                     if let Some(details) = outcome.details {
                         out.details.insert(call.id.clone(), details);

@@ -199,7 +199,7 @@ impl Assembly {
         // An API task's secret files are only those `[api] allowed_secret_paths` names.
         let secret_files = if self.api_task { config.secret_file_access() } else { files.clone() };
         let secrets = backends::secrets(&task, &secret_files).await?;
-        let tools = toolbox(&task, &config, self.tools, secrets.clone(), &outbound)?;
+        let tools = toolbox(&task, &config, self.tools, secrets.clone(), &outbound, self.api_task).await?;
         let computer = match self.computer {
             Some(Source::Given(computer)) => computer,
             Some(Source::Spec) | None => {
@@ -224,15 +224,18 @@ impl Assembly {
     }
 }
 
-/// The task's declared tools (through `backends`, as for every task) and the in-process ones.
-fn toolbox(
+/// The task's declared tools (through `backends`, as for every task), its MCP servers' tools (each server
+/// reached now, for this attempt) and the in-process ones.
+async fn toolbox(
     task: &ResolvedTask,
     config: &Config,
-    tools: Vec<Arc<dyn Tool>>,
+    mut tools: Vec<Arc<dyn Tool>>,
     secrets: crate::tools::secrets::Secrets,
     outbound: &Outbound,
+    api_task: bool,
 ) -> Result<Arc<Toolbox>, BuildError> {
     let declared = backends::toolbox(task, &config.tools, secrets, outbound)?;
+    tools.extend(mcp_tools(task, config, outbound, api_task).await?);
     if tools.is_empty() {
         return Ok(declared);
     }
@@ -251,6 +254,44 @@ fn toolbox(
             toolbox.with_tool(tool).map_err(|ToolboxError { field, message }| BuildError::invalid(field, message))?;
     }
     Ok(Arc::new(toolbox))
+}
+
+/// The tools of the task's MCP servers (docs/tools.md), started or connected to for this attempt; they stop
+/// when the attempt's toolbox is dropped.
+#[cfg(feature = "daemon")]
+async fn mcp_tools(
+    task: &ResolvedTask,
+    config: &Config,
+    outbound: &Outbound,
+    api_task: bool,
+) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+    use crate::tools::mcp::{self, McpError, Reach};
+    let mut tools = Vec::new();
+    for (i, entry) in task.tools.iter().enumerate() {
+        let crate::task::tools::TaskTool::Mcp(source) = entry else { continue };
+        let client = crate::tools::http::client(outbound).map_err(|m| BuildError::invalid(format!("tools[{i}]"), m))?;
+        let reach = Reach { allowed: api_task.then_some(&config.mcp_allowed), client };
+        match mcp::connect(source, &format!("tools[{i}]"), &reach).await {
+            Ok(found) => tools.extend(found),
+            Err(McpError::Invalid { field, message }) => return Err(BuildError::invalid(field, message)),
+            Err(McpError::Unreachable { field, message }) => {
+                return Err(BuildError::Unreachable(format!("{field}: {message}")));
+            }
+        }
+    }
+    Ok(tools)
+}
+
+/// Without the daemon's feature set there is no MCP client: a task naming an MCP server is refused.
+#[cfg(not(feature = "daemon"))]
+async fn mcp_tools(task: &ResolvedTask, _: &Config, _: &Outbound, _: bool) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+    match task.tools.iter().position(|t| matches!(t, crate::task::tools::TaskTool::Mcp(_))) {
+        Some(i) => Err(BuildError::invalid(
+            format!("tools[{i}]"),
+            "MCP servers as tools need agentd built with its `daemon` feature",
+        )),
+        None => Ok(Vec::new()),
+    }
 }
 
 fn check_limits(limits: &Limits) -> Result<(), BuildError> {

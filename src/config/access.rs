@@ -64,3 +64,48 @@ impl Config {
         FileAccess::Api { allowed: self.api.allowed_secret_paths.clone(), configured: Vec::new() }
     }
 }
+
+/// `[tools] allowed_mcp_commands`, `allowed_mcp_urls`: the MCP servers a task submitted over the API may use
+/// as tools (docs/tools.md). By default none: such a task's `{"kind": "mcp"}` tool is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpAllowed {
+    /// Programs such a task may start: its `command`'s first element, exactly as written here.
+    pub commands: Vec<String>,
+    /// URLs it may connect to: exactly, or anything under an entry that ends in `*`.
+    pub urls: Vec<String>,
+}
+
+impl McpAllowed {
+    /// Whether a task submitted over the API may start `command` (its program, exactly as listed).
+    pub fn allows_command(&self, command: &[String]) -> bool {
+        command.first().is_some_and(|program| self.commands.iter().any(|c| c == program))
+    }
+
+    /// Whether it may connect to `url`: listed exactly, or under an entry ending in `*`.
+    pub fn allows_url(&self, url: &str) -> bool {
+        self.urls.iter().any(|pattern| match pattern.strip_suffix('*') {
+            Some(prefix) => url.starts_with(prefix),
+            None => pattern == url,
+        })
+    }
+}
+
+#[cfg(test)]
+mod mcp_tests {
+    use super::McpAllowed;
+
+    #[test]
+    fn urls_match_exactly_or_under_a_star_and_commands_exactly() {
+        let allowed = McpAllowed {
+            commands: vec!["/usr/bin/mcp-files".into()],
+            urls: vec!["https://mcp.example.org/mcp".into(), "https://tools.example.org/*".into()],
+        };
+        assert!(allowed.allows_url("https://mcp.example.org/mcp"));
+        assert!(!allowed.allows_url("https://mcp.example.org/mcp/x"));
+        assert!(allowed.allows_url("https://tools.example.org/a/mcp"));
+        assert!(!allowed.allows_url("https://tools.example.org.evil/a"));
+        assert!(allowed.allows_command(&["/usr/bin/mcp-files".into(), "--root".into()]));
+        assert!(!allowed.allows_command(&["mcp-files".into()]));
+        assert!(!allowed.allows_command(&[]));
+    }
+}

@@ -12,7 +12,7 @@ use super::env::apply_env;
 use super::paths::env_path;
 use super::sections::{TOP_LEVEL, expected};
 use super::validate::validate;
-use super::{Config, ModelConfig};
+use super::{Config, McpAllowed, ModelConfig};
 use crate::task::tools::ToolDecl;
 use crate::task::verify::VerifierDecl;
 
@@ -207,10 +207,23 @@ pub(super) fn models(
 }
 
 /// `[tools.NAME]` tables: a tool declaration of docs/tools.md whose name is its key.
-pub(super) fn tools(value: toml::Value, problems: &mut Vec<(String, String)>) -> Option<BTreeMap<String, ToolDecl>> {
-    let toml::Value::Table(table) = value else {
-        return section(value, "tools", problems);
+pub(super) fn tools(
+    value: toml::Value,
+    problems: &mut Vec<(String, String)>,
+) -> Option<(BTreeMap<String, ToolDecl>, McpAllowed)> {
+    let toml::Value::Table(mut table) = value else {
+        return section::<BTreeMap<String, ToolDecl>>(value, "tools", problems).map(|t| (t, McpAllowed::default()));
     };
+    // The two lists of what tasks submitted over the API may start or reach as MCP servers; every other key
+    // is a tool.
+    let mut allowed = McpAllowed::default();
+    for (key, list) in [("allowed_mcp_commands", &mut allowed.commands), ("allowed_mcp_urls", &mut allowed.urls)] {
+        if let Some(value) = table.remove(key)
+            && let Some(read) = section::<Vec<String>>(value, &format!("tools.{key}"), problems)
+        {
+            *list = read;
+        }
+    }
     let mut out = BTreeMap::new();
     for (name, entry) in table {
         let field = format!("tools.{name}");
@@ -227,7 +240,7 @@ pub(super) fn tools(value: toml::Value, problems: &mut Vec<(String, String)>) ->
             out.insert(name, tool);
         }
     }
-    Some(out)
+    Some((out, allowed))
 }
 
 /// `[verifiers.NAME]` tables (docs/replay-and-verify.md); `command` names a program.

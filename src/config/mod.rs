@@ -37,7 +37,7 @@ use crate::task::guard::GuardSpec;
 use crate::task::tools::ToolDecl;
 use crate::task::verify::VerifierDecl;
 
-pub use access::{BrowserSettings, OutboundConfig};
+pub use access::{BrowserSettings, McpAllowed, OutboundConfig};
 pub use api::{ApiConfig, MIN_TOKEN_CHARS, read_token_file, world_readable_warning};
 pub use artifacts::{ArtifactsBackend, ArtifactsConfig, RetentionConfig};
 pub use desktops::{DesktopConfig, GuestCommand, HookCommand, SettlePolicy};
@@ -68,6 +68,10 @@ pub struct Config {
     /// `[tools.NAME]`: tools tasks name with `{"use": "NAME"}` (docs/tools.md); the only place `command` tools come
     /// from.
     pub tools: BTreeMap<String, ToolDecl>,
+    /// `[tools] allowed_mcp_commands` and `allowed_mcp_urls` (read with `[tools]`, written in it): the MCP
+    /// servers tasks submitted over the API may start or reach (docs/tools.md).
+    #[serde(skip)]
+    pub mcp_allowed: McpAllowed,
     /// `[verifiers.NAME]`: programs a task's `{"kind": "command", "use": "NAME"}` check runs
     /// (docs/replay-and-verify.md).
     pub verifiers: BTreeMap<String, VerifierDecl>,
@@ -106,6 +110,7 @@ impl Default for Config {
             settle: SettlePolicy::default(),
             guard: GuardSpec::default(),
             tools: BTreeMap::new(),
+            mcp_allowed: McpAllowed::default(),
             verifiers: BTreeMap::new(),
             log: LogConfig::default(),
             otel: OtelConfig::default(),

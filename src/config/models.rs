@@ -92,7 +92,8 @@ pub struct ModelConfig {
     /// Stream responses (`model_delta` events as text arrives). Default: true, except openai-compatible.
     pub stream: Option<bool>,
     /// The environment the computer tool declares: OpenAI `linux`/`windows`/`mac`/`ubuntu`/`browser`
-    /// (default `linux`), Gemini `browser` (`ENVIRONMENT_BROWSER`, the default and the only one it has).
+    /// (default: `browser` on a browser computer, else `linux`), Gemini `browser` (`ENVIRONMENT_BROWSER`, the
+    /// default and the only one it has).
     pub environment: Option<ComputerEnvironment>,
     /// openai-compatible: the model's coordinate space, `pixels` (default), `relative-1000` or
     /// `smart-resize` (Qwen2.5-VL / UI-TARS-1.5).

@@ -88,11 +88,21 @@ pub(super) const TOP_LEVEL: &[TopLevelKey] = &[
     TopLevelKey {
         name: "tools",
         env: FromEnv::Never,
-        read: |value, _, problems, config| set(tools(value, problems), &mut config.tools),
+        read: |value, _, problems, config| {
+            if let Some((tools, allowed)) = tools(value, problems) {
+                config.tools = tools;
+                config.mcp_allowed = allowed;
+            }
+        },
         schema: |generator| {
+            let list = |what: &str| json!({"description": what, "type": "array", "items": {"type": "string"}});
             json!({
-                "description": "Tools tasks name with {\"use\": \"NAME\"}; the key is the tool's name.",
+                "description": "Tools tasks name with {\"use\": \"NAME\"}; the key is the tool's name. Two keys are lists instead: what MCP servers tasks submitted over the API may use.",
                 "type": "object",
+                "properties": {
+                    "allowed_mcp_commands": list("Programs an API task's {\"kind\": \"mcp\"} tool may start (its command's first element, exactly)."),
+                    "allowed_mcp_urls": list("URLs an API task's {\"kind\": \"mcp\"} tool may connect to: exactly, or under an entry ending in *."),
+                },
                 "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_-]{0,63}$"},
                 "additionalProperties": {"oneOf": declared_tools(generator, &["http", "remote", "command"], true)}
             })

@@ -25,7 +25,7 @@ use super::shared::Settings;
 use super::wire::{self, Screen};
 use super::{
     CallKind, Delta, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall, ToolResult, ToolSpec,
-    Usage,
+    Usage, navigation,
 };
 use crate::screen::coords::CoordinateMap;
 
@@ -123,6 +123,8 @@ impl AnthropicModel {
         }
         let mut tools = vec![computer];
         tools.extend(request.tools.iter().map(function_tool));
+        // The computer tool has no navigation: on a browser, navigation goes in function tools.
+        tools.extend(navigation::tools(request).iter().map(function_tool));
         let mut body = json!({
             "model": self.settings.model,
             "max_tokens": self.max_tokens,
@@ -684,7 +686,9 @@ impl Model for AnthropicModel {
         let redact = |t: &str| endpoint.redact(t);
         let display = self.coordinates(request.screen).model();
         let mut decoder = MessageDecoder::new(deltas, display, self.settings.price, &redact);
-        endpoint.execute(&http, &mut decoder).await
+        let mut turn = endpoint.execute(&http, &mut decoder).await?;
+        navigation::claim(&request, &mut turn);
+        Ok(turn)
     }
 }
 

@@ -29,7 +29,9 @@ use super::TASK_COMPLETION;
 use super::http::{AttemptError, Decoder, HttpRequest, SseEvent};
 use super::shared::Settings;
 use super::wire::{self, Screen};
-use super::{CallKind, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall, ToolSpec, Usage};
+use super::{
+    CallKind, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall, ToolSpec, Usage, navigation,
+};
 use crate::screen::coords::{CoordinateMap, fit_within};
 
 /// Scroll distance when the model gives none, in its own units.
@@ -249,7 +251,7 @@ impl CompatibleModel {
                     json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
                 })
                 .collect();
-            tools.extend(request.tools.iter().map(function_tool));
+            tools.extend(request.tools.iter().chain(navigation::tools(request).iter()).map(function_tool));
             body["tools"] = Value::Array(tools);
             body["tool_choice"] = json!("auto");
         }
@@ -652,7 +654,9 @@ impl Model for CompatibleModel {
         let declared = request.tools.iter().map(|t| t.name.clone()).collect();
         let mut decoder =
             CompletionDecoder { model: self, deltas, step: request.step, declared, turn: None, responses: 0 };
-        self.settings.endpoint.execute(&http, &mut decoder).await
+        let mut turn = self.settings.endpoint.execute(&http, &mut decoder).await?;
+        navigation::claim(&request, &mut turn);
+        Ok(turn)
     }
 }
 

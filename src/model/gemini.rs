@@ -9,8 +9,10 @@
 //! `hotkey`, …).
 //!
 //! Coordinates are a 1000 × 1000 grid (0–999) whatever the image size; [`CoordinateMap::normalized`] converts
-//! them, values past 999 are clamped first (they do occur). Browser-only functions (`navigate`, `search`,
-//! `go_back`, …) are excluded in the request and, when a model sends them anyway, answered with an error.
+//! them, values past 999 are clamped first (they do occur). The browser functions (`open_web_browser`,
+//! `navigate`, `search`, `go_back`, `go_forward`) are carried out on a browser computer, and every function
+//! response then carries the page's `url`, as the reference loop sends it; on a desktop they are excluded in
+//! the request and, when a model sends them anyway, answered with an error.
 //! Our function tools (`task_completion`, declared tools) go in `functionDeclarations` with their JSON Schema
 //! as `parametersJsonSchema` (the API reference's `FunctionDeclaration`; `parameters` only takes an OpenAPI
 //! subset). Every `functionCall` of a model turn is answered by one `functionResponse` part, in order, in the
@@ -39,6 +41,9 @@ pub const GRID: u32 = 1000;
 
 /// Functions of a browser that a desktop has no use for.
 pub const EXCLUDED: [&str; 5] = ["open_web_browser", "search", "navigate", "go_back", "go_forward"];
+
+/// Where `search` goes: the search engine's start page, as the reference's browser computer does.
+pub const SEARCH_URL: &str = "https://www.google.com/";
 
 /// Grid units `scroll_document` moves.
 const DOCUMENT_SCROLL: i32 = 800;
@@ -90,11 +95,15 @@ impl GeminiModel {
         if let Some(t) = self.settings.temperature {
             generation["temperature"] = json!(t);
         }
+        let mut computer_use = json!({"environment": self.environment});
+        if !request.browser {
+            computer_use["excludedPredefinedFunctions"] = json!(EXCLUDED);
+        }
         json!({
             "systemInstruction": {"parts": [{"text": wire::SYSTEM_PROMPT}]},
             "contents": contents(request),
             "tools": [
-                {"computerUse": {"environment": self.environment, "excludedPredefinedFunctions": EXCLUDED}},
+                {"computerUse": computer_use},
                 {"functionDeclarations": declarations},
             ],
             "generationConfig": generation,
@@ -178,6 +187,10 @@ pub fn contents(request: &ModelRequest<'_>) -> Vec<Value> {
             if needs_confirmation(call) {
                 response.insert("safety_acknowledgement".into(), json!("true"));
             }
+            // On a browser every response names the page after the turn (the API requires the URL).
+            if request.browser {
+                response.insert("url".into(), json!(slot.next.page.map_or("", |p| p.url.as_str())));
+            }
             let last = i + 1 == calls.len();
             if last && !slot.next.notes.is_empty() {
                 response.insert("note".into(), json!(slot.next.notes.join("\n")));
@@ -239,8 +252,19 @@ fn direction(args: &Value, magnitude: i32) -> Result<(i32, i32), String> {
     })
 }
 
-/// Maps one predefined function call to actions (in grid coordinates).
-pub fn function_actions(name: &str, args: &Value) -> Result<Vec<Action>, String> {
+/// `navigate`'s URL as the reference's browser computer opens it: `https://` added when no scheme is given.
+fn navigable(url: &str) -> String {
+    let url = url.trim();
+    if url.contains("://") || url.starts_with("about:") || url.starts_with("data:") {
+        url.to_string()
+    } else {
+        format!("https://{url}")
+    }
+}
+
+/// Maps one predefined function call to actions (in grid coordinates); the browser functions only when
+/// `browser` (the computer is a browser).
+pub fn function_actions(name: &str, args: &Value, browser: bool) -> Result<Vec<Action>, String> {
     let at = || -> Result<Point, String> { Ok(Point::new(grid(args, "x")?, grid(args, "y")?)) };
     let click = |button| -> Result<Vec<Action>, String> {
         let p = at()?;
@@ -322,6 +346,14 @@ pub fn function_actions(name: &str, args: &Value) -> Result<Vec<Action>, String>
         "wait_5_seconds" => vec![Action::Wait { duration_ms: 5000 }],
         "wait" => vec![Action::Wait { duration_ms: wire::seconds_ms(args.get("seconds"), 1000) }],
         "take_screenshot" => vec![Action::Screenshot {}],
+        // The browser is open already: the answer is its page and screenshot.
+        "open_web_browser" if browser => vec![Action::Screenshot {}],
+        "navigate" if browser => {
+            vec![Action::Navigate { url: navigable(wire::str_of(args, "url").ok_or("missing `url`")?) }]
+        }
+        "search" if browser => vec![Action::Navigate { url: SEARCH_URL.to_string() }],
+        "go_back" if browser => vec![Action::Back {}],
+        "go_forward" if browser => vec![Action::Forward {}],
         other => return Err(format!("{other} is not available on this desktop")),
     })
 }
@@ -332,6 +364,7 @@ pub fn parse_content(
     usage_metadata: &Value,
     step: u32,
     declared: &[&str],
+    browser: bool,
     price: Option<&crate::config::Price>,
 ) -> Result<ModelTurn, AttemptError> {
     let parts = content
@@ -361,7 +394,7 @@ pub fn parse_content(
             turn.calls.push(if declared.contains(&name) {
                 ToolCall { id, kind: CallKind::Function { name: name.to_string(), arguments: args } }
             } else {
-                match function_actions(name, &args) {
+                match function_actions(name, &args, browser) {
                     Ok(actions) => wire::computer(id, actions),
                     Err(why) => wire::unsupported(id, &why, args),
                 }
@@ -398,6 +431,7 @@ pub struct ContentDecoder<'a> {
     deltas: DeltaSink<'a>,
     step: u32,
     declared: Vec<String>,
+    browser: bool,
     price: Option<crate::config::Price>,
     parts: Vec<Value>,
     usage: Value,
@@ -408,11 +442,18 @@ pub struct ContentDecoder<'a> {
 }
 
 impl<'a> ContentDecoder<'a> {
-    pub fn new(deltas: DeltaSink<'a>, step: u32, declared: Vec<String>, price: Option<crate::config::Price>) -> Self {
+    pub fn new(
+        deltas: DeltaSink<'a>,
+        step: u32,
+        declared: Vec<String>,
+        browser: bool,
+        price: Option<crate::config::Price>,
+    ) -> Self {
         Self {
             deltas,
             step,
             declared,
+            browser,
             price,
             parts: Vec::new(),
             usage: Value::Null,
@@ -515,7 +556,7 @@ impl Decoder for ContentDecoder<'_> {
         }
         let content = json!({"role": "model", "parts": self.parts});
         let declared: Vec<&str> = self.declared.iter().map(String::as_str).collect();
-        parse_content(&content, &self.usage, self.step, &declared, self.price.as_ref())
+        parse_content(&content, &self.usage, self.step, &declared, self.browser, self.price.as_ref())
     }
 }
 
@@ -549,7 +590,7 @@ impl Model for GeminiModel {
     async fn next_turn(&self, request: ModelRequest<'_>, deltas: DeltaSink<'_>) -> Result<ModelTurn, ModelError> {
         let http = self.build_request(&request);
         let declared = request.tools.iter().map(|t| t.name.clone()).collect();
-        let mut decoder = ContentDecoder::new(deltas, request.step, declared, self.settings.price);
+        let mut decoder = ContentDecoder::new(deltas, request.step, declared, request.browser, self.settings.price);
         self.settings.endpoint.execute(&http, &mut decoder).await
     }
 }
@@ -560,7 +601,7 @@ mod tests {
 
     #[test]
     fn predefined_functions_map_in_grid_space() {
-        let f = |name: &str, args: Value| function_actions(name, &args);
+        let f = |name: &str, args: Value| function_actions(name, &args, false);
         assert_eq!(
             f("click_at", json!({"x": 500, "y": 1200})).unwrap(),
             vec![Action::Click { x: 500, y: 999, button: MouseButton::Left, keys: vec![] }]
@@ -600,11 +641,33 @@ mod tests {
     }
 
     #[test]
+    fn browser_functions_map_on_a_browser_only() {
+        let on = |name: &str, args: Value| function_actions(name, &args, true);
+        assert_eq!(
+            on("navigate", json!({"url": "example.com/a"})).unwrap(),
+            vec![Action::Navigate { url: "https://example.com/a".into() }]
+        );
+        assert_eq!(
+            on("navigate", json!({"url": "http://127.0.0.1:8080/"})).unwrap(),
+            vec![Action::Navigate { url: "http://127.0.0.1:8080/".into() }]
+        );
+        assert_eq!(on("search", json!({})).unwrap(), vec![Action::Navigate { url: SEARCH_URL.into() }]);
+        assert_eq!(on("go_back", json!({})).unwrap(), vec![Action::Back {}]);
+        assert_eq!(on("go_forward", json!({})).unwrap(), vec![Action::Forward {}]);
+        assert_eq!(on("open_web_browser", json!({})).unwrap(), vec![Action::Screenshot {}]);
+        assert!(on("navigate", json!({})).is_err());
+        for name in EXCLUDED {
+            let error = function_actions(name, &json!({"url": "https://example.com"}), false).unwrap_err();
+            assert!(error.contains("not available on this desktop"), "{name}: {error}");
+        }
+    }
+
+    #[test]
     fn confirmation_becomes_an_approval() {
         let content = json!({"role": "model", "parts": [{"functionCall": {"name": "click_at", "args": {"x": 60, "y": 100,
             "safety_decision": {"explanation": "I have encountered a CAPTCHA.", "decision": "require_confirmation"}}},
             "thoughtSignature": "sig"}]});
-        let turn = parse_content(&content, &Value::Null, 3, &["task_completion"], None).unwrap();
+        let turn = parse_content(&content, &Value::Null, 3, &["task_completion"], false, None).unwrap();
         assert_eq!(turn.approval.unwrap().reason, "I have encountered a CAPTCHA.");
         assert_eq!(turn.calls[0].id, "gemini_3_0");
         assert_eq!(turn.raw.unwrap()["parts"][0]["thoughtSignature"], "sig");

@@ -11,6 +11,7 @@ pub mod anthropic;
 pub mod compatible;
 pub mod gemini;
 pub mod http;
+pub mod navigation;
 pub mod openai;
 pub mod pricing;
 pub mod replay;
@@ -26,7 +27,7 @@ pub const TASK_COMPLETION: &str = "task_completion";
 /// What an old screenshot is replaced with once it leaves the model's context.
 pub const SCREENSHOT_PLACEHOLDER: &str = "[screenshot omitted to save context]";
 
-use agentd_computer::Size;
+use agentd_computer::{PageInfo, Size};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -91,6 +92,8 @@ pub struct Exchange {
     pub screenshot: Option<ModelImage>,
     /// Loop notes shown with that screenshot (e.g. "the task was resumed after a crash").
     pub notes: Vec<String>,
+    /// The page a browser showed with that screenshot; `None` on desktops.
+    pub page: Option<PageInfo>,
     pub turn: ModelTurn,
     /// One result per call of `turn`, in the same order.
     pub results: Vec<ToolResult>,
@@ -108,6 +111,12 @@ pub struct ModelRequest<'a> {
     pub tools: &'a [ToolSpec],
     /// The real screen size (for adapters that state it in a tool definition).
     pub screen: Size,
+    /// Whether the computer is a browser ([`agentd_computer::ComputerProvider::navigates`]): adapters then
+    /// offer their vendor's browser mode (Gemini's browser functions, OpenAI's `browser` environment, the
+    /// navigation functions of [`navigation`]).
+    pub browser: bool,
+    /// The page the browser shows now (with `screenshot`); `None` on desktops.
+    pub page: Option<&'a PageInfo>,
     /// The step this turn belongs to (for events and logs).
     pub step: u32,
     /// What the context policy's compaction made of exchanges no longer in `history` (shown right after the

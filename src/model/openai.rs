@@ -30,7 +30,7 @@ use super::shared::Settings;
 use super::wire;
 use super::{
     ApprovalRequest, CallKind, Delta, DeltaSink, Model, ModelError, ModelImage, ModelRequest, ModelTurn, ToolCall,
-    Usage,
+    Usage, navigation,
 };
 use crate::config::ComputerEnvironment;
 use crate::screen::coords::CoordinateMap;
@@ -65,7 +65,8 @@ impl ToolKind {
 pub struct OpenAiModel {
     settings: Settings,
     tool: ToolKind,
-    environment: &'static str,
+    /// `[models.openai] environment`; unset, it follows the computer (`browser` on a browser, else `linux`).
+    environment: Option<ComputerEnvironment>,
 }
 
 impl OpenAiModel {
@@ -74,7 +75,7 @@ impl OpenAiModel {
             Some(v) => ToolKind::parse(v)?,
             None => ToolKind::for_model(&settings.model),
         };
-        let environment = settings.config.environment.unwrap_or(ComputerEnvironment::Linux).as_str();
+        let environment = settings.config.environment;
         Ok(Self { settings, tool, environment })
     }
 
@@ -91,27 +92,41 @@ impl OpenAiModel {
         }
     }
 
+    /// The environment the `computer_use_preview` tool declares for `request`.
+    pub fn environment(&self, request: &ModelRequest<'_>) -> ComputerEnvironment {
+        self.environment.unwrap_or(if request.browser {
+            ComputerEnvironment::Browser
+        } else {
+            ComputerEnvironment::Linux
+        })
+    }
+
     pub fn body(&self, request: &ModelRequest<'_>) -> Value {
         let image = self.coordinates(request.screen).model();
+        let environment = self.environment(request);
         let computer = match self.tool {
             ToolKind::Preview => json!({"type": "computer_use_preview", "display_width": image.width,
-                                         "display_height": image.height, "environment": self.environment}),
+                                         "display_height": image.height, "environment": environment.as_str()}),
             ToolKind::Ga => json!({"type": "computer"}),
         };
         let mut tools = vec![computer];
         // Function tools are flat (`{type, name, description, parameters, strict}`). `strict` defaults to true,
         // and strict mode takes only schemas that close every object and require every property: a task's own
         // schemas need not, so strict is off (the toolbox checks every call against the schema anyway).
-        tools.extend(request.tools.iter().map(|spec| {
+        // On a browser, navigation is declared in function tools, as OpenAI's browser sample does.
+        tools.extend(request.tools.iter().chain(navigation::tools(request).iter()).map(|spec| {
             json!({"type": "function", "name": spec.name, "description": spec.description,
                    "parameters": spec.parameters, "strict": false})
         }));
+        // The preview tool's browser environment takes the page's URL with every screenshot (the sample's
+        // `current_url`, which the API's safety checks read).
+        let current_url = self.tool == ToolKind::Preview && environment == ComputerEnvironment::Browser;
         let summary = if self.tool == ToolKind::Preview { "concise" } else { "auto" };
         let mut body = json!({
             "model": self.settings.model,
             "instructions": wire::SYSTEM_PROMPT,
             "tools": tools,
-            "input": input(request, self.settings.config.auto_acknowledge_safety_checks),
+            "input": input(request, self.settings.config.auto_acknowledge_safety_checks, current_url),
             "reasoning": {"summary": summary},
             "truncation": "auto",
         });
@@ -170,8 +185,8 @@ fn output_items(turn: &ModelTurn) -> Vec<Value> {
     items
 }
 
-/// The `input` array of a request.
-pub fn input(request: &ModelRequest<'_>, auto_acknowledge: bool) -> Vec<Value> {
+/// The `input` array of a request; with `current_url`, every `computer_call_output` carries the page's URL.
+pub fn input(request: &ModelRequest<'_>, auto_acknowledge: bool, current_url: bool) -> Vec<Value> {
     let _ = auto_acknowledge; // Checks are acknowledged when replayed with results, approved or automatic.
     let (first, slots) = wire::layout(request);
     let mut items = Vec::new();
@@ -196,6 +211,9 @@ pub fn input(request: &ModelRequest<'_>, auto_acknowledge: bool) -> Vec<Value> {
                     screenshot_sent |= slot.next.image.is_some();
                     let mut answer = json!({"type": "computer_call_output", "call_id": call_id,
                         "output": {"type": "computer_screenshot", "image_url": wire::data_url(image)}});
+                    if current_url && let Some(page) = slot.next.page {
+                        answer["output"]["current_url"] = json!(page.url);
+                    }
                     if let Some(checks) = item.get("pending_safety_checks").and_then(Value::as_array)
                         && !checks.is_empty()
                     {
@@ -537,7 +555,9 @@ impl Model for OpenAiModel {
         let redact = |t: &str| endpoint.redact(t);
         let auto = self.settings.config.auto_acknowledge_safety_checks;
         let mut decoder = ResponseDecoder::new(deltas, self.settings.price, auto, &redact);
-        endpoint.execute(&http, &mut decoder).await
+        let mut turn = endpoint.execute(&http, &mut decoder).await?;
+        navigation::claim(&request, &mut turn);
+        Ok(turn)
     }
 }
 

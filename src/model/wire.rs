@@ -1,7 +1,7 @@
 //! Pieces every vendor adapter uses to render a [`ModelRequest`] and read a response: the conversation laid
 //! out as (screen, turn, results) slots, the system prompt, image sizes, data URLs, JSON helpers.
 
-use agentd_computer::{Action, Point, Size};
+use agentd_computer::{Action, PageInfo, Point, Size};
 use serde_json::Value;
 
 use super::SCREENSHOT_PLACEHOLDER;
@@ -19,6 +19,8 @@ cannot be done, call task_completion with success and a short summary.";
 pub struct Screen<'a> {
     pub image: Option<&'a ModelImage>,
     pub notes: &'a [String],
+    /// The page a browser showed with it; `None` on desktops.
+    pub page: Option<&'a PageInfo>,
 }
 
 /// One exchange with the screen shown *after* its results (the next exchange's, or the current one).
@@ -31,10 +33,11 @@ pub struct Slot<'a> {
 /// The conversation in the order every API wants it: the first screen (with the instructions), then each
 /// exchange followed by the screen after it.
 pub fn layout<'a>(request: &ModelRequest<'a>) -> (Screen<'a>, Vec<Slot<'a>>) {
-    let current = Screen { image: Some(request.screenshot), notes: request.notes };
+    let current = Screen { image: Some(request.screenshot), notes: request.notes, page: request.page };
     let history = request.history;
+    let shown = |e: &'a Exchange| Screen { image: e.screenshot.as_ref(), notes: &e.notes, page: e.page.as_ref() };
     let first = match history.first() {
-        Some(e) => Screen { image: e.screenshot.as_ref(), notes: &e.notes },
+        Some(e) => shown(e),
         None => current,
     };
     let slots = history
@@ -42,7 +45,7 @@ pub fn layout<'a>(request: &ModelRequest<'a>) -> (Screen<'a>, Vec<Slot<'a>>) {
         .enumerate()
         .map(|(i, exchange)| {
             let next = match history.get(i + 1) {
-                Some(e) => Screen { image: e.screenshot.as_ref(), notes: &e.notes },
+                Some(e) => shown(e),
                 None => current,
             };
             Slot { exchange, next }

@@ -280,6 +280,15 @@ fn step_html(writer: &mut impl Write, step: &StepRecord, png: Option<&[u8]>) -> 
     out.clear();
     screenshot(writer, png, step.screenshot.width, step.screenshot.height, &what, &marks, &labels)?;
     out.push_str("</div>\n<div>\n");
+    if let Some(page) = &step.page {
+        // A browser's page: its title and URL as text (never a link: the page is the task's, not the reader's).
+        let _ = writeln!(
+            out,
+            "<p class=\"page\">Page: <strong>{}</strong> <code>{}</code></p>",
+            escape(&page.title),
+            escape(&page.url)
+        );
+    }
     if !step.model_text.is_empty() {
         let _ = writeln!(out, "<h3>Model</h3><pre class=\"model-text\">{}</pre>", escape(&step.model_text));
     }
@@ -467,6 +476,7 @@ mod tests {
             "steps": [{"index": 1, "started_at": "2026-01-01T00:00:01Z", "duration_ms": 5,
                 "screenshot": {"url": "file:///x", "width": 100, "height": 50, "key": "k"},
                 "model_text": hostile, "thinking": hostile,
+                "page": {"url": format!("https://example.org/?q={hostile}"), "title": hostile},
                 "actions": [{"type": "type", "text": hostile}, {"type": "click", "x": 3, "y": 4}],
                 "results": [{"ok": false, "message": hostile}, {"ok": true, "message": ""},
                             {"ok": true, "message": hostile, "tool": "t", "call_id": "c1", "details": {"d": hostile}}],
@@ -481,5 +491,7 @@ mod tests {
         assert!(html.contains("&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"));
         assert!(html.contains("The screenshot of step 1 is missing"));
         assert!(html.contains("id=\"verifiers\""));
+        assert!(html.contains("Page: <strong>&lt;script&gt;"), "the page's title, as text: {html}");
+        assert!(html.contains("<code>https://example.org/?q=&lt;script&gt;"), "the page's URL, as text: {html}");
     }
 }

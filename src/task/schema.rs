@@ -285,11 +285,33 @@ impl JsonSchema for TaskTool {
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
         let name = generator.subschema_for::<ToolName>().to_value();
         let mut variants = vec![
-            json!({"type": "object", "properties": {"use": name}, "required": ["use"], "additionalProperties": false}),
+            json!({"type": "object", "properties": {"use": name.clone()}, "required": ["use"], "additionalProperties": false}),
         ];
         variants.extend(declared_tools(generator, &["http", "remote"], false));
+        let strings = json!({"type": "array", "items": {"type": "string"}});
+        let timeout = json!({"type": "integer", "minimum": 1, "maximum": tools::MAX_TOOL_TIMEOUT_SECS});
+        let mcp = |transport: Value, required: &str| {
+            let mut properties =
+                json!({"kind": {"const": "mcp"}, "name": name.clone(), "timeout_secs": timeout.clone()});
+            if let (Some(all), Some(own)) = (properties.as_object_mut(), transport.as_object()) {
+                all.extend(own.clone());
+            }
+            json!({"type": "object", "properties": properties, "required": ["kind", "name", required],
+                   "additionalProperties": false})
+        };
+        variants.push(mcp(
+            json!({"command": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                               "description": "An MCP server on stdio: the program and its arguments (no shell)."},
+                   "env": strings.clone()}),
+            "command",
+        ));
+        variants.push(mcp(
+            json!({"url": {"type": "string", "description": "An MCP server over Streamable HTTP."},
+                   "headers_env": {"type": "object", "additionalProperties": {"type": "string"}}}),
+            "url",
+        ));
         json_schema!({
-            "description": "A tool the model may call: declared here (`http`, or `remote`: answered by the API client), or a `[tools.NAME]` of the configuration named with `use` (the only way to a `command` tool).",
+            "description": "A tool the model may call: declared here (`http`, or `remote`: answered by the API client), a `[tools.NAME]` of the configuration named with `use` (the only way to a `command` tool), or an MCP server (`mcp`) whose tools are offered as NAME__TOOL.",
             "oneOf": variants
         })
     }
@@ -434,7 +456,11 @@ mod tests {
                  "url": "https://orders.example/lookup", "headers_env": {"Authorization": "TOKEN"}, "timeout_secs": 10},
                 {"name": "approve_refund", "description": "d", "parameters": {"type": "object"}, "kind": "remote",
                  "timeout_secs": 600},
-                {"use": "notify"}
+                {"use": "notify"},
+                {"kind": "mcp", "name": "files", "command": ["mcp-server-filesystem", "/srv"], "env": ["HOME"],
+                 "timeout_secs": 60},
+                {"kind": "mcp", "name": "crm", "url": "https://crm.example.org/mcp",
+                 "headers_env": {"Authorization": "CRM_TOKEN"}}
             ],
             "output_schema": {"type": "object", "required": ["order"]},
             "secrets": {"password": {"env": "PORTAL_PASSWORD"}, "token": {"file": "/run/secrets/t"}},

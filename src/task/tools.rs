@@ -203,20 +203,7 @@ fn decl<'de, D: Deserializer<'de>>(d: D, allow_command: bool) -> Result<ToolDecl
         "http" => {
             let http: HttpTool = variant(rest)?;
             http_url(&http.url).map_err(|m| D::Error::custom(format!("field `url`: {m}")))?;
-            for (header, var) in &http.headers_env {
-                if header.is_empty()
-                    || !header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-                {
-                    return Err(D::Error::custom(format!(
-                        "field `headers_env`: {header:?} is not an HTTP header name"
-                    )));
-                }
-                if var.is_empty() || var.contains(['=', '\0']) {
-                    return Err(D::Error::custom(format!(
-                        "field `headers_env.{header}`: {var:?} is not an environment variable name"
-                    )));
-                }
-            }
+            check_headers_env(&http.headers_env).map_err(D::Error::custom)?;
             ToolKind::Http(http)
         }
         "remote" => {
@@ -283,7 +270,8 @@ fn variant_field<T: serde::de::DeserializeOwned, E: serde::de::Error>(
     })
 }
 
-/// A task file's entry in `tools`: a declaration, or `{"use": "NAME"}` naming a config tool.
+/// A task file's entry in `tools`: a declaration, `{"use": "NAME"}` naming a config tool, or an MCP server
+/// whose tools are offered to the model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum TaskTool {
@@ -292,16 +280,145 @@ pub enum TaskTool {
         name: ToolName,
     },
     Declared(ToolDecl),
+    Mcp(McpSource),
 }
 
 impl TaskTool {
-    /// The name the model knows the tool by.
+    /// The name the model knows the tool by (an MCP server's: the prefix of its tools' names).
     pub fn name(&self) -> &ToolName {
         match self {
             Self::Use { name } => name,
             Self::Declared(decl) => &decl.name,
+            Self::Mcp(source) => &source.name,
         }
     }
+}
+
+/// An MCP server (docs/tools.md) a task's model may use: started (stdio) or connected to (Streamable HTTP)
+/// for each attempt; each of its tools is offered to the model as `PREFIX__TOOL`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpSource {
+    /// The prefix of its tools' names: the model calls the server's `search` as `PREFIX__search`.
+    pub name: ToolName,
+    pub transport: McpTransport,
+    /// How long one call may take, in seconds (default 30).
+    pub timeout_secs: Option<Limit<u64, MAX_TOOL_TIMEOUT_SECS>>,
+}
+
+/// How agentd reaches an MCP server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum McpTransport {
+    /// stdio: a program agentd starts (no shell), in a process group of its own, stopped with the attempt.
+    Stdio {
+        /// The program and its arguments.
+        command: Vec<String>,
+        /// The worker's environment variables the program is given, besides the few every program gets: it
+        /// starts from a clean environment, never the daemon's whole one.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<String>,
+    },
+    /// Streamable HTTP: a server at `url`.
+    Http {
+        url: String,
+        /// Request headers whose values come from environment variables on the worker.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers_env: BTreeMap<String, String>,
+    },
+}
+
+impl Serialize for McpSource {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Entry<'a> {
+            kind: &'static str,
+            name: &'a ToolName,
+            #[serde(flatten)]
+            transport: &'a McpTransport,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            timeout_secs: Option<u64>,
+        }
+        Entry {
+            kind: "mcp",
+            name: &self.name,
+            transport: &self.transport,
+            timeout_secs: self.timeout_secs.map(|t| t.get()),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl McpSource {
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.timeout_secs.map_or(DEFAULT_TOOL_TIMEOUT_SECS, |t| t.get()))
+    }
+}
+
+/// Reads `{"kind": "mcp", "name": …, "command" | "url": …}` (the `kind` already checked).
+fn mcp_source(mut map: serde_json::Map<String, serde_json::Value>) -> Result<McpSource, String> {
+    map.remove("kind");
+    let name = map.remove("name").ok_or("missing field `name`")?;
+    let name: ToolName = serde_json::from_value(name).map_err(|e| format!("field `name`: {e}"))?;
+    if name.as_str().contains("__") {
+        return Err(format!("field `name`: {:?}: an MCP server's name may not contain `__`", name.as_str()));
+    }
+    match (map.contains_key("command"), map.contains_key("url")) {
+        (true, true) => {
+            return Err("an MCP server has either `command` (stdio) or `url` (Streamable HTTP), not both".into());
+        }
+        (false, false) => return Err("missing field `command` (stdio) or `url` (Streamable HTTP)".into()),
+        _ => {}
+    }
+    if let Some(field) = ["description", "parameters"].into_iter().find(|f| map.contains_key(*f)) {
+        return Err(format!("field `{field}`: an MCP server's tools describe themselves"));
+    }
+    if map.contains_key("command") {
+        for field in map.keys() {
+            if !["command", "env", "timeout_secs"].contains(&field.as_str()) {
+                return Err(format!("field `{field}`: unknown field for an MCP server on stdio"));
+            }
+        }
+    } else {
+        for field in map.keys() {
+            if !["url", "headers_env", "timeout_secs"].contains(&field.as_str()) {
+                return Err(format!("field `{field}`: unknown field for an MCP server over HTTP"));
+            }
+        }
+    }
+    let timeout_secs = match map.remove("timeout_secs") {
+        Some(value) => Some(serde_json::from_value(value).map_err(|e| format!("field `timeout_secs`: {e}"))?),
+        None => None,
+    };
+    let transport: McpTransport = serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| e.to_string())?;
+    let source = McpSource { name, transport, timeout_secs };
+    match &source.transport {
+        McpTransport::Stdio { command, env } => {
+            if command.first().is_none_or(|program| program.is_empty()) {
+                return Err("field `command`: name the program to run (a non-empty list)".into());
+            }
+            if let Some(var) = env.iter().find(|v| v.is_empty() || v.contains(['=', '\0'])) {
+                return Err(format!("field `env`: {var:?} is not an environment variable name"));
+            }
+        }
+        McpTransport::Http { url, headers_env } => {
+            http_url(url).map_err(|m| format!("field `url`: {m}"))?;
+            check_headers_env(headers_env)?;
+        }
+    }
+    Ok(source)
+}
+
+/// `headers_env`: header names as HTTP allows them, variable names as environments do.
+fn check_headers_env(headers_env: &BTreeMap<String, String>) -> Result<(), String> {
+    for (header, var) in headers_env {
+        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+            return Err(format!("field `headers_env`: {header:?} is not an HTTP header name"));
+        }
+        if var.is_empty() || var.contains(['=', '\0']) {
+            return Err(format!("field `headers_env.{header}`: {var:?} is not an environment variable name"));
+        }
+    }
+    Ok(())
 }
 
 impl<'de> Deserialize<'de> for TaskTool {
@@ -317,6 +434,11 @@ impl<'de> Deserialize<'de> for TaskTool {
                 )));
             }
             return Ok(Self::Use { name: variant_field("use", name.clone())? });
+        }
+        if let serde_json::Value::Object(map) = &value
+            && map.get("kind").and_then(serde_json::Value::as_str) == Some("mcp")
+        {
+            return mcp_source(map.clone()).map(Self::Mcp).map_err(D::Error::custom);
         }
         decl(value, false).map(Self::Declared).map_err(D::Error::custom)
     }
@@ -378,6 +500,38 @@ mod tests {
         assert!(e.contains("headers"), "{e}");
         let e = task_tool(json!({"use": "x", "kind": "http"})).unwrap_err();
         assert!(e.contains("field `kind`"), "{e}");
+    }
+
+    #[test]
+    fn mcp_servers_parse_round_trip_and_bad_ones_name_the_field() {
+        let stdio = task_tool(json!({"kind": "mcp", "name": "files", "command": ["mcp-fs", "/srv"], "env": ["HOME"],
+            "timeout_secs": 5}))
+        .unwrap();
+        assert_eq!(stdio.name().as_str(), "files");
+        assert!(matches!(&stdio, TaskTool::Mcp(McpSource { transport: McpTransport::Stdio { .. }, .. })));
+        assert_eq!(task_tool(serde_json::to_value(&stdio).unwrap()).unwrap(), stdio);
+        let http = task_tool(json!({"kind": "mcp", "name": "crm", "url": "https://crm.example.org/mcp",
+            "headers_env": {"Authorization": "CRM_TOKEN"}}))
+        .unwrap();
+        assert!(matches!(&http, TaskTool::Mcp(McpSource { transport: McpTransport::Http { .. }, .. })));
+        assert_eq!(task_tool(serde_json::to_value(&http).unwrap()).unwrap(), http);
+
+        for (bad, expected) in [
+            (json!({"kind": "mcp", "name": "x", "command": ["a"], "url": "http://h/mcp"}), "not both"),
+            (json!({"kind": "mcp", "name": "x"}), "missing field `command`"),
+            (json!({"kind": "mcp", "command": ["a"]}), "missing field `name`"),
+            (json!({"kind": "mcp", "name": "a__b", "command": ["a"]}), "may not contain `__`"),
+            (json!({"kind": "mcp", "name": "x", "command": ["a"], "description": "d"}), "field `description`"),
+            (json!({"kind": "mcp", "name": "x", "command": ["a"], "headers_env": {}}), "field `headers_env`"),
+            (json!({"kind": "mcp", "name": "x", "url": "http://h/mcp", "env": []}), "field `env`"),
+            (json!({"kind": "mcp", "name": "x", "command": []}), "field `command`"),
+            (json!({"kind": "mcp", "name": "x", "url": "ftp://h/mcp"}), "field `url`"),
+            (json!({"kind": "mcp", "name": "x", "url": "http://h/mcp", "headers_env": {"A B": "V"}}), "headers_env"),
+            (json!({"kind": "mcp", "name": "x", "command": ["a"], "timeout_secs": 0}), "timeout_secs"),
+        ] {
+            let e = task_tool(bad.clone()).unwrap_err();
+            assert!(e.contains(expected), "{bad}: {e}");
+        }
     }
 
     #[test]

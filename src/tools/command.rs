@@ -179,7 +179,7 @@ impl Program {
         }
         let mut child = command.spawn().map_err(|e| format!("cannot start {}: {e}", self.program))?;
         // Until the program has been waited for, dropping this (a cancelled task) kills its whole group.
-        let mut group = Group(child.id().and_then(|pid| i32::try_from(pid).ok()));
+        let mut group = ProcessGroup::of(&child);
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -230,9 +230,14 @@ impl Program {
 }
 
 /// A running program's process group, killed when it must stop or when this is dropped before it ended.
-struct Group(Option<i32>);
+pub(crate) struct ProcessGroup(Option<i32>);
 
-impl Group {
+impl ProcessGroup {
+    /// The group `child` leads (it was started with `process_group(0)`).
+    pub(crate) fn of(child: &tokio::process::Child) -> Self {
+        Self(child.id().and_then(|pid| i32::try_from(pid).ok()))
+    }
+
     fn kill(&mut self) {
         if let Some(pid) = self.0.take() {
             kill_process_group(pid);
@@ -253,7 +258,7 @@ pub(crate) fn kill_process_group(leader: i32) {
     let _ = leader;
 }
 
-impl Drop for Group {
+impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.kill();
     }

@@ -58,7 +58,7 @@ fn envelope(tool: &str, text: &str) -> Option<ToolOutcome> {
         Some(_) => return malformed("`output` is not a string"),
         None => return malformed("`output` is missing"),
     };
-    Some(ToolOutcome { ok, message: output, details: map.remove("details") })
+    Some(ToolOutcome { ok, message: output, details: map.remove("details"), image: None })
 }
 
 /// The end of `bytes` as text: at most `max` bytes, cut at a character boundary, marked when cut.

@@ -40,7 +40,7 @@ fn build(policy: &Outbound) -> Result<reqwest::Client, String> {
 
 /// The client for `policy`: the process's one for open tools (built once), a client of the tool's own
 /// otherwise (its resolver holds the policy). An error if it cannot be built, which every call then reports.
-fn client(policy: &Outbound) -> Result<reqwest::Client, String> {
+pub(crate) fn client(policy: &Outbound) -> Result<reqwest::Client, String> {
     static OPEN: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
     if policy.is_restricted() { build(policy) } else { OPEN.get_or_init(|| build(policy)).clone() }
 }

@@ -33,6 +33,8 @@ use crate::task::tools::{JsonSchema, TaskTool, ToolDecl, ToolKind};
 pub mod command;
 pub mod envelope;
 pub mod http;
+#[cfg(feature = "daemon")]
+pub mod mcp;
 pub mod schema;
 pub mod secrets;
 
@@ -47,20 +49,58 @@ pub struct ToolOutcome {
     pub message: String,
     /// Kept in the record and the events, never shown to the model.
     pub details: Option<serde_json::Value>,
+    /// An image the model is shown with the result (an MCP tool's image content); not kept in the record.
+    pub image: Option<ToolImage>,
 }
 
 impl ToolOutcome {
     pub fn ok(message: impl Into<String>) -> Self {
-        Self { ok: true, message: message.into(), details: None }
+        Self { ok: true, message: message.into(), details: None, image: None }
     }
 
     pub fn error(message: impl Into<String>) -> Self {
-        Self { ok: false, message: message.into(), details: None }
+        Self { ok: false, message: message.into(), details: None, image: None }
     }
 
     pub fn with_details(mut self, details: serde_json::Value) -> Self {
         self.details = Some(details);
         self
+    }
+}
+
+/// An image a tool returned, as the models take it: PNG or WebP (the formats agentd reads the size of).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolImage {
+    pub size: agentd_computer::Size,
+    pub media_type: &'static str,
+    pub bytes: Arc<[u8]>,
+}
+
+impl ToolImage {
+    /// Reads the image's size from its header; `Err` says why it cannot be shown.
+    pub fn new(media_type: &'static str, bytes: Vec<u8>) -> Result<Self, String> {
+        let size = match media_type {
+            "image/png" => {
+                let reader = png::Decoder::new(std::io::Cursor::new(&bytes))
+                    .read_info()
+                    .map_err(|e| format!("not a PNG: {e}"))?;
+                let info = reader.info();
+                agentd_computer::Size::new(info.width, info.height)
+            }
+            "image/webp" => {
+                let decoder = image_webp::WebPDecoder::new(std::io::Cursor::new(&bytes))
+                    .map_err(|e| format!("not a WebP image: {e}"))?;
+                let (width, height) = decoder.dimensions();
+                agentd_computer::Size::new(width, height)
+            }
+            other => return Err(format!("{other} is not shown to models; send PNG or WebP")),
+        };
+        Ok(Self { size, media_type, bytes: bytes.into() })
+    }
+
+    /// The image as the model adapters send it.
+    pub fn to_model(&self) -> crate::model::ModelImage {
+        crate::model::ModelImage::new(self.size, self.media_type, self.bytes.clone())
     }
 }
 
@@ -190,6 +230,8 @@ impl Toolbox {
         for (i, entry) in task.tools.iter().enumerate() {
             let field = format!("tools[{i}]");
             let (decl, configured) = match entry {
+                // Its tools are known once the server is reached: the attempt adds them (`tools::mcp`).
+                TaskTool::Mcp(_) => continue,
                 TaskTool::Declared(decl) => (decl, false),
                 TaskTool::Use { name } => (
                     catalog.get(name.as_str()).ok_or_else(|| {

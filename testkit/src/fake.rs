@@ -513,6 +513,13 @@ fn check_openai(key: &str, r: &Recorded, p: &mut Vec<String>) {
                         Ok(_) => {}
                         Err(e) => p.push(format!("input.{i}: {e}")),
                     }
+                    // The browser environment's page URL (openai-cua-sample-app): a string, and only there.
+                    if let Some(url) = item["output"].get("current_url") {
+                        let browser = tools.first().is_some_and(|t| t["environment"] == "browser");
+                        if !url.is_string() || !browser {
+                            p.push(format!("input.{i}: current_url is a string, sent in the browser environment only"));
+                        }
+                    }
                 }
                 outputs.push(id);
             }

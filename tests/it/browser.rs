@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::support::{Agentd, Run};
 
 /// The Chromium to drive, or `None` after saying why the test skips.
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("AGENTD_TEST_CHROMIUM").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(path));
     }
@@ -47,13 +47,13 @@ const FORM: &str = r#"<!doctype html>
 const THANKS: &str = "<!doctype html><title>Thanks</title><body><h1>Thank you</h1></body>";
 
 /// A web server on a loopback port: `GET /` is the form, `POST /submit` is recorded (its body) and thanked.
-struct FormServer {
-    port: u16,
+pub(crate) struct FormServer {
+    pub(crate) port: u16,
     submitted: Arc<Mutex<Vec<String>>>,
 }
 
 impl FormServer {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("address").port();
         let submitted = Arc::new(Mutex::new(Vec::new()));
@@ -111,7 +111,7 @@ impl FormServer {
     }
 
     /// The bodies of the forms submitted, once one is there (at most `timeout`).
-    fn wait_submitted(&self, timeout: Duration) -> Vec<String> {
+    pub(crate) fn wait_submitted(&self, timeout: Duration) -> Vec<String> {
         let deadline = Instant::now() + timeout;
         loop {
             let seen = self.submitted.lock().expect("record").clone();

@@ -763,3 +763,57 @@ fn a_login_past_the_session_limit_is_refused_and_ends_nobodys_session() {
     let (code, head, body) = login();
     assert_eq!(code, 303, "a login after a logout: {head}\n{body}");
 }
+
+/// A browser task's steps name the page each screenshot shows, as text (title and URL) in the step's details.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_tasks_step_names_its_page() {
+    let Some(chromium) = crate::browser::chromium() else { return };
+    let Some(browser) = launch().await else { return };
+    let _load = crate::support::timing_sensitive();
+    let site = crate::browser::FormServer::start();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).expect("token");
+    let executable = chromium.display().to_string();
+    let daemon = Daemon::start_with_api(
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
+        &format!(
+            "[outbound]\nallow = [\"127.0.0.1\"]\n[defaults]\ncomputer = {{ provider = \"browser\", executable = {executable:?} }}\n"
+        ),
+    );
+    let addr = format!("127.0.0.1:{port}");
+    let form = format!("http://127.0.0.1:{}/", site.port);
+    let task = serde_json::json!({
+        "id": "console-browser",
+        "instructions": "look at the form",
+        "computer": {"provider": "browser", "executable": executable, "start_url": form, "width": 1024, "height": 700},
+        "model": {"provider": "scripted", "script": {"turns": [
+            {"say": "the name field", "actions": [{"type": "click", "x": 200, "y": 38}]},
+            {"complete": {"success": true, "summary": "looked"}}
+        ]}}
+    });
+    let id = submit(&daemon, &task.to_string());
+    wait_state(&daemon, &id, "succeeded");
+
+    let tab = browser.tab(1280, 800, false).await.expect("tab");
+    log_in(&tab, &addr).await;
+    open_hash(&tab, &format!("#/tasks/{id}")).await;
+    tab.wait_for("document.querySelector('#timeline button[data-index=\"0\"]')", WAIT).await.expect("a timeline");
+    tab.click("#timeline button[data-index=\"0\"]").await.expect("step 0");
+    let shown = tab
+        .wait_for(
+            &format!("(document.querySelector('#step-details .page') || {{}}).textContent === 'Page: Sign up {form}'"),
+            WAIT,
+        )
+        .await;
+    if let Err(e) = shown {
+        let text: String = tab.eval("document.querySelector('#step-details').innerText").await.unwrap_or_default();
+        panic!("the step's page: {e}\ndetails: {text}");
+    }
+    // As text: no link to the task's page.
+    let links: usize = tab.eval("document.querySelectorAll('#step-details .page a').length").await.expect("links");
+    assert_eq!(links, 0);
+    save(&tab, "browser-task.png").await;
+    browser.close().await;
+}

@@ -140,7 +140,7 @@ pub async fn run_task(
 /// before it returns; no events kept.
 pub async fn one_attempt(
     task: ResolvedTask,
-    computer: Arc<MockDesktop>,
+    computer: Arc<dyn agentd_computer::ComputerProvider>,
     model: Arc<dyn Model>,
     tools: Arc<agentd::tools::Toolbox>,
     resume: Vec<agentd::record::StepRecord>,
@@ -594,6 +594,8 @@ pub async fn call(model: &dyn Model) -> Result<ModelTurn, ModelError> {
         notes: &[],
         tools: &tools,
         screen,
+        browser: false,
+        page: None,
         step: 0,
         summary: None,
     };

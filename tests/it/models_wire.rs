@@ -55,11 +55,12 @@ fn history(turns: [ModelTurn; 2]) -> Vec<Exchange> {
             .collect()
     };
     vec![
-        Exchange { step: 0, screenshot: None, notes: vec![], results: results(&first, true), turn: first },
+        Exchange { step: 0, screenshot: None, notes: vec![], page: None, results: results(&first, true), turn: first },
         Exchange {
             step: 1,
             screenshot: Some(image(100)),
             notes: vec!["Note: resumed.".into()],
+            page: None,
             results: results(&second, false),
             turn: second,
         },
@@ -151,6 +152,8 @@ fn request<'a>(
         notes,
         tools,
         screen: SCREEN,
+        browser: false,
+        page: None,
         step: 2,
         summary: Some("Step 0; you said \"hi\""),
     }
@@ -204,8 +207,15 @@ fn openai_request_body() {
 #[test]
 fn gemini_request_body() {
     let parse = |parts: Value, step| {
-        gemini::parse_content(&json!({"role": "model", "parts": parts}), &Value::Null, step, &["task_completion"], None)
-            .unwrap()
+        gemini::parse_content(
+            &json!({"role": "model", "parts": parts}),
+            &Value::Null,
+            step,
+            &["task_completion"],
+            false,
+            None,
+        )
+        .unwrap()
     };
     let turns = [
         parse(
@@ -330,7 +340,7 @@ fn feed_all(body: &[u8], events: &[String]) {
     };
     let mut anthropic = MessageDecoder::new(&sink, display, None, &redact);
     let mut openai = ResponseDecoder::new(&sink, None, false, &redact);
-    let mut gemini = ContentDecoder::new(&sink, 0, vec!["task_completion".to_string()], None);
+    let mut gemini = ContentDecoder::new(&sink, 0, vec!["task_completion".to_string()], false, None);
     fn drive<D: Decoder>(d: &mut D, body: &[u8], events: &[String], streamed: bool) {
         d.start();
         if streamed {
@@ -384,7 +394,7 @@ proptest! {
         let _ = anthropic::computer_actions(&input, Size::new(1280, 800));
         let _ = openai::action(&input);
         if let Some(name) = input.get("name").and_then(Value::as_str) {
-            let _ = gemini::function_actions(name, &input);
+            let _ = gemini::function_actions(name, &input, true);
         }
         let _ = agentd::model::compatible::parse_ui_tars(&input.to_string(), 0);
     }
@@ -521,7 +531,7 @@ fn anthropic_cache_breakpoints_survive_dropping_screenshots() {
             .unwrap();
             let results =
                 vec![ToolResult { call_id: format!("toolu_{step}"), ok: true, message: "ok".into(), image: None }];
-            history.push(Exchange { step, screenshot: Some(current), notes: vec![], turn, results });
+            history.push(Exchange { step, screenshot: Some(current), notes: vec![], page: None, turn, results });
         }
         let ratio = read as f64 / total as f64;
         println!("chunk {chunk}: cache hit ratio {ratio:.2}");

@@ -1254,6 +1254,10 @@ impl ComputerProvider for BrowserProvider {
         taken
     }
 
+    fn navigates(&self) -> bool {
+        true
+    }
+
     async fn page(&self) -> Option<PageInfo> {
         self.page_state().await.ok().map(|p| PageInfo { url: p.url, title: p.title })
     }

@@ -110,6 +110,12 @@ pub trait ComputerProvider: Send + Sync {
         false
     }
 
+    /// Whether the computer is a browser: it carries out `navigate`, `back`, `forward` and `reload`, and
+    /// shows pages ([`ComputerProvider::page`]). Model adapters then offer their vendors' browser modes.
+    fn navigates(&self) -> bool {
+        false
+    }
+
     /// The page shown, for computers that show pages (a browser); `None` for desktops. Each step records it.
     async fn page(&self) -> Option<PageInfo> {
         None

@@ -96,6 +96,9 @@ impl Loop {
             notes: &notes,
             tools: &self.conversation.specs,
             screen: self.screen.size,
+            // As the turns it summarises were asked: the navigation functions they may call stay declared.
+            browser: self.built.computer.navigates(),
+            page: None,
             step,
             summary: self.conversation.summary.as_deref(),
         };

@@ -40,6 +40,7 @@ impl Loop {
                 step: step.index,
                 screenshot: None,
                 notes,
+                page: step.page.clone(),
                 turn: turn_of(&step),
                 results: history_results(&step),
             });
@@ -94,6 +95,7 @@ impl Loop {
                 step: step.index,
                 screenshot: None,
                 notes,
+                page: step.page.clone(),
                 turn: turn_of(step),
                 results: history_results(step),
             });

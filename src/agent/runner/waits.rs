@@ -142,6 +142,7 @@ impl Loop {
             step: record.index,
             screenshot: None,
             notes,
+            page: record.page.clone(),
             turn,
             results: executed.tool_results,
         });

@@ -468,6 +468,8 @@
       const step = frame.step;
       details.append(h('h2', { text: `Step ${frame.index}` }));
       if (!step) { details.append(h('p', { class: 'muted', text: 'In progress: the model is deciding.' })); return; }
+      // A browser's page: as text, never a link (the page is the task's, not the operator's).
+      if (step.page) details.append(h('p', { class: 'page' }, h('span', { class: 'muted', text: 'Page: ' }), h('strong', { text: step.page.title || '(untitled)' }), h('span', { class: 'mono', text: ` ${step.page.url}` })));
       if (step.model_text) details.append(h('pre', { class: 'model-text', text: step.model_text }));
       if (step.thinking) details.append(h('details', {}, h('summary', { text: 'Thinking' }), h('pre', { class: 'thinking', text: step.thinking })));
       if (step.approval) {
