@@ -707,26 +707,14 @@ pub fn check_names(task: &crate::task::ResolvedTask, config: &Config) -> Result<
             _ => false,
         };
         if !from_defaults && !config.worker.allowed_env.contains(name) {
-            return Err(BuildError::invalid(
-                field,
-                format!(
-                    "the environment variable {name:?} is not one tasks from the API may name (add it to \
-                     `worker.allowed_env` in the daemon's config)"
-                ),
-            ));
+            return Err(env_refused(field, name));
         }
     }
     for (name, source) in &task.secrets {
         if let SecretSource::Env(var) = source
             && !config.worker.allowed_env.contains(var)
         {
-            return Err(BuildError::invalid(
-                format!("secrets.{name}.env"),
-                format!(
-                    "the environment variable {var:?} is not one tasks from the API may name (add it to \
-                     `worker.allowed_env` in the daemon's config)"
-                ),
-            ));
+            return Err(env_refused(format!("secrets.{name}.env"), var));
         }
     }
     if let ModelSpec::OpenaiCompatible(CompatibleSpec { base_url: Some(url), .. }) = &task.model {
@@ -802,13 +790,7 @@ fn check_tools(task: &crate::task::ResolvedTask, config: &Config) -> Result<(), 
                 if let Some((header, var)) =
                     http.headers_env.iter().find(|(_, var)| !config.worker.allowed_env.contains(var))
                 {
-                    return Err(BuildError::invalid(
-                        format!("tools[{i}].headers_env.{header}"),
-                        format!(
-                            "the environment variable {var:?} is not one tasks from the API may name (add it to \
-                             `worker.allowed_env` in the daemon's config)"
-                        ),
-                    ));
+                    return Err(env_refused(format!("tools[{i}].headers_env.{header}"), var));
                 }
             }
             TaskTool::Mcp(source) => check_mcp(source, &format!("tools[{i}]"), config)?,
@@ -836,12 +818,7 @@ fn check_mcp(source: &crate::task::tools::McpSource, field: &str, config: &Confi
                 ));
             }
             if let Some(var) = env.iter().find(|v| !env_allowed(v)) {
-                return Err(BuildError::invalid(
-                    format!("{field}.env"),
-                    format!(
-                        "the environment variable {var:?} is not one tasks from the API may name (add it to `worker.allowed_env`)"
-                    ),
-                ));
+                return Err(env_refused(format!("{field}.env"), var));
             }
         }
         McpTransport::Http { url, headers_env } => {
@@ -854,16 +831,22 @@ fn check_mcp(source: &crate::task::tools::McpSource, field: &str, config: &Confi
                 ));
             }
             if let Some((header, var)) = headers_env.iter().find(|(_, var)| !env_allowed(var)) {
-                return Err(BuildError::invalid(
-                    format!("{field}.headers_env.{header}"),
-                    format!(
-                        "the environment variable {var:?} is not one tasks from the API may name (add it to `worker.allowed_env`)"
-                    ),
-                ));
+                return Err(env_refused(format!("{field}.headers_env.{header}"), var));
             }
         }
     }
     Ok(())
+}
+
+/// An environment variable a task from the API names (at `field`) that `[worker] allowed_env` does not list.
+fn env_refused(field: impl Into<Cow<'static, str>>, var: &str) -> BuildError {
+    BuildError::invalid(
+        field,
+        format!(
+            "the environment variable {var:?} is not one tasks from the API may name (add it to \
+             `worker.allowed_env` in the daemon's config)"
+        ),
+    )
 }
 
 /// Builds the artifact store the config names.

@@ -199,7 +199,7 @@ impl Assembly {
         // An API task's secret files are only those `[api] allowed_secret_paths` names.
         let secret_files = if self.api_task { config.secret_file_access() } else { files.clone() };
         let secrets = backends::secrets(&task, &secret_files).await?;
-        let tools = toolbox(&task, &config, self.tools, secrets.clone(), &outbound, self.api_task).await?;
+        let tools = toolbox(&task, &config, self.tools, secrets.clone(), &outbound).await?;
         let computer = match self.computer {
             Some(Source::Given(computer)) => computer,
             Some(Source::Spec) | None => {
@@ -232,10 +232,9 @@ async fn toolbox(
     mut tools: Vec<Arc<dyn Tool>>,
     secrets: crate::tools::secrets::Secrets,
     outbound: &Outbound,
-    api_task: bool,
 ) -> Result<Arc<Toolbox>, BuildError> {
-    let declared = backends::toolbox(task, &config.tools, secrets, outbound)?;
-    tools.extend(mcp_tools(task, config, outbound, api_task).await?);
+    let declared = backends::toolbox(task, &config.tools, secrets.clone(), outbound)?;
+    tools.extend(mcp_tools(task, outbound, &secrets).await?);
     if tools.is_empty() {
         return Ok(declared);
     }
@@ -261,17 +260,14 @@ async fn toolbox(
 #[cfg(feature = "daemon")]
 async fn mcp_tools(
     task: &ResolvedTask,
-    config: &Config,
     outbound: &Outbound,
-    api_task: bool,
+    secrets: &crate::tools::secrets::Secrets,
 ) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
-    use crate::tools::mcp::{self, McpError, Reach};
+    use crate::tools::mcp::{self, McpError};
     let mut tools = Vec::new();
     for (i, entry) in task.tools.iter().enumerate() {
         let crate::task::tools::TaskTool::Mcp(source) = entry else { continue };
-        let client = crate::tools::http::client(outbound).map_err(|m| BuildError::invalid(format!("tools[{i}]"), m))?;
-        let reach = Reach { allowed: api_task.then_some(&config.mcp_allowed), client };
-        match mcp::connect(source, &format!("tools[{i}]"), &reach).await {
+        match mcp::connect(source, &format!("tools[{i}]"), outbound, secrets.clone()).await {
             Ok(found) => tools.extend(found),
             Err(McpError::Invalid { field, message }) => return Err(BuildError::invalid(field, message)),
             Err(McpError::Unreachable { field, message }) => {
@@ -284,7 +280,11 @@ async fn mcp_tools(
 
 /// Without the daemon's feature set there is no MCP client: a task naming an MCP server is refused.
 #[cfg(not(feature = "daemon"))]
-async fn mcp_tools(task: &ResolvedTask, _: &Config, _: &Outbound, _: bool) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+async fn mcp_tools(
+    task: &ResolvedTask,
+    _: &Outbound,
+    _: &crate::tools::secrets::Secrets,
+) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
     match task.tools.iter().position(|t| matches!(t, crate::task::tools::TaskTool::Mcp(_))) {
         Some(i) => Err(BuildError::invalid(
             format!("tools[{i}]"),

@@ -88,16 +88,7 @@ impl HttpRunner {
 
     /// `text` with the task's secrets and the values of the tool's own headers replaced.
     fn redact(&self, text: &str) -> String {
-        let mut text = self.secrets.redact(text).into_owned();
-        for (header, var) in &self.headers {
-            if let Ok(value) = std::env::var(var)
-                && value.len() >= 4
-                && text.contains(&value)
-            {
-                text = text.replace(&value, &format!("<header {header}>"));
-            }
-        }
-        text
+        redact_answer(&self.secrets, &self.headers, text)
     }
 
     async fn post(&self, arguments: &serde_json::Value) -> Result<ToolOutcome, String> {
@@ -170,9 +161,25 @@ fn source_chain(e: &dyn std::error::Error) -> String {
     message
 }
 
+/// What a server answered, with the task's secrets and the values of the headers sent to it (a header name
+/// and the worker's variable holding its value) replaced: done before an answer is cut, so that no piece of
+/// a value is left at the cut.
+pub(crate) fn redact_answer(secrets: &Secrets, headers: &[(HeaderName, String)], text: &str) -> String {
+    let mut text = secrets.redact(text).into_owned();
+    for (header, var) in headers {
+        if let Ok(value) = std::env::var(var)
+            && value.len() >= 4
+            && text.contains(&value)
+        {
+            text = text.replace(&value, &format!("<header {header}>"));
+        }
+    }
+    text
+}
+
 /// A header's value from environment variable `var`, marked sensitive; the error names the variable, never
 /// a value.
-fn header_value(var: &str) -> Result<HeaderValue, String> {
+pub(crate) fn header_value(var: &str) -> Result<HeaderValue, String> {
     let value = std::env::var(var).map_err(|e| match e {
         std::env::VarError::NotPresent => format!("the environment variable {var} is not set on this worker"),
         std::env::VarError::NotUnicode(_) => format!("the environment variable {var} is not valid UTF-8"),

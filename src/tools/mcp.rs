@@ -13,7 +13,6 @@
 //!
 //! The client is the official Rust SDK's (rmcp), the same crate the daemon's own MCP server uses.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +22,12 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
 use serde_json::Value;
 
+use agentd_computer::outbound::Outbound;
+use reqwest::header::{HeaderName, HeaderValue};
+
 use super::command::{BASE_ENV, ProcessGroup};
+use super::http::{header_value, redact_answer};
+use super::secrets::Secrets;
 use super::{Tool, ToolContext, ToolImage, ToolOutcome};
 use crate::model::ToolSpec;
 use crate::task::tools::{McpSource, McpTransport, ToolName};
@@ -38,19 +42,10 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// loaded machine takes seconds; the calls have the entry's own `timeout_secs`).
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// What the worker allows an MCP entry to reach (the task's origin decides).
-pub struct Reach<'a> {
-    /// `None`: anything (a task of the command line or the library); else the `[tools]` allow lists an API
-    /// task is held to.
-    pub allowed: Option<&'a crate::config::McpAllowed>,
-    /// The HTTP client for Streamable HTTP servers (the task's outbound policy in its resolver).
-    pub client: reqwest::Client,
-}
-
 /// Why an MCP server could not give the attempt its tools.
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
-    /// The entry asks for what this worker does not allow, or names a program that cannot be started.
+    /// The entry names a program that cannot be started, or a header variable that is not set.
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
     /// The server did not answer as an MCP server within the timeout (a retry may succeed).
@@ -65,9 +60,12 @@ struct Server {
     prefix: String,
     client: Client,
     timeout: Duration,
-    /// The stdio program's process group, killed when the server is dropped.
-    _group: Option<ProcessGroup>,
-    _child: Option<tokio::process::Child>,
+    /// The task's secrets and the headers sent (name, the worker's variable): redacted out of what the server
+    /// says before it is cut.
+    secrets: Secrets,
+    headers: Vec<(HeaderName, String)>,
+    /// The stdio program and its process group, killed when the server is dropped.
+    _process: Option<(ProcessGroup, tokio::process::Child)>,
 }
 
 /// A server's tool as the model sees it.
@@ -79,50 +77,48 @@ struct McpTool {
 }
 
 /// Starts or connects to `source`'s server, lists its tools and returns them (`field`: the entry's place in
-/// the task file, for errors).
-pub async fn connect(source: &McpSource, field: &str, reach: &Reach<'_>) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+/// the task file, for errors; `outbound`: where a Streamable HTTP server may be reached; `secrets`: the
+/// task's, kept out of what the server says). What a task from the API may start or reach was checked with its
+/// other names (`backends::check_names`).
+pub async fn connect(
+    source: &McpSource,
+    field: &str,
+    outbound: &Outbound,
+    secrets: Secrets,
+) -> Result<Vec<Arc<dyn Tool>>, McpError> {
     let timeout = source.timeout();
     let start = START_TIMEOUT.max(timeout);
-    let invalid = |message: String| McpError::Invalid { field: field.to_string(), message };
+    let invalid = |field: String, message: String| McpError::Invalid { field, message };
     let unreachable = |message: String| McpError::Unreachable { field: field.to_string(), message };
-    let (client, group, child) = match &source.transport {
+    let mut sent = Vec::new();
+    let (client, process) = match &source.transport {
         McpTransport::Stdio { command, env } => {
-            if let Some(allowed) = reach.allowed
-                && !allowed.allows_command(command)
-            {
-                return Err(McpError::Invalid {
-                    field: format!("{field}.command"),
-                    message: format!(
-                        "{:?} is not in the configuration's [tools] allowed_mcp_commands, which a task submitted \
-                         over the API is held to",
-                        command.first().map(String::as_str).unwrap_or_default()
-                    ),
-                });
-            }
-            let (client, group, child) = spawn(command, env, start).await.map_err(|e| match e {
-                Spawn::Start(m) => McpError::Invalid { field: format!("{field}.command"), message: m },
+            let (client, process) = spawn(command, env, start).await.map_err(|e| match e {
+                Spawn::Start(m) => invalid(format!("{field}.command"), m),
                 Spawn::Handshake(m) => unreachable(m),
             })?;
-            (client, Some(group), Some(child))
+            (client, Some(process))
         }
         McpTransport::Http { url, headers_env } => {
-            if let Some(allowed) = reach.allowed
-                && !allowed.allows_url(url)
-            {
-                return Err(McpError::Invalid {
-                    field: format!("{field}.url"),
-                    message: format!(
-                        "{url} is not in the configuration's [tools] allowed_mcp_urls, which a task submitted over \
-                         the API is held to"
-                    ),
-                });
+            let mut headers = Vec::with_capacity(headers_env.len());
+            for (name, var) in headers_env {
+                let at = format!("{field}.headers_env.{name}");
+                let name = HeaderName::try_from(name.as_str()).map_err(|e| invalid(at.clone(), e.to_string()))?;
+                headers.push((name.clone(), header_value(var).map_err(|m| invalid(at, m))?));
+                sent.push((name, var.clone()));
             }
-            let headers = headers(headers_env).map_err(invalid)?;
-            (http(url, headers, reach.client.clone(), start).await.map_err(unreachable)?, None, None)
+            let client = super::http::client(outbound).map_err(|m| invalid(field.to_string(), m))?;
+            (http(url, headers, client, start).await.map_err(unreachable)?, None)
         }
     };
-    let server =
-        Arc::new(Server { prefix: source.name.as_str().to_string(), client, timeout, _group: group, _child: child });
+    let server = Arc::new(Server {
+        prefix: source.name.as_str().to_string(),
+        client,
+        timeout,
+        secrets,
+        headers: sent,
+        _process: process,
+    });
     let listed = tokio::time::timeout(start, server.client.list_all_tools())
         .await
         .map_err(|_| unreachable(format!("the server did not list its tools within {} s", start.as_secs())))?
@@ -168,7 +164,7 @@ async fn spawn(
     command: &[String],
     env: &[String],
     timeout: Duration,
-) -> Result<(Client, ProcessGroup, tokio::process::Child), Spawn> {
+) -> Result<(Client, (ProcessGroup, tokio::process::Child)), Spawn> {
     let program = command.first().cloned().unwrap_or_default();
     let mut process = tokio::process::Command::new(&program);
     process
@@ -202,13 +198,13 @@ async fn spawn(
             )));
         }
     };
-    Ok((client, group, child))
+    Ok((client, (group, child)))
 }
 
 /// Connects to a Streamable HTTP server and initializes MCP.
 async fn http(
     url: &str,
-    headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    headers: Vec<(HeaderName, HeaderValue)>,
     client: reqwest::Client,
     timeout: Duration,
 ) -> Result<Client, String> {
@@ -224,25 +220,6 @@ async fn http(
         Ok(Err(e)) => Err(format!("{url} did not start an MCP session: {e}")),
         Err(_) => Err(format!("{url} did not answer MCP's initialize within {} s", timeout.as_secs())),
     }
-}
-
-/// The request headers of `headers_env`, each value read from the worker's environment.
-fn headers(
-    headers_env: &BTreeMap<String, String>,
-) -> Result<Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>, String> {
-    headers_env
-        .iter()
-        .map(|(name, var)| {
-            let value = std::env::var(var)
-                .map_err(|_| format!("headers_env.{name}: the environment variable {var} is not set on this worker"))?;
-            let name =
-                reqwest::header::HeaderName::try_from(name.as_str()).map_err(|e| format!("headers_env.{name}: {e}"))?;
-            let mut value = reqwest::header::HeaderValue::try_from(value)
-                .map_err(|_| format!("headers_env.{name}: the value of {var} is not a valid header value"))?;
-            value.set_sensitive(true);
-            Ok((name, value))
-        })
-        .collect()
 }
 
 #[async_trait]
@@ -280,14 +257,36 @@ impl Tool for McpTool {
                 "the MCP server {} stopped ({e}): its tools cannot be called",
                 server.prefix
             )),
-            Ok(Err(e)) => ToolOutcome::error(format!("{} failed: {e}", self.spec.name)),
-            Ok(Ok(result)) => outcome(&serde_json::to_value(&result).unwrap_or(Value::Null)),
+            Ok(Err(e)) => {
+                // The error is the server's words: redacted, then bounded like a result.
+                let said = redact_answer(&server.secrets, &server.headers, &e.to_string());
+                ToolOutcome::error(format!("{} failed: {}", self.spec.name, cut(said)))
+            }
+            Ok(Ok(result)) => {
+                let redact = |text: &str| redact_answer(&server.secrets, &server.headers, text);
+                outcome(&serde_json::to_value(&result).unwrap_or(Value::Null), &redact)
+            }
         }
     }
 }
 
-/// A `tools/call` result (as JSON) as the model reads it.
-fn outcome(result: &Value) -> ToolOutcome {
+/// `text` cut to [`MAX_TEXT_BYTES`] (at a character boundary), saying so.
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_TEXT_BYTES {
+        let mut end = MAX_TEXT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = text.len();
+        text.truncate(end);
+        text.push_str(&format!("\n(cut: the result had {total} bytes; the first {end} are shown)"));
+    }
+    text
+}
+
+/// A `tools/call` result (as JSON) as the model reads it; `redact` is applied to what the server said before
+/// it is cut.
+fn outcome(result: &Value, redact: &dyn Fn(&str) -> String) -> ToolOutcome {
     let mut text = String::new();
     let mut image = None;
     let mut notes = Vec::new();
@@ -308,21 +307,17 @@ fn outcome(result: &Value) -> ToolOutcome {
             None => {}
         }
     }
-    let structured = result.get("structuredContent").filter(|v| !v.is_null()).cloned();
+    // Structured content through its JSON text, redacted (the redacted text when it no longer parses).
+    let structured = result.get("structuredContent").filter(|v| !v.is_null()).map(|v| {
+        let said = redact(&v.to_string());
+        serde_json::from_str(&said).unwrap_or(Value::String(said))
+    });
     if text.is_empty()
         && let Some(structured) = &structured
     {
         text = structured.to_string();
     }
-    if text.len() > MAX_TEXT_BYTES {
-        let mut end = MAX_TEXT_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        let total = text.len();
-        text.truncate(end);
-        text.push_str(&format!("\n(cut: the result had {total} bytes; the first {end} are shown)"));
-    }
+    let mut text = cut(redact(&text));
     for note in notes {
         if !text.is_empty() {
             text.push('\n');
@@ -359,6 +354,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn outcome_plain(result: &Value) -> ToolOutcome {
+        outcome(result, &|t: &str| t.to_string())
+    }
+
     #[test]
     fn text_images_structure_and_errors_are_read() {
         let png = {
@@ -367,7 +366,7 @@ mod tests {
         };
         use base64::Engine;
         let data = base64::engine::general_purpose::STANDARD.encode(&png);
-        let read = outcome(&json!({"content": [
+        let read = outcome_plain(&json!({"content": [
             {"type": "text", "text": "found 2"},
             {"type": "image", "mimeType": "image/png", "data": data},
             {"type": "image", "mimeType": "image/png", "data": data},
@@ -382,18 +381,31 @@ mod tests {
         assert_eq!(read.image.as_ref().map(|i| (i.size.width, i.size.height)), Some((2, 3)));
         assert_eq!(read.details, Some(json!({"structured_content": {"n": 2}})));
 
-        let failed = outcome(&json!({"content": [{"type": "text", "text": "no such order"}], "isError": true}));
+        let failed = outcome_plain(&json!({"content": [{"type": "text", "text": "no such order"}], "isError": true}));
         assert!(!failed.ok);
         assert_eq!(failed.message, "no such order");
 
-        let only_structure = outcome(&json!({"content": [], "structuredContent": {"total": 3}}));
+        let only_structure = outcome_plain(&json!({"content": [], "structuredContent": {"total": 3}}));
         assert_eq!(only_structure.message, "{\"total\":3}");
 
-        let flood = outcome(&json!({"content": [{"type": "text", "text": "é".repeat(MAX_TEXT_BYTES)}]}));
+        let flood = outcome_plain(&json!({"content": [{"type": "text", "text": "é".repeat(MAX_TEXT_BYTES)}]}));
         assert!(flood.message.len() < MAX_TEXT_BYTES + 100, "{}", flood.message.len());
         assert!(flood.message.ends_with("are shown)"), "{}", &flood.message[flood.message.len() - 80..]);
 
-        let svg = outcome(&json!({"content": [{"type": "image", "mimeType": "image/svg+xml", "data": "PHN2Zz4="}]}));
+        // A secret across the cut is redacted first: no piece of it is left at the cut.
+        let value = "4111-1111-1111-1111";
+        let across = format!("{}{value}", "a".repeat(MAX_TEXT_BYTES - 6));
+        let redact = |t: &str| t.replace(value, "<secret:card>");
+        let read = outcome(
+            &json!({"content": [{"type": "text", "text": across}],
+                                   "structuredContent": {"card": value}}),
+            &redact,
+        );
+        assert!(!read.message.contains("4111"), "{}", &read.message[read.message.len() - 80..]);
+        assert_eq!(read.details, Some(json!({"structured_content": {"card": "<secret:card>"}})));
+
+        let svg =
+            outcome_plain(&json!({"content": [{"type": "image", "mimeType": "image/svg+xml", "data": "PHN2Zz4="}]}));
         assert!(svg.image.is_none());
         assert!(svg.message.contains("image/svg+xml is not an image type"), "{}", svg.message);
     }

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use crate::support::{Agentd, Daemon, repo};
 
 /// The Python with the MCP SDK, or `None` after a skip (a failure under CI).
-fn python() -> Option<String> {
+pub(crate) fn python() -> Option<String> {
     agentd_testenv::var_or_skip(
         "AGENTD_TEST_MCP_PYTHON",
         "scripts/setup/50-mcp.sh installs the MCP Python SDK into a virtualenv and sets it to that python",

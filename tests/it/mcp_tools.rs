@@ -10,15 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::mcp::python;
 use crate::support::{Agentd, Daemon, Run, repo};
-
-/// The Python with the MCP SDK, or `None` after a skip (a failure under CI).
-fn python() -> Option<String> {
-    agentd_testenv::var_or_skip(
-        "AGENTD_TEST_MCP_PYTHON",
-        "scripts/setup/50-mcp.sh installs the MCP Python SDK into a virtualenv and sets it to that python",
-    )
-}
 
 fn server_script() -> String {
     repo().join("tests/mcp/server.py").display().to_string()
