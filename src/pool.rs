@@ -4,10 +4,16 @@
 //! task, failed), and the lifecycle commands around its tasks: `setup` at start, `reset` before each task
 //! that did not run on it last, `teardown` at stop.
 //!
+//! Before a task that did not run on it last, the pool also has the computer clear what it keeps itself
+//! ([`ComputerProvider::reset`]: a browser's context), and a computer found dead then (a crashed browser, a
+//! dropped connection) is opened anew — a task never starts on a computer the last one broke. The attempt the
+//! crash interrupted has ended as unavailable already, and the queue resumes it.
+//!
 //! The pool decides nothing about which task runs where: it offers its free desktops to the claim
 //! ([`Pool::offers`]); the queue picks a task and one of them (`queue::desktop`), and the worker takes it
-//! ([`Pool::take`]), prepares it ([`Pool::prepare`]: the reset), and gives it back when the attempt ends. A
-//! desktop whose setup, reset or computer fails is out of the pool until the daemon restarts, with the
+//! ([`Pool::take`]), prepares it ([`Pool::prepare`]: the resets, and the computer the attempt gets), and gives
+//! it back when the attempt ends. A desktop whose setup, reset or computer (opened anew) fails is out of the
+//! pool until the daemon restarts, with the
 //! command's output kept for `/healthz`, the metrics and the task's record.
 //!
 //! A `{guest = "…"}` command runs inside the desktop through its computer's `run_command` (cua computer-server
@@ -37,6 +43,8 @@ pub const OUTPUT_TAIL: usize = 4096;
 pub struct Pool {
     desktops: Vec<Desktop>,
     log_dir: PathBuf,
+    /// The daemon's config, kept by [`Pool::start`] to open a dead computer anew.
+    config: std::sync::OnceLock<Config>,
 }
 
 struct Desktop {
@@ -90,19 +98,14 @@ pub struct DesktopStatus {
     pub failure: Option<Failure>,
 }
 
-/// A desktop a worker took for a task: its name and computer.
+/// What [`Pool::prepare`] did before the task, and the computer the task runs on.
 #[derive(Clone)]
-pub struct Taken {
-    pub name: String,
-    pub computer: Arc<dyn ComputerProvider>,
-}
-
-/// What [`Pool::prepare`] did before the task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prepared {
-    /// Whether `reset` ran (a task resumed on the desktop it ran on last is not reset).
+    /// Whether the desktop was reset — its `reset` command, its computer's own state, or its computer opened
+    /// anew (a task resumed on the desktop it ran on last is not reset).
     pub reset: bool,
     pub duration: Duration,
+    pub computer: Arc<dyn ComputerProvider>,
 }
 
 impl Pool {
@@ -121,7 +124,7 @@ impl Pool {
                 }
             })
             .collect();
-        Arc::new(Self { desktops, log_dir: config.data_dir.join("desktops") })
+        Arc::new(Self { desktops, log_dir: config.data_dir.join("desktops"), config: std::sync::OnceLock::new() })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -131,10 +134,8 @@ impl Pool {
     /// Runs every desktop's `setup` (side by side) and opens its computer; a desktop whose setup or computer
     /// fails leaves the pool. `files` is what a mock desktop's scene may name.
     pub async fn start(&self, config: &Config) {
-        let files = config.file_access();
-        let secrets = crate::tools::secrets::Secrets::none();
+        let _ = self.config.set(config.clone());
         let starts = self.desktops.iter().map(|d| {
-            let (files, secrets) = (&files, &secrets);
             async move {
                 // A setup on the daemon's machine may start what the computer connects to: it runs first. A
                 // guest setup runs through the computer: that is opened first.
@@ -146,23 +147,10 @@ impl Pool {
                     d.set(State::Failed(failure));
                     return;
                 }
-                // A pool desktop is the operator's: it may be anywhere. What a pool browser opens is the
-                // daemon's tasks' to ask: they came over the API.
-                let open = agentd_computer::outbound::Outbound::open();
-                let api = config.api_outbound();
-                let pages = Some((config.browser.allowed_urls.as_slice(), &api));
-                let context = ComputerContext { files, persist_dir: None, secrets, outbound: &open, pages };
-                let computer = match backends::computer(&d.config.computer, &context).await {
-                    Ok(computer) => computer,
-                    Err(e) => {
-                        let failure = failure(d, "computer", None, e.to_string(), String::new());
-                        tracing::error!(desktop = %d.config.name, reason = %failure.reason, "desktop's computer cannot be opened; it is out of the pool");
-                        d.set(State::Failed(failure));
-                        return;
-                    }
-                };
-                if let Ok(mut inner) = d.inner.lock() {
-                    inner.computer = Some(computer);
+                if let Err(failure) = open_computer(d, config).await {
+                    tracing::error!(desktop = %d.config.name, reason = %failure.reason, "desktop's computer cannot be opened; it is out of the pool");
+                    d.set(State::Failed(failure));
+                    return;
                 }
                 if let Some(setup) = d.config.setup.as_ref().filter(|_| guest_setup)
                     && let Err(failure) = self.run(d, "setup", setup, None).await
@@ -191,43 +179,69 @@ impl Pool {
             .collect()
     }
 
-    /// Marks the desktop `name` busy with `task_id`; `None` when it is not free (the claim raced a failure).
-    pub fn take(&self, name: &str, task_id: &str) -> Option<Taken> {
-        let d = self.desktops.iter().find(|d| d.config.name.as_str() == name)?;
-        let mut inner = d.inner.lock().ok()?;
-        let computer = inner.computer.clone().filter(|_| inner.state == State::Free)?;
+    /// Marks the desktop `name` busy with `task_id`; `false` when it is not free (the claim raced a failure).
+    pub fn take(&self, name: &str, task_id: &str) -> bool {
+        let Some(d) = self.desktops.iter().find(|d| d.config.name.as_str() == name) else { return false };
+        let Ok(mut inner) = d.inner.lock() else { return false };
+        if inner.state != State::Free || inner.computer.is_none() {
+            return false;
+        }
         inner.state = State::Busy(task_id.to_string());
-        Some(Taken { name: name.to_string(), computer })
+        true
     }
 
-    /// Resets the desktop for `task_id` unless that task ran on it last. A failed reset takes the desktop
-    /// out of the pool and is returned.
+    /// Readies the desktop `name` (taken for `task_id`) and returns its computer: unless the task ran on it
+    /// last, the computer's own state is cleared ([`ComputerProvider::reset`]) and the `reset` command runs;
+    /// a computer found dead (reset or health check failing) is opened anew. A failure takes the desktop out
+    /// of the pool and is returned.
     pub async fn prepare(&self, name: &str, task_id: &str) -> Result<Prepared, Failure> {
         let Some(d) = self.desktops.iter().find(|d| d.config.name.as_str() == name) else {
-            return Ok(Prepared { reset: false, duration: Duration::ZERO });
-        };
-        let same = d.inner.lock().is_ok_and(|i| i.last_task.as_deref() == Some(task_id));
-        let Some(reset) = d.config.reset.as_ref().filter(|_| !same) else {
-            return Ok(Prepared { reset: false, duration: Duration::ZERO });
+            return Err(Failure {
+                desktop: name.to_string(),
+                command: "computer".into(),
+                exit_code: None,
+                reason: "no such desktop in this daemon's pool".into(),
+                output: String::new(),
+                at: now(),
+            });
         };
         let started = Instant::now();
-        match self.run(d, "reset", reset, Some(task_id)).await {
-            Ok(()) => {
-                let computer = d.inner.lock().ok().and_then(|i| i.computer.clone());
-                if let Some(computer) = computer {
-                    settle(computer.as_ref()).await;
-                }
-                if let Ok(mut inner) = d.inner.lock() {
-                    inner.resets += 1;
-                }
-                Ok(Prepared { reset: true, duration: started.elapsed() })
+        let fail = |failure: Failure| {
+            tracing::error!(desktop = %name, reason = %failure.reason, "desktop cannot be readied; it is out of the pool");
+            d.set(State::Failed(failure.clone()));
+            failure
+        };
+        let same = d.inner.lock().is_ok_and(|i| i.last_task.as_deref() == Some(task_id));
+        let computer = d.computer().ok_or_else(|| {
+            fail(failure(d, "computer", None, "the desktop's computer is not open".into(), String::new()))
+        })?;
+        // A resumed task's browser keeps its pages; any other task gets the computer's own state cleared.
+        let checked = if same { computer.health().await.map(|()| false) } else { computer.reset().await };
+        let mut reset = match checked {
+            Ok(cleared) => cleared,
+            Err(e) => {
+                tracing::warn!(desktop = %name, error = %e, "the desktop's computer is gone; opening it anew");
+                let config = self.config.get().ok_or_else(|| {
+                    fail(failure(d, "computer", None, format!("{e}; the pool has not started"), String::new()))
+                })?;
+                open_computer(d, config).await.map_err(fail)?;
+                true
             }
-            Err(failure) => {
-                tracing::error!(desktop = %name, reason = %failure.reason, "desktop reset failed; it is out of the pool");
-                d.set(State::Failed(failure.clone()));
-                Err(failure)
+        };
+        if let Some(command) = d.config.reset.as_ref().filter(|_| !same) {
+            self.run(d, "reset", command, Some(task_id)).await.map_err(fail)?;
+            if let Some(computer) = d.computer() {
+                settle(computer.as_ref()).await;
             }
+            reset = true;
         }
+        if reset && let Ok(mut inner) = d.inner.lock() {
+            inner.resets += 1;
+        }
+        let computer = d.computer().ok_or_else(|| {
+            fail(failure(d, "computer", None, "the desktop's computer is not open".into(), String::new()))
+        })?;
+        Ok(Prepared { reset, duration: started.elapsed(), computer })
     }
 
     /// The attempt of `task_id` on the desktop ended: it is free again (unless it failed meanwhile).
@@ -375,7 +389,35 @@ impl Pool {
     }
 }
 
+/// Opens the desktop's computer (again) as the pool holds it. A pool desktop is the operator's: it may be
+/// anywhere. What a pool browser opens is the daemon's tasks' to ask: they came over the API.
+async fn open_computer(d: &Desktop, config: &Config) -> Result<(), Failure> {
+    let files = config.file_access();
+    let secrets = crate::tools::secrets::Secrets::none();
+    let open = agentd_computer::outbound::Outbound::open();
+    let api = config.api_outbound();
+    let pages = Some((config.browser.allowed_urls.as_slice(), &api));
+    let context = ComputerContext { files: &files, persist_dir: None, secrets: &secrets, outbound: &open, pages };
+    let computer = backends::computer(&d.config.computer, &context)
+        .await
+        .map_err(|e| failure(d, "computer", None, e.to_string(), String::new()))?;
+    // Started ahead: a browser prepares its first task's context now, as it will each next one while a
+    // task runs, so no task waits for one.
+    computer
+        .reset()
+        .await
+        .map_err(|e| failure(d, "computer", None, format!("readying it for tasks: {e}"), String::new()))?;
+    if let Ok(mut inner) = d.inner.lock() {
+        inner.computer = Some(computer);
+    }
+    Ok(())
+}
+
 impl Desktop {
+    fn computer(&self) -> Option<Arc<dyn ComputerProvider>> {
+        self.inner.lock().ok().and_then(|i| i.computer.clone())
+    }
+
     fn set(&self, state: State) {
         if let Ok(mut inner) = self.inner.lock() {
             inner.state = state;
@@ -384,8 +426,19 @@ impl Desktop {
 }
 
 fn failure(d: &Desktop, command: &str, exit_code: Option<i32>, reason: String, output: String) -> Failure {
-    let at = time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
-    Failure { desktop: d.config.name.as_str().to_string(), command: command.to_string(), exit_code, reason, output, at }
+    Failure {
+        desktop: d.config.name.as_str().to_string(),
+        command: command.to_string(),
+        exit_code,
+        reason,
+        output,
+        at: now(),
+    }
+}
+
+/// Now, RFC 3339.
+fn now() -> String {
+    time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }
 
 /// Waits until the desktop's screen has not changed for [`QUIET`] (at most [`SETTLE_MAX`]) after a reset

@@ -343,19 +343,22 @@ impl Workers {
         // A desktop of the pool (docs/providers.md): taken, reset unless the task ran on it last, and its computer (opened
         // when the daemon started) given to the attempt.
         if let Some(name) = &lease.desktop {
-            let Some(taken) = self.pool.take(name, &task_id) else {
+            if !self.pool.take(name, &task_id) {
                 tracing::warn!(desktop = %name, "the claimed desktop is not free here; handing the task back");
                 let release =
                     Release::Requeue { count_attempt: false, delay: Duration::ZERO, reason: "desktop busy".into() };
                 self.end(&lease, &events, &stored_rx, End::Released(release)).await;
                 return;
-            };
+            }
             match self.pool.prepare(name, &task_id).await {
-                Ok(prepared) => events.emit(EventKind::DesktopLeased {
-                    desktop: name.clone(),
-                    reset: prepared.reset,
-                    duration_ms: prepared.duration.as_millis() as u64,
-                }),
+                Ok(prepared) => {
+                    events.emit(EventKind::DesktopLeased {
+                        desktop: name.clone(),
+                        reset: prepared.reset,
+                        duration_ms: prepared.duration.as_millis() as u64,
+                    });
+                    assembly.computer = Some(Source::Given(prepared.computer));
+                }
                 Err(failure) => {
                     let failure = serde_json::to_value(&failure).unwrap_or_default();
                     events.emit(EventKind::DesktopFailed { failure: failure.clone() });
@@ -363,7 +366,6 @@ impl Workers {
                     return;
                 }
             }
-            assembly.computer = Some(Source::Given(taken.computer));
         }
         // A replay (docs/replay-and-verify.md) runs on the replayed task's record, read from the queue.
         if let Some(replay) = &lease.spec.replay {

@@ -348,3 +348,81 @@ fn a_guest_reset_runs_through_the_computer_server() {
     let good = status.iter().find(|d| d["name"] == "cua-1").unwrap_or_else(|| panic!("{status:?}"));
     assert_eq!(good["resets"], 2, "{good:#}");
 }
+
+/// A browser of the pool (docs/providers.md): started once with the daemon and kept; every task starts in a
+/// fresh browser context on the configured start page, whatever the task before left open; a browser that
+/// dies between tasks is started anew for the next one, which succeeds.
+#[test]
+fn a_pool_browser_starts_each_task_afresh_and_comes_back_after_a_crash() {
+    let Some(chromium) = crate::browser::chromium() else { return };
+    let _load = crate::support::timing_sensitive();
+    let site = crate::browser::FormServer::start();
+    let start = format!("http://127.0.0.1:{}/", site.port);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The browser through a wrapper that notes each start's process id (the browser is that process).
+    let pids = dir.path().join("pids");
+    let wrapper = dir.path().join("chromium");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\necho $$ >> '{}'\nexec '{}' \"$@\"\n", pids.display(), chromium.display()),
+    )
+    .expect("write the wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let config = format!(
+        "[outbound]\nallow = [\"127.0.0.1\"]\n\n[[desktops]]\nname = \"web-1\"\ncomputer = {{ provider = \"browser\", \
+         executable = {:?}, start_url = {start:?} }}\ntimeout_secs = 30\n",
+        wrapper.display().to_string()
+    );
+    let daemon = Daemon::start(&config);
+    let started = |expected: usize| {
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        let list: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        assert_eq!(list.len(), expected, "browser starts: {list:?}\n{}", daemon.log());
+        list
+    };
+    let run = |id: &str, turns: Value| {
+        let task = json!({
+            "id": id,
+            "instructions": "browse",
+            "model": {"provider": "scripted", "script": {"turns": turns}},
+            "limits": {"max_steps": 5, "timeout_secs": 60}
+        });
+        let path = daemon.agentd.dir.path().join(format!("{id}.json"));
+        std::fs::write(&path, task.to_string()).expect("write task");
+        let run = daemon.cli(&["submit", path.to_str().expect("path")]);
+        assert_eq!(run.code, 0, "{}\n{}", run.stderr, daemon.log());
+        let doc = daemon.wait_terminal(id, Duration::from_secs(120));
+        assert_eq!(doc["state"], "succeeded", "{doc:#}\n{}", daemon.log());
+        assert_eq!(doc["desktop"], "web-1");
+        assert_eq!(doc["steps"][0]["page"]["url"], start.as_str(), "{id} starts on the start page: {doc:#}");
+        let events = daemon.cli(&["events", id, "--json"]);
+        let leased: Vec<Value> = events
+            .stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["type"] == "desktop_leased")
+            .collect();
+        assert_eq!(leased.len(), 1, "{}", events.stdout);
+        assert_eq!(leased[0]["reset"], true, "{id}: {}", events.stdout);
+        doc
+    };
+    let elsewhere = format!("{start}elsewhere");
+    let wander = json!([
+        {"actions": [{"type": "navigate", "url": elsewhere}]},
+        {"complete": {"success": true, "summary": "wandered off"}}
+    ]);
+    let doc = run("web-01", wander.clone());
+    assert_eq!(doc["steps"][1]["page"]["url"], elsewhere.as_str(), "{doc:#}");
+    run("web-02", wander);
+    let first = started(1);
+
+    // The browser dies between tasks: the next task gets a new one.
+    // SAFETY: kill(2) with a process id this test's wrapper wrote; no memory is touched.
+    assert_eq!(unsafe { libc::kill(first[0], libc::SIGKILL) }, 0, "kill the browser {}", first[0]);
+    run("web-03", json!([{"complete": {"success": true, "summary": "looked"}}]));
+    started(2);
+    let status = desktops(&daemon);
+    assert_eq!(status.len(), 1, "{status:?}");
+    assert_eq!(status[0]["state"], "free", "{status:?}");
+    assert_eq!(status[0]["resets"], 3, "one reset per task: {status:?}");
+}

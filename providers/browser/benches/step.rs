@@ -1,7 +1,8 @@
 //! The browser computer's step beside its peer: a click and a PNG screenshot of the viewport (1280x800) on a
 //! simple local page, as the agent loop does it every step — median and p95 over 100 steps after 5 warm-up
 //! ones — and how long a browser takes from launch to its first screenshot, and the memory (RSS) of its
-//! processes. `benches/playwright_step.py` measures the OpenAI sample's Playwright computer the same way;
+//! processes; and how long a pool browser takes to start the next task (`reset`: a fresh browser context on
+//! the start page) once its prepared context is ready, to its first screenshot. `benches/playwright_step.py` measures the OpenAI sample's Playwright computer the same way;
 //! `benches/side_by_side.sh` runs both in one go.
 //!
 //! `cargo bench -p agentd-browser --bench step` (Chromium from `$AGENTD_TEST_CHROMIUM` or `PATH`).
@@ -97,6 +98,29 @@ async fn main() {
     }
     steps.sort();
     let rss = browser.pid().map(group_rss_mib).unwrap_or(0.0);
+
+    // A pool browser between tasks: the first reset makes a context, each later one takes the context
+    // prepared while the last task ran (waited for here, as a task's own run time gives it).
+    let mut resets = Vec::new();
+    for i in 0..21 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while i > 0 && !browser.prepared() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let started = Instant::now();
+        assert!(browser.reset().await.expect("reset"), "a fresh profile resets");
+        browser.screenshot().await.expect("screenshot");
+        if i > 0 {
+            resets.push(started.elapsed());
+        }
+    }
+    resets.sort();
+    println!(
+        "agentd-browser: next task on a pool browser (reset + first screenshot) median {:.1} ms, p95 {:.1} ms over {}",
+        percentile(&resets, 50),
+        percentile(&resets, 95),
+        resets.len()
+    );
     println!(
         "agentd-browser: step (click + PNG screenshot, 1280x800) median {:.1} ms, p95 {:.1} ms over {}; \
          launch to first screenshot median {:.0} ms (min {:.0}, max {:.0}) over {}; browser RSS {rss:.0} MiB",

@@ -48,6 +48,10 @@
 //! - **Screenshots**: `Page.captureScreenshot` (PNG, `optimizeForSpeed`) of the shown page's viewport,
 //!   decoded to RGB off the async runtime. Input calls return once the renderer has handled the event, so a
 //!   screenshot taken after an action shows what its handlers did.
+//! - **Between tasks** ([`BrowserProvider::reset`], what a desktop pool calls): the browser stays up and the
+//!   next task gets a new browser context with one blank page, the last one's context (pages, cookies,
+//!   storage, cache) disposed of and its downloads deleted, so a task starts on a pool browser in tens of
+//!   milliseconds. A kept profile is not reset.
 //! - **Faults**: a browser that exits or crashes closes the DevTools socket; every call then fails as
 //!   `Unavailable` (the attempt ends and the daemon may retry it on a new browser).
 
@@ -225,8 +229,14 @@ struct InputState {
 struct Inner {
     conn: Connection,
     size: Size,
-    /// The task's own browser context (attached mode); `None`: the launched browser's default one.
-    context: Option<String>,
+    /// The task's own browser context (attached, or after a [`BrowserProvider::reset`]); `None`: the launched
+    /// browser's default one.
+    context: Mutex<Option<String>>,
+    /// Where each task's first page goes (`start_url`), and how long it may take to appear.
+    start_url: Option<String>,
+    launch_timeout: Duration,
+    /// The next task's context, made ready while this one runs (after the first reset).
+    spare: Mutex<Option<Spare>>,
     pages: Mutex<Pages>,
     changed: tokio::sync::Notify,
     input: tokio::sync::Mutex<InputState>,
@@ -235,6 +245,15 @@ struct Inner {
     downloads_dir: Option<PathBuf>,
     downloads: Mutex<Downloads>,
     policy: Option<UrlPolicy>,
+}
+
+/// A browser context prepared for the next task: its first page attached, set up and on the start page.
+#[derive(Debug)]
+struct Spare {
+    context: String,
+    page: Option<Page>,
+    /// Set once its page has loaded the start page; a reset then takes it as it is.
+    ready: bool,
 }
 
 /// Downloads begun (by id, with the name the page gave) and finished (name, file).
@@ -250,6 +269,8 @@ pub struct BrowserProvider {
     events: tokio::task::JoinHandle<()>,
     /// The browser this provider started (`None` when attached); stopped when dropped.
     process: Option<launch::Process>,
+    /// Whether [`BrowserProvider::reset`] clears anything: not for a kept profile, which tasks share on purpose.
+    resettable: bool,
 }
 
 impl Drop for BrowserProvider {
@@ -257,7 +278,8 @@ impl Drop for BrowserProvider {
         self.events.abort();
         if self.process.is_none() {
             // Attached: the task's context goes (it is also disposed of when the socket closes).
-            if let Some(context) = &self.inner.context {
+            let spare = self.inner.spare.lock().ok().and_then(|mut s| s.take()).map(|s| s.context);
+            for context in self.inner.context().into_iter().chain(spare) {
                 self.inner.conn.send(None, "Target.disposeBrowserContext", json!({"browserContextId": context}));
             }
         }
@@ -322,7 +344,10 @@ impl BrowserProvider {
         let inner = Arc::new(Inner {
             conn,
             size,
-            context,
+            context: Mutex::new(context),
+            start_url: config.start_url.clone(),
+            launch_timeout: config.launch_timeout,
+            spare: Mutex::new(None),
             pages: Mutex::new(Pages::default()),
             changed: tokio::sync::Notify::new(),
             input: tokio::sync::Mutex::new(InputState::default()),
@@ -332,24 +357,16 @@ impl BrowserProvider {
             policy: config.url_policy.clone(),
         });
         let events = tokio::spawn(handle_events(Arc::downgrade(&inner), events));
-        let provider = Self { inner, events, process };
-        provider.start(&config).await?;
+        let resettable = process.is_none() || matches!(config.profile, Profile::Fresh);
+        let provider = Self { inner, events, process, resettable };
+        provider.start().await?;
         Ok(provider)
     }
 
-    async fn start(&self, config: &BrowserConfig) -> Result<(), BrowserError> {
+    async fn start(&self) -> Result<(), BrowserError> {
         let inner = &self.inner;
         let conn = &inner.conn;
         conn.call(None, "Target.setDiscoverTargets", json!({"discover": true})).await?;
-        let mut downloads = json!({"behavior": "deny"});
-        if let Some(dir) = self.process.as_ref().and_then(launch::Process::downloads) {
-            downloads =
-                json!({"behavior": "allowAndName", "downloadPath": dir.display().to_string(), "eventsEnabled": true});
-        }
-        if let Some(context) = &inner.context {
-            downloads["browserContextId"] = json!(context);
-        }
-        conn.call(None, "Browser.setDownloadBehavior", downloads).await?;
         // Pages; and, under a URL policy, the workers whose requests leave the browser on their own.
         let mut filter = vec![json!({"type": "page", "exclude": false})];
         if inner.policy.is_some() {
@@ -362,7 +379,17 @@ impl BrowserProvider {
             json!({"autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true, "filter": filter}),
         )
         .await?;
-        if let Some(context) = &inner.context {
+        self.first_page().await
+    }
+
+    /// Sets the context's downloads, opens its first page (unless it is the launched browser's default context,
+    /// whose page is there already), waits for it to be attached and goes to `start_url`.
+    async fn first_page(&self) -> Result<(), BrowserError> {
+        let inner = &self.inner;
+        let conn = &inner.conn;
+        let context = inner.context();
+        inner.set_downloads(context.as_deref()).await?;
+        if let Some(context) = &context {
             conn.call(None, "Target.createTarget", json!({"url": "about:blank", "browserContextId": context})).await?;
         }
         // The first page: the launched browser's own, or the one just made in the task's context.
@@ -375,16 +402,86 @@ impl BrowserProvider {
                 notified.await;
             }
         };
-        tokio::time::timeout(config.launch_timeout, first).await.map_err(|_| {
-            BrowserError::Launch(format!("the browser showed no page within {:?}", config.launch_timeout))
+        tokio::time::timeout(inner.launch_timeout, first).await.map_err(|_| {
+            BrowserError::Launch(format!("the browser showed no page within {:?}", inner.launch_timeout))
         })?;
         if let Ok(mut pages) = inner.pages.lock() {
             pages.ready = true;
         }
-        if let Some(url) = &config.start_url {
+        if let Some(url) = &inner.start_url {
             self.navigate(url).await?;
         }
         Ok(())
+    }
+
+    /// Starts the next task afresh in the same browser: a new browser context (no cookies, storage, cache,
+    /// history or service workers of the one before) with one page at the viewport size on `start_url`; the
+    /// previous context and its pages are disposed of, with its downloads. The context is prepared ahead:
+    /// each reset takes the one made ready while the last task ran (a swap of a few milliseconds) and starts
+    /// preparing the next; only the first reset of a browser, or one that comes before the spare is ready,
+    /// waits for a context to be made (a new renderer and a page load: a few hundred milliseconds on two
+    /// cores). A browser with a kept profile (`Profile::Dir`) is left as it is (`false`): its tasks share
+    /// it on purpose.
+    pub async fn reset(&self) -> Result<bool, BrowserError> {
+        if !self.resettable {
+            return Ok(false);
+        }
+        let inner = &self.inner;
+        // No action runs while the context changes under it.
+        let mut input = inner.input.lock().await;
+        let spare = inner.take_spare().await;
+        let old = match &spare {
+            Some(spare) => inner.context.lock().map_err(|_| poisoned())?.replace(spare.context.clone()),
+            None => {
+                let created =
+                    inner.conn.call(None, "Target.createBrowserContext", json!({"disposeOnDetach": true})).await?;
+                let fresh = str_field(&created, "browserContextId").to_string();
+                inner.context.lock().map_err(|_| poisoned())?.replace(fresh)
+            }
+        };
+        // What the last task left: its pages (their detach events find nothing to hand the screen to), its
+        // notes, pointer, held keys and buttons, and downloads.
+        let left = {
+            let mut pages = inner.pages.lock().map_err(|_| poisoned())?;
+            let mut fresh = Pages::default();
+            if let Some(page) = spare.and_then(|s| s.page) {
+                fresh.active = Some(page.session.clone());
+                fresh.list.push(page);
+                fresh.ready = true;
+            }
+            std::mem::replace(&mut *pages, fresh).list
+        };
+        *input = InputState::default();
+        let finished = std::mem::take(&mut *inner.downloads.lock().map_err(|_| poisoned())?).finished;
+        for (_, file) in finished {
+            let _ = std::fs::remove_file(file);
+        }
+        let swapped = inner.active().ok();
+        match swapped {
+            Some(session) => inner.conn.send(Some(&session), "Page.bringToFront", json!({})),
+            None => self.first_page().await?,
+        }
+        drop(input);
+        tokio::spawn(Inner::prepare_spare(self.inner.clone()));
+        match old {
+            Some(old) => {
+                inner.conn.call(None, "Target.disposeBrowserContext", json!({"browserContextId": old})).await?;
+            }
+            // The launched browser's default context cannot be disposed of: its pages are closed (the new
+            // context's page is open first, so the browser always has one).
+            None => {
+                for page in left {
+                    inner.conn.call(None, "Target.closeTarget", json!({"targetId": page.target})).await?;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether the next [`BrowserProvider::reset`] takes a context prepared ahead (a swap), rather than
+    /// waiting for one to be made.
+    pub fn prepared(&self) -> bool {
+        self.inner.spare.lock().is_ok_and(|s| s.as_ref().is_some_and(|s| s.ready))
     }
 
     /// The page shown: its URL and title, and how many pages are open.
@@ -482,6 +579,127 @@ async fn devtools_endpoint(url: &str, timeout: Duration) -> Result<String, Brows
 }
 
 impl Inner {
+    /// The spare context, once its page is on the start page (waiting, at most the launch timeout, for one
+    /// being prepared); `None` when there is none or it failed.
+    async fn take_spare(&self) -> Option<Spare> {
+        let deadline = tokio::time::Instant::now() + self.launch_timeout;
+        loop {
+            let notified = self.changed.notified();
+            {
+                let mut spare = self.spare.lock().ok()?;
+                match spare.as_ref() {
+                    None => return None,
+                    Some(s) if s.ready => return spare.take(),
+                    Some(_) => {}
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let stale = self.spare.lock().ok()?.take()?;
+                self.conn.send(None, "Target.disposeBrowserContext", json!({"browserContextId": stale.context}));
+                return None;
+            }
+        }
+    }
+
+    /// Makes the next task's context ready: a new browser context, its downloads set, one page attached and
+    /// set up, on the start page. A failure leaves no spare (the next reset makes its context itself).
+    async fn prepare_spare(self: Arc<Self>) {
+        let prepared = async {
+            let created = self.conn.call(None, "Target.createBrowserContext", json!({"disposeOnDetach": true})).await?;
+            let context = str_field(&created, "browserContextId").to_string();
+            if let Ok(mut spare) = self.spare.lock() {
+                *spare = Some(Spare { context: context.clone(), page: None, ready: false });
+            }
+            self.set_downloads(Some(&context)).await?;
+            self.conn
+                .call(None, "Target.createTarget", json!({"url": "about:blank", "browserContextId": context}))
+                .await?;
+            let attached = async {
+                loop {
+                    let notified = self.changed.notified();
+                    let session =
+                        self.spare.lock().ok().and_then(|s| s.as_ref()?.page.as_ref().map(|p| p.session.clone()));
+                    if let Some(session) = session {
+                        return session;
+                    }
+                    notified.await;
+                }
+            };
+            let session = tokio::time::timeout(self.launch_timeout, attached)
+                .await
+                .map_err(|_| BrowserError::Launch("the spare context showed no page".into()))?;
+            if let Some(url) = &self.start_url {
+                self.load(&session, url, false).await?;
+            }
+            Ok::<_, BrowserError>(())
+        };
+        let outcome = prepared.await;
+        if let Ok(mut spare) = self.spare.lock() {
+            match outcome {
+                Ok(()) => {
+                    if let Some(spare) = spare.as_mut() {
+                        spare.ready = true;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("browser: preparing the next task's context: {e}");
+                    if let Some(failed) = spare.take() {
+                        self.conn.send(
+                            None,
+                            "Target.disposeBrowserContext",
+                            json!({"browserContextId": failed.context}),
+                        );
+                    }
+                }
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// A page of the spare context is set up and kept for the next task; `false` for any other page.
+    async fn adopt_spare_page(&self, session: &str, info: &Value, waiting: bool) -> bool {
+        let ours = self.spare.lock().ok().is_some_and(|s| {
+            s.as_ref().is_some_and(|s| s.context == str_field(info, "browserContextId") && s.page.is_none())
+        });
+        if !ours {
+            return false;
+        }
+        if let Err(e) = self.set_up_page(session, waiting).await {
+            tracing::debug!("browser: setting up the spare page: {e}");
+        }
+        let page = Page {
+            target: str_field(info, "targetId").to_string(),
+            session: session.to_string(),
+            url: str_field(info, "url").to_string(),
+        };
+        if let Ok(mut spare) = self.spare.lock()
+            && let Some(spare) = spare.as_mut()
+        {
+            spare.page = Some(page);
+        }
+        self.changed.notify_waiters();
+        true
+    }
+
+    /// Downloads of `context` (`None`: the default one): into the launched browser's directory, else refused.
+    async fn set_downloads(&self, context: Option<&str>) -> Result<(), BrowserError> {
+        let mut downloads = json!({"behavior": "deny"});
+        if let Some(dir) = &self.downloads_dir {
+            downloads =
+                json!({"behavior": "allowAndName", "downloadPath": dir.display().to_string(), "eventsEnabled": true});
+        }
+        if let Some(context) = context {
+            downloads["browserContextId"] = json!(context);
+        }
+        self.conn.call(None, "Browser.setDownloadBehavior", downloads).await?;
+        Ok(())
+    }
+
+    /// The task's browser context (`None`: the launched browser's default one).
+    fn context(&self) -> Option<String> {
+        self.context.lock().ok().and_then(|c| c.clone())
+    }
+
     async fn page_state(&self) -> Result<PageState, BrowserError> {
         let (target, count) = {
             let pages = self.pages.lock().map_err(|_| poisoned())?;
@@ -501,18 +719,28 @@ impl Inner {
     }
 
     async fn navigate(&self, url: &str) -> Result<(), BrowserError> {
+        let session = self.active()?;
+        self.load(&session, url, true).await
+    }
+
+    /// Opens `url` in the page of `session` and waits for it to load; `note`: a page still loading at the
+    /// load timeout is told to the model (not for a spare context's page, which no task shows yet).
+    async fn load(&self, session: &str, url: &str, note: bool) -> Result<(), BrowserError> {
         if let Some(policy) = &self.policy {
             policy.check(url).await.map_err(|reason| BrowserError::Navigation { url: url.to_string(), reason })?;
         }
-        let session = self.active()?;
-        let before = self.time_origin(&session).await;
-        let answer = self.conn.call(Some(&session), "Page.navigate", json!({"url": url})).await?;
+        let before = self.time_origin(session).await;
+        let answer = self.conn.call(Some(session), "Page.navigate", json!({"url": url})).await?;
         if let Some(error) = answer.get("errorText").and_then(Value::as_str).filter(|e| !e.is_empty()) {
             return Err(BrowserError::Navigation { url: url.to_string(), reason: error.to_string() });
         }
         // A new document has a loader of its own; a move within the document (a fragment) keeps it.
         let left = if answer.get("loaderId").is_some() { before } else { None };
-        self.wait_loaded(&session, left).await;
+        if note {
+            self.loaded_or_noted(session, left).await;
+        } else {
+            self.wait_loaded(session, left).await;
+        }
         Ok(())
     }
 
@@ -536,7 +764,7 @@ impl Inner {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        self.wait_loaded(&session, None).await;
+        self.loaded_or_noted(&session, None).await;
         Ok(true)
     }
 
@@ -544,8 +772,15 @@ impl Inner {
         let session = self.active()?;
         let before = self.time_origin(&session).await;
         self.conn.call(Some(&session), "Page.reload", json!({})).await?;
-        self.wait_loaded(&session, before).await;
+        self.loaded_or_noted(&session, before).await;
         Ok(())
+    }
+
+    /// [`Inner::wait_loaded`], telling the model when the page had not finished loading.
+    async fn loaded_or_noted(&self, session: &str, left: Option<f64>) {
+        if !self.wait_loaded(session, left).await {
+            self.note("the page had not finished loading when this screenshot was taken".into());
+        }
     }
 
     /// When the document of `session` began (`performance.timeOrigin`): a new document has another.
@@ -586,18 +821,20 @@ impl Inner {
     /// than the one that began at `left`, when given — at most the load timeout. A page still loading then,
     /// or one whose script does not answer (a dialog open, a busy loop), is left as it is: the screenshot
     /// shows it.
-    async fn wait_loaded(&self, session: &str, left: Option<f64>) {
+    /// Waits (at most the load timeout) for the page of `session` to finish loading a document other than
+    /// the one whose time origin was `left`; `false` when it had not by then.
+    async fn wait_loaded(&self, session: &str, left: Option<f64>) -> bool {
         let deadline = tokio::time::Instant::now() + self.load_timeout;
         while tokio::time::Instant::now() < deadline {
             let state =
                 self.evaluate(session, "[performance.timeOrigin, document.readyState]", Duration::from_secs(2)).await;
             match state {
-                Ok(state) if state[1] == "complete" && (left.is_none() || state[0].as_f64() != left) => return,
-                Err(BrowserError::Cdp(CdpError::Closed(_))) => return,
+                Ok(state) if state[1] == "complete" && (left.is_none() || state[0].as_f64() != left) => return true,
+                Err(BrowserError::Cdp(CdpError::Closed(_))) => return true,
                 _ => tokio::time::sleep(Duration::from_millis(25)).await,
             }
         }
-        self.note("the page had not finished loading when this screenshot was taken".into());
+        false
     }
 
     /// Sets a newly attached page up before it runs: events, viewport, file chooser interception, focus, and
@@ -687,8 +924,12 @@ impl Inner {
                 let session = str_field(params, "sessionId").to_string();
                 let info = &params["targetInfo"];
                 let waiting = params["waitingForDebugger"].as_bool().unwrap_or(false);
-                let in_context = match &self.context {
-                    Some(context) => str_field(info, "browserContextId") == context,
+                let context_id = str_field(info, "browserContextId");
+                if str_field(info, "type") == "page" && self.adopt_spare_page(&session, info, waiting).await {
+                    return;
+                }
+                let in_context = match self.context() {
+                    Some(context) => context_id == context,
                     None => true,
                 };
                 if str_field(info, "type") != "page" && self.policy.is_some() && in_context {
@@ -749,7 +990,7 @@ impl Inner {
                             None => {
                                 // A browser computer always shows a page: a new blank one.
                                 let mut blank = json!({"url": "about:blank"});
-                                if let Some(context) = &self.context {
+                                if let Some(context) = self.context() {
                                     blank["browserContextId"] = json!(context);
                                 }
                                 self.conn.send(None, "Target.createTarget", blank);
@@ -1256,6 +1497,10 @@ impl ComputerProvider for BrowserProvider {
 
     fn navigates(&self) -> bool {
         true
+    }
+
+    async fn reset(&self) -> Result<bool, ProviderError> {
+        Ok(BrowserProvider::reset(self).await?)
     }
 
     async fn page(&self) -> Option<PageInfo> {

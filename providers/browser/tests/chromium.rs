@@ -636,3 +636,75 @@ async fn a_url_policy_refuses_redirects_frames_and_fetches_to_the_inside() {
     let reached = reached.lock().unwrap().clone();
     assert!(reached.is_empty(), "nothing reached the inside: {reached:#?}");
 }
+
+/// Between tasks ([`BrowserProvider::reset`], what a desktop pool does): the next task gets a browser context
+/// with none of the last one's cookies, storage or tabs, on the start page, with input working; the first
+/// reset makes its context, each later one takes the context prepared meanwhile (the times are printed: a
+/// figure, not a check). A kept profile is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_gives_the_next_task_a_clean_browser() {
+    let Some(executable) = chromium() else { return };
+    let _load = load();
+    // The title counts this origin's visits (local storage) and shows its cookie.
+    let home = r#"<!doctype html><body style="margin:0">
+        <a href="/second" target="_blank" style="position:absolute;left:0;top:0;width:300px;height:60px;display:block">tab</a>
+        <button onclick="document.title = 'clicked'" style="position:absolute;left:0;top:100px;width:300px;height:60px">b</button>
+        <script>
+          const n = (+localStorage.getItem('n') || 0) + 1;
+          localStorage.setItem('n', n);
+          document.title = 'visit ' + n + ' cookie [' + document.cookie + ']';
+          document.cookie = 'seen=yes; max-age=3600';
+        </script></body>"#;
+    let second = "<!doctype html><title>Second</title><body>second</body>";
+    let port = serve(vec![("/", "text/html", home.to_string()), ("/second", "text/html", second.to_string())]).await;
+    let start = format!("http://127.0.0.1:{port}/");
+    let browser = open(executable.clone(), Some(start.clone())).await;
+    assert_eq!(browser.page_state().await.unwrap().title, "visit 1 cookie []");
+    browser.reload().await.unwrap();
+    assert_eq!(browser.page_state().await.unwrap().title, "visit 2 cookie [seen=yes]", "state lasts within a task");
+
+    let mut figures = Vec::new();
+    for round in 0..3 {
+        // The task leaves a second tab open and the pointer somewhere.
+        perform(&browser, json!({"type": "click", "x": 100, "y": 30})).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while browser.page_state().await.unwrap().pages != 2 {
+            assert!(Instant::now() < deadline, "round {round}: no second tab within 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // After the first reset, the next task's context is prepared while this one runs.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while round > 0 && !browser.prepared() {
+            assert!(Instant::now() < deadline, "round {round}: the next context was not prepared within 30 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let began = Instant::now();
+        assert!(browser.reset().await.unwrap(), "a fresh profile is reset");
+        figures.push(began.elapsed());
+        let page = browser.page_state().await.unwrap();
+        assert_eq!(page.url, start, "round {round}: the start page");
+        assert_eq!(page.pages, 1, "round {round}: the last task's tabs are gone");
+        assert_eq!(page.title, "visit 1 cookie []", "round {round}: no storage or cookie of the last task");
+        assert!(browser.take_notes().is_empty(), "round {round}: no note of the last task carries over");
+        let frame = browser.screenshot().await.unwrap();
+        assert_eq!(frame.size(), Size::new(1280, 800), "round {round}: the viewport is set in the new context");
+        perform(&browser, json!({"type": "click", "x": 100, "y": 130})).await;
+        assert_eq!(browser.page_state().await.unwrap().title, "clicked", "round {round}: input lands after a reset");
+        browser.reload().await.unwrap();
+    }
+    let ms: Vec<String> = figures.iter().map(|d| format!("{:.1}", d.as_secs_f64() * 1000.0)).collect();
+    println!("reset to a fresh context on the start page (first, then prepared): {} ms", ms.join(", "));
+
+    // A kept profile is the tasks' on purpose: nothing is cleared.
+    let kept = tempfile::tempdir().unwrap();
+    let config = BrowserConfig {
+        executable: Some(executable),
+        start_url: Some(start.clone()),
+        profile: agentd_browser::Profile::Dir(kept.path().to_path_buf()),
+        ..BrowserConfig::default()
+    };
+    let browser = BrowserProvider::open(config).await.unwrap();
+    assert!(!browser.reset().await.unwrap(), "a kept profile is not reset");
+    browser.reload().await.unwrap();
+    assert_eq!(browser.page_state().await.unwrap().title, "visit 2 cookie [seen=yes]");
+}

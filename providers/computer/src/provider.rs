@@ -126,6 +126,15 @@ pub trait ComputerProvider: Send + Sync {
         Vec::new()
     }
 
+    /// Clears what an earlier task left in the computer itself, for the next task on it (a desktop pool calls
+    /// this between tasks): a browser disposes of the task's browser context — its pages, cookies, storage,
+    /// cache and downloads — and opens a fresh one. Returns whether there was anything to clear: `false` for
+    /// computers that keep no per-task state of their own (a desktop's is reset by the pool's `reset`
+    /// command). An error means the computer is no longer usable (the pool opens it anew).
+    async fn reset(&self) -> Result<bool, ProviderError> {
+        Ok(false)
+    }
+
     /// The provider's own record of its state for the task result (`computer_state`); `None` for real desktops.
     async fn state(&self) -> Option<serde_json::Value> {
         None
