@@ -65,3 +65,50 @@ pub async fn serve(config: Config, client: Option<Client>) -> CliResult {
     served.map_err(|e| CliError::unreachable(anyhow::anyhow!(e)))?;
     Ok(Exit::Success)
 }
+
+/// What a computer session's task is asked when `--instructions` says nothing.
+const SESSION_INSTRUCTIONS: &str = "An MCP client operates this computer through agentd's computer tools.";
+
+/// `agentd mcp --computer FILE|DESKTOP`: the computer tools on one computer until the client closes the
+/// session, which is recorded as a task (`crate::mcp::computer`). FILE holds a task's `computer` object
+/// (relative paths in it resolve against its directory); anything else names a desktop of the pool.
+pub async fn serve_computer(config: Config, computer: &str, instructions: Option<&str>) -> CliResult {
+    let path = std::path::Path::new(computer);
+    let (value, base_dir, origin) = if path.is_file() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::invalid(anyhow::anyhow!("--computer {}: {e}", path.display())))?;
+        let value: Value = serde_json::from_str(&text).map_err(|e| {
+            CliError::invalid(anyhow::anyhow!(
+                "--computer {}: not JSON at line {} column {}: {e}",
+                path.display(),
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        (value, dir.to_path_buf(), path.display().to_string())
+    } else {
+        let cwd =
+            std::env::current_dir().map_err(|e| CliError::failed(anyhow::anyhow!("the working directory: {e}")))?;
+        (serde_json::json!({ "desktop": computer }), cwd, format!("--computer {computer}"))
+    };
+    let task = serde_json::json!({
+        "instructions": instructions.unwrap_or(SESSION_INSTRUCTIONS),
+        "computer": value,
+        "metadata": { "source": "mcp" },
+        // A session lasts as long as its client: the largest limits a task may have.
+        "limits": {
+            "max_steps": crate::task::MAX_STEPS_LIMIT,
+            "timeout_secs": crate::task::MAX_TIMEOUT_SECS,
+        },
+    });
+    let mut spec = TaskSpec::parse(&task.to_string(), &origin)?;
+    let task_id = crate::task::TaskId::generate();
+    spec.id = Some(task_id.clone());
+    let runs = std::sync::Arc::new(crate::mcp::local::LocalRuns::new(config, base_dir));
+    let (server, model) = crate::mcp::computer::ComputerServer::new(task_id.to_string());
+    runs.start_with_model(spec, model).await.map_err(|e| CliError::invalid(anyhow::anyhow!("{origin}: {e}")))?;
+    eprintln!("agentd: MCP computer session recorded as task {task_id} (agentd show {task_id} --local)");
+    crate::mcp::computer::serve_stdio(server, runs).await.map_err(|e| CliError::unreachable(anyhow::anyhow!(e)))?;
+    Ok(Exit::Success)
+}

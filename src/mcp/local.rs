@@ -59,6 +59,25 @@ impl LocalRuns {
         Self { config, base_dir, runs: Mutex::new(HashMap::new()), tracker: TaskTracker::new() }
     }
 
+    /// Waits (at most 30 s) for every run to end on its own and be recorded — a computer session's task
+    /// completes once its client has gone — then cancels what is still going, as [`LocalRuns::shutdown`].
+    pub async fn finish(&self) {
+        self.tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.tracker.wait()).await.is_err() {
+            self.shutdown().await;
+        }
+    }
+
+    /// Starts the run of `spec` whose model is `model` (an MCP computer session's client), not the task's
+    /// own; returns its id.
+    pub async fn start_with_model(
+        self: &Arc<Self>,
+        spec: TaskSpec,
+        model: Arc<dyn crate::model::Model>,
+    ) -> Result<String, String> {
+        self.start(spec, Some(model)).await.map(|(id, _events)| id)
+    }
+
     /// Cancels every run still going and waits (at most 30 s) for each to be recorded: what the server does
     /// when its client has gone.
     pub async fn shutdown(&self) {
@@ -83,7 +102,7 @@ impl LocalRuns {
         match tool {
             TaskTool::RunTask => self.run_task(args, call).await,
             TaskTool::SubmitTask => {
-                let (id, _events) = self.start(task_of(args)?).await?;
+                let (id, _events) = self.start(task_of(args)?, None).await?;
                 Ok(json_result(&json!({"id": id, "state": TaskState::Running})))
             }
             TaskTool::GetTask => {
@@ -120,8 +139,13 @@ impl LocalRuns {
         }
     }
 
-    /// Builds the task's agent and starts it; the run goes on in the background. Returns its id and its events.
-    async fn start(self: &Arc<Self>, spec: TaskSpec) -> Result<(String, mpsc::UnboundedReceiver<Event>), String> {
+    /// Builds the task's agent (with `model` instead of the task's own, when given) and starts it; the run
+    /// goes on in the background. Returns its id and its events.
+    async fn start(
+        self: &Arc<Self>,
+        spec: TaskSpec,
+        model: Option<Arc<dyn crate::model::Model>>,
+    ) -> Result<(String, mpsc::UnboundedReceiver<Event>), String> {
         let config = &self.config;
         let task_id = spec.id.clone().unwrap_or_else(TaskId::generate);
         if self.lock().contains_key(task_id.as_str()) {
@@ -129,7 +153,11 @@ impl LocalRuns {
         }
         let store = crate::backends::artifact_store(config).await.map_err(|e| e.to_string())?;
         let worker = format!("mcp@{}", crate::config::host_name());
-        let agent = Agent::builder()
+        let mut builder = Agent::builder();
+        if let Some(model) = model {
+            builder = builder.model(model);
+        }
+        let agent = builder
             .task(spec.clone())
             .task_id(task_id.clone())
             .config(config.clone())
@@ -185,7 +213,7 @@ impl LocalRuns {
         args: serde_json::Map<String, Value>,
         call: &Call,
     ) -> Result<CallToolResult, String> {
-        let (id, mut events) = self.start(task_of(args)?).await?;
+        let (id, mut events) = self.start(task_of(args)?, None).await?;
         let mut progress = StepProgress::default();
         loop {
             tokio::select! {

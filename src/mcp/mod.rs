@@ -19,6 +19,7 @@
 //! screenshot as an image block; `isError` is true when the task did not succeed. Refusals (a bad task file,
 //! an unknown task, a task in the wrong state) are tool errors whose text names the problem.
 
+pub mod computer;
 mod daemon;
 pub mod local;
 mod tools;

@@ -1,7 +1,8 @@
 //! `agentd mcp` (and the daemon's `/mcp`) driven by the official MCP Python SDK's real client
 //! (`tests/mcp/client.py`, the SDK installed by `scripts/setup/50-mcp.sh`): initialize, the tools and their
 //! annotations, run_task on the mock desktop with a scripted model (a progress notification per step, the
-//! outcome, the last screenshot as an image, structured output), a bad task, cancellation, and the other tools.
+//! outcome, the last screenshot as an image, structured output), a bad task, cancellation, and the other tools;
+//! and `agentd mcp --computer` (`tests/mcp/computer_client.py`): the computer tools, the session recorded.
 
 use std::process::{Command, Stdio};
 
@@ -15,9 +16,16 @@ pub(crate) fn python() -> Option<String> {
     )
 }
 
-/// Runs the client script with `args`; panics with what it saw and printed unless every check passed.
+/// Runs the task tools' client script with `args`; panics with what it saw and printed unless every check
+/// passed.
 fn client(python: &str, args: &[&str]) -> serde_json::Value {
-    let script = repo().join("tests/mcp/client.py");
+    run_client(python, "tests/mcp/client.py", args)
+}
+
+/// Runs a client script of `tests/mcp/` with `args`: what it saw, or a panic with what it saw and printed
+/// unless every check passed.
+fn run_client(python: &str, script: &str, args: &[&str]) -> serde_json::Value {
+    let script = repo().join(script);
     let child = Command::new(python)
         .arg(&script)
         .args(args)
@@ -155,4 +163,93 @@ fn the_python_sdk_runs_tasks_over_streamable_http_and_mcp_refuses_a_wrong_token_
     let seen = client(&python, &["http", &format!("http://{address}/mcp"), token]);
     assert_eq!(seen["run_progress"].as_array().map(Vec::len), Some(4), "{seen:#}");
     assert_eq!(daemon.task("mcp-cancel-http")["state"], "cancelled");
+}
+
+/// `agentd mcp --computer FILE`: the client logs in on the mock desktop with the computer tools, each
+/// returning the screenshot after it; the session is recorded as a task — every call a step, `source: mcp`
+/// — that `show`, `export` and `compile` read like any task `agentd run` ran.
+#[test]
+fn the_python_sdk_operates_a_computer_through_agentd_mcp_computer() {
+    let Some(python) = python() else { return };
+    let _load = crate::support::timing_sensitive();
+    let agentd = Agentd::new();
+    let config = agentd.dir.path().join("agentd.toml");
+    let computer = agentd.dir.path().join("login-desktop.json");
+    std::fs::write(&computer, r#"{"provider": "mock", "scene": "login"}"#).expect("computer file");
+    let bin = env!("CARGO_BIN_EXE_agentd");
+    let args = [
+        "--",
+        bin,
+        "--config",
+        config.to_str().expect("utf-8"),
+        "mcp",
+        "--computer",
+        computer.to_str().expect("utf-8"),
+        "--instructions",
+        "log in as alice",
+    ];
+    let seen = run_client(&python, "tests/mcp/computer_client.py", &args);
+    let id = seen["task_id"].as_str().unwrap_or_else(|| panic!("no task id: {seen:#}")).to_string();
+
+    // The client exited: the session's record is written once the task completed (bounded: a real fault).
+    let path = agentd.data_dir().join("runs").join(format!("{id}.json"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "no record at {} within 30 s", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let text = std::fs::read_to_string(&path).expect("the record");
+    let record: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let shown = agentd.run(&["show", &id, "--local", "--json"]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert_eq!(shown.json()["state"], "succeeded", "{}", shown.stdout);
+    assert_eq!(record["state"], "succeeded", "{record:#}");
+    assert_eq!(record["task"]["metadata"]["source"], "mcp", "{:#}", record["task"]);
+    assert_eq!(record["task"]["instructions"], "log in as alice");
+    let steps = record["steps"].as_array().cloned().unwrap_or_default();
+    // 8 calls reached the computer (the one with bad arguments did not), then the completion's step.
+    let actions: Vec<String> = steps
+        .iter()
+        .filter_map(|s| s["actions"].as_array().and_then(|a| a.first()).and_then(|a| a["type"].as_str()))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        actions,
+        ["screenshot", "click", "type", "keypress", "type", "keypress", "click", "click"],
+        "{record:#}"
+    );
+    // The typed texts become parameters of the compiled script, as for any task.
+    let compiled = agentd.run(&["compile", &id, "--local", "--param", "user=alice"]);
+    assert_eq!(compiled.code, 0, "{}", compiled.stderr);
+    assert!(compiled.stdout.contains("{{user}}"), "{}", compiled.stdout);
+    let exported =
+        agentd.run(&["export", &id, "--local", "--html", agentd.dir.path().join("s.html").to_str().expect("utf-8")]);
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    // What the client did by hand runs again without it: the compiled script as a task's model.
+    let script = agentd.run(&["compile", &id, "--local"]);
+    assert_eq!(script.code, 0, "{}", script.stderr);
+    let script: serde_json::Value =
+        serde_json::from_str(&script.stdout).unwrap_or_else(|e| panic!("{e}: {}", script.stdout));
+    let replay = serde_json::json!({
+        "id": "replayed-session",
+        "instructions": "log in as alice",
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "scripted", "script": script},
+        "limits": {"max_steps": 20, "timeout_secs": 60},
+    });
+    let file = agentd.dir.path().join("replay.json");
+    std::fs::write(&file, replay.to_string()).expect("replay task");
+    let replayed = agentd.run(&["run", file.to_str().expect("utf-8")]);
+    assert_eq!(replayed.code, 0, "{}", replayed.stderr);
+    let again = agentd.data_dir().join("runs/replayed-session.json");
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&again).expect("the replay's record")).expect("JSON");
+    assert_eq!(again["state"], "succeeded", "{again:#}");
+    assert!(record["computer_state"].is_object(), "the mock desktop reports its state: {record:#}");
+    assert_eq!(again["computer_state"], record["computer_state"], "the replay ends where the session did");
+
+    // A desktop nobody configured is refused before the session starts, naming it.
+    let refused = agentd.run(&["mcp", "--computer", "no-such-desktop"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("no-such-desktop"), "{}", refused.stderr);
 }
