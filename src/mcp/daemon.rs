@@ -7,7 +7,9 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{Call, StepProgress, TaskTool, encode, json_result, mime_of, optional_text, run_result, task_of, text_arg};
+use super::{
+    Call, StepProgress, TaskTool, elicit, encode, json_result, mime_of, optional_text, run_result, task_of, text_arg,
+};
 use crate::record::events::{Event, EventKind};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;
@@ -170,6 +172,8 @@ async fn run_task(
     tokio::pin!(follow);
     let mut progress = StepProgress::default();
     let mut followed = false;
+    // The person at the client, asked about each wait of the task (elicitation).
+    let mut asking = futures_util::stream::FuturesUnordered::new();
     loop {
         tokio::select! {
             () = call.cancelled.cancelled() => {
@@ -179,8 +183,16 @@ async fn run_task(
                     Err(e) => format!("the request was cancelled; cancelling task {id} failed: {e}"),
                 });
             }
+            Some(said) = futures_util::StreamExt::next(&mut asking), if !asking.is_empty() => tell(api, &id, said).await,
             event = events.recv() => match event {
                 Some(event) => {
+                    if let EventKind::WaitingForHuman { reason, question, .. } = &event.kind
+                        && elicit::can_ask(&call.peer)
+                    {
+                        let (peer, task, reason, question) =
+                            (call.peer.clone(), id.clone(), reason.clone(), question.clone());
+                        asking.push(async move { elicit::ask(&peer, &task, &reason, question.as_deref()).await });
+                    }
                     let finished = matches!(event.kind, EventKind::TaskFinished { .. });
                     progress.event(&event, call).await;
                     if finished {
@@ -207,6 +219,20 @@ async fn run_task(
     }
     let screenshot = last_screenshot(api, &record).await;
     Ok(run_result(&record, screenshot))
+}
+
+/// Sends the task what the person at the client said (an answer, an approval, a rejection); one that was
+/// answered meanwhile elsewhere refuses it, which is only logged.
+async fn tell(api: &dyn DaemonApi, id: &str, said: elicit::Said) {
+    let (path, body) = match said {
+        elicit::Said::Answer(text) => ("/answer", Some(json!({ "text": text }))),
+        elicit::Said::Approve => ("/approve", None),
+        elicit::Said::Reject => ("/reject", Some(json!({ "reason": "rejected by the person at the MCP client" }))),
+        elicit::Said::Nothing => return,
+    };
+    if let Err(e) = call_api(api, "POST", &task_path(id, path), body).await {
+        tracing::info!(task_id = %id, error = %e, "the task did not take what the person at the MCP client said");
+    }
 }
 
 /// The task's last screenshot: the screen after its last step, else the last step's.

@@ -13,7 +13,9 @@
 //!
 //! `run_task` submits (or, locally, starts) a task and follows its events: each `step_finished` becomes a
 //! `notifications/progress` when the request carried a `progressToken` (progress = steps finished, message =
-//! the step's model text and actions); `notifications/cancelled` for the request cancels the task. Its result
+//! the step's model text and actions); `notifications/cancelled` for the request cancels the task. A task of
+//! the daemon that waits for a person is asked about through the client when it supports elicitation
+//! (`elicit.rs`). Its result
 //! is a text block with the outcome as JSON, the structured `output` as `structuredContent` when the task has an
 //! `output_schema` (an output that is not a JSON object is given as `{"output": VALUE}`), and the last
 //! screenshot as an image block; `isError` is true when the task did not succeed. Refusals (a bad task file,
@@ -21,6 +23,7 @@
 
 pub mod computer;
 mod daemon;
+mod elicit;
 pub mod local;
 mod tools;
 
@@ -79,16 +82,18 @@ impl TaskServer {
     }
 }
 
-/// What a tool call may use of its request: its progress token and peer, and its cancellation.
+/// What a tool call may use of its request: its progress token and peer, the client (to ask its person:
+/// elicitation), and its cancellation.
 pub struct Call {
     progress: Option<(ProgressToken, rmcp::Peer<RoleServer>)>,
+    peer: rmcp::Peer<RoleServer>,
     pub cancelled: tokio_util::sync::CancellationToken,
 }
 
 impl Call {
     fn of(context: &RequestContext<RoleServer>) -> Self {
         let progress = context.meta.get_progress_token().map(|token| (token, context.peer.clone()));
-        Self { progress, cancelled: context.ct.clone() }
+        Self { progress, peer: context.peer.clone(), cancelled: context.ct.clone() }
     }
 }
 

@@ -118,6 +118,29 @@ fn the_python_sdk_runs_tasks_through_agentd_mcp_on_the_daemon() {
     assert_eq!(daemon.task("mcp-cancel-daemon")["state"], "cancelled");
 }
 
+/// Elicitation: a task of the daemon that asks the model's question and then holds actions for approval is
+/// answered inline by the person at a client that declared the capability (`tests/mcp/elicit_client.py`);
+/// the answers reach the task as `answer` and `approve` would send them, and it finishes.
+#[test]
+fn a_question_and_an_approval_are_answered_through_elicitation() {
+    let Some(python) = python() else { return };
+    let _load = crate::support::timing_sensitive();
+    let daemon = Daemon::start("");
+    let config = daemon.agentd.dir.path().join("agentd.toml");
+    let bin = env!("CARGO_BIN_EXE_agentd");
+    let socket = daemon.socket.to_str().expect("utf-8");
+    let args = ["--", bin, "--config", config.to_str().expect("utf-8"), "mcp", "--socket", socket];
+    let seen = run_client(&python, "tests/mcp/elicit_client.py", &args);
+    assert_eq!(seen["elicitations"][0]["fields"], serde_json::json!(["answer"]), "{seen:#}");
+    assert_eq!(seen["elicitations"][1]["fields"], serde_json::json!(["approve"]), "{seen:#}");
+    let task = daemon.task("mcp-elicit");
+    assert_eq!(task["state"], "succeeded", "{task:#}");
+    let asked = task["steps"][0]["call_results"].to_string();
+    assert!(asked.contains("blue"), "the answer is the question's result: {asked}");
+    assert_eq!(task["steps"][1]["actions"][0]["type"], "type", "{task:#}");
+    assert_eq!(task["steps"][1]["approval"]["approved"], true, "{:#}", task["steps"][1]);
+}
+
 /// The status code of one raw HTTP/1.1 request to `address` (the status line only is read).
 fn status_of(address: &str, request: &str) -> u16 {
     use std::io::{BufRead, Write};
