@@ -101,16 +101,23 @@ fn the_python_sdk_runs_tasks_through_agentd_mcp_local() {
     assert_eq!(shown.json()["state"], "succeeded", "{}", shown.stdout);
 }
 
+/// A client script's arguments that start `agentd mcp` against `daemon`: `-- AGENTD mcp --socket SOCKET`.
+fn mcp_on(daemon: &Daemon) -> Vec<String> {
+    let config = daemon.agentd.dir.path().join("agentd.toml");
+    let socket = daemon.socket.display().to_string();
+    ["--", env!("CARGO_BIN_EXE_agentd"), "--config", &config.display().to_string(), "mcp", "--socket", &socket]
+        .map(str::to_string)
+        .to_vec()
+}
+
 #[test]
 fn the_python_sdk_runs_tasks_through_agentd_mcp_on_the_daemon() {
     let Some(python) = python() else { return };
     let _load = crate::support::timing_sensitive();
     let daemon = Daemon::start("");
-    let config = daemon.agentd.dir.path().join("agentd.toml");
-    let bin = env!("CARGO_BIN_EXE_agentd");
-    let socket = daemon.socket.to_str().expect("utf-8");
-    let args = ["stdio", "--", bin, "--config", config.to_str().expect("utf-8"), "mcp", "--socket", socket];
-    let seen = client(&python, &args);
+    let mut args = vec!["stdio".to_string()];
+    args.extend(mcp_on(&daemon));
+    let seen = client(&python, &args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(seen["run_progress"].as_array().map(Vec::len), Some(4), "{seen:#}");
     // What the MCP client ran is the daemon's task like any other.
     let task = daemon.task("mcp-login-daemon");
@@ -126,11 +133,8 @@ fn a_question_and_an_approval_are_answered_through_elicitation() {
     let Some(python) = python() else { return };
     let _load = crate::support::timing_sensitive();
     let daemon = Daemon::start("");
-    let config = daemon.agentd.dir.path().join("agentd.toml");
-    let bin = env!("CARGO_BIN_EXE_agentd");
-    let socket = daemon.socket.to_str().expect("utf-8");
-    let args = ["--", bin, "--config", config.to_str().expect("utf-8"), "mcp", "--socket", socket];
-    let seen = run_client(&python, "tests/mcp/elicit_client.py", &args);
+    let args = mcp_on(&daemon);
+    let seen = run_client(&python, "tests/mcp/elicit_client.py", &args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(seen["elicitations"][0]["fields"], serde_json::json!(["answer"]), "{seen:#}");
     assert_eq!(seen["elicitations"][1]["fields"], serde_json::json!(["approve"]), "{seen:#}");
     let task = daemon.task("mcp-elicit");

@@ -93,6 +93,17 @@ fn desktops(daemon: &Daemon) -> Vec<Value> {
     health["desktops"].as_array().cloned().unwrap_or_default()
 }
 
+/// The task's `desktop_leased` events.
+fn leased(daemon: &Daemon, id: &str) -> Vec<Value> {
+    let events = daemon.cli(&["events", id, "--json"]);
+    events
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "desktop_leased")
+        .collect()
+}
+
 fn xservers() -> Option<Vec<XServer>> {
     for (program, package) in [("xsetroot", "x11-xserver-utils"), ("Xvfb", "xvfb")] {
         if std::process::Command::new(program).arg("-help").output().is_err() {
@@ -137,14 +148,8 @@ fn twelve_tasks_on_three_desktops(backend: Backend) {
         let desktop = doc["desktop"].as_str().unwrap_or_else(|| panic!("no desktop in {doc:#}")).to_string();
         assert!(doc.get("desktop_failure").is_none(), "{doc:#}");
         assert_eq!(first_screen_colour(&daemon, &doc), colour_of(id), "{id} on {desktop} did not start reset for it");
-        let events = daemon.cli(&["events", id, "--json"]);
-        let leased: Vec<Value> = events
-            .stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["type"] == "desktop_leased")
-            .collect();
-        assert_eq!(leased.len(), 1, "{}", events.stdout);
+        let leased = leased(&daemon, id);
+        assert_eq!(leased.len(), 1, "{leased:?}");
         assert_eq!(leased[0]["desktop"], desktop.as_str());
         assert_eq!(leased[0]["reset"], true);
         by_desktop.entry(desktop).or_default().push((
@@ -395,15 +400,9 @@ fn a_pool_browser_starts_each_task_afresh_and_comes_back_after_a_crash() {
         assert_eq!(doc["state"], "succeeded", "{doc:#}\n{}", daemon.log());
         assert_eq!(doc["desktop"], "web-1");
         assert_eq!(doc["steps"][0]["page"]["url"], start.as_str(), "{id} starts on the start page: {doc:#}");
-        let events = daemon.cli(&["events", id, "--json"]);
-        let leased: Vec<Value> = events
-            .stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["type"] == "desktop_leased")
-            .collect();
-        assert_eq!(leased.len(), 1, "{}", events.stdout);
-        assert_eq!(leased[0]["reset"], true, "{id}: {}", events.stdout);
+        let leased = leased(&daemon, id);
+        assert_eq!(leased.len(), 1, "{leased:?}");
+        assert_eq!(leased[0]["reset"], true, "{id}: {leased:?}");
         doc
     };
     let elsewhere = format!("{start}elsewhere");
