@@ -192,6 +192,19 @@ fn the_python_sdk_runs_tasks_over_streamable_http_and_mcp_refuses_a_wrong_token_
     assert_eq!(daemon.task("mcp-cancel-http")["state"], "cancelled");
 }
 
+/// The record of computer session `id`: written once its client exited and the task completed (waited for,
+/// bounded: only a fault takes 30 s).
+fn session_record(agentd: &Agentd, id: &str) -> serde_json::Value {
+    let path = agentd.data_dir().join("runs").join(format!("{id}.json"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "no record at {} within 30 s", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let text = std::fs::read_to_string(&path).expect("the record");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
 /// `agentd mcp --computer FILE`: the client logs in on the mock desktop with the computer tools, each
 /// returning the screenshot after it; the session is recorded as a task — every call a step, `source: mcp`
 /// — that `show`, `export` and `compile` read like any task `agentd run` ran.
@@ -218,15 +231,7 @@ fn the_python_sdk_operates_a_computer_through_agentd_mcp_computer() {
     let seen = run_client(&python, "tests/mcp/computer_client.py", &args);
     let id = seen["task_id"].as_str().unwrap_or_else(|| panic!("no task id: {seen:#}")).to_string();
 
-    // The client exited: the session's record is written once the task completed (bounded: a real fault).
-    let path = agentd.data_dir().join("runs").join(format!("{id}.json"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !path.exists() {
-        assert!(std::time::Instant::now() < deadline, "no record at {} within 30 s", path.display());
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let text = std::fs::read_to_string(&path).expect("the record");
-    let record: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let record = session_record(&agentd, &id);
     let shown = agentd.run(&["show", &id, "--local", "--json"]);
     assert_eq!(shown.code, 0, "{}", shown.stderr);
     assert_eq!(shown.json()["state"], "succeeded", "{}", shown.stdout);
@@ -279,4 +284,67 @@ fn the_python_sdk_operates_a_computer_through_agentd_mcp_computer() {
     let refused = agentd.run(&["mcp", "--computer", "no-such-desktop"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("no-such-desktop"), "{}", refused.stderr);
+}
+
+/// `agentd mcp --computer` on a real X server (Xvfb, the local provider): the screenshot shows the screen as
+/// the X server has it (its root painted by `xsetroot`), and the pointer lands where `click` said, as the X
+/// server itself reports it (asked afresh, through a connection of the test's own).
+#[test]
+fn the_computer_tools_drive_an_xvfb_display() {
+    let Some(python) = python() else { return };
+    for (program, package) in [("xsetroot", "x11-xserver-utils"), ("Xvfb", "xvfb")] {
+        if Command::new(program).arg("-help").output().is_err() {
+            agentd_testenv::skip(format!("{program} ({package}) is not installed"));
+            return;
+        }
+    }
+    let _load = crate::support::timing_sensitive();
+    let x = agentd_local::testing::XServer::xvfb(640, 480).unwrap_or_else(|e| panic!("Xvfb did not start: {e}"));
+    let painted = Command::new("xsetroot").args(["-display", &x.display, "-solid", "#123456"]).status();
+    assert!(painted.is_ok_and(|s| s.success()), "xsetroot");
+    let agentd = Agentd::new();
+    let computer = agentd.dir.path().join("x.json");
+    std::fs::write(&computer, serde_json::json!({"provider": "local", "display": x.display}).to_string())
+        .expect("computer file");
+    let config = agentd.dir.path().join("agentd.toml");
+    let steps = serde_json::json!([
+        {"tool": "screenshot"},
+        {"tool": "move", "arguments": {"x": 100, "y": 200}},
+        {"tool": "click", "arguments": {"x": 321, "y": 123}},
+    ])
+    .to_string();
+    let args = [
+        steps.as_str(),
+        "--",
+        env!("CARGO_BIN_EXE_agentd"),
+        "--config",
+        config.to_str().expect("utf-8"),
+        "mcp",
+        "--computer",
+        computer.to_str().expect("utf-8"),
+    ];
+    let seen = run_client(&python, "tests/mcp/computer_steps.py", &args);
+    let results = seen["results"].as_array().cloned().unwrap_or_default();
+    assert_eq!(results.len(), 3, "{seen:#}");
+    assert!(results.iter().all(|r| r["error"] == false), "{seen:#}");
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(results[0]["image"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the screenshot is not base64: {e}"));
+    let frame = agentd::screen::image::decode_png(&png).unwrap_or_else(|e| panic!("not a PNG: {e}"));
+    assert_eq!(frame.size(), agentd_computer::Size::new(640, 480));
+    assert_eq!(frame.pixel(agentd_computer::Point::new(5, 5)), Some([0x12, 0x34, 0x56]), "the X server's screen");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let pointer = runtime.block_on(async {
+        use agentd_computer::ComputerProvider as _;
+        let config = agentd_local::LocalConfig::new(Some(x.display.clone()));
+        let local = agentd_local::LocalProvider::open(config).await.unwrap_or_else(|e| panic!("{}: {e}", x.display));
+        local.perform(&agentd_computer::Action::CursorPosition {}).await.map(|r| r.cursor)
+    });
+    assert_eq!(pointer.ok().flatten(), Some(agentd_computer::Point::new(321, 123)), "the pointer after the click");
+    // The session is recorded: each call a step.
+    let record = session_record(&agentd, seen["task_id"].as_str().unwrap_or_default());
+    let actions: Vec<&str> =
+        record["steps"].as_array().into_iter().flatten().filter_map(|s| s["actions"][0]["type"].as_str()).collect();
+    assert_eq!(actions, ["screenshot", "move", "click"], "{record:#}");
 }
