@@ -237,6 +237,8 @@ struct Inner {
     launch_timeout: Duration,
     /// The next task's context, made ready while this one runs (after the first reset).
     spare: Mutex<Option<Spare>>,
+    /// Set by a reset that took the prepared context: the next one is prepared after the first screenshot.
+    spare_wanted: std::sync::atomic::AtomicBool,
     pages: Mutex<Pages>,
     changed: tokio::sync::Notify,
     input: tokio::sync::Mutex<InputState>,
@@ -348,6 +350,7 @@ impl BrowserProvider {
             start_url: config.start_url.clone(),
             launch_timeout: config.launch_timeout,
             spare: Mutex::new(None),
+            spare_wanted: std::sync::atomic::AtomicBool::new(false),
             pages: Mutex::new(Pages::default()),
             changed: tokio::sync::Notify::new(),
             input: tokio::sync::Mutex::new(InputState::default()),
@@ -418,8 +421,9 @@ impl BrowserProvider {
     /// history or service workers of the one before) with one page at the viewport size on `start_url`; the
     /// previous context and its pages are disposed of, with its downloads. The context is prepared ahead:
     /// each reset takes the one made ready while the last task ran (a swap of a few milliseconds) and starts
-    /// preparing the next; only the first reset of a browser, or one that comes before the spare is ready,
-    /// waits for a context to be made (a new renderer and a page load: a few hundred milliseconds on two
+    /// preparing the next once the task's first screenshot is taken (a renderer starting beside that capture
+    /// would slow it several times over); only the first reset of a browser, or one that comes before the
+    /// spare is ready, waits for a context to be made (a new renderer and a page load: a few hundred milliseconds on two
     /// cores). A browser with a kept profile (`Profile::Dir`) is left as it is (`false`): its tasks share
     /// it on purpose.
     pub async fn reset(&self) -> Result<bool, BrowserError> {
@@ -458,11 +462,19 @@ impl BrowserProvider {
         }
         let swapped = inner.active().ok();
         match swapped {
-            Some(session) => inner.conn.send(Some(&session), "Page.bringToFront", json!({})),
-            None => self.first_page().await?,
+            // The next context is prepared once this task has its first screenshot: a new renderer starting
+            // beside that capture would slow it several times over on two cores.
+            Some(session) => {
+                inner.conn.send(Some(&session), "Page.bringToFront", json!({}));
+                inner.spare_wanted.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            // Nothing was prepared (a browser's first reset, when the pool starts): prepare the next now.
+            None => {
+                self.first_page().await?;
+                tokio::spawn(Inner::prepare_spare(self.inner.clone()));
+            }
         }
         drop(input);
-        tokio::spawn(Inner::prepare_spare(self.inner.clone()));
         match old {
             Some(old) => {
                 inner.conn.call(None, "Target.disposeBrowserContext", json!({"browserContextId": old})).await?;
@@ -1452,11 +1464,15 @@ impl ComputerProvider for BrowserProvider {
     }
 
     async fn screenshot(&self) -> Result<Frame, ProviderError> {
-        self.inner.screenshot().await.map_err(|e| match e {
+        let frame = self.inner.screenshot().await.map_err(|e| match e {
             // A page that does not paint is not a question for the model.
             BrowserError::Cdp(CdpError::Timeout { .. }) => ProviderError::Failed(e.to_string()),
             e => e.into(),
-        })
+        })?;
+        if self.inner.spare_wanted.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            tokio::spawn(Inner::prepare_spare(self.inner.clone()));
+        }
+        Ok(frame)
     }
 
     async fn perform(&self, action: &Action) -> Result<ActionReport, ProviderError> {
