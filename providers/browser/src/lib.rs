@@ -49,9 +49,9 @@
 //!   decoded to RGB off the async runtime. Input calls return once the renderer has handled the event, so a
 //!   screenshot taken after an action shows what its handlers did.
 //! - **Between tasks** ([`BrowserProvider::reset`], what a desktop pool calls): the browser stays up and the
-//!   next task gets a new browser context with one blank page, the last one's context (pages, cookies,
-//!   storage, cache) disposed of and its downloads deleted, so a task starts on a pool browser in tens of
-//!   milliseconds. A kept profile is not reset.
+//!   next task gets a new browser context, prepared while the last task ran, with one page on `start_url`;
+//!   the last one's context (pages, cookies, storage, cache) is disposed of and its downloads deleted, so a
+//!   task starts on a pool browser in milliseconds. A kept profile is not reset.
 //! - **Faults**: a browser that exits or crashes closes the DevTools socket; every call then fails as
 //!   `Unavailable` (the attempt ends and the daemon may retry it on a new browser).
 
@@ -338,10 +338,7 @@ impl BrowserProvider {
         let (conn, events) = Connection::open(&ws_url, config.command_timeout).await?;
         let context = match &process {
             Some(_) => None,
-            None => {
-                let created = conn.call(None, "Target.createBrowserContext", json!({"disposeOnDetach": true})).await?;
-                Some(str_field(&created, "browserContextId").to_string())
-            }
+            None => Some(create_context(&conn).await?),
         };
         let inner = Arc::new(Inner {
             conn,
@@ -423,9 +420,9 @@ impl BrowserProvider {
     /// each reset takes the one made ready while the last task ran (a swap of a few milliseconds) and starts
     /// preparing the next once the task's first screenshot is taken (a renderer starting beside that capture
     /// would slow it several times over); only the first reset of a browser, or one that comes before the
-    /// spare is ready, waits for a context to be made (a new renderer and a page load: a few hundred milliseconds on two
-    /// cores). A browser with a kept profile (`Profile::Dir`) is left as it is (`false`): its tasks share
-    /// it on purpose.
+    /// spare is ready, waits for a context to be made (a new renderer and a page load: a few hundred
+    /// milliseconds on two cores). A browser with a kept profile (`Profile::Dir`) is left as it is (`false`):
+    /// its tasks share it on purpose.
     pub async fn reset(&self) -> Result<bool, BrowserError> {
         if !self.resettable {
             return Ok(false);
@@ -437,9 +434,7 @@ impl BrowserProvider {
         let old = match &spare {
             Some(spare) => inner.context.lock().map_err(|_| poisoned())?.replace(spare.context.clone()),
             None => {
-                let created =
-                    inner.conn.call(None, "Target.createBrowserContext", json!({"disposeOnDetach": true})).await?;
-                let fresh = str_field(&created, "browserContextId").to_string();
+                let fresh = create_context(&inner.conn).await?;
                 inner.context.lock().map_err(|_| poisoned())?.replace(fresh)
             }
         };
@@ -548,6 +543,13 @@ fn poisoned() -> BrowserError {
     BrowserError::Cdp(CdpError::Closed("the page table is poisoned".into()))
 }
 
+/// A new browser context (a fresh, cookie-less profile in memory), disposed of by the browser when the
+/// DevTools connection closes; its id.
+async fn create_context(conn: &Connection) -> Result<String, BrowserError> {
+    let created = conn.call(None, "Target.createBrowserContext", json!({"disposeOnDetach": true})).await?;
+    Ok(str_field(&created, "browserContextId").to_string())
+}
+
 fn str_field<'a>(value: &'a Value, field: &str) -> &'a str {
     value.get(field).and_then(Value::as_str).unwrap_or_default()
 }
@@ -617,8 +619,7 @@ impl Inner {
     /// set up, on the start page. A failure leaves no spare (the next reset makes its context itself).
     async fn prepare_spare(self: Arc<Self>) {
         let prepared = async {
-            let created = self.conn.call(None, "Target.createBrowserContext", json!({"disposeOnDetach": true})).await?;
-            let context = str_field(&created, "browserContextId").to_string();
+            let context = create_context(&self.conn).await?;
             if let Ok(mut spare) = self.spare.lock() {
                 *spare = Some(Spare { context: context.clone(), page: None, ready: false });
             }
