@@ -21,6 +21,11 @@ pub struct WorkerHandle {
     pub claim_loop_alive_ms: Arc<AtomicI64>,
     /// The cancel and pause tokens of each task running in this process.
     running: Arc<Mutex<HashMap<String, Running>>>,
+    /// The computer sessions of this node's API (`/v1/sessions`): the workers run their tasks with the models
+    /// held here.
+    pub sessions: Arc<super::sessions::Sessions>,
+    /// This node's worker name.
+    node: Arc<str>,
 }
 
 /// What stops a task running here: its cancel token, and its pause token (a take-over, docs/humans.md: park it after
@@ -33,8 +38,13 @@ pub struct Running {
 }
 
 impl WorkerHandle {
-    pub fn new(now_ms: i64) -> Self {
-        Self { claim_loop_alive_ms: Arc::new(AtomicI64::new(now_ms)), ..Self::default() }
+    pub fn new(now_ms: i64, node: &str) -> Self {
+        Self { claim_loop_alive_ms: Arc::new(AtomicI64::new(now_ms)), node: node.into(), ..Self::default() }
+    }
+
+    /// This node's worker name (what a computer session's task is labelled with, so that it runs here).
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     /// Cancels a task this process is running now (the queue already records the request).

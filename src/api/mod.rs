@@ -22,6 +22,7 @@ mod handle;
 pub mod mcp;
 mod messages;
 mod retention;
+pub mod sessions;
 mod takeover;
 mod tasks;
 pub mod tls;
@@ -238,6 +239,9 @@ fn endpoints() -> Vec<Endpoint> {
         post_at("/v1/tasks/{id}/answer", tasks::answer),
         post_at("/v1/tasks/{id}/pause", takeover::pause),
         post_at("/v1/tasks/{id}/resume", takeover::resume),
+        post_at("/v1/sessions", sessions::open),
+        post_at("/v1/sessions/{id}/actions", sessions::act),
+        delete_at("/v1/sessions/{id}", sessions::close),
         post_at(mcp::PATH, mcp::handle),
         get_at(mcp::PATH, mcp::handle),
         delete_at(mcp::PATH, mcp::handle),

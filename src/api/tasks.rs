@@ -33,7 +33,7 @@ pub(super) fn body_text(body: Result<Bytes, BytesRejection>) -> Result<String, A
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_task", "request body: not valid UTF-8"))
 }
 
-fn invalid_task(e: TaskFileError) -> ApiError {
+pub(super) fn invalid_task(e: TaskFileError) -> ApiError {
     let field = e.field().map(str::to_string);
     ApiError { status: StatusCode::BAD_REQUEST, code: "invalid_task", message: e.to_string(), field }
 }
@@ -42,11 +42,19 @@ pub async fn submit(
     State(state): State<Arc<ApiState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<TaskRecord>), ApiError> {
+    let text = body_text(body)?;
+    let spec = TaskSpec::parse(&text, "request body").map_err(invalid_task)?;
+    Ok(match submit_spec(&state, spec).await? {
+        Submitted::Created(record) => (StatusCode::CREATED, Json(record)),
+        Submitted::Existing(record) => (StatusCode::OK, Json(record)),
+    })
+}
+
+/// A task file, checked as one submitted over the API, queued; the claim loop woken.
+pub(super) async fn submit_spec(state: &ApiState, mut spec: TaskSpec) -> Result<Submitted, ApiError> {
     if state.stopping.is_cancelled() {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "agentd is shutting down"));
     }
-    let text = body_text(body)?;
-    let mut spec = TaskSpec::parse(&text, "request body").map_err(invalid_task)?;
     let resolved = spec.resolve(&state.config.defaults, &state.config.guard);
     backends::check(&resolved, &state.config).await.map_err(ApiError::from)?;
     if let Some(replay) = &spec.replay {
@@ -66,10 +74,7 @@ pub async fn submit(
     }
     let submitted = state.queue.submit(NewTask { spec, max_attempts: state.config.queue.max_attempts }).await?;
     state.workers.wake.notify_one();
-    Ok(match submitted {
-        Submitted::Created(record) => (StatusCode::CREATED, Json(record)),
-        Submitted::Existing(record) => (StatusCode::OK, Json(record)),
-    })
+    Ok(submitted)
 }
 
 #[derive(Deserialize)]

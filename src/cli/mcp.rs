@@ -69,12 +69,25 @@ pub async fn serve(config: Config, client: Option<Client>) -> CliResult {
 /// What a computer session's task is asked when `--instructions` says nothing.
 const SESSION_INSTRUCTIONS: &str = "An MCP client operates this computer through agentd's computer tools.";
 
-/// `agentd mcp --computer FILE|DESKTOP`: the computer tools on one computer until the client closes the
-/// session, which is recorded as a task (`crate::mcp::computer`). FILE holds a task's `computer` object
-/// (relative paths in it resolve against its directory); anything else names a desktop of the pool.
-pub async fn serve_computer(config: Config, computer: &str, instructions: Option<&str>) -> CliResult {
-    let path = std::path::Path::new(computer);
-    let (value, base_dir, origin) = if path.is_file() {
+/// `agentd mcp --computer`'s arguments.
+pub struct Session<'a> {
+    /// A file holding a task's `computer` object, or the name of a pool desktop.
+    pub computer: &'a str,
+    pub instructions: Option<&'a str>,
+    /// `NAME=VAR`: a secret read from the environment variable VAR.
+    pub secrets: &'a [String],
+}
+
+impl Session<'_> {
+    /// The computer (the file's object, or `{"desktop": NAME}`), the directory relative paths in it
+    /// resolve against, and how errors name it.
+    fn computer(&self) -> Result<(Value, std::path::PathBuf, String), CliError> {
+        let path = std::path::Path::new(self.computer);
+        if !path.is_file() {
+            let cwd =
+                std::env::current_dir().map_err(|e| CliError::failed(anyhow::anyhow!("the working directory: {e}")))?;
+            return Ok((serde_json::json!({ "desktop": self.computer }), cwd, format!("--computer {}", self.computer)));
+        }
         let text = std::fs::read_to_string(path)
             .map_err(|e| CliError::invalid(anyhow::anyhow!("--computer {}: {e}", path.display())))?;
         let value: Value = serde_json::from_str(&text).map_err(|e| {
@@ -86,15 +99,61 @@ pub async fn serve_computer(config: Config, computer: &str, instructions: Option
             ))
         })?;
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        (value, dir.to_path_buf(), path.display().to_string())
-    } else {
-        let cwd =
-            std::env::current_dir().map_err(|e| CliError::failed(anyhow::anyhow!("the working directory: {e}")))?;
-        (serde_json::json!({ "desktop": computer }), cwd, format!("--computer {computer}"))
-    };
-    let task = serde_json::json!({
-        "instructions": instructions.unwrap_or(SESSION_INSTRUCTIONS),
-        "computer": value,
+        Ok((value, dir.to_path_buf(), path.display().to_string()))
+    }
+
+    /// The task file's `secrets` of the `--secret NAME=VAR` arguments.
+    fn secrets(&self) -> Result<Option<Value>, CliError> {
+        if self.secrets.is_empty() {
+            return Ok(None);
+        }
+        let mut secrets = serde_json::Map::new();
+        for secret in self.secrets {
+            let Some((name, var)) = secret.split_once('=').filter(|(n, v)| !n.is_empty() && !v.is_empty()) else {
+                return Err(CliError::invalid(anyhow::anyhow!("--secret {secret:?}: expected NAME=VAR")));
+            };
+            secrets.insert(name.to_string(), serde_json::json!({ "env": var }));
+        }
+        Ok(Some(Value::Object(secrets)))
+    }
+}
+
+/// `agentd mcp --computer FILE|DESKTOP`: the computer tools on one computer until the client closes the
+/// session, which is recorded as a task (`crate::mcp::computer`): a session of the daemon (`/v1/sessions`),
+/// or with `--local` (no `client`) a task run in this process.
+pub async fn serve_computer(config: Config, client: Option<Client>, session: Session<'_>) -> CliResult {
+    let (computer, base_dir, origin) = session.computer()?;
+    let secrets = session.secrets()?;
+    let instructions = session.instructions.unwrap_or(SESSION_INSTRUCTIONS);
+    if let Some(client) = client {
+        let api = std::sync::Arc::new(ClientApi { client });
+        let mut body = serde_json::json!({ "instructions": instructions, "metadata": { "source": "mcp" } });
+        if computer.get("desktop").is_some() && computer.as_object().is_some_and(|o| o.len() == 1) {
+            body["desktop"] = computer["desktop"].clone();
+        } else {
+            // Relative paths in the computer (a scene file) are read here, as `agentd submit` reads them.
+            let task = serde_json::json!({ "instructions": instructions, "computer": computer });
+            let spec = TaskSpec::parse(&task.to_string(), &origin)?;
+            let source = TaskSource::of(&base_dir.join("session.json"));
+            let spec = super::remote::prepare_for_daemon(spec, &source)?;
+            body["computer"] = serde_json::to_value(&spec.computer).unwrap_or_default();
+        }
+        if let Some(secrets) = secrets {
+            body["secrets"] = secrets;
+        }
+        let server = crate::mcp::computer::lease(api.clone(), body)
+            .await
+            .map_err(|e| CliError::unreachable(anyhow::anyhow!("{origin}: {e}")))?;
+        let task_id = server.task_id().to_string();
+        eprintln!("agentd: MCP computer session recorded as task {task_id} of the daemon (agentd show {task_id})");
+        let served = crate::mcp::computer::serve_stdio(server).await;
+        let released = crate::mcp::computer::release(api.as_ref(), &task_id).await;
+        served.and(released).map_err(|e| CliError::unreachable(anyhow::anyhow!(e)))?;
+        return Ok(Exit::Success);
+    }
+    let mut task = serde_json::json!({
+        "instructions": instructions,
+        "computer": computer,
         "metadata": { "source": "mcp" },
         // A session lasts as long as its client: the largest limits a task may have.
         "limits": {
@@ -102,6 +161,9 @@ pub async fn serve_computer(config: Config, computer: &str, instructions: Option
             "timeout_secs": crate::task::MAX_TIMEOUT_SECS,
         },
     });
+    if let Some(secrets) = secrets {
+        task["secrets"] = secrets;
+    }
     let mut spec = TaskSpec::parse(&task.to_string(), &origin)?;
     let task_id = crate::task::TaskId::generate();
     spec.id = Some(task_id.clone());
@@ -109,6 +171,10 @@ pub async fn serve_computer(config: Config, computer: &str, instructions: Option
     let (server, model) = crate::mcp::computer::ComputerServer::new(task_id.to_string());
     runs.start_with_model(spec, model).await.map_err(|e| CliError::invalid(anyhow::anyhow!("{origin}: {e}")))?;
     eprintln!("agentd: MCP computer session recorded as task {task_id} (agentd show {task_id} --local)");
-    crate::mcp::computer::serve_stdio(server, runs).await.map_err(|e| CliError::unreachable(anyhow::anyhow!(e)))?;
+    let served = crate::mcp::computer::serve_stdio(server).await;
+    // The server (and with it the calls' sender) is gone: the model completes the task.
+    runs.finish().await;
+    tracing::info!(%task_id, "the MCP computer session ended; its task is recorded");
+    served.map_err(|e| CliError::unreachable(anyhow::anyhow!(e)))?;
     Ok(Exit::Success)
 }

@@ -421,8 +421,8 @@ Examples:
   agentd mcp                                       the daemon on the configured socket
   agentd mcp --url https://agentd.internal:7070    a daemon over TCP (token from $AGENTD_TOKEN)
   agentd mcp --local                               tasks run here, no daemon
-  agentd mcp --computer desktop.json               the computer tools on one computer, recorded as a task
-  agentd mcp --computer lab-1                      the same on the pool desktop named lab-1
+  agentd mcp --computer lab-1                      the computer tools on the daemon's pool desktop lab-1
+  agentd mcp --computer desktop.json --local       the same on a computer this process opens, no daemon
   claude mcp add agentd -- agentd mcp              add it to Claude Code
 
 See docs/mcp.md for the tools, their results and the clients' configuration.")]
@@ -433,13 +433,18 @@ See docs/mcp.md for the tools, their results and the clients' configuration.")]
         local: bool,
         /// Serve the computer tools (screenshot, click, double_click, type, key, scroll, drag, move, wait) on
         /// one computer instead of the task tools: a file holding a task's `computer` object (JSON), or the
-        /// name of a desktop of the configured pool. The session runs in this process and is recorded as a
-        /// task (data_dir/runs/ID.json: `agentd show ID --local`, `export`, `compile`).
-        #[arg(long, value_name = "FILE|DESKTOP", conflicts_with_all = ["socket", "url", "local"])]
+        /// name of a desktop of the pool. The session is a task of the daemon (leased like one, listed, shown
+        /// in the console), or with --local runs in this process (data_dir/runs/ID.json: `agentd show ID
+        /// --local`, `export`, `compile`).
+        #[arg(long, value_name = "FILE|DESKTOP")]
         computer: Option<String>,
         /// With --computer: what the session is for, kept as the recorded task's instructions.
         #[arg(long, value_name = "TEXT", requires = "computer")]
         instructions: Option<String>,
+        /// With --computer: a secret the client types by placeholder (`<secret:NAME>` in `type`), read from
+        /// the environment variable VAR (of the daemon, or of this process with --local). Repeatable.
+        #[arg(long = "secret", value_name = "NAME=VAR", requires = "computer")]
+        secrets: Vec<String>,
         #[command(flatten)]
         daemon: DaemonArgs,
     },
@@ -773,12 +778,13 @@ async fn dispatch(cli: Cli) -> CliResult {
             let endpoint = client::Endpoint::locate(daemon.socket.clone(), daemon.url.clone(), &source.load()?)?;
             console::console(endpoint, *port, *open, json).await
         }
-        Command::Mcp { local, computer, instructions, daemon } => {
+        Command::Mcp { local, computer, instructions, secrets, daemon } => {
             let config = source.load()?;
-            if let Some(computer) = computer {
-                return mcp::serve_computer(config, computer, instructions.as_deref()).await;
-            }
             let client = if *local { None } else { Some(client(daemon)?) };
+            if let Some(computer) = computer {
+                let session = mcp::Session { computer, instructions: instructions.as_deref(), secrets };
+                return mcp::serve_computer(config, client, session).await;
+            }
             mcp::serve(config, client).await
         }
         Command::Config { command: ConfigCommand::Check { socket } } => {

@@ -74,7 +74,12 @@ impl Workers {
             if config.desktops.is_empty() { config.defaults.computer.as_ref() } else { Some(&any_desktop) };
         let desktops = crate::queue::desktop::DesktopScope::of_this_process(default_computer);
         let pool = Pool::new(&config, &desktops);
-        let identity = WorkerIdentity { name, labels: config.worker.labels.clone(), desktops, pool: Vec::new() };
+        // Every worker has the label of its node's computer sessions (`api::sessions`): their tasks run where
+        // their clients' models are.
+        let mut labels = config.worker.labels.clone();
+        labels.insert(crate::api::sessions::SESSION_LABEL.to_string(), name.clone());
+        let handle = WorkerHandle::new(now_ms(), &name);
+        let identity = WorkerIdentity { name, labels, desktops, pool: Vec::new() };
         let concurrency = config.worker.concurrency.max(1) as usize;
         let models = Arc::new(crate::model::Shared::new(&config));
         Arc::new(Self {
@@ -84,7 +89,7 @@ impl Workers {
             metrics,
             identity,
             models,
-            handle: WorkerHandle::new(now_ms()),
+            handle,
             pool,
             active: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(concurrency)),
@@ -366,6 +371,10 @@ impl Workers {
                     return;
                 }
             }
+        }
+        // A computer session's task (`api::sessions`): its model is the session's client.
+        if lease.spec.labels.keys().any(|key| key.as_str() == crate::api::sessions::SESSION_LABEL) {
+            assembly.model = Some(Source::Given(self.handle.sessions.model(&task_id)));
         }
         // A replay (docs/replay-and-verify.md) runs on the replayed task's record, read from the queue.
         if let Some(replay) = &lease.spec.replay {

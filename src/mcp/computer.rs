@@ -3,13 +3,14 @@
 //! deciding itself (an agent in an editor, a model of the client's own). Each tool carries out one action and
 //! returns the screenshot after it.
 //!
-//! The session is a task, run in this process as `agentd mcp --local` runs tasks ([`LocalRuns`]), whose model
-//! is the client: [`ClientModel`] answers each of the loop's model calls with the client's next tool call as a
-//! turn of one action, and hands the loop's next screenshot back as that call's result. So the session is
-//! everything a task is — the computer opened (and a pool desktop chosen) as for `agentd run`, every step with
-//! its screenshot and action recorded, the record in `data_dir/runs/ID.json` when the client disconnects
-//! (`agentd show ID --local`, `export`, `compile`), its metadata `"source": "mcp"` — and nothing is written
-//! twice: the actions are the task file's, checked and carried out by the same loop.
+//! The session is a task whose model is the client: [`ClientModel`] answers each of the loop's model calls with
+//! the client's next tool call as a turn of one action, and hands the loop's next screenshot back as that
+//! call's result. So the session is everything a task is — the computer opened (and a pool desktop leased) as
+//! for any task, every step with its screenshot and action recorded, `export` and `compile` on its record, its
+//! metadata `"source": "mcp"` — and nothing is written twice: the actions are the task file's, checked and
+//! carried out by the same loop. The task runs in this process (`--local`: [`super::local::LocalRuns`]), or in
+//! the daemon, which holds the [`ComputerServer`] and the model of each of its sessions (`api::sessions`) and is
+//! reached over its API by a [`ComputerServer::remote`] (`agentd mcp --computer`, the `lease_computer` tool).
 //!
 //! The client works in screen pixels (the model's coordinate space is the screen's). When the client closes
 //! the session, the task completes `succeeded` with a summary of how many steps it took.
@@ -19,16 +20,15 @@ use std::sync::Arc;
 use agentd_computer::{Action, PageInfo, Size};
 use async_trait::async_trait;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::PROTOCOL_VERSION;
-use super::local::LocalRuns;
+use super::DaemonApi;
 use crate::model::{CallKind, DeltaSink, Model, ModelError, ModelRequest, ModelTurn, TASK_COMPLETION, ToolCall, Usage};
 use crate::screen::{CoordinateMap, ModelImage};
 
@@ -63,6 +63,60 @@ struct Screen {
     message: String,
     image: ModelImage,
     page: Option<PageInfo>,
+}
+
+/// What one action of a session came to, as a tool result and as the HTTP API's answer
+/// (`POST /v1/sessions/{id}/actions`): `summary` is `{"step", "ok", "screen": "WxH", "message"?, "page"?}`,
+/// the screenshot after the action is `image` (base64 of `media_type`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionResult {
+    pub summary: Value,
+    pub ok: bool,
+    pub media_type: String,
+    pub image: String,
+}
+
+impl ActionResult {
+    fn of(screen: Screen) -> Self {
+        let mut summary = json!({"step": screen.step, "ok": screen.ok, "screen": screen.image.size.to_string()});
+        if !screen.message.is_empty() {
+            summary["message"] = json!(screen.message);
+        }
+        if let Some(page) = &screen.page {
+            summary["page"] = json!({"url": page.url, "title": page.title});
+        }
+        Self {
+            summary,
+            ok: screen.ok,
+            media_type: screen.image.media_type.to_string(),
+            image: screen.image.base64().to_string(),
+        }
+    }
+
+    /// The HTTP API's body: the summary's fields and `image: {media_type, data}`.
+    pub fn to_json(&self) -> Value {
+        let mut body = self.summary.clone();
+        body["image"] = json!({"media_type": self.media_type, "data": self.image});
+        body
+    }
+
+    /// Reads the HTTP API's body back.
+    pub fn from_json(mut body: Value) -> Result<Self, String> {
+        let image = body.as_object_mut().and_then(|o| o.remove("image")).unwrap_or_default();
+        let (Some(media_type), Some(data)) = (image["media_type"].as_str(), image["data"].as_str()) else {
+            return Err("unexpected reply from agentd: an action's result without its screenshot".into());
+        };
+        let ok = body["ok"].as_bool().unwrap_or(false);
+        Ok(Self { ok, media_type: media_type.to_string(), image: data.to_string(), summary: body })
+    }
+
+    /// As an MCP tool result: the summary as JSON text and the screenshot; an error result when the action
+    /// failed.
+    pub fn tool_result(self) -> CallToolResult {
+        let content =
+            vec![ContentBlock::text(self.summary.to_string()), ContentBlock::image(self.image, self.media_type)];
+        if self.ok { CallToolResult::success(content) } else { CallToolResult::error(content) }
+    }
 }
 
 /// The MCP client as the session task's model: each model call of the loop returns the client's next tool
@@ -128,11 +182,21 @@ impl Model for ClientModel {
     }
 }
 
-/// The client's side of the session: the MCP server of the computer tools.
+/// The client's side of the session: the MCP server of the computer tools, on the session's task in this
+/// process (or in this daemon: its `/v1/sessions` endpoints hold one per session), or on a session of the
+/// daemon reached over its API.
 #[derive(Clone)]
 pub struct ComputerServer {
-    calls: mpsc::Sender<Call>,
+    computer: Computer,
     task_id: String,
+}
+
+#[derive(Clone)]
+enum Computer {
+    /// The session's task runs in this process: a call goes to its loop.
+    Here(mpsc::Sender<Call>),
+    /// A session of the daemon (`POST /v1/sessions`).
+    Daemon(Arc<dyn DaemonApi>),
 }
 
 impl ComputerServer {
@@ -140,7 +204,17 @@ impl ComputerServer {
     pub fn new(task_id: String) -> (Self, Arc<ClientModel>) {
         let (calls, receiver) = mpsc::channel(1);
         let model = Arc::new(ClientModel { inbox: Mutex::new(Inbox { calls: receiver, pending: None }) });
-        (Self { calls, task_id }, model)
+        (Self { computer: Computer::Here(calls), task_id }, model)
+    }
+
+    /// A server whose calls go to the daemon's session `task_id`.
+    pub fn remote(api: Arc<dyn DaemonApi>, task_id: String) -> Self {
+        Self { computer: Computer::Daemon(api), task_id }
+    }
+
+    /// The session's task.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
     }
 
     /// The tools `tools/list` answers, their input schemas those of the task file's actions.
@@ -148,11 +222,42 @@ impl ComputerServer {
         TOOLS.iter().map(|(name, action, description)| tool(name, action, description)).collect()
     }
 
-    async fn call(&self, action: Action) -> Result<Screen, String> {
-        let (reply, screen) = oneshot::channel();
-        let ended = || format!("the session's task {} has ended; start a new session", self.task_id);
-        self.calls.send(Call { action, reply }).await.map_err(|_| ended())?;
-        screen.await.map_err(|_| ended())
+    /// Whether `name` is one of the computer tools.
+    pub fn has_tool(name: &str) -> bool {
+        TOOLS.iter().any(|(n, _, _)| *n == name)
+    }
+
+    /// Carries out one action on the session's computer; `Err` when the session has ended (or the daemon
+    /// refused the action), in words for the client.
+    pub async fn act(&self, action: Action) -> Result<ActionResult, String> {
+        match &self.computer {
+            Computer::Here(calls) => {
+                let (reply, screen) = oneshot::channel();
+                let ended = || format!("the session's task {} has ended; start a new session", self.task_id);
+                calls.send(Call { action, reply }).await.map_err(|_| ended())?;
+                screen.await.map(ActionResult::of).map_err(|_| ended())
+            }
+            Computer::Daemon(api) => {
+                let path = format!("/v1/sessions/{}/actions", super::encode(&self.task_id));
+                let body = json!({ "action": action });
+                let reply = super::daemon::call_api(api.as_ref(), "POST", &path, Some(body)).await?;
+                ActionResult::from_json(reply)
+            }
+        }
+    }
+
+    /// One computer tool's call: the action its arguments make, carried out.
+    pub async fn call_tool_named(&self, name: &str, arguments: serde_json::Map<String, Value>) -> CallToolResult {
+        let Some((_, action_type, _)) = TOOLS.iter().find(|(n, _, _)| *n == name) else {
+            return CallToolResult::error(vec![ContentBlock::text(format!("no tool named {name:?}"))]);
+        };
+        match action_of(action_type, arguments) {
+            Ok(action) => match self.act(action).await {
+                Ok(result) => result.tool_result(),
+                Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+            },
+            Err(message) => CallToolResult::error(vec![ContentBlock::text(format!("{name}: {message}"))]),
+        }
     }
 }
 
@@ -203,44 +308,21 @@ fn tool(name: &str, action_type: &str, description: &str) -> rmcp::model::Tool {
     rmcp::model::Tool::new(name.to_string(), description.to_string(), Arc::new(schema)).with_annotations(annotations)
 }
 
-/// The result of a tool: the step and its outcome as JSON text, and the screenshot after it.
-fn result_of(screen: Screen) -> CallToolResult {
-    use base64::Engine;
-    let mut summary = json!({"step": screen.step, "ok": screen.ok, "screen": screen.image.size.to_string()});
-    if !screen.message.is_empty() {
-        summary["message"] = json!(screen.message);
-    }
-    if let Some(page) = &screen.page {
-        summary["page"] = json!({"url": page.url, "title": page.title});
-    }
-    let content = vec![
-        ContentBlock::text(summary.to_string()),
-        ContentBlock::image(
-            base64::engine::general_purpose::STANDARD.encode(&screen.image.bytes),
-            screen.image.media_type,
-        ),
-    ];
-    if screen.ok { CallToolResult::success(content) } else { CallToolResult::error(content) }
-}
-
 impl ServerHandler for ComputerServer {
     fn get_info(&self) -> InitializeResult {
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
-            .with_protocol_version(PROTOCOL_VERSION)
-            .with_server_info(
-                Implementation::new("agentd", env!("CARGO_PKG_VERSION"))
-                    .with_title("agentd computer")
-                    .with_description("One computer's screen, pointer and keyboard; every step recorded"),
-            )
-            .with_instructions(format!(
+        super::server_info(
+            "agentd computer",
+            "One computer's screen, pointer and keyboard; every step recorded",
+            format!(
                 "Operate one computer: each tool carries out one action in screen pixels and returns the screenshot \
                  after it (start with `screenshot`). The session is recorded as agentd task {}.",
                 self.task_id
-            ))
+            ),
+        )
     }
 
     fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
-        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL_VERSION))
+        super::protocol_versions()
     }
 
     async fn list_tools(
@@ -260,37 +342,70 @@ impl ServerHandler for ComputerServer {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some((_, action_type, _)) = TOOLS.iter().find(|(n, _, _)| *n == request.name) else {
+        if !Self::has_tool(&request.name) {
             return Err(ErrorData::invalid_params(format!("no tool named {:?}", request.name), None));
-        };
-        let result = match action_of(action_type, request.arguments.unwrap_or_default()) {
-            Ok(action) => match self.call(action).await {
-                Ok(screen) => result_of(screen),
-                Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
-            },
-            Err(message) => CallToolResult::error(vec![ContentBlock::text(format!("{}: {message}", request.name))]),
-        };
+        }
+        let result = self.call_tool_named(&request.name, request.arguments.unwrap_or_default()).await;
         Ok(result.into())
     }
 }
 
-/// Serves the computer tools on standard input and output for the session task `task_id` (started on
-/// `runs` with the returned model by the caller) until the client closes them; then the task completes and
-/// its record is written.
-pub async fn serve_stdio(server: ComputerServer, runs: Arc<LocalRuns>) -> Result<(), String> {
+/// Serves the computer tools on standard input and output until the client closes them.
+pub async fn serve_stdio(server: ComputerServer) -> Result<(), String> {
     use rmcp::ServiceExt;
-    let task_id = server.task_id.clone();
-    let served = async {
-        let running =
-            server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("the MCP session did not start: {e}"))?;
-        running.waiting().await.map_err(|e| format!("the MCP session failed: {e}"))?;
-        Ok::<_, String>(())
+    let running =
+        server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("the MCP session did not start: {e}"))?;
+    running.waiting().await.map_err(|e| format!("the MCP session failed: {e}"))?;
+    Ok(())
+}
+
+/// Opens a session of the daemon (`POST /v1/sessions` with `body`: `desktop` or `computer`, `instructions`,
+/// `secrets`): a server whose calls go to it.
+pub async fn lease(api: Arc<dyn DaemonApi>, body: Value) -> Result<ComputerServer, String> {
+    let reply = super::daemon::call_api(api.as_ref(), "POST", "/v1/sessions", Some(body)).await?;
+    let task_id = reply["task_id"].as_str().ok_or("unexpected reply from agentd: a session without its task id")?;
+    Ok(ComputerServer::remote(api, task_id.to_string()))
+}
+
+/// Ends a session of the daemon: its task completes after the step it is on.
+pub async fn release(api: &dyn DaemonApi, task_id: &str) -> Result<(), String> {
+    let path = format!("/v1/sessions/{}", super::encode(task_id));
+    super::daemon::call_api(api, "DELETE", &path, None).await.map(drop)
+}
+
+/// A session of the daemon an MCP session of the task tools leased (`lease_computer`): released by
+/// `release_computer`, or when it is dropped with the MCP session that leased it.
+pub struct Leased {
+    pub server: ComputerServer,
+    api: Arc<dyn DaemonApi>,
+    released: bool,
+}
+
+impl Leased {
+    pub fn new(server: ComputerServer, api: Arc<dyn DaemonApi>) -> Self {
+        Self { server, api, released: false }
     }
-    .await;
-    // The server (and with it the calls' sender) is gone: the model completes the task.
-    runs.finish().await;
-    tracing::info!(%task_id, "the MCP computer session ended; its task is recorded");
-    served
+
+    pub async fn release(mut self) -> Result<(), String> {
+        self.released = true;
+        release(self.api.as_ref(), &self.server.task_id).await
+    }
+}
+
+impl Drop for Leased {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (api, task_id) = (self.api.clone(), self.server.task_id.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = release(api.as_ref(), &task_id).await {
+                    tracing::warn!(%task_id, error = %e, "could not end the computer session of a closed MCP session");
+                }
+            });
+        }
+    }
 }
 
 #[cfg(test)]

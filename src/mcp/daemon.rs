@@ -36,7 +36,12 @@ pub trait DaemonApi: Send + Sync {
 }
 
 /// A call's answer: `Ok` with the body when the API accepted it, else its error message.
-async fn call_api(api: &dyn DaemonApi, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {
+pub(super) async fn call_api(
+    api: &dyn DaemonApi,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, String> {
     let (status, reply) = api.request(method, path, body).await?;
     if (200..300).contains(&status) {
         return Ok(reply);
@@ -115,6 +120,8 @@ pub(super) async fn call(
             let turn = record.turns.last().map_or(0, |t| t.index);
             Ok(json_result(&json!({"id": record.id, "state": record.state, "turn": turn})))
         }
+        // The server holds the session's lease (`TaskServer::computer_call`).
+        TaskTool::LeaseComputer | TaskTool::ReleaseComputer => Err(format!("{} is the server's own", tool.name())),
     }
 }
 

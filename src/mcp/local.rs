@@ -136,6 +136,11 @@ impl LocalRuns {
                  messages",
                 tool.name()
             )),
+            TaskTool::LeaseComputer | TaskTool::ReleaseComputer => Err(format!(
+                "{} is not available with `agentd mcp --local`: run `agentd mcp --computer FILE|DESKTOP --local` \
+                 for a computer in this process, or `agentd mcp` against a daemon",
+                tool.name()
+            )),
         }
     }
 

@@ -61,24 +61,73 @@ pub enum Backend {
 #[derive(Clone)]
 pub struct TaskServer {
     backend: Backend,
+    /// The computer this MCP session leased (`lease_computer`), which the computer tools operate; released
+    /// with the session.
+    leased: Arc<tokio::sync::Mutex<Option<computer::Leased>>>,
 }
 
 impl TaskServer {
     pub fn new(backend: Backend) -> Self {
-        Self { backend }
+        Self { backend, leased: Arc::default() }
     }
 
-    /// The tools `tools/list` answers.
+    /// The tools `tools/list` answers: the task tools, and the computer tools `lease_computer` makes usable.
     pub fn tools() -> Vec<rmcp::model::Tool> {
-        TaskTool::ALL.into_iter().map(TaskTool::tool).collect()
+        TaskTool::ALL.into_iter().map(TaskTool::tool).chain(computer::ComputerServer::tools()).collect()
     }
 
     async fn call(&self, tool: TaskTool, args: serde_json::Map<String, Value>, context: &Call) -> CallToolResult {
-        let result = match &self.backend {
-            Backend::Daemon(api) => daemon::call(api.as_ref(), tool, args, context).await,
-            Backend::Local(runs) => runs.call(tool, args, context).await,
+        let result = match (&self.backend, tool) {
+            (Backend::Daemon(api), TaskTool::LeaseComputer) => self.lease(api.clone(), args).await,
+            (Backend::Daemon(_), TaskTool::ReleaseComputer) => self.release().await,
+            (Backend::Daemon(api), _) => daemon::call(api.as_ref(), tool, args, context).await,
+            (Backend::Local(runs), _) => runs.call(tool, args, context).await,
         };
         result.unwrap_or_else(|message| CallToolResult::error(vec![ContentBlock::text(message)]))
+    }
+
+    /// `lease_computer`: a session of the daemon on the computer the arguments name, and its first screenshot.
+    async fn lease(
+        &self,
+        api: Arc<dyn DaemonApi>,
+        args: serde_json::Map<String, Value>,
+    ) -> Result<CallToolResult, String> {
+        let mut leased = self.leased.lock().await;
+        if let Some(held) = leased.as_ref() {
+            return Err(format!(
+                "this MCP session already holds a computer (task {}): release_computer first",
+                held.server.task_id()
+            ));
+        }
+        let server = computer::lease(api.clone(), Value::Object(args)).await?;
+        let task_id = server.task_id().to_string();
+        let first = server.act(agentd_computer::Action::Screenshot {}).await;
+        *leased = Some(computer::Leased::new(server, api));
+        let first = first?;
+        let mut result = first.tool_result();
+        result.content.insert(0, ContentBlock::text(json!({ "task_id": task_id }).to_string()));
+        Ok(result)
+    }
+
+    /// `release_computer`: the leased computer's session ends.
+    async fn release(&self) -> Result<CallToolResult, String> {
+        let Some(held) = self.leased.lock().await.take() else {
+            return Err("this MCP session holds no computer (lease_computer leases one)".into());
+        };
+        let task_id = held.server.task_id().to_string();
+        held.release().await?;
+        Ok(json_result(&json!({ "task_id": task_id, "released": true })))
+    }
+
+    /// A computer tool: on the leased computer.
+    async fn computer_call(&self, name: &str, args: serde_json::Map<String, Value>) -> CallToolResult {
+        let server = self.leased.lock().await.as_ref().map(|held| held.server.clone());
+        match server {
+            Some(server) => server.call_tool_named(name, args).await,
+            None => CallToolResult::error(vec![ContentBlock::text(format!(
+                "{name}: this MCP session holds no computer; lease one with lease_computer first"
+            ))]),
+        }
     }
 }
 
@@ -100,27 +149,27 @@ impl Call {
 impl ServerHandler for TaskServer {
     fn get_info(&self) -> InitializeResult {
         let mode = match self.backend {
-            Backend::Daemon(_) => "Tasks go to the agentd daemon's queue.",
+            Backend::Daemon(_) => {
+                "Tasks go to the agentd daemon's queue; lease_computer leases one of its computers to operate \
+                 yourself with the computer tools."
+            }
             Backend::Local(_) => {
                 "Tasks run in this process (--local): answer, approve, reject and send_message are \
                                   refused here; a question or a held approval ends the task."
             }
         };
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
-            .with_protocol_version(PROTOCOL_VERSION)
-            .with_server_info(
-                Implementation::new("agentd", env!("CARGO_PKG_VERSION"))
-                    .with_title("agentd")
-                    .with_description("A vision model operates a computer; every step recorded"),
-            )
-            .with_instructions(format!(
+        server_info(
+            "agentd",
+            "A vision model operates a computer; every step recorded",
+            format!(
                 "run_task runs a computer-use task (a vision model operating a computer) and waits for its outcome; \
                  submit_task queues one and get_task follows it. {mode}"
-            ))
+            ),
+        )
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL_VERSION))
+        protocol_versions()
     }
 
     async fn list_tools(
@@ -132,7 +181,7 @@ impl ServerHandler for TaskServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        TaskTool::from_name(name).map(TaskTool::tool)
+        Self::tools().into_iter().find(|tool| tool.name == name)
     }
 
     async fn call_tool(
@@ -140,12 +189,30 @@ impl ServerHandler for TaskServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if computer::ComputerServer::has_tool(&request.name) {
+            return Ok(self.computer_call(&request.name, request.arguments.unwrap_or_default()).await.into());
+        }
         let Some(tool) = TaskTool::from_name(&request.name) else {
             return Err(ErrorData::invalid_params(format!("no tool named {:?}", request.name), None));
         };
         let call = Call::of(&context);
         Ok(self.call(tool, request.arguments.unwrap_or_default(), &call).await.into())
     }
+}
+
+/// What `initialize` answers, for both servers: the protocol revision, tools, who agentd is, and `instructions`.
+fn server_info(title: &str, description: &str, instructions: String) -> InitializeResult {
+    InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+        .with_protocol_version(PROTOCOL_VERSION)
+        .with_server_info(
+            Implementation::new("agentd", env!("CARGO_PKG_VERSION")).with_title(title).with_description(description),
+        )
+        .with_instructions(instructions)
+}
+
+/// The protocol revisions offered: this one and the older ones a client may ask for.
+fn protocol_versions() -> Cow<'static, [ProtocolVersion]> {
+    Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL_VERSION))
 }
 
 /// Serves the task tools on standard input and output until the client closes them.

@@ -19,10 +19,12 @@ pub enum TaskTool {
     Reject,
     Cancel,
     SendMessage,
+    LeaseComputer,
+    ReleaseComputer,
 }
 
 impl TaskTool {
-    pub const ALL: [TaskTool; 9] = [
+    pub const ALL: [TaskTool; 11] = [
         Self::RunTask,
         Self::SubmitTask,
         Self::GetTask,
@@ -32,6 +34,8 @@ impl TaskTool {
         Self::Reject,
         Self::Cancel,
         Self::SendMessage,
+        Self::LeaseComputer,
+        Self::ReleaseComputer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +49,8 @@ impl TaskTool {
             Self::Reject => "reject",
             Self::Cancel => "cancel",
             Self::SendMessage => "send_message",
+            Self::LeaseComputer => "lease_computer",
+            Self::ReleaseComputer => "release_computer",
         }
     }
 
@@ -87,6 +93,17 @@ impl TaskTool {
             Self::SendMessage => {
                 "Send a finished task the user's next message: a new turn of the task, run with its history."
             }
+            Self::LeaseComputer => {
+                "Lease a computer of the daemon for this session and operate it yourself with the computer tools \
+                 (screenshot, click, double_click, type, key, scroll, drag, move, wait), each returning the \
+                 screenshot after it. `desktop` names a desktop of the daemon's pool (refused while another \
+                 session or task holds it); `computer` is a task file's computer object instead. The session is \
+                 recorded as a task (every call a step); release_computer, or the end of this MCP session, \
+                 ends it. Returns the task id and the first screenshot."
+            }
+            Self::ReleaseComputer => {
+                "End the computer session lease_computer started: its task completes, recorded with every step."
+            }
         }
     }
 
@@ -119,6 +136,16 @@ impl TaskTool {
                 json!({"id": id, "text": {"type": "string", "minLength": 1, "description": "What the user asks next."}}),
                 &["id", "text"],
             ),
+            Self::LeaseComputer => object(
+                json!({
+                    "desktop": {"type": "string", "description": "A desktop of the daemon's pool, by name."},
+                    "computer": {"type": "object", "description": "A task file's computer object, instead of `desktop`."},
+                    "instructions": {"type": "string", "description": "What the session is for (the recorded task's instructions)."},
+                    "secrets": {"type": "object", "description": "Secrets typed by placeholder (`<secret:NAME>` in `type`): {\"NAME\": {\"env\": \"VAR\"}}, read on the daemon."},
+                }),
+                &[],
+            ),
+            Self::ReleaseComputer => object(json!({}), &[]),
         }
     }
 
@@ -137,6 +164,9 @@ impl TaskTool {
             Self::Reject => ("Reject a task's held actions", false, false, false, false),
             Self::Cancel => ("Cancel a task", false, true, true, false),
             Self::SendMessage => ("Continue a finished task", false, true, false, true),
+            // Leasing holds a computer; only the computer tools act on it.
+            Self::LeaseComputer => ("Lease a computer", false, false, false, false),
+            Self::ReleaseComputer => ("Release the leased computer", false, false, true, false),
         };
         ToolAnnotations::with_title(title)
             .read_only(read_only)

@@ -192,6 +192,57 @@ fn the_python_sdk_runs_tasks_over_streamable_http_and_mcp_refuses_a_wrong_token_
     assert_eq!(daemon.task("mcp-cancel-http")["state"], "cancelled");
 }
 
+/// A computer leased over Streamable HTTP (`lease_computer` on the daemon's `/mcp`): the session holds the
+/// pool desktop — a second session's lease and a plain `POST /v1/sessions` of it are refused while it does —
+/// types a secret by its placeholder, and is recorded as a task of the daemon (listed, `source: mcp`, every
+/// call a step) that completes when the client releases it, the secret's value nowhere in its record.
+#[test]
+fn a_computer_leased_over_http_is_one_sessions_and_recorded_as_a_daemon_task() {
+    let Some(python) = python() else { return };
+    let _load = crate::support::timing_sensitive();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = "mcp-token-0123456789abcdef0123456789";
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token).expect("token");
+    // The login scene's password: the desktop signs alice in only when the value reached it.
+    let password = "hunter2";
+    let daemon = Daemon::start_on_with_env(
+        crate::support::Backend::Sqlite,
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
+        "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100",
+        "[worker]\nallowed_env = [\"AGENTD_TEST_PORTAL_PASSWORD\"]\n\n[[desktops]]\nname = \"lab-1\"\n\
+         computer = { provider = \"mock\", scene = \"login\" }\n",
+        vec![("AGENTD_TEST_PORTAL_PASSWORD".into(), password.into())],
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let seen = run_client(&python, "tests/mcp/lease_client.py", &[&url, token, "lab-1"]);
+    let id = seen["task_id"].as_str().unwrap_or_else(|| panic!("no task id: {seen:#}")).to_string();
+
+    let task = daemon.wait_terminal(&id, std::time::Duration::from_secs(60));
+    assert_eq!(task["state"], "succeeded", "{task:#}");
+    assert_eq!(task["task"]["metadata"]["source"], "mcp", "{:#}", task["task"]);
+    assert_eq!(task["task"]["instructions"], "log in as alice");
+    let actions: Vec<String> = task["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["actions"].as_array().and_then(|a| a.first()).and_then(|a| a["type"].as_str()))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(actions, ["screenshot", "click", "type", "keypress", "type", "keypress", "click"], "{task:#}");
+    let typed = &task["steps"][4]["actions"][0]["text"];
+    assert_eq!(typed, "<secret:password>", "the record keeps the placeholder");
+    let listed = daemon.cli(&["list", "--json"]);
+    assert!(listed.stdout.contains(&id), "the session is listed: {}", listed.stdout);
+    let everything = format!("{task}{}{}", daemon.queue_dump(), daemon.log());
+    assert!(!everything.contains(password), "the secret's value reached the record, the queue or the log");
+    // The mock desktop signed alice in (the secret reached it as its value) and keeps the placeholder.
+    let state = &task["computer_state"];
+    assert!(state["screens_visited"].as_array().is_some_and(|s| s.iter().any(|v| v == "welcome")), "{state:#}");
+    assert_eq!(state["fields"]["password"], "<secret:password>", "{state:#}");
+}
+
 /// The record of computer session `id`: written once its client exited and the task completed (waited for,
 /// bounded: only a fault takes 30 s).
 fn session_record(agentd: &Agentd, id: &str) -> serde_json::Value {
@@ -223,6 +274,7 @@ fn the_python_sdk_operates_a_computer_through_agentd_mcp_computer() {
         "--config",
         config.to_str().expect("utf-8"),
         "mcp",
+        "--local",
         "--computer",
         computer.to_str().expect("utf-8"),
         "--instructions",
@@ -281,7 +333,7 @@ fn the_python_sdk_operates_a_computer_through_agentd_mcp_computer() {
     assert_eq!(again["computer_state"], record["computer_state"], "the replay ends where the session did");
 
     // A desktop nobody configured is refused before the session starts, naming it.
-    let refused = agentd.run(&["mcp", "--computer", "no-such-desktop"]);
+    let refused = agentd.run(&["mcp", "--local", "--computer", "no-such-desktop"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("no-such-desktop"), "{}", refused.stderr);
 }
@@ -320,6 +372,7 @@ fn the_computer_tools_drive_an_xvfb_display() {
         "--config",
         config.to_str().expect("utf-8"),
         "mcp",
+        "--local",
         "--computer",
         computer.to_str().expect("utf-8"),
     ];

@@ -19,7 +19,10 @@ import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-TOOLS = {"run_task", "submit_task", "get_task", "list_tasks", "answer", "approve", "reject", "cancel", "send_message"}
+TOOLS = {"run_task", "submit_task", "get_task", "list_tasks", "answer", "approve", "reject", "cancel", "send_message",
+         "lease_computer", "release_computer",
+         # The computer tools, usable once lease_computer leased a computer (tests/mcp/lease_client.py).
+         "screenshot", "click", "double_click", "type", "key", "scroll", "drag", "move", "wait"}
 
 LOGIN_SCRIPT = {
     "turns": [

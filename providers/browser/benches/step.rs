@@ -5,6 +5,11 @@
 //! the start page) once its prepared context is ready, to its first screenshot. `benches/playwright_step.py` measures the OpenAI sample's Playwright computer the same way;
 //! `benches/side_by_side.sh` runs both in one go.
 //!
+//! Then how many browsers this machine runs at once with tasks stepping: 1, 2, 4, 8, … launched browsers (up to
+//! `$AGENTD_BENCH_BROWSERS_MAX`, default 16), each stepping as above (40 steps), all at the same time — the
+//! steps per second together, each step's median and p95, and the memory of all of them. It stops early once
+//! a step's p95 passes 2 s (the machine is saturated: a model's turn would wait on the computer).
+//!
 //! `cargo bench -p agentd-browser --bench step` (Chromium from `$AGENTD_TEST_CHROMIUM` or `PATH`).
 
 use std::time::{Duration, Instant};
@@ -138,4 +143,53 @@ async fn main() {
         percentile(&starts, 100),
         starts.len()
     );
+    drop(browser);
+
+    let max: usize = std::env::var("AGENTD_BENCH_BROWSERS_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let mut count = 1;
+    while count <= max {
+        let mut browsers = Vec::new();
+        for _ in 0..count {
+            let browser = BrowserProvider::open(config()).await.expect("browser");
+            browser.screenshot().await.expect("screenshot");
+            browsers.push(std::sync::Arc::new(browser));
+        }
+        let started = Instant::now();
+        let runs: Vec<_> = browsers
+            .iter()
+            .map(|browser| {
+                let (browser, click) = (browser.clone(), click.clone());
+                tokio::spawn(async move {
+                    let mut steps = Vec::new();
+                    for _ in 0..40 {
+                        let step = Instant::now();
+                        browser.perform(&click).await.expect("click");
+                        browser.screenshot().await.expect("screenshot");
+                        steps.push(step.elapsed());
+                    }
+                    steps
+                })
+            })
+            .collect();
+        let mut all: Vec<Duration> = Vec::new();
+        for run in runs {
+            all.extend(run.await.expect("a browser's steps"));
+        }
+        let wall = started.elapsed();
+        all.sort();
+        let rss: f64 = browsers.iter().filter_map(|b| b.pid()).map(group_rss_mib).sum();
+        let p95 = percentile(&all, 95);
+        println!(
+            "agentd-browser: {count} browsers stepping at once: {:.1} steps/s together, step median {:.0} ms, p95 \
+             {p95:.0} ms; RSS {rss:.0} MiB ({:.0} MiB each)",
+            all.len() as f64 / wall.as_secs_f64(),
+            percentile(&all, 50),
+            rss / count as f64
+        );
+        drop(browsers);
+        if p95 > 2000.0 {
+            break;
+        }
+        count *= 2;
+    }
 }
