@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-100}"
 : "${AGENTD_TEST_MCP_PYTHON:?the MCP SDK Python (scripts/setup/50-mcp.sh)}"
-: "${AGENTD_TEST_CUA_PYTHON:?cua computer-server's Python (scripts/setup/35-cua.sh)}"
+: "${AGENTD_TEST_CUA_PYTHON:?the Python of cua computer-server (scripts/setup/35-cua.sh)}"
 if [ -z "${AGENTD_BIN:-}" ]; then
   cargo build --release --bin agentd >&2
 fi

@@ -108,21 +108,20 @@ pub async fn open(
         (Some(name), None) => Some(json!({ "desktop": name })),
         (None, computer) => computer,
     };
-    let mut metadata = body.metadata.unwrap_or_default();
-    metadata.entry("source").or_insert_with(|| json!("mcp"));
-    let mut task = json!({
-        "instructions": body.instructions.as_deref().filter(|i| !i.trim().is_empty()).unwrap_or(SESSION_INSTRUCTIONS),
-        "metadata": metadata,
-        // The client is the model; the task names one no credential is needed for, which the worker replaces
-        // with the client (see `Sessions::model`).
-        "model": {"provider": "scripted", "script": {"turns": [{
-            "say": "The client of this computer session is gone.",
-            "complete": {"success": true, "summary": "the computer session's client is gone"},
-        }]}},
-        // A session lasts as long as its client: the largest limits a task may have.
-        "limits": {"max_steps": crate::task::MAX_STEPS_LIMIT, "timeout_secs": crate::task::MAX_TIMEOUT_SECS},
-        "labels": { SESSION_LABEL: state.workers.node() },
-    });
+    let instructions = body.instructions.as_deref().filter(|i| !i.trim().is_empty()).unwrap_or(SESSION_INSTRUCTIONS);
+    let mut task = crate::mcp::computer::session_task(instructions);
+    if let Some(metadata) = body.metadata {
+        for (key, value) in metadata {
+            task["metadata"][key] = value;
+        }
+    }
+    // The client is the model; the task names one no credential is needed for, which the worker replaces
+    // with the client (see `Sessions::model`).
+    task["model"] = json!({"provider": "scripted", "script": {"turns": [{
+        "say": "The client of this computer session is gone.",
+        "complete": {"success": true, "summary": "the computer session's client is gone"},
+    }]}});
+    task["labels"] = json!({ SESSION_LABEL: state.workers.node() });
     if let Some(computer) = computer {
         task["computer"] = computer;
     }

@@ -127,7 +127,7 @@ pub async fn serve_computer(config: Config, client: Option<Client>, session: Ses
     let instructions = session.instructions.unwrap_or(SESSION_INSTRUCTIONS);
     if let Some(client) = client {
         let api = std::sync::Arc::new(ClientApi { client });
-        let mut body = serde_json::json!({ "instructions": instructions, "metadata": { "source": "mcp" } });
+        let mut body = serde_json::json!({ "instructions": instructions });
         if computer.get("desktop").is_some() && computer.as_object().is_some_and(|o| o.len() == 1) {
             body["desktop"] = computer["desktop"].clone();
         } else {
@@ -151,16 +151,8 @@ pub async fn serve_computer(config: Config, client: Option<Client>, session: Ses
         served.and(released).map_err(|e| CliError::unreachable(anyhow::anyhow!(e)))?;
         return Ok(Exit::Success);
     }
-    let mut task = serde_json::json!({
-        "instructions": instructions,
-        "computer": computer,
-        "metadata": { "source": "mcp" },
-        // A session lasts as long as its client: the largest limits a task may have.
-        "limits": {
-            "max_steps": crate::task::MAX_STEPS_LIMIT,
-            "timeout_secs": crate::task::MAX_TIMEOUT_SECS,
-        },
-    });
+    let mut task = crate::mcp::computer::session_task(instructions);
+    task["computer"] = computer;
     if let Some(secrets) = secrets {
         task["secrets"] = secrets;
     }

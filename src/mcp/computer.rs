@@ -350,6 +350,22 @@ impl ServerHandler for ComputerServer {
     }
 }
 
+/// The task file of a computer session, before its computer (and secrets): the client's `instructions`,
+/// `"source": "mcp"`, the largest limits a task may have (a session lasts as long as its client), and the
+/// stuck-loop guard off — it stops a model that repeats itself, and a client polling an unchanged screen is not
+/// one (the client decides when it is done).
+pub fn session_task(instructions: &str) -> Value {
+    json!({
+        "instructions": instructions,
+        "metadata": { "source": "mcp" },
+        "limits": {
+            "max_steps": crate::task::MAX_STEPS_LIMIT,
+            "timeout_secs": crate::task::MAX_TIMEOUT_SECS,
+        },
+        "guard": { "no_change_steps": 0, "repeat_actions": 0, "idle_turns": 0, "wait_steps": 0 },
+    })
+}
+
 /// Serves the computer tools on standard input and output until the client closes them.
 pub async fn serve_stdio(server: ComputerServer) -> Result<(), String> {
     use rmcp::ServiceExt;

@@ -6,7 +6,8 @@
 The scenario: session A leases DESKTOP (`lease_computer`, with the secret `password` read on the daemon from
 $AGENTD_TEST_PORTAL_PASSWORD) and gets the first screenshot; while A holds it, session B's `lease_computer` of
 the same desktop is a tool error, and so is a plain `POST /v1/sessions` for it (409 `desktop_leased`); a computer
-tool of B, which holds nothing, is a tool error too. A logs in as alice on the mock desktop's login scene —
+tool of B, which holds nothing, is a tool error too. A clicks 12 times on the unchanged background (no stuck-loop
+guard ends a session), logs in as alice on the mock desktop's login scene —
 typing the password by its placeholder — opens Reports, and releases the computer. Each check that fails is
 printed; the last line on stdout is one JSON document with what was seen. Exit 0 when every check passed.
 """
@@ -71,6 +72,12 @@ async def scenario(a, b, http, url, desktop):
     seen["second_post"] = {"status": raw.status_code, "body": raw.json()}
     check(raw.status_code == 409 and raw.json()["error"]["code"] == "desktop_leased",
           "POST /v1/sessions for a leased desktop is 409 desktop_leased", seen["second_post"])
+
+    # A client that pokes at an unchanged screen for a while (here: clicks on the background) is not a stuck
+    # model: the session's task does not stop it.
+    for i in range(12):
+        poked = await a.call_tool("click", {"x": 5 + i % 2, "y": 5})
+        check(not poked.is_error, f"click {i} on an unchanged screen is carried out", texts_of(poked))
 
     for name, arguments in [
         ("click", {"x": 640, "y": 370}),
