@@ -60,6 +60,8 @@ token_file = "$work/token"
 name = "bench"
 computer = { provider = "local", display = "$display" }
 EOF
+{ sed 's#^data_dir = .*#data_dir = "'"$work"'/data-raw"#; /^\[api\]/,$d' "$work/agentd.toml"; printf '[settle]\nenabled = false\n'; } \
+  >"$work/no-settle.toml"
 printf '{"provider": "local", "display": "%s"}' "$display" >"$work/computer.json"
 cat >"$work/login.json" <<EOF
 {"instructions": "Log in as alice and open Reports", "computer": {"provider": "mock", "scene": "login"},
@@ -72,5 +74,5 @@ pids+=($!)
 wait_port "$cua_port"
 wait_port "$api_port"
 "$AGENTD_TEST_MCP_PYTHON" benches/support/mcp_round_trip.py --agentd "$agentd" --config "$work/agentd.toml" \
-  --computer "$work/computer.json" --cua "http://127.0.0.1:$cua_port/mcp" --rounds "$rounds" \
+  --config-no-settle "$work/no-settle.toml" --computer "$work/computer.json" --cua "http://127.0.0.1:$cua_port/mcp" --rounds "$rounds" \
   --daemon-url "http://127.0.0.1:$api_port/mcp" --token "$token" --desktop bench --task "$work/login.json"

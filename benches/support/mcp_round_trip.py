@@ -9,7 +9,10 @@ client for every server (benches/mcp_side_by_side.sh runs it):
 
 Measured per server, interleaved round by round so that every server sees the same machine: a screenshot, and
 a click followed by the screenshot that shows its effect (agentd's `click` returns it; cua's `computer_click`
-answers without one, so a `computer_screenshot` follows). Prints the median, p95 and mean of each in ms.
+answers without one, so a `computer_screenshot` follows). agentd waits after an action until the screen has
+been quiet for 100 ms (`[settle]`), so that the screenshot shows the action's effect; cua takes it at once: with
+--config-no-settle a second agentd session runs with `[settle] enabled = false`, cua's way. Prints the median,
+p95 and mean of each in ms.
 
 With --task FILE: `run_task`'s overhead over `agentd run` — the task (a scripted model on the mock desktop) run
 10 times with `run_task` in one `agentd mcp --local` session (the call, as the client waits for it) and 10 times
@@ -82,6 +85,7 @@ async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--agentd", required=True)
     parser.add_argument("--config", required=True)
+    parser.add_argument("--config-no-settle", help="a config with [settle] enabled = false, for a second session")
     parser.add_argument("--computer", required=True)
     parser.add_argument("--cua", required=True)
     parser.add_argument("--daemon-url")
@@ -101,6 +105,14 @@ async def main():
         local = await stack.enter_async_context(ClientSession(read, write))
         await local.initialize()
         servers.append(Agentd("agentd mcp --local --computer (stdio)", local))
+        if args.config_no_settle:
+            params = StdioServerParameters(
+                command=args.agentd,
+                args=["--config", args.config_no_settle, "mcp", "--local", "--computer", args.computer])
+            read, write = await stack.enter_async_context(stdio_client(params))
+            raw = await stack.enter_async_context(ClientSession(read, write))
+            await raw.initialize()
+            servers.append(Agentd("agentd mcp --local, [settle] off (stdio)", raw))
 
         if args.daemon_url:
             http = await stack.enter_async_context(

@@ -141,9 +141,17 @@ pub async fn handle(State(state): State<Arc<ApiState>>, request: Request) -> Res
     if let Err(e) = same_origin(request.headers()) {
         return e.into_response();
     }
+    let delete = request.method() == axum::http::Method::DELETE;
     let mut service = state.mcp.service(&state);
     let Ok(response) = tower_service::Service::call(&mut service, request).await;
-    response.map(Body::new)
+    let mut response = response.map(Body::new);
+    // A session ended by its client: rmcp answers 202, which the official Python SDK reports as a failed
+    // termination (it takes 200 and 204); the specification names no status, so the one every client reads
+    // as done.
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
 }
 
 /// `Ok` without an `Origin`, or with one whose authority is the request's `Host`.

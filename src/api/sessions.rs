@@ -8,7 +8,8 @@
 //! that hands them to the task's loop. The task carries the label [`SESSION_LABEL`] with this node's name, which
 //! only this node's workers have, so the worker that runs it is one that holds its model. A session's task
 //! without a live session here (its client ended it, the daemon restarted) gets a model whose client is gone: the
-//! task completes at its next step.
+//! task completes at its next step. A session's task that finishes otherwise (cancelled, a limit) ends the
+//! session ([`Sessions::finished`], told by the worker).
 //!
 //! One session per desktop, as tasks: a pool desktop that a task or another session holds is refused (409
 //! `desktop_leased`); any other computer waits its turn in the queue as a task would.
@@ -64,6 +65,12 @@ impl Sessions {
         let (server, model) = ComputerServer::new(task_id.to_string());
         drop(server);
         model
+    }
+
+    /// The session task `task_id` finished (it will not run again): its session ends, and an action on its
+    /// way is answered `session_ended`.
+    pub fn finished(&self, task_id: &str) {
+        self.end(task_id);
     }
 
     fn server(&self, task_id: &str) -> Option<ComputerServer> {

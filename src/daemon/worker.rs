@@ -446,7 +446,10 @@ impl Workers {
         if let End::Finish(finish) = &end {
             self.metrics.observe_checks(&finish.outcome.checks);
         }
-        self.end(&lease, &events, &stored_rx, end).await;
+        if self.end(&lease, &events, &stored_rx, end).await {
+            // A computer session's task that finished ends its session (`api::sessions`).
+            self.handle.sessions.finished(&task_id);
+        }
         if let Some(name) = &lease.desktop {
             self.pool.give_back(name, &task_id);
         }
@@ -479,8 +482,10 @@ impl Workers {
     }
 
     /// Tells the queue how the attempt ended, after the events before it are stored.
-    async fn end(&self, lease: &Lease, events: &EventSink, stored: &watch::Receiver<u64>, end: End) {
+    /// Tells the queue how the attempt ended; `true` when the task finished (it will not run again).
+    async fn end(&self, lease: &Lease, events: &EventSink, stored: &watch::Receiver<u64>, end: End) -> bool {
         let task_id = &lease.task_id;
+        let mut finished = false;
         if let Ok(mut active) = self.active.lock()
             && let Some(active) = active.get_mut(task_id)
         {
@@ -488,6 +493,7 @@ impl Workers {
         }
         let result = match end {
             End::Finish(finish) => {
+                finished = true;
                 self.wait_for_uploads(task_id).await;
                 let outcome = finish.outcome.clone();
                 let seq = finish_and_wait(events, stored, &outcome, finish.usage).await;
@@ -507,6 +513,7 @@ impl Workers {
                         retry_unavailable(self.lease_for(), || self.queue.release(task_id, lease.token, &release)).await
                     }
                     AfterFailure::Finish(outcome) => {
+                        finished = true;
                         self.wait_for_uploads(task_id).await;
                         finish.outcome = outcome;
                         finish_and_wait(events, stored, &finish.outcome, finish.usage).await;
@@ -561,6 +568,7 @@ impl Workers {
         }
         self.handle.events_stored.notify_waiters();
         self.handle.wake.notify_one();
+        finished
     }
 
     /// Stores a task's events in batches as they come; ends when every sender is gone.

@@ -156,20 +156,32 @@ fn status_of(address: &str, request: &str) -> u16 {
     line.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("no status in {line:?}"))
 }
 
+/// The token of the daemons [`tcp_daemon`] starts.
+const TOKEN: &str = "mcp-token-0123456789abcdef0123456789";
+
+/// A daemon listening on TCP (a free port of 127.0.0.1) with the token [`TOKEN`], `extra` sections in its
+/// config and `env` in its environment; its address, and the directory of its token file (kept as long as it).
+fn tcp_daemon(extra: &str, env: &[(&str, &str)]) -> (Daemon, String, tempfile::TempDir) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).expect("token");
+    let daemon = Daemon::start_on_with_env(
+        crate::support::Backend::Sqlite,
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
+        "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100",
+        extra,
+        env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    );
+    (daemon, format!("127.0.0.1:{port}"), dir)
+}
+
 #[test]
 fn the_python_sdk_runs_tasks_over_streamable_http_and_mcp_refuses_a_wrong_token_and_a_foreign_origin() {
     let Some(python) = python() else { return };
     let _load = crate::support::timing_sensitive();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let token = "mcp-token-0123456789abcdef0123456789";
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, token).expect("token");
-    let daemon = Daemon::start_with_api(
-        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
-        "",
-    );
-    let address = format!("127.0.0.1:{port}");
+    let (daemon, address, _token_dir) = tcp_daemon("", &[]);
+    let token = TOKEN;
     let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
     let request = |auth: &str, origin: Option<&str>| {
         let origin = origin.map(|o| format!("origin: {o}\r\n")).unwrap_or_default();
@@ -200,23 +212,15 @@ fn the_python_sdk_runs_tasks_over_streamable_http_and_mcp_refuses_a_wrong_token_
 fn a_computer_leased_over_http_is_one_sessions_and_recorded_as_a_daemon_task() {
     let Some(python) = python() else { return };
     let _load = crate::support::timing_sensitive();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let token = "mcp-token-0123456789abcdef0123456789";
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, token).expect("token");
     // The login scene's password: the desktop signs alice in only when the value reached it.
     let password = "hunter2";
-    let daemon = Daemon::start_on_with_env(
-        crate::support::Backend::Sqlite,
-        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
-        "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100",
+    let (daemon, address, _token_dir) = tcp_daemon(
         "[worker]\nallowed_env = [\"AGENTD_TEST_PORTAL_PASSWORD\"]\n\n[[desktops]]\nname = \"lab-1\"\n\
          computer = { provider = \"mock\", scene = \"login\" }\n",
-        vec![("AGENTD_TEST_PORTAL_PASSWORD".into(), password.into())],
+        &[("AGENTD_TEST_PORTAL_PASSWORD", password)],
     );
-    let url = format!("http://127.0.0.1:{port}/mcp");
-    let seen = run_client(&python, "tests/mcp/lease_client.py", &[&url, token, "lab-1"]);
+    let url = format!("http://{address}/mcp");
+    let seen = run_client(&python, "tests/mcp/lease_client.py", &[&url, TOKEN, "lab-1"]);
     let id = seen["task_id"].as_str().unwrap_or_else(|| panic!("no task id: {seen:#}")).to_string();
 
     let task = daemon.wait_terminal(&id, std::time::Duration::from_secs(60));
@@ -246,6 +250,67 @@ fn a_computer_leased_over_http_is_one_sessions_and_recorded_as_a_daemon_task() {
     let state = &task["computer_state"];
     assert!(state["screens_visited"].as_array().is_some_and(|s| s.iter().any(|v| v == "welcome")), "{state:#}");
     assert_eq!(state["fields"]["password"], "<secret:password>", "{state:#}");
+}
+
+/// `/v1/sessions` without an MCP client: an action is the session task's next step and answers with the
+/// screenshot after it; what the endpoints cannot do is refused with its own status and code — a desktop not in
+/// the pool, two computers at once, a body that is no action, a session this daemon does not hold — and a
+/// session whose task was cancelled is gone with it.
+#[test]
+fn the_sessions_api_acts_and_refuses_what_it_cannot_do() {
+    use crate::support::http;
+    let daemon =
+        Daemon::start("[[desktops]]\nname = \"lab-1\"\ncomputer = { provider = \"mock\", scene = \"login\" }\n");
+    let call = |method: &str, path: &str, body: serde_json::Value| -> (u16, serde_json::Value) {
+        let body = body.to_string();
+        let (status, reply) = http(&daemon.socket, method, path, Some(body.as_bytes()), &[]).expect("request");
+        (status, serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{e}: {reply}")))
+    };
+    let (status, refused) = call("POST", "/v1/sessions", serde_json::json!({"desktop": "no-such-desktop"}));
+    assert_eq!((status, &refused["error"]["code"]), (400, &serde_json::json!("invalid_session")), "{refused}");
+    assert_eq!(refused["error"]["field"], "desktop");
+    let (status, refused) =
+        call("POST", "/v1/sessions", serde_json::json!({"desktop": "lab-1", "computer": {"provider": "mock"}}));
+    assert_eq!((status, &refused["error"]["code"]), (400, &serde_json::json!("invalid_session")), "{refused}");
+
+    let (status, opened) = call("POST", "/v1/sessions", serde_json::json!({"desktop": "lab-1"}));
+    assert_eq!(status, 201, "{opened}");
+    let id = opened["task_id"].as_str().expect("task id").to_string();
+    let actions = format!("/v1/sessions/{id}/actions");
+    let (status, step) = call("POST", &actions, serde_json::json!({"action": {"type": "click", "x": 640, "y": 370}}));
+    assert_eq!(status, 200, "{step}");
+    assert_eq!((step["ok"].as_bool(), step["screen"].as_str()), (Some(true), Some("1280x800")), "{step}");
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(step["image"]["data"].as_str().unwrap_or_default())
+        .expect("base64");
+    assert_eq!((&png[..4], step["image"]["media_type"].as_str()), (&b"\x89PNG"[..], Some("image/png")));
+    let (status, refused) = call("POST", &actions, serde_json::json!({"action": {"type": "click", "x": 1}}));
+    assert_eq!((status, &refused["error"]["code"]), (400, &serde_json::json!("invalid_action")), "{refused}");
+    let (status, refused) =
+        call("POST", "/v1/sessions/no-such-session/actions", serde_json::json!({"action": {"type": "screenshot"}}));
+    assert_eq!((status, &refused["error"]["code"]), (404, &serde_json::json!("not_found")), "{refused}");
+
+    // Cancelled from elsewhere: the session ends with its task.
+    let cancelled = daemon.cli(&["cancel", &id]);
+    assert_eq!(cancelled.code, 0, "{}", cancelled.stderr);
+    let task = daemon.wait_terminal(&id, std::time::Duration::from_secs(30));
+    assert_eq!(task["state"], "cancelled", "{task:#}");
+    assert_eq!(task["steps"][0]["actions"][0]["type"], "click", "{task:#}");
+    // The worker ends the session right after it records the task's end: an action in between is
+    // `session_ended`, one after it `not_found`.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut before = Vec::new();
+    let ended = loop {
+        let (status, ended) = call("POST", &actions, serde_json::json!({"action": {"type": "screenshot"}}));
+        if status == 404 || std::time::Instant::now() > deadline {
+            break ended;
+        }
+        assert_eq!(ended["error"]["code"], "session_ended", "{status}: {ended}");
+        before.push(status);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(ended["error"]["code"], "not_found", "{ended} (before it: {before:?})");
 }
 
 /// The record of computer session `id`: written once its client exited and the task completed (waited for,

@@ -16,6 +16,7 @@ import sys
 import time
 
 import anyio
+from checks import check, report, seen
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -41,14 +42,6 @@ OUTPUT_SCHEMA = {
     "additionalProperties": False,
 }
 
-failures = []
-seen = {}
-
-
-def check(ok, what, detail=None):
-    if not ok:
-        failures.append(what if detail is None else f"{what}: {detail}")
-        print(f"FAILED: {what}" + ("" if detail is None else f": {detail}"), file=sys.stderr, flush=True)
 
 
 def text_of(result):
@@ -287,5 +280,4 @@ async def main():
 
 
 anyio.run(main)
-print(json.dumps({"failures": failures, "seen": seen}))
-sys.exit(1 if failures else 0)
+report()

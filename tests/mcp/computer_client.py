@@ -16,19 +16,13 @@ import struct
 import sys
 
 import anyio
+from checks import check, report, seen
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 TOOLS = ["screenshot", "click", "double_click", "type", "key", "scroll", "drag", "move", "wait"]
 
-failures = []
-seen = {"steps": []}
-
-
-def check(ok, what, detail=None):
-    if not ok:
-        failures.append(what if detail is None else f"{what}: {detail}")
-        print(f"FAILED: {what}" + ("" if detail is None else f": {detail}"), file=sys.stderr, flush=True)
+seen.update({"steps": []})
 
 
 def png_size(data):
@@ -102,8 +96,7 @@ async def main():
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             await scenario(session)
-    print(json.dumps({"seen": seen, "failures": failures}))
-    sys.exit(1 if failures else 0)
+    report()
 
 
 anyio.run(main)

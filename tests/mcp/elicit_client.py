@@ -13,6 +13,7 @@ import json
 import sys
 
 import anyio
+from checks import check, report, seen
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -24,14 +25,7 @@ SCRIPT = {
     ]
 }
 
-failures = []
-seen = {"elicitations": []}
-
-
-def check(ok, what, detail=None):
-    if not ok:
-        failures.append(what if detail is None else f"{what}: {detail}")
-        print(f"FAILED: {what}" + ("" if detail is None else f": {detail}"), file=sys.stderr, flush=True)
+seen.update({"elicitations": []})
 
 
 async def on_elicit(context, params):
@@ -70,8 +64,7 @@ async def main():
     check(len(messages) == 2, "two elicitations: the question, then the approval", messages)
     check(any("Which colour?" in m for m in messages), "the question is asked as the model put it", messages)
     check(any("may I type the colour?" in m for m in messages), "the approval names the hold's reason", messages)
-    print(json.dumps({"seen": seen, "failures": failures}))
-    sys.exit(1 if failures else 0)
+    report()
 
 
 anyio.run(main)

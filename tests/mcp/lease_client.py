@@ -17,26 +17,12 @@ import json
 import sys
 
 import anyio
+from checks import check, images_of, report, seen, texts_of
 import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-failures = []
-seen = {"steps": []}
-
-
-def check(ok, what, detail=None):
-    if not ok:
-        failures.append(what if detail is None else f"{what}: {detail}")
-        print(f"FAILED: {what}" + ("" if detail is None else f": {detail}"), file=sys.stderr, flush=True)
-
-
-def texts_of(result):
-    return [b.text for b in result.content if getattr(b, "type", None) == "text"]
-
-
-def images_of(result):
-    return [b for b in result.content if getattr(b, "type", None) == "image"]
+seen.update({"steps": []})
 
 
 async def scenario(a, b, http, url, desktop):
@@ -108,8 +94,7 @@ async def main():
                 async with streamable_http_client(url, http_client=http) as (read_b, write_b):
                     async with ClientSession(read_b, write_b) as b:
                         await scenario(a, b, http, url, desktop)
-    print(json.dumps({"seen": seen, "failures": failures}))
-    sys.exit(1 if failures else 0)
+    report()
 
 
 anyio.run(main)
