@@ -44,6 +44,15 @@ pub async fn submit(
 ) -> Result<(StatusCode, Json<TaskRecord>), ApiError> {
     let text = body_text(body)?;
     let spec = TaskSpec::parse(&text, "request body").map_err(invalid_task)?;
+    // The label of computer sessions routes a task to the node that holds its client; a task that named it
+    // would run with no model (`api::sessions`).
+    let session = super::sessions::SESSION_LABEL;
+    if spec.labels.keys().any(|key| key.as_str() == session) {
+        let message = format!("request body: field `labels.{session}`: reserved for computer sessions (/v1/sessions)");
+        return Err(
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_task", message).with_field(format!("labels.{session}"))
+        );
+    }
     Ok(match submit_spec(&state, spec).await? {
         Submitted::Created(record) => (StatusCode::CREATED, Json(record)),
         Submitted::Existing(record) => (StatusCode::OK, Json(record)),

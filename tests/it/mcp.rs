@@ -273,6 +273,14 @@ fn the_sessions_api_acts_and_refuses_what_it_cannot_do() {
         call("POST", "/v1/sessions", serde_json::json!({"desktop": "lab-1", "computer": {"provider": "mock"}}));
     assert_eq!((status, &refused["error"]["code"]), (400, &serde_json::json!("invalid_session")), "{refused}");
 
+    // A task of its own may not take a session's label (it would run with no model).
+    let (status, refused) = call(
+        "POST",
+        "/v1/tasks",
+        serde_json::json!({"instructions": "x", "labels": {"agentd.session": "any"}, "computer": {"provider": "mock"}}),
+    );
+    assert_eq!((status, &refused["error"]["field"]), (400, &serde_json::json!("labels.agentd.session")), "{refused}");
+
     let (status, opened) = call("POST", "/v1/sessions", serde_json::json!({"desktop": "lab-1"}));
     assert_eq!(status, 201, "{opened}");
     let id = opened["task_id"].as_str().expect("task id").to_string();
