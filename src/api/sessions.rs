@@ -9,7 +9,7 @@
 //! only this node's workers have, so the worker that runs it is one that holds its model. A session's task
 //! without a live session here (its client ended it, the daemon restarted) gets a model whose client is gone: the
 //! task completes at its next step. A session's task that finishes otherwise (cancelled, a limit) ends the
-//! session ([`Sessions::finished`], told by the worker).
+//! session ([`Sessions::end`], called by the worker).
 //!
 //! One session per desktop, as tasks: a pool desktop that a task or another session holds is refused (409
 //! `desktop_leased`); any other computer waits its turn in the queue as a task would.
@@ -33,6 +33,11 @@ use crate::task::{TaskId, TaskSpec};
 
 /// The label a session's task carries, valued with the name of the node whose client it is.
 pub const SESSION_LABEL: &str = "agentd.session";
+
+/// Whether `spec` is a computer session's task (it carries [`SESSION_LABEL`]).
+pub fn is_session(spec: &TaskSpec) -> bool {
+    spec.labels.keys().any(|key| key.as_str() == SESSION_LABEL)
+}
 
 /// What a session's task is asked when the client says nothing.
 const SESSION_INSTRUCTIONS: &str = "An API client operates this computer, one action at a time.";
@@ -67,17 +72,13 @@ impl Sessions {
         model
     }
 
-    /// The session task `task_id` finished (it will not run again): its session ends, and an action on its
-    /// way is answered `session_ended`.
-    pub fn finished(&self, task_id: &str) {
-        self.end(task_id);
-    }
-
     fn server(&self, task_id: &str) -> Option<ComputerServer> {
         self.lock().get(task_id).map(|live| live.server.clone())
     }
 
-    fn end(&self, task_id: &str) -> bool {
+    /// Ends the session `task_id` (its client released it, or its task finished: an action on its way is then
+    /// answered `session_ended`); `false` when there was none.
+    pub fn end(&self, task_id: &str) -> bool {
         self.lock().remove(task_id).is_some()
     }
 }

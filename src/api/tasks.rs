@@ -46,8 +46,8 @@ pub async fn submit(
     let spec = TaskSpec::parse(&text, "request body").map_err(invalid_task)?;
     // The label of computer sessions routes a task to the node that holds its client; a task that named it
     // would run with no model (`api::sessions`).
-    let session = super::sessions::SESSION_LABEL;
-    if spec.labels.keys().any(|key| key.as_str() == session) {
+    if super::sessions::is_session(&spec) {
+        let session = super::sessions::SESSION_LABEL;
         let message = format!("request body: field `labels.{session}`: reserved for computer sessions (/v1/sessions)");
         return Err(
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_task", message).with_field(format!("labels.{session}"))

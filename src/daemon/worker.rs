@@ -373,7 +373,7 @@ impl Workers {
             }
         }
         // A computer session's task (`api::sessions`): its model is the session's client.
-        if lease.spec.labels.keys().any(|key| key.as_str() == crate::api::sessions::SESSION_LABEL) {
+        if crate::api::sessions::is_session(&lease.spec) {
             assembly.model = Some(Source::Given(self.handle.sessions.model(&task_id)));
         }
         // A replay (docs/replay-and-verify.md) runs on the replayed task's record, read from the queue.
@@ -448,7 +448,7 @@ impl Workers {
         }
         if self.end(&lease, &events, &stored_rx, end).await {
             // A computer session's task that finished ends its session (`api::sessions`).
-            self.handle.sessions.finished(&task_id);
+            self.handle.sessions.end(&task_id);
         }
         if let Some(name) = &lease.desktop {
             self.pool.give_back(name, &task_id);
@@ -481,8 +481,8 @@ impl Workers {
         }
     }
 
-    /// Tells the queue how the attempt ended, after the events before it are stored.
-    /// Tells the queue how the attempt ended; `true` when the task finished (it will not run again).
+    /// Tells the queue how the attempt ended, after the events before it are stored; `true` when the task
+    /// finished (it will not run again).
     async fn end(&self, lease: &Lease, events: &EventSink, stored: &watch::Receiver<u64>, end: End) -> bool {
         let task_id = &lease.task_id;
         let mut finished = false;

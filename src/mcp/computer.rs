@@ -219,7 +219,12 @@ impl ComputerServer {
 
     /// The tools `tools/list` answers, their input schemas those of the task file's actions.
     pub fn tools() -> Vec<rmcp::model::Tool> {
-        TOOLS.iter().map(|(name, action, description)| tool(name, action, description)).collect()
+        listed().to_vec()
+    }
+
+    /// The computer tool named `name`.
+    pub fn tool_named(name: &str) -> Option<rmcp::model::Tool> {
+        listed().iter().find(|tool| tool.name == name).cloned()
     }
 
     /// Whether `name` is one of the computer tools.
@@ -269,6 +274,13 @@ fn action_of(action_type: &str, arguments: serde_json::Map<String, Value>) -> Re
     }
     object.insert("type".into(), Value::String(action_type.into()));
     serde_json::from_value(Value::Object(object)).map_err(|e| format!("the arguments: {e}"))
+}
+
+/// The computer tools, made once: each input schema is derived from the action type's JSON Schema, which
+/// `tools/list` and every call's lookup would otherwise derive anew.
+fn listed() -> &'static [rmcp::model::Tool] {
+    static LISTED: std::sync::OnceLock<Vec<rmcp::model::Tool>> = std::sync::OnceLock::new();
+    LISTED.get_or_init(|| TOOLS.iter().map(|(name, action, description)| tool(name, action, description)).collect())
 }
 
 /// A tool whose input schema is its action's, from the action type's own JSON Schema (`type` left out).
@@ -334,7 +346,7 @@ impl ServerHandler for ComputerServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        TOOLS.iter().find(|(n, _, _)| *n == name).map(|(name, action, description)| tool(name, action, description))
+        Self::tool_named(name)
     }
 
     async fn call_tool(

@@ -181,7 +181,7 @@ impl ServerHandler for TaskServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        Self::tools().into_iter().find(|tool| tool.name == name)
+        TaskTool::from_name(name).map(TaskTool::tool).or_else(|| computer::ComputerServer::tool_named(name))
     }
 
     async fn call_tool(
