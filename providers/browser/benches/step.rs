@@ -1,8 +1,9 @@
 //! The browser computer's step beside its peer: a click and a PNG screenshot of the viewport (1280x800) on a
 //! simple local page, as the agent loop does it every step — median and p95 over 100 steps after 5 warm-up
-//! ones — and how long a browser takes from launch to its first screenshot, and the memory (RSS) of its
-//! processes; and how long a pool browser takes to start the next task (`reset`: a fresh browser context on
-//! the start page) once its prepared context is ready, to its first screenshot. `benches/playwright_step.py` measures the OpenAI sample's Playwright computer the same way;
+//! ones, with the click and the screenshot apart — and how long a browser takes from launch to its first
+//! screenshot, and the memory (RSS) of its processes; and how long a pool browser takes to start the next task
+//! (`reset`: a fresh browser context on the start page) once its prepared context is ready, to its first
+//! screenshot. `benches/playwright_step.py` measures the OpenAI sample's Playwright computer the same way;
 //! `benches/side_by_side.sh` runs both in one go.
 //!
 //! Then how many browsers this machine runs at once with tasks stepping: 1, 2, 4, 8, … launched browsers (up to
@@ -92,16 +93,21 @@ async fn main() {
 
     let browser = BrowserProvider::open(config()).await.expect("browser");
     let click = Action::Click { x: 660, y: 320, button: MouseButton::Left, keys: vec![] };
-    let mut steps = Vec::new();
+    let (mut steps, mut clicks, mut captures) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..105 {
         let started = Instant::now();
         browser.perform(&click).await.expect("click");
+        let clicked = started.elapsed();
         browser.screenshot().await.expect("screenshot");
         if i >= 5 {
             steps.push(started.elapsed());
+            clicks.push(clicked);
+            captures.push(started.elapsed() - clicked);
         }
     }
     steps.sort();
+    clicks.sort();
+    captures.sort();
     let rss = browser.pid().map(group_rss_mib).unwrap_or(0.0);
 
     // A pool browser between tasks: the first reset makes a context, each later one takes the context
@@ -133,11 +139,14 @@ async fn main() {
         resets.len()
     );
     println!(
-        "agentd-browser: step (click + PNG screenshot, 1280x800) median {:.1} ms, p95 {:.1} ms over {}; \
-         launch to first screenshot median {:.0} ms (min {:.0}, max {:.0}) over {}; browser RSS {rss:.0} MiB",
+        "agentd-browser: step (click + PNG screenshot, 1280x800) median {:.1} ms, p95 {:.1} ms over {} (click \
+         median {:.1} ms, screenshot median {:.1} ms); launch to first screenshot median {:.0} ms (min {:.0}, max \
+         {:.0}) over {}; browser RSS {rss:.0} MiB",
         percentile(&steps, 50),
         percentile(&steps, 95),
         steps.len(),
+        percentile(&clicks, 50),
+        percentile(&captures, 50),
         percentile(&starts, 50),
         percentile(&starts, 0),
         percentile(&starts, 100),

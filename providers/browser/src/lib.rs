@@ -1264,8 +1264,10 @@ impl Inner {
     async fn screenshot(&self) -> Result<Frame, BrowserError> {
         let params = json!({"format": "png", "optimizeForSpeed": true});
         // While the page swaps renderers (a refused or failed navigation commits Chromium's error page in another
-        // process) a capture can go unanswered or be refused as "Not attached to an active page": it is asked
-        // again until the swap is over, within a bound no healthy capture comes near (they take tens of ms).
+        // process) a capture can go unanswered, or be refused as "Not attached to an active page" or, taken from
+        // a surface of its own (`launch::FLAGS`), as "Unable to capture screenshot" while the new renderer has no
+        // frame yet: it is asked again until the swap is over, within a bound no healthy capture comes near
+        // (they take tens of ms).
         let deadline = tokio::time::Instant::now() + CAPTURE_SWAP_BOUND;
         let answer = loop {
             let session = self.active()?;
@@ -1275,7 +1277,10 @@ impl Inner {
                 .await;
             let swapping = match &result {
                 Err(CdpError::Timeout { .. }) => true,
-                Err(CdpError::Protocol { message, .. }) => message.contains("Not attached to an active page"),
+                Err(CdpError::Protocol { message, .. }) => {
+                    message.contains("Not attached to an active page")
+                        || message.contains("Unable to capture screenshot")
+                }
                 _ => false,
             };
             if !swapping || tokio::time::Instant::now() >= deadline {
