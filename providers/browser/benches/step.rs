@@ -99,10 +99,11 @@ async fn main() {
         browser.perform(&click).await.expect("click");
         let clicked = started.elapsed();
         browser.screenshot().await.expect("screenshot");
+        let step = started.elapsed();
         if i >= 5 {
-            steps.push(started.elapsed());
+            steps.push(step);
             clicks.push(clicked);
-            captures.push(started.elapsed() - clicked);
+            captures.push(step - clicked);
         }
     }
     steps.sort();
