@@ -473,3 +473,93 @@ fn a_heading_anchor_is_githubs() {
     assert_eq!(anchor_of("Asking a human (`ask_human`)"), "asking-a-human-ask_human");
     assert_eq!(anchor_of("Fleet mode: PostgreSQL and S3"), "fleet-mode-postgresql-and-s3");
 }
+
+/// The tests of this binary that enter the quiet side of the machine-load room (`support::timing_sensitive`),
+/// as `module::function` (the enclosing top-level function of each call; a helper's name stands for the
+/// tests that call it, which share its module).
+fn timing_sensitive_tests(files: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (module, code) in files {
+        // The room's own module, and this one (its fixtures), call nothing.
+        if module == "support" || module == "house" {
+            continue;
+        }
+        let mut function = None;
+        for line in code.lines() {
+            let head = line.trim_start_matches("pub ").trim_start_matches("async ");
+            if let Some(rest) = head.strip_prefix("fn ") {
+                function = rest.split(['(', '<']).next().map(str::to_string);
+            }
+            if line.contains("support::timing_sensitive()") {
+                let name = function.as_deref().unwrap_or("(outside any function)");
+                found.push(format!("{module}::{name}"));
+            }
+        }
+    }
+    found
+}
+
+/// The test filter of `.config/nextest.toml`'s override that starts the quiet tests late (the one with
+/// `priority = -50`), reduced to what it names in the `it` binary: prefixes (`test(/^x::/)`) and exact names
+/// (`test(=x::y)`).
+fn late_start_filter(nextest_toml: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let block = nextest_toml.split("[[profile.default.overrides]]").find(|b| b.contains("priority = -50"))?;
+    let filter = block.lines().find_map(|l| l.trim().strip_prefix("filter = "))?;
+    let (mut prefixes, mut exact) = (Vec::new(), Vec::new());
+    for predicate in filter.split("test(").skip(1) {
+        let body = predicate.split(')').next().unwrap_or_default();
+        if let Some(regex) = body.strip_prefix("/^").and_then(|r| r.strip_suffix('/')) {
+            prefixes.push(regex.to_string());
+        } else if let Some(name) = body.strip_prefix('=') {
+            exact.push(name.to_string());
+        }
+    }
+    Some((prefixes, exact))
+}
+
+/// A timing-sensitive test waits (in its slot) while any heavy test runs; nextest starts the ones it knows of
+/// after the others (`.config/nextest.toml`), so none sits idle in a slot at the start of the run. One that
+/// is not named there would: this keeps the list whole.
+#[test]
+fn every_timing_sensitive_test_starts_late() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let nextest = std::fs::read_to_string(root.join(".config/nextest.toml")).expect(".config/nextest.toml");
+    let (prefixes, exact) = late_start_filter(&nextest).expect("an override with priority = -50 and a filter");
+    let mut files: Vec<(String, String)> = std::fs::read_dir(root.join("tests/it"))
+        .expect("tests/it")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| {
+            let module = p.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+            (module, std::fs::read_to_string(&p).unwrap_or_default())
+        })
+        .collect();
+    files.sort();
+    let found = timing_sensitive_tests(&files);
+    assert!(found.len() >= 20, "found only {} timing-sensitive tests: {found:?}", found.len());
+    let missing: Vec<&String> = found
+        .iter()
+        .filter(|name| !prefixes.iter().any(|p| name.starts_with(p.as_str())) && !exact.contains(name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "timing-sensitive tests that .config/nextest.toml does not start late: {missing:?} (filter prefixes \
+         {prefixes:?}, names {exact:?})"
+    );
+}
+
+#[test]
+fn a_timing_sensitive_test_outside_the_filter_is_found() {
+    let files = vec![
+        ("fidelity".to_string(), "#[test]\nfn a() {\n    let _l = crate::support::timing_sensitive();\n}\n".into()),
+        (
+            "console".to_string(),
+            "#[tokio::test]\nasync fn b() {\n    let _l = crate::support::timing_sensitive();\n}\n".into(),
+        ),
+    ];
+    assert_eq!(timing_sensitive_tests(&files), ["fidelity::a", "console::b"]);
+    let toml =
+        "[[profile.default.overrides]]\npriority = -50\nfilter = 'binary(it) & (test(/^fidelity::/) | test(=x::y))'\n";
+    assert_eq!(late_start_filter(toml), Some((vec!["fidelity::".to_string()], vec!["x::y".to_string()])));
+}
