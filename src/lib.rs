@@ -131,6 +131,11 @@ pub(crate) mod input;
 pub mod library;
 #[cfg(not(feature = "internals"))]
 pub(crate) mod library;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod live;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod live;
 #[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod mcp;

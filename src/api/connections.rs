@@ -168,7 +168,8 @@ async fn drive<I>(http: &hyper::server::conn::http1::Builder, io: I, app: WithPe
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let connection = http.serve_connection(io, TowerToHyperService::new(app));
+    // With upgrades: the live view's WebSocket (`api::live`) takes the connection over after its 101.
+    let connection = http.serve_connection(io, TowerToHyperService::new(app)).with_upgrades();
     let mut connection = std::pin::pin!(connection);
     let result = tokio::select! {
         result = connection.as_mut() => result,

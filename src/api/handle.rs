@@ -24,6 +24,9 @@ pub struct WorkerHandle {
     /// The computer sessions of this node's API (`/v1/sessions`): the workers run their tasks with the models
     /// held here.
     pub sessions: Arc<super::sessions::Sessions>,
+    /// The screens of the tasks running here, for their live viewers (`GET /v1/tasks/{id}/live`): the workers'
+    /// attempts register their computers in it.
+    pub live: Arc<crate::live::LiveScreens>,
     /// This node's worker name.
     node: Arc<str>,
 }

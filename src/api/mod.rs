@@ -19,6 +19,7 @@ mod connections;
 pub mod console;
 mod events;
 mod handle;
+mod live;
 pub mod mcp;
 mod messages;
 mod retention;
@@ -246,6 +247,7 @@ fn endpoints() -> Vec<Endpoint> {
         get_at(mcp::PATH, mcp::handle),
         delete_at(mcp::PATH, mcp::handle),
         get_at("/v1/tasks/{id}/events", events::stream),
+        get_at("/v1/tasks/{id}/live", live::stream),
         get_at("/v1/tasks/{id}/steps/{index}/screenshot", tasks::screenshot),
         get_at("/v1/openapi.json", openapi),
         get_at(LIVEZ, tasks::live),

@@ -68,6 +68,8 @@ pub struct Assembly {
     pub worker: Option<String>,
     /// The record a replay task replays.
     pub replay_record: Option<TaskRecord>,
+    /// Where the attempt shows its screen to live viewers while it runs (the daemon's; none elsewhere).
+    pub live: Option<Arc<crate::live::LiveScreens>>,
 }
 
 /// An attempt's parts, built.
@@ -88,10 +90,13 @@ impl Assembly {
     pub async fn run(self, context: RunContext) -> AttemptOutput {
         emit_started(&context.events, context.attempt, &self.worker_name());
         let store = context.uploader.store().clone();
+        let live = self.live.clone();
         let Assembled { task, built, config } = match self.assemble(store.as_ref()).await {
             Ok(assembled) => assembled,
             Err(error) => return unbuilt(error),
         };
+        // Viewers see the computer for as long as the attempt runs.
+        let _shown = live.map(|live| live.register(&context.task_id, built.computer.clone()));
         crate::agent::run_isolated(Attempt { task, settle: config.settle, context }, built).await
     }
 

@@ -1,6 +1,6 @@
 //! `[api]`: the daemon's HTTP API — its Unix socket, the TCP listener with its bearer token and TLS, the
 //! connection bounds and timeouts, and the files tasks submitted over it may name; reading the token file and
-//! warning about secret files every local user may read.
+//! warning about secret files every local user may read. `[console]`: what the web console serves.
 
 use std::path::{Path, PathBuf};
 
@@ -82,6 +82,24 @@ pub fn read_token_file(path: &Path) -> Result<String, String> {
     }
     Ok(token)
 }
+
+/// `[console]` (docs/console.md): the web console's live view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// The most frames a second the live view of a running task sends (`GET /v1/tasks/{id}/live`), 1 to 30;
+    /// none while the screen does not change.
+    pub live_fps: u32,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self { live_fps: 10 }
+    }
+}
+
+/// The most frames a second `[console] live_fps` may ask for.
+pub const MAX_LIVE_FPS: u32 = 30;
 
 /// Windows has no file mode bits to check (its ACLs are the operator's to set).
 #[cfg(not(unix))]

@@ -38,7 +38,7 @@ use crate::task::tools::ToolDecl;
 use crate::task::verify::VerifierDecl;
 
 pub use access::{BrowserSettings, McpAllowed, OutboundConfig};
-pub use api::{ApiConfig, MIN_TOKEN_CHARS, read_token_file, world_readable_warning};
+pub use api::{ApiConfig, ConsoleConfig, MAX_LIVE_FPS, MIN_TOKEN_CHARS, read_token_file, world_readable_warning};
 pub use artifacts::{ArtifactsBackend, ArtifactsConfig, RetentionConfig};
 pub use desktops::{DesktopConfig, GuestCommand, HookCommand, SettlePolicy};
 pub use load::{ConfigError, ConfigProblem, ConfigSource, SYSTEM_CONFIG, parse};
@@ -85,6 +85,8 @@ pub struct Config {
     pub outbound: OutboundConfig,
     /// `[browser]`: what the browser computers of tasks submitted over the API may open.
     pub browser: BrowserSettings,
+    /// `[console]`: the web console's live view (docs/console.md).
+    pub console: ConsoleConfig,
     /// `[[approval]]`: approval rules for every task (docs/humans.md), before each task's own.
     #[serde(default)]
     pub approval: Vec<crate::task::approval::ApprovalRule>,
@@ -117,6 +119,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             outbound: OutboundConfig::default(),
             browser: BrowserSettings::default(),
+            console: ConsoleConfig::default(),
             approval: Vec::new(),
             desktops: Vec::new(),
             warnings: Vec::new(),

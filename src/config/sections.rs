@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::load::{keyed, models, section, tools, verifiers};
 use super::{
-    ApiConfig, ArtifactsConfig, BrowserSettings, Config, DesktopConfig, LogConfig, MODEL_PROVIDERS, ModelConfig,
-    OtelConfig, OutboundConfig, QueueConfig, RetentionConfig, SettlePolicy, WorkerConfig,
+    ApiConfig, ArtifactsConfig, BrowserSettings, Config, ConsoleConfig, DesktopConfig, LogConfig, MODEL_PROVIDERS,
+    ModelConfig, OtelConfig, OutboundConfig, QueueConfig, RetentionConfig, SettlePolicy, WorkerConfig,
 };
 use crate::task::TaskDefaults;
 use crate::task::approval::ApprovalRule;
@@ -125,6 +125,7 @@ pub(super) const TOP_LEVEL: &[TopLevelKey] = &[
     keyed_section!(retention: RetentionConfig),
     keyed_section!(outbound: OutboundConfig),
     keyed_section!(browser: BrowserSettings),
+    keyed_section!(console: ConsoleConfig),
     TopLevelKey {
         name: "approval",
         env: FromEnv::Never,

@@ -57,6 +57,12 @@ pub(super) fn validate(config: &Config) -> Vec<(String, String)> {
             problem(&format!("outbound.allow[{i}]"), message);
         }
     }
+    if !(1..=super::MAX_LIVE_FPS).contains(&config.console.live_fps) {
+        problem(
+            "console.live_fps",
+            format!("must be between 1 and {}, got {}", super::MAX_LIVE_FPS, config.console.live_fps),
+        );
+    }
     if config.retention.interval_secs == 0 {
         problem("retention.interval_secs", "must be at least 1".into());
     }

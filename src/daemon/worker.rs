@@ -343,6 +343,7 @@ impl Workers {
             api_task: true,
             persist_dir: Some(self.config.mock_dir(&task_id)),
             worker: Some(self.identity.name.clone()),
+            live: Some(self.handle.live.clone()),
             ..Assembly::default()
         };
         // A desktop of the pool (docs/providers.md): taken, reset unless the task ran on it last, and its computer (opened

@@ -1,4 +1,5 @@
-//! Screenshot processing between capture and use: scaling to the model's size and PNG encoding.
+//! Screenshot processing between capture and use: scaling to the model's size, PNG encoding, and JPEG for the
+//! live view.
 //!
 //! PNG with the `png` crate's `Fast` setting (fdeflate, adaptive filtering) is lossless, accepted by every
 //! model API, and costs a few milliseconds on a UI screenshot; scaling uses `fast_image_resize` (bilinear,
@@ -17,7 +18,7 @@ pub const PNG: &str = "image/png";
 pub enum ImageError {
     #[error("cannot scale a {from} frame to {to}: {message}")]
     Scale { from: Size, to: Size, message: String },
-    #[error("cannot encode PNG: {0}")]
+    #[error("cannot encode an image: {0}")]
     Encode(String),
 }
 
@@ -59,16 +60,29 @@ pub fn encode_png(frame: &Frame) -> Result<Vec<u8>, ImageError> {
         encoder.set_color(png::ColorType::Rgb);
         encoder.set_depth(png::BitDepth::Eight);
         encoder.set_compression(png::Compression::Fast);
-        let mut writer = encoder.write_header().map_err(|e| ImageError::Encode(e.to_string()))?;
-        writer.write_image_data(frame.as_rgb()).map_err(|e| ImageError::Encode(e.to_string()))?;
-        writer.finish().map_err(|e| ImageError::Encode(e.to_string()))?;
+        let mut writer = encoder.write_header().map_err(|e| ImageError::Encode(format!("PNG: {e}")))?;
+        writer.write_image_data(frame.as_rgb()).map_err(|e| ImageError::Encode(format!("PNG: {e}")))?;
+        writer.finish().map_err(|e| ImageError::Encode(format!("PNG: {e}")))?;
     }
+    Ok(out)
+}
+
+/// Encodes `frame` as a baseline JPEG of `quality` (1–100): for views of the screen a person watches (the live
+/// view), never for what is stored or sent to a model.
+pub fn encode_jpeg(frame: &Frame, quality: u8) -> Result<Vec<u8>, ImageError> {
+    let too_large = || ImageError::Encode(format!("a JPEG is at most 65535 pixels a side, not {}", frame.size()));
+    let width = u16::try_from(frame.width()).map_err(|_| too_large())?;
+    let height = u16::try_from(frame.height()).map_err(|_| too_large())?;
+    let mut out = Vec::with_capacity(frame.as_rgb().len() / 10);
+    jpeg_encoder::Encoder::new(&mut out, quality)
+        .encode(frame.as_rgb(), width, height, jpeg_encoder::ColorType::Rgb)
+        .map_err(|e| ImageError::Encode(format!("JPEG: {e}")))?;
     Ok(out)
 }
 
 /// Decodes a PNG written by [`encode_png`] (or any 8-bit RGB/RGBA PNG) back into a frame.
 pub fn decode_png(bytes: &[u8]) -> Result<Frame, ImageError> {
-    let err = |e: &dyn std::fmt::Display| ImageError::Encode(format!("decode: {e}"));
+    let err = |e: &dyn std::fmt::Display| ImageError::Encode(format!("PNG decode: {e}"));
     let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
     let mut reader = decoder.read_info().map_err(|e| err(&e))?;
     let mut buf = vec![0; reader.output_buffer_size().ok_or_else(|| err(&"image too large"))?];

@@ -84,7 +84,7 @@ fn artifact(name: &str) -> PathBuf {
 }
 
 /// Saves the tab's screenshot as a test artifact and checks it is not blank.
-async fn save(tab: &Tab, name: &str) {
+pub async fn save(tab: &Tab, name: &str) {
     let png = tab.screenshot(&artifact(name)).await.expect("screenshot");
     let spread = pixel_spread(&png).expect("decode");
     assert!(spread > 10.0, "{name} looks blank (luma spread {spread:.1})");
@@ -110,11 +110,16 @@ fn raw(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &st
 
 /// Logs in through the login page as a person would.
 async fn log_in(tab: &Tab, addr: &str) {
+    log_in_with(tab, addr, TOKEN).await;
+}
+
+/// Logs in with `token` through the login page of the daemon at `addr`.
+pub async fn log_in_with(tab: &Tab, addr: &str, token: &str) {
     tab.goto(&format!("http://{addr}/")).await.expect("open");
     tab.wait_for("location.pathname === '/console/login'", WAIT).await.expect("sent to the login page");
-    tab.type_into("#token", TOKEN).await.expect("type the token");
+    tab.type_into("#token", token).await.expect("type the token");
     let typed: usize = tab.eval("document.querySelector('#token').value.length").await.expect("typed");
-    assert_eq!(typed, TOKEN.len(), "the token field holds what was typed");
+    assert_eq!(typed, token.len(), "the token field holds what was typed");
     tab.press("Enter", false).await.expect("submit");
     if let Err(e) = tab
         .wait_for("location.pathname === '/console/' && window.agentdConsole && window.agentdConsole.ready", WAIT)

@@ -50,6 +50,7 @@ mod hostile;
 mod house;
 mod humans;
 mod library;
+mod live;
 mod mcp;
 mod mcp_tools;
 mod metrics;

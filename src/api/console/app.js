@@ -12,7 +12,7 @@
     'tool_call_end', 'tool_started', 'tool_output', 'tool_finished', 'awaiting_tool', 'error'];
 
   // What tests and the latency benchmark read: when each step's screenshot was shown (ms since the epoch).
-  const probe = { shown: [], ready: false };
+  const probe = { shown: [], live: [], ready: false };
   window.agentdConsole = probe;
 
   const session = { csrf: '', auth: '' };
@@ -332,6 +332,7 @@
     const t = {
       doc: null, selected: null, live: true, frames: new Map(), streams: new Map(), liveActions: new Map(),
       stopped: false, es: null, poll: null, refreshTimer: null, loadingStep: null, editPreview: null,
+      ws: null, streaming: false, liveUrl: null, liveHeader: null, liveTimes: [], wsRetry: null,
     };
     const title = h('h1', { tabindex: '-1', class: 'mono', text: id });
     const badge = h('span');
@@ -340,6 +341,9 @@
     const img = h('img', { id: 'screen', alt: 'No screenshot yet' });
     const layer = svg('svg', { id: 'overlay', preserveAspectRatio: 'none', 'aria-hidden': 'true' });
     const empty = h('div', { class: 'empty', text: 'Waiting for the first screenshot…' });
+    // The live desktop (GET /v1/tasks/{id}/live): shown instead of the latest step while following live.
+    const liveImg = h('img', { id: 'live-screen', alt: 'The desktop, live' });
+    const liveState = h('span', { id: 'live-state', class: 'muted', 'aria-live': 'off' });
     const viewer = h('div', { class: 'viewer' }, empty);
     const stepLabel = h('span', { id: 'step-label', 'aria-live': 'polite' });
     const prev = h('button', { type: 'button', class: 'quiet', id: 'step-prev', 'aria-keyshortcuts': 'ArrowLeft', text: '◀ Previous' });
@@ -357,7 +361,7 @@
       instructions, problem, controls,
       h('div', { class: 'layout' },
         h('section', { 'aria-label': 'Screen' },
-          h('div', { class: 'stepbar' }, prev, stepLabel, next, liveButton),
+          h('div', { class: 'stepbar' }, prev, stepLabel, next, liveButton, liveState),
           viewer, timeline),
         h('section', { 'aria-label': 'Details' },
           h('div', { class: 'panel' }, streamTitle, stream),
@@ -382,7 +386,67 @@
     function setLive(on) {
       t.live = on;
       liveButton.setAttribute('aria-pressed', on ? 'true' : 'false');
+      placeScreen();
     }
+
+    // ---- the live desktop ----
+    function showingLive() { return t.live && t.streaming && !!liveImg.getAttribute('src'); }
+    // Puts the live desktop or the selected step's screenshot in the viewer.
+    function placeScreen() {
+      if (showingLive()) {
+        if (!liveImg.isConnected) viewer.replaceChildren(liveImg);
+        stepLabel.textContent = 'Live';
+      } else if (liveImg.isConnected) {
+        if (img.getAttribute('src')) viewer.replaceChildren(img, layer); else viewer.replaceChildren(empty);
+        renderFrame();
+      }
+      renderLiveState();
+    }
+    function renderLiveState() {
+      const now = Date.now();
+      t.liveTimes = t.liveTimes.filter((at) => now - at < 1000);
+      liveState.dataset.live = t.streaming ? 'true' : 'false';
+      liveState.textContent = t.streaming ? `● live · ${t.liveTimes.length} fps` : '';
+    }
+    function liveMessage(e) {
+      if (typeof e.data !== 'string') {
+        const header = t.liveHeader;
+        t.liveHeader = null;
+        if (!header) return;
+        const url = URL.createObjectURL(e.data);
+        liveImg.onload = () => {
+          if (t.liveUrl && t.liveUrl !== url) URL.revokeObjectURL(t.liveUrl);
+          t.liveUrl = url;
+          t.liveTimes.push(Date.now());
+          probe.live.push({ task: id, seq: header.seq, width: header.width, height: header.height, at: Date.now() });
+          placeScreen();
+        };
+        liveImg.src = url;
+        return;
+      }
+      let m;
+      try { m = JSON.parse(e.data); } catch (_) { return; }
+      if (m.type === 'frame') t.liveHeader = m;
+      else if (m.type === 'state') { t.streaming = !!m.live; placeScreen(); }
+      else if (m.type === 'ended') { t.streaming = false; placeScreen(); }
+    }
+    function connectLive() {
+      if (t.stopped || t.ws) return;
+      const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
+      const width = Math.max(320, Math.round((viewer.clientWidth || 1280) * (window.devicePixelRatio || 1)));
+      const ws = new WebSocket(`${scheme}://${location.host}/v1/tasks/${encodeURIComponent(id)}/live?width=${width}`);
+      ws.binaryType = 'blob';
+      t.ws = ws;
+      ws.onmessage = liveMessage;
+      ws.onclose = () => {
+        if (t.ws === ws) t.ws = null;
+        t.streaming = false;
+        placeScreen();
+        // Gone before the task finished (a restart, the network): again shortly.
+        if (!t.stopped && !(t.doc && TERMINAL.has(t.doc.state))) t.wsRetry = setTimeout(connectLive, 1000);
+      };
+    }
+    const liveTicker = setInterval(renderLiveState, 1000);
 
     function renderFrame() {
       const frames = frameList();
@@ -390,7 +454,8 @@
       const position = frames.findIndex((f) => f.index === t.selected);
       prev.disabled = position <= 0;
       next.disabled = position < 0 || position >= frames.length - 1;
-      if (!frame) { stepLabel.textContent = 'No steps yet'; return; }
+      if (!frame) { stepLabel.textContent = showingLive() ? 'Live' : 'No steps yet'; return; }
+      if (showingLive()) { stepLabel.textContent = 'Live'; return; }
       stepLabel.textContent = frame.final ? `Final screen (${position + 1} of ${frames.length})` : `Step ${frame.index} (${position + 1} of ${frames.length})`;
       const want = shotUrl(id, frame.index) + (frame.version ? `?v=${frame.version}` : '');
       if (img.dataset.src !== want) {
@@ -404,7 +469,7 @@
           img.dataset.src = want;
           img.dataset.step = String(step);
           img.alt = frame.final ? 'The final screen' : `The screen at step ${step}`;
-          if (!img.isConnected) viewer.replaceChildren(img, layer);
+          if (!img.isConnected && !showingLive()) viewer.replaceChildren(img, layer);
           probe.shown.push({ task: id, step, at: Date.now() });
           overlay();
         };
@@ -803,7 +868,9 @@
     document.addEventListener('keydown', onKey);
 
     renderStream();
-    refresh().then(() => { if (!t.stopped && !(t.doc && TERMINAL.has(t.doc.state))) connect(); else if (!t.stopped) replay(); });
+    refresh().then(() => {
+      if (!t.stopped && !(t.doc && TERMINAL.has(t.doc.state))) { connect(); connectLive(); } else if (!t.stopped) replay();
+    });
     // A finished task's stream is replayed once (for its model output) without following.
     function replay() {
       const es = new EventSource(`/v1/tasks/${encodeURIComponent(id)}/events?follow=false`);
@@ -817,6 +884,10 @@
       stop() {
         t.stopped = true;
         if (t.es) t.es.close();
+        if (t.ws) t.ws.close();
+        clearTimeout(t.wsRetry);
+        clearInterval(liveTicker);
+        if (t.liveUrl) URL.revokeObjectURL(t.liveUrl);
         clearInterval(t.poll);
         clearTimeout(t.refreshTimer);
         document.removeEventListener('keydown', onKey);

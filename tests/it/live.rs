@@ -1,0 +1,278 @@
+//! The live view (docs/console.md): `GET /v1/tasks/{id}/live` as a WebSocket client sees it, and the console's
+//! task page showing it in headless Chromium — frames of the screen while a step runs (before its screenshot
+//! is stored), sized for the viewer, none while the screen is still, the end of the task told; refusals of
+//! what the socket does not take.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::{Message, WebSocket};
+
+use crate::support::{Daemon, http};
+
+const TOKEN: &str = "live-view-token-0123456789abcdef0123";
+const WAIT: Duration = Duration::from_secs(30);
+
+fn live_daemon() -> (Daemon, tempfile::TempDir, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).expect("token");
+    let daemon = Daemon::start_with_api(
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
+        "[worker]\nconcurrency = 2\n[console]\nlive_fps = 20\n",
+    );
+    (daemon, dir, format!("127.0.0.1:{port}"))
+}
+
+/// A task whose first step signs half in (click, type) and then waits 30 s in 500 ms pieces (a cancel ends
+/// it within one piece); its screenshot is stored only after the waits.
+fn typing_then_waiting(id: &str) -> String {
+    let mut actions = vec![json!({"type": "click", "x": 640, "y": 370}), json!({"type": "type", "text": "alice"})];
+    actions.extend((0..60).map(|_| json!({"type": "wait", "duration_ms": 500})));
+    json!({
+        "id": id,
+        "instructions": "type a name, then wait",
+        "guard": {"no_change_steps": 0, "repeat_actions": 0, "idle_turns": 0, "wait_steps": 0},
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "scripted", "script": {"turns": [
+            {"say": "typing", "actions": actions},
+            {"complete": {"success": true, "summary": "typed and waited"}}
+        ]}}
+    })
+    .to_string()
+}
+
+fn submit(daemon: &Daemon, task: &str) -> String {
+    let (code, body) = http(&daemon.socket, "POST", "/v1/tasks", Some(task.as_bytes()), &[]).expect("submit");
+    assert_eq!(code, 201, "{body}");
+    serde_json::from_str::<Value>(&body).expect("JSON")["id"].as_str().expect("id").to_string()
+}
+
+fn wait_state(daemon: &Daemon, id: &str, state: &str) {
+    let deadline = Instant::now() + WAIT;
+    while daemon.task(id)["state"] != state {
+        assert!(Instant::now() < deadline, "never {state}: {}", daemon.task(id));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The task is still in its first step, the one that types and then waits: the only screenshot stored is the
+/// one taken before it acted (a step's screenshot is what the model looks at), so the frames seen so far came
+/// from the live view, not from stored steps.
+fn assert_only_the_first_step_running(daemon: &Daemon, id: &str) {
+    let record = daemon.task(id);
+    let steps: Vec<(Value, Value)> =
+        record["steps"].as_array().into_iter().flatten().map(|s| (s["index"].clone(), s["finished"].clone())).collect();
+    assert_eq!(steps, [(json!(0), json!(false))], "(index, finished) of the stored steps, state {}", record["state"]);
+}
+
+fn connect(addr: &str, path: &str) -> WebSocket<TcpStream> {
+    let mut request = format!("ws://{addr}{path}").into_client_request().expect("request");
+    request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().expect("header"));
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    let (socket, response) = tungstenite::client(request, stream).expect("the WebSocket handshake");
+    assert_eq!(response.status(), 101);
+    socket
+}
+
+/// What the server sent, one message at a time: a JSON text message, or a frame (its header and its JPEG).
+#[derive(Debug)]
+enum Received {
+    Text(Value),
+    Frame(Value, Vec<u8>),
+    Closed(Option<CloseCode>),
+}
+
+fn receive(socket: &mut WebSocket<TcpStream>, seen: &[String]) -> Received {
+    loop {
+        let message = socket.read().unwrap_or_else(|e| panic!("reading the live view: {e}; seen so far: {seen:?}"));
+        match message {
+            Message::Text(text) => {
+                let value: Value = serde_json::from_str(text.as_str()).expect("JSON text messages");
+                if value["type"] != "frame" {
+                    return Received::Text(value);
+                }
+                match socket.read().unwrap_or_else(|e| panic!("the frame after its header {value}: {e}")) {
+                    Message::Binary(jpeg) => return Received::Frame(value, jpeg.to_vec()),
+                    other => panic!("a frame header not followed by its JPEG: {value} then {other:?}"),
+                }
+            }
+            Message::Close(frame) => return Received::Closed(frame.map(|f| f.code)),
+            Message::Binary(_) => panic!("a binary message without its header; seen: {seen:?}"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_running_tasks_screen_streams_before_its_step_is_stored_and_the_end_is_told() {
+    let (daemon, _dir, addr) = live_daemon();
+    let id = submit(&daemon, &typing_then_waiting("live-ws"));
+    wait_state(&daemon, &id, "running");
+    let mut socket = connect(&addr, &format!("/v1/tasks/{id}/live?width=640"));
+    let mut seen: Vec<String> = Vec::new();
+    let hello = match receive(&mut socket, &seen) {
+        Received::Text(v) => v,
+        other => panic!("first a hello, not {other:?}"),
+    };
+    assert_eq!(hello, json!({"type": "hello", "task": id, "live_fps": 20}));
+
+    // A frame while the first step acts (its typing done or not; a changed screen making a new frame is the
+    // unit tests' `live::tests`).
+    let mut frames = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while frames.is_empty() {
+        assert!(Instant::now() < deadline, "no frame in {WAIT:?}: {seen:?}");
+        match receive(&mut socket, &seen) {
+            Received::Frame(header, jpeg) => {
+                seen.push(header.to_string());
+                assert_eq!(&jpeg[..3], &[0xFF, 0xD8, 0xFF], "a JPEG: {header}");
+                assert_eq!(header["bytes"], jpeg.len(), "{header}");
+                assert_eq!(header["width"], 640, "sized for the viewer: {header}");
+                assert_eq!(header["height"], 400, "{header}");
+                assert_eq!(header["screen"], json!({"width": 1280, "height": 800}), "{header}");
+                frames.push(header);
+            }
+            Received::Text(value) => {
+                seen.push(value.to_string());
+                if value["type"] == "state" {
+                    assert_eq!(value, json!({"type": "state", "state": "running", "live": true}));
+                }
+            }
+            other => panic!("{other:?} while the task runs; seen {seen:?}"),
+        }
+    }
+    assert_only_the_first_step_running(&daemon, &id);
+
+    // What the socket does not take is answered, and the frames go on.
+    socket.send(Message::text(r#"{"action": {"type": "click", "x": 5, "y": 5}}"#)).expect("send an action");
+    socket.send(Message::text("not json")).expect("send text");
+    let mut refusals = Vec::new();
+    while refusals.len() < 2 {
+        match receive(&mut socket, &seen) {
+            Received::Text(value) if value["type"] == "error" => refusals.push(value["code"].clone()),
+            Received::Frame(header, _) => frames.push(header),
+            other => panic!("{other:?} instead of the refusals; seen {seen:?}"),
+        }
+    }
+    assert_eq!(refusals, [json!("not_taken_over"), json!("invalid_message")]);
+
+    // The task ends (cancelled in the middle of its waits): the socket says so and closes.
+    let (code, body) = http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/cancel"), None, &[]).expect("cancel");
+    assert!(code == 200 || code == 202, "{code} {body}");
+    let mut ended = None;
+    loop {
+        match receive(&mut socket, &seen) {
+            Received::Frame(header, _) => frames.push(header),
+            Received::Text(value) if value["type"] == "ended" => ended = Some(value),
+            Received::Text(value) => seen.push(value.to_string()),
+            Received::Closed(code) => {
+                assert_eq!(code, Some(CloseCode::Normal), "closed normally; seen {seen:?}");
+                break;
+            }
+        }
+    }
+    assert_eq!(ended, Some(json!({"type": "ended", "state": "cancelled"})), "seen {seen:?}");
+    // The screen changed a few times (focus, text, the cancel's final capture); a screen that stays still for
+    // seconds at 20 frames a second would have sent hundreds without the change test.
+    assert!(frames.len() <= 8, "{} frames for a screen that changed a few times: {frames:?}", frames.len());
+    let seqs: Vec<u64> = frames.iter().filter_map(|f| f["seq"].as_u64()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "frames in order: {seqs:?}");
+}
+
+#[test]
+fn the_live_view_refuses_what_is_not_a_websocket_or_a_task() {
+    let (daemon, _dir, addr) = live_daemon();
+    let id = submit(&daemon, &typing_then_waiting("live-refusals"));
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        let mut stream = TcpStream::connect(&addr).expect("connect");
+        let mut request = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\n");
+        if !headers.iter().any(|(k, _)| *k == "connection") {
+            request.push_str("connection: close\r\n");
+        }
+        for (k, v) in headers {
+            request.push_str(&format!("{k}: {v}\r\n"));
+        }
+        request.push_str("\r\n");
+        std::io::Write::write_all(&mut stream, request.as_bytes()).expect("write");
+        stream.set_read_timeout(Some(WAIT)).expect("timeout");
+        // The head, then the body its content-length gives (a 101 has none, and its connection stays open).
+        let mut bytes = Vec::new();
+        let mut byte = [0u8; 1];
+        while !bytes.ends_with(b"\r\n\r\n") {
+            match std::io::Read::read(&mut stream, &mut byte) {
+                Ok(1) => bytes.push(byte[0]),
+                other => panic!("the answer to {path} ended early ({other:?}): {:?}", String::from_utf8_lossy(&bytes)),
+            }
+        }
+        let head = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+        let length = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        std::io::Read::read_exact(&mut stream, &mut body).expect("the body");
+        format!("{}{}", String::from_utf8_lossy(&bytes), String::from_utf8_lossy(&body))
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    let plain = get(&format!("/v1/tasks/{id}/live"), &[("authorization", &bearer)]);
+    assert!(plain.starts_with("HTTP/1.1 400"), "{plain}");
+    assert!(plain.contains("not_a_websocket"), "{plain}");
+    let upgrade: &[(&str, &str)] = &[
+        ("authorization", &bearer),
+        ("upgrade", "websocket"),
+        ("connection", "upgrade"),
+        ("sec-websocket-version", "13"),
+        ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ];
+    let unknown = get("/v1/tasks/no-such-task/live", upgrade);
+    assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
+    let zero = get(&format!("/v1/tasks/{id}/live?width=0"), upgrade);
+    assert!(zero.starts_with("HTTP/1.1 400") && zero.contains("\"width\""), "{zero}");
+    let no_token = get(&format!("/v1/tasks/{id}/live"), &upgrade[1..]);
+    assert!(no_token.starts_with("HTTP/1.1 401"), "{no_token}");
+    let ok = get(&format!("/v1/tasks/{id}/live"), upgrade);
+    assert!(ok.starts_with("HTTP/1.1 101"), "{ok}");
+    http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/cancel"), None, &[]).expect("cancel");
+}
+
+/// The console's task page shows the live desktop while the task runs, with its state and frame rate, and
+/// goes back to the step screenshots when the task has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_page_shows_the_live_desktop_while_the_task_runs() {
+    let Some(browser) = agentd_testkit::browser::Browser::launch().await.expect("launch Chromium") else { return };
+    let (daemon, _dir, addr) = live_daemon();
+    let tab = browser.tab(1280, 900, false).await.expect("tab");
+    crate::console::log_in_with(&tab, &addr, TOKEN).await;
+    let id = submit(&daemon, &typing_then_waiting("live-console"));
+    wait_state(&daemon, &id, "running");
+    let _: bool = tab.eval(&format!("location.hash = '#/tasks/{id}'; true")).await.expect("open the task page");
+    let shown = "window.agentdConsole.live.filter((f) => f.task === TASK).length >= 1 \
+                 && document.querySelector('#live-state').dataset.live === 'true' \
+                 && document.querySelector('#live-screen') && document.querySelector('#live-screen').isConnected";
+    if let Err(e) = tab.wait_for(&shown.replace("TASK", &format!("{id:?}")), WAIT).await {
+        let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
+        panic!("the live desktop on the task page: {e}\npage: {text}\ntask: {}", daemon.task(&id));
+    }
+    assert_only_the_first_step_running(&daemon, &id);
+    let label: String = tab.eval("document.querySelector('#live-state').textContent").await.expect("label");
+    assert!(label.starts_with("● live ·") && label.ends_with("fps"), "{label:?}");
+    let natural: u32 = tab.eval("document.querySelector('#live-screen').naturalWidth").await.expect("width");
+    assert!(natural > 0 && natural <= 1280, "a decoded frame no wider than the screen: {natural}");
+    crate::console::save(&tab, "live.png").await;
+    http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/cancel"), None, &[]).expect("cancel");
+    let ended = "document.querySelector('#task-state').dataset.state === 'cancelled' \
+                 && document.querySelector('#live-state').dataset.live === 'false' \
+                 && !document.querySelector('#live-screen')";
+    if let Err(e) = tab.wait_for(ended, WAIT).await {
+        let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
+        panic!("after the task ended, the page leaves the live view: {e}\npage: {text}");
+    }
+    browser.close().await;
+}
