@@ -184,7 +184,13 @@ async fn login_list_a_live_task_page_cancel_and_submit() {
     tab.wait_for(&format!("Number(document.querySelector('#screen').dataset.step) >= {}", first + 2), WAIT)
         .await
         .expect("newer screenshots arrive live");
-    tab.wait_for("document.querySelectorAll('#overlay circle').length > 0", WAIT).await.expect("the click drawn");
+    if let Err(e) = tab.wait_for("document.querySelectorAll('#overlay circle').length > 0", WAIT).await {
+        let viewer: String = tab
+            .eval("document.querySelector('.viewer').outerHTML.replace(/src=\"[^\"]*\"/g, 'src=…')")
+            .await
+            .unwrap_or_default();
+        panic!("the click drawn: {e}\nthe viewer: {viewer}");
+    }
     tab.wait_for("document.querySelector('#stream').textContent.includes('looking around')", WAIT)
         .await
         .expect("model text streamed");

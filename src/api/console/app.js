@@ -393,11 +393,16 @@
     function showingLive() { return t.live && t.streaming && !!liveImg.getAttribute('src'); }
     // Puts the live desktop or the selected step's screenshot in the viewer.
     function placeScreen() {
-      if (showingLive()) {
-        if (!liveImg.isConnected) viewer.replaceChildren(liveImg);
+      const live = showingLive();
+      img.hidden = live;
+      if (live) {
+        // The latest step's actions stay drawn, on the live desktop (the same screen, scaled the same way);
+        // the step's screenshot stays in the page, hidden.
+        if (!liveImg.isConnected) { viewer.replaceChildren(img, liveImg, layer); overlay(); }
         stepLabel.textContent = 'Live';
       } else if (liveImg.isConnected) {
-        if (img.getAttribute('src')) viewer.replaceChildren(img, layer); else viewer.replaceChildren(empty);
+        liveImg.remove();
+        if (!img.getAttribute('src')) viewer.replaceChildren(empty);
         renderFrame();
       }
       renderLiveState();
@@ -455,8 +460,9 @@
       prev.disabled = position <= 0;
       next.disabled = position < 0 || position >= frames.length - 1;
       if (!frame) { stepLabel.textContent = showingLive() ? 'Live' : 'No steps yet'; return; }
-      if (showingLive()) { stepLabel.textContent = 'Live'; return; }
-      stepLabel.textContent = frame.final ? `Final screen (${position + 1} of ${frames.length})` : `Step ${frame.index} (${position + 1} of ${frames.length})`;
+      // While the live desktop shows, the step's screenshot is still loaded (hidden) for stepping back to it.
+      stepLabel.textContent = showingLive() ? 'Live'
+        : frame.final ? `Final screen (${position + 1} of ${frames.length})` : `Step ${frame.index} (${position + 1} of ${frames.length})`;
       const want = shotUrl(id, frame.index) + (frame.version ? `?v=${frame.version}` : '');
       if (img.dataset.src !== want) {
         // Load off-screen first, so the old screen stays until the new one can be shown.
@@ -469,7 +475,9 @@
           img.dataset.src = want;
           img.dataset.step = String(step);
           img.alt = frame.final ? 'The final screen' : `The screen at step ${step}`;
-          if (!img.isConnected && !showingLive()) viewer.replaceChildren(img, layer);
+          // While the live desktop shows, the step's screenshot is kept (hidden) for stepping back to it.
+          if (!img.isConnected) viewer.replaceChildren(...(showingLive() ? [img, liveImg, layer] : [img, layer]));
+          img.hidden = showingLive();
           probe.shown.push({ task: id, step, at: Date.now() });
           overlay();
         };
@@ -483,8 +491,13 @@
       }
     }
     function overlay() {
-      const frame = t.frames.get(t.selected);
-      if (!frame || !img.isConnected) return;
+      let frame = t.frames.get(t.selected);
+      if (showingLive()) {
+        // On the live desktop: the latest actions carried out (the step now starting has none yet).
+        const acted = frameList().filter((f) => !f.final && ((f.step && f.step.actions.length) || (t.liveActions.get(f.index) || []).length));
+        if (acted.length) frame = acted[acted.length - 1];
+      }
+      if (!frame || !layer.isConnected) return;
       const proposed = !!(frame.step && frame.step.approval && frame.step.approval.approved === null && !frame.step.finished);
       const recorded = frame.step && frame.step.actions.length ? frame.step.actions : (t.liveActions.get(frame.index) || []);
       const width = frame.width || img.naturalWidth || 1280;
@@ -810,7 +823,7 @@
           if (!t.liveActions.has(ev.step)) t.liveActions.set(ev.step, []);
           t.liveActions.get(ev.step)[ev.index] = ev.action;
           renderStream();
-          if (t.selected === ev.step) overlay();
+          if (t.selected === ev.step || showingLive()) overlay();
           break;
         case 'action_finished': streamEntry(ev.step, 'note', `${ev.ok ? '✓' : '✗'} ${ev.message || 'done'} (${ev.duration_ms} ms)`); renderStream(); break;
         case 'tool_call_end': streamEntry(ev.step, 'note', `call ${ev.name} ${JSON.stringify(ev.arguments)}`); renderStream(); break;
