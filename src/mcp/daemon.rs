@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use super::{
     Call, StepProgress, TaskTool, elicit, encode, json_result, mime_of, optional_text, run_result, task_of, text_arg,
 };
+use crate::record::TaskState;
 use crate::record::events::{Event, EventKind};
 use crate::status::TaskRecord;
 use crate::task::TaskSpec;
@@ -193,6 +194,12 @@ async fn run_task(
             Some(said) = futures_util::StreamExt::next(&mut asking), if !asking.is_empty() => tell(api, &id, said).await,
             event = events.recv() => match event {
                 Some(event) => {
+                    if matches!(event.kind, EventKind::WaitingForHuman { .. }) {
+                        // The queue parks the task just after the event that announces the wait (its step's
+                        // screenshot is stored first): an answer sent before then would be refused as too
+                        // early, so the client is told once the task is waiting.
+                        agreed(api, &id, |state| state == TaskState::WaitingForHuman || state.is_terminal()).await?;
+                    }
                     if let EventKind::WaitingForHuman { reason, question, .. } = &event.kind
                         && elicit::can_ask(&call.peer)
                     {
@@ -216,16 +223,23 @@ async fn run_task(
         }
     }
     // The queue records the end just after the event that announces it: wait for it to agree.
-    let mut record = record_of(call_api(api, "GET", &task_path(&id, ""), None).await?)?;
+    let record = agreed(api, &id, |state| state.is_terminal()).await?;
+    let screenshot = last_screenshot(api, &record).await;
+    Ok(run_result(&record, screenshot))
+}
+
+/// The task's record once its state is one `wanted` takes — the queue writes a state just after the event
+/// that announces it — or, after 5 s without it, the record as it is.
+async fn agreed(api: &dyn DaemonApi, id: &str, wanted: impl Fn(TaskState) -> bool) -> Result<TaskRecord, String> {
+    let mut record = record_of(call_api(api, "GET", &task_path(id, ""), None).await?)?;
     for _ in 0..100 {
-        if record.state.is_terminal() {
+        if wanted(record.state) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        record = record_of(call_api(api, "GET", &task_path(&id, ""), None).await?)?;
+        record = record_of(call_api(api, "GET", &task_path(id, ""), None).await?)?;
     }
-    let screenshot = last_screenshot(api, &record).await;
-    Ok(run_result(&record, screenshot))
+    Ok(record)
 }
 
 /// Sends the task what the person at the client said (an answer, an approval, a rejection); one that was
