@@ -13,18 +13,23 @@ use agentd_testkit::browser::{Browser, Tab, pixel_spread};
 
 use crate::support::{Daemon, http, repo};
 
-const TOKEN: &str = "console-token-0123456789abcdef0123";
+pub const TOKEN: &str = "console-token-0123456789abcdef0123";
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A daemon with a TCP listener (and the bearer token above); its address.
 fn console_daemon() -> (Daemon, tempfile::TempDir, String) {
+    daemon_with("")
+}
+
+/// [`console_daemon`] with `extra` config sections after its `[worker]` one.
+pub fn daemon_with(extra: &str) -> (Daemon, tempfile::TempDir, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let dir = tempfile::tempdir().expect("tempdir");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, TOKEN).expect("token");
     let daemon = Daemon::start_with_api(
         &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
-        "[worker]\nconcurrency = 2\n",
+        &format!("[worker]\nconcurrency = 2\n{extra}"),
     );
     (daemon, dir, format!("127.0.0.1:{port}"))
 }
@@ -63,7 +68,7 @@ fn ask_task(id: &str) -> String {
     .to_string()
 }
 
-fn submit(daemon: &Daemon, task: &str) -> String {
+pub fn submit(daemon: &Daemon, task: &str) -> String {
     let (code, body) = http(&daemon.socket, "POST", "/v1/tasks", Some(task.as_bytes()), &[]).expect("submit");
     // A new task (every test submits ids of its own to a fresh daemon): 201 Created; 200 answers only a
     // repeated submission of an existing task (`api::tasks::submit`, openapi.json).
@@ -71,7 +76,7 @@ fn submit(daemon: &Daemon, task: &str) -> String {
     serde_json::from_str::<serde_json::Value>(&body).expect("JSON")["id"].as_str().expect("id").to_string()
 }
 
-fn wait_state(daemon: &Daemon, id: &str, state: &str) {
+pub fn wait_state(daemon: &Daemon, id: &str, state: &str) {
     let deadline = std::time::Instant::now() + WAIT;
     while daemon.task(id)["state"] != state {
         assert!(std::time::Instant::now() < deadline, "never {state}: {}", daemon.task(id));
@@ -109,17 +114,12 @@ fn raw(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &st
 }
 
 /// Logs in through the login page as a person would.
-async fn log_in(tab: &Tab, addr: &str) {
-    log_in_with(tab, addr, TOKEN).await;
-}
-
-/// Logs in with `token` through the login page of the daemon at `addr`.
-pub async fn log_in_with(tab: &Tab, addr: &str, token: &str) {
+pub async fn log_in(tab: &Tab, addr: &str) {
     tab.goto(&format!("http://{addr}/")).await.expect("open");
     tab.wait_for("location.pathname === '/console/login'", WAIT).await.expect("sent to the login page");
-    tab.type_into("#token", token).await.expect("type the token");
+    tab.type_into("#token", TOKEN).await.expect("type the token");
     let typed: usize = tab.eval("document.querySelector('#token').value.length").await.expect("typed");
-    assert_eq!(typed, token.len(), "the token field holds what was typed");
+    assert_eq!(typed, TOKEN.len(), "the token field holds what was typed");
     tab.press("Enter", false).await.expect("submit");
     if let Err(e) = tab
         .wait_for("location.pathname === '/console/' && window.agentdConsole && window.agentdConsole.ready", WAIT)

@@ -11,21 +11,14 @@ use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::{Message, WebSocket};
 
+use crate::console::{TOKEN, submit, wait_state};
 use crate::support::{Daemon, http};
 
-const TOKEN: &str = "live-view-token-0123456789abcdef0123";
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The console tests' daemon (TCP, their token), sending up to 20 frames a second.
 fn live_daemon() -> (Daemon, tempfile::TempDir, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, TOKEN).expect("token");
-    let daemon = Daemon::start_with_api(
-        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
-        "[worker]\nconcurrency = 2\n[console]\nlive_fps = 20\n",
-    );
-    (daemon, dir, format!("127.0.0.1:{port}"))
+    crate::console::daemon_with("[console]\nlive_fps = 20\n")
 }
 
 /// A task whose first step signs half in (click, type) and then waits 30 s in 500 ms pieces (a cancel ends
@@ -44,20 +37,6 @@ fn typing_then_waiting(id: &str) -> String {
         ]}}
     })
     .to_string()
-}
-
-fn submit(daemon: &Daemon, task: &str) -> String {
-    let (code, body) = http(&daemon.socket, "POST", "/v1/tasks", Some(task.as_bytes()), &[]).expect("submit");
-    assert_eq!(code, 201, "{body}");
-    serde_json::from_str::<Value>(&body).expect("JSON")["id"].as_str().expect("id").to_string()
-}
-
-fn wait_state(daemon: &Daemon, id: &str, state: &str) {
-    let deadline = Instant::now() + WAIT;
-    while daemon.task(id)["state"] != state {
-        assert!(Instant::now() < deadline, "never {state}: {}", daemon.task(id));
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The task is still in its first step, the one that types and then waits: the only screenshot stored is the
@@ -249,7 +228,7 @@ async fn the_task_page_shows_the_live_desktop_while_the_task_runs() {
     let Some(browser) = agentd_testkit::browser::Browser::launch().await.expect("launch Chromium") else { return };
     let (daemon, _dir, addr) = live_daemon();
     let tab = browser.tab(1280, 900, false).await.expect("tab");
-    crate::console::log_in_with(&tab, &addr, TOKEN).await;
+    crate::console::log_in(&tab, &addr).await;
     let id = submit(&daemon, &typing_then_waiting("live-console"));
     wait_state(&daemon, &id, "running");
     let _: bool = tab.eval(&format!("location.hash = '#/tasks/{id}'; true")).await.expect("open the task page");
