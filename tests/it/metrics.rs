@@ -155,9 +155,23 @@ fn livez_needs_no_token_and_healthz_is_readiness() {
     let token = "0123456789abcdef0123456789abcdef";
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{token}\n")).expect("token");
+    // A `command` tool that says it started, then holds its step until the test releases it: the daemon
+    // stays in its stopping state for as long as the test needs, whatever the machine's speed.
+    let started = dir.path().join("started");
+    let release = dir.path().join("release");
+    let hold = format!(
+        "[worker]\nshutdown_grace_secs = 60\n\n[tools.hold]\ndescription = \"Holds the step.\"\n\
+         parameters = {{ type = \"object\" }}\nkind = \"command\"\ntimeout_secs = 60\n\
+         command = [\"/bin/sh\", \"-c\", {:?}]\n",
+        format!(
+            "read -r _; touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; echo '{{\"ok\": true}}'",
+            started.display(),
+            release.display()
+        )
+    );
     let mut daemon = Daemon::start_with_api(
         &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
-        "[worker]\nshutdown_grace_secs = 20\n",
+        &hold,
     );
     let tcp = std::path::PathBuf::from(format!("127.0.0.1:{port}"));
     let host = format!("127.0.0.1:{port}");
@@ -179,17 +193,22 @@ fn livez_needs_no_token_and_healthz_is_readiness() {
     assert_eq!(health["reasons"], json!([]), "{health}");
 
     // While it stops (a running task finishing its step), the daemon is alive but not ready.
-    let slow = json!({
-        "id": "m-slow", "instructions": "x", "computer": {"provider": "mock", "scene": "blank"},
+    let held = json!({
+        "id": "m-held", "instructions": "x", "computer": {"provider": "mock", "scene": "blank"},
+        "tools": [{"use": "hold"}],
         "model": {"provider": "scripted", "script": {"turns": [
-            {"actions": [{"type": "wait", "duration_ms": 3000}]},
-            {"complete": {"success": true, "summary": "waited"}}
+            {"calls": [{"name": "hold", "arguments": {}}]},
+            {"complete": {"success": true, "summary": "held"}}
         ]}}
     });
-    assert_eq!(submit(&daemon, &slow), 201);
-    wait_state(&daemon, "m-slow", "running");
+    assert_eq!(submit(&daemon, &held), 201);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the hold tool never started; log:\n{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     daemon.signal(libc::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
     let (status, body) = loop {
         let (status, body) = http(&daemon.socket, "GET", "/healthz", None, &[]).expect("healthz while stopping");
         if status != 200 || Instant::now() > deadline {
@@ -207,5 +226,6 @@ fn livez_needs_no_token_and_healthz_is_readiness() {
         "{health}"
     );
     assert_eq!(http(&daemon.socket, "GET", "/livez", None, &[]).expect("livez while stopping").0, 200);
+    std::fs::write(&release, "").expect("release the hold");
     assert_eq!(daemon.wait(), Some(0), "{}", daemon.log());
 }
