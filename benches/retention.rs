@@ -81,7 +81,7 @@ async fn template(queue: &dyn Queue) {
             seq: lease.next_seq + i,
             task_id: "template".into(),
             ts: OffsetDateTime::now_utc(),
-            kind: EventKind::StepStarted { step: i as u32 },
+            kind: EventKind::StepStarted { step: i as u32, by: agentd::By::Model },
         })
         .collect();
     queue.append_events("template", Some(lease.token), &events).await.expect("events");

@@ -203,7 +203,7 @@ async fn whole_task_with(size: Size, scale_to: Option<Size>, steps: u32, tools: 
         let mut rss_mid = 0;
         while let Some(event) = rx.recv().await {
             match event.kind {
-                EventKind::StepStarted { step } => {
+                EventKind::StepStarted { step, .. } => {
                     starts.push(event.ts);
                     if step == steps / 4 {
                         rss_mid = current_rss_kib();

@@ -121,6 +121,11 @@ pub(crate) mod daemon;
 pub mod exit;
 #[cfg(all(feature = "daemon", not(feature = "internals")))]
 pub(crate) mod exit;
+#[cfg(all(feature = "daemon", feature = "internals"))]
+#[doc(hidden)]
+pub mod hands;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod hands;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod input;
@@ -223,7 +228,7 @@ pub use library::{
     parameters_of, scripted_model, tool_fn,
 };
 // What a run reports.
-pub use record::{EndReason, Event, EventKind, Outcome, Proposed, ScreenshotRef, StepRecord, TaskState, Usage};
+pub use record::{By, EndReason, Event, EventKind, Outcome, Proposed, ScreenshotRef, StepRecord, TaskState, Usage};
 // Tools of your own (`#[agentd::async_trait]` on an `impl Tool`).
 pub use async_trait::async_trait;
 pub use tools::{Tool, ToolContext, ToolOutcome};

@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn events_are_numbered_in_order_and_serialize_with_type() {
         let (sink, mut rx) = EventSink::channel("t1", 7);
-        sink.emit(EventKind::StepStarted { step: 0 });
+        sink.emit(EventKind::StepStarted { step: 0, by: crate::record::By::Model });
         sink.emit(EventKind::WaitingForHuman { reason: "x".into(), question: None, call_id: None });
         let a = rx.try_recv().unwrap();
         let b = rx.try_recv().unwrap();

@@ -28,7 +28,7 @@ use crate::model::{
 use crate::record::events::EventKind;
 use crate::record::events::PendingToolCall;
 use crate::record::{
-    ActionResult, CallResult, DownloadRef, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord,
+    ActionResult, By, CallResult, DownloadRef, EndReason, GuardNote, Outcome, ScreenshotRef, StepApproval, StepRecord,
 };
 use crate::screen::coords::{CoordinateMap, fit_within};
 use crate::screen::image::{self, Prepared};
@@ -48,13 +48,6 @@ pub const GUARD_TOLERANCE_PIXELS: u64 = 40;
 
 /// How long a single action may take beyond its own duration before the computer is deemed stuck.
 pub const ACTION_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn action_duration(action: &Action) -> Duration {
-    match action {
-        Action::Wait { duration_ms } | Action::HoldKey { duration_ms, .. } => Duration::from_millis(*duration_ms),
-        _ => Duration::ZERO,
-    }
-}
 
 /// Runs [`run`] on its own task so that a panic anywhere inside (a provider, a model adapter) becomes an
 /// `error` outcome instead of taking the caller down.
@@ -145,6 +138,10 @@ struct Resumed {
     turn_notes: Vec<String>,
     /// Steps and cost of the conversation's earlier turns: the current turn's limits count after them.
     turn_base: (usize, f64),
+    /// The current turn's steps a person took (a take-over by hand): they do not count against `max_steps`.
+    human_steps: usize,
+    /// What the person did since the model's last step, told to the model when the desktop is handed back.
+    human_actions: Vec<String>,
 }
 
 /// What the attempt counted: usage, failed model calls, refusals, verifier rounds, the guard's firings.
@@ -268,7 +265,8 @@ impl Loop {
             ));
         }
         if before_model_call
-            && self.steps.len().saturating_sub(self.resumed.turn_base.0) as u32 >= self.task.limits.max_steps
+            && self.steps.len().saturating_sub(self.resumed.turn_base.0 + self.resumed.human_steps) as u32
+                >= self.task.limits.max_steps
         {
             return Err(finished(
                 false,
@@ -381,7 +379,7 @@ impl Loop {
         let index = self.steps.len() as u32;
         let started_at = OffsetDateTime::now_utc();
         let started = Instant::now();
-        self.context.events.emit(EventKind::StepStarted { step: index });
+        self.context.events.emit(EventKind::StepStarted { step: index, by: By::Model });
 
         let (frame, prepared, screenshot) = self.capture(index).await?;
         let page = self.built.computer.page().await;
@@ -1035,7 +1033,7 @@ impl Loop {
     async fn provider_perform(&self, action: &Action) -> Result<Done, ActionFailure> {
         // An action is never cut short on purpose; one that outlives this bound means the computer is stuck,
         // and the attempt ends so that another one can start on a fresh connection.
-        let bound = ACTION_TIMEOUT + action_duration(action);
+        let bound = ACTION_TIMEOUT + action.duration();
         // Secrets (docs/security.md): a `type` action's placeholders become the values only here, for the computer; the
         // recorded action keeps them, and what the computer says back is redacted.
         let secrets = self.built.tools.secrets();

@@ -10,9 +10,14 @@
 //! - `{"type": "error", "code", "message"}` for a message of the client's that is refused;
 //! - `{"type": "ended", "state"}` when the task has finished; then the server closes the socket (1000).
 //!
-//! A client sends `{"action": ACTION}` text messages for a person who has taken the desktop over. Input
-//! through the live view is not carried out by this version: an action is answered with an error naming why
-//! (`not_taken_over` while nobody has the desktop, `not_supported` while a person has it).
+//! - `{"type": "acted", "step", "ok", "message"}` after an action of the client's was carried out and
+//!   recorded as the person's step `step`.
+//!
+//! A client sends `{"action": ACTION}` text messages (an action of the task file's, in screen pixels) while a
+//! person has taken the desktop over (the task is paused, `waiting.kind = takeover`): while a task is parked so,
+//! its viewers here hold its desktop open (`crate::hands`), see it live, and each action is carried out and
+//! recorded as a step `"by": "human"`. Refused with an error message otherwise (`not_taken_over`), or when the
+//! desktop cannot be opened on this node (`unavailable`).
 //!
 //! A console session (cookie) may open it only from the console's own origin (the same check as its
 //! state-changing requests); a bearer token may open it from anywhere.
@@ -30,8 +35,10 @@ use serde_json::{Value, json};
 
 use super::console::{ConsoleSession, check_same_origin};
 use super::{ApiError, ApiPath, ApiQuery, ApiState};
+use crate::hands::{HandsError, Hold};
 use crate::live::Viewer;
 use crate::record::TaskState;
+use agentd_computer::Action;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -100,17 +107,32 @@ async fn serve(mut socket: WebSocket, state: Arc<ApiState>, id: String, width: u
     let live = state.workers.live.clone();
     send_json(&mut socket, json!({"type": "hello", "task": id, "live_fps": fps})).await?;
     let mut told: Option<(TaskState, bool)> = None;
+    let mut hold: Option<Hold> = None;
     loop {
         // Armed before looking, so that a task starting here between the look and the wait is not missed.
         let registered = live.registrations();
         tokio::pin!(registered);
         registered.as_mut().enable();
-        let viewer = live.watch(&id, width, fps);
-        let state_now = match state.queue.get(&id).await {
-            Ok(record) => record.state,
+        let (state_now, parked) = match state.queue.get(&id).await {
+            Ok(record) => (record.state, record.state == TaskState::WaitingForHuman && record.taken_over),
             // Deleted meanwhile (retention, `DELETE`): nothing more to show.
             Err(_) => return close(&mut socket, json!({"type": "ended", "state": null})).await,
         };
+        // A desktop a person took over is held open here while they watch it (and so shown live).
+        let mut unavailable = None;
+        hold = match (parked, &hold) {
+            (true, Some(hold)) if !hold.gone().is_cancelled() => Some(hold.clone()),
+            (true, _) => match state.hands.hold(&id).await {
+                Ok(hold) => Some(hold),
+                Err(e) => {
+                    tracing::debug!(task = %id, error = %e, "live view: the taken-over desktop cannot be held here");
+                    unavailable = Some(e);
+                    None
+                }
+            },
+            (false, _) => None,
+        };
+        let viewer = live.watch(&id, width, fps);
         let showing = viewer.is_some();
         if told != Some((state_now, showing)) {
             send_json(&mut socket, json!({"type": "state", "state": state_now, "live": showing})).await?;
@@ -119,9 +141,10 @@ async fn serve(mut socket: WebSocket, state: Arc<ApiState>, id: String, width: u
         if state_now.is_terminal() && !showing {
             return close(&mut socket, json!({"type": "ended", "state": state_now})).await;
         }
+        let hands = Hands { hands: &state.hands, hold: hold.as_ref(), unavailable: unavailable.as_ref() };
         match viewer {
             Some(viewer) => {
-                if show(&mut socket, viewer, state_now).await? == Left::Closed {
+                if show(&mut socket, viewer, &hands).await? == Left::Closed {
                     return Ok(());
                 }
             }
@@ -131,7 +154,7 @@ async fn serve(mut socket: WebSocket, state: Arc<ApiState>, id: String, width: u
                     // Events of some task were stored (its end among them): look again.
                     () = state.workers.events_stored.notified() => {}
                     message = socket.recv() => {
-                        if !answer(&mut socket, message, state_now).await? {
+                        if !answer(&mut socket, message, &hands).await? {
                             return Ok(());
                         }
                     }
@@ -150,7 +173,8 @@ enum Left {
 }
 
 /// Sends the attempt's frames, newest first, until it ends or the viewer leaves.
-async fn show(socket: &mut WebSocket, mut viewer: Viewer, state: TaskState) -> Result<Left, axum::Error> {
+async fn show(socket: &mut WebSocket, mut viewer: Viewer, hands: &Hands<'_>) -> Result<Left, axum::Error> {
+    let gone = hands.hold.map(|h| h.gone().clone()).unwrap_or_default();
     let mut sent = 0;
     loop {
         let frame = viewer.frames.borrow_and_update().clone();
@@ -178,8 +202,10 @@ async fn show(socket: &mut WebSocket, mut viewer: Viewer, state: TaskState) -> R
                 }
             }
             () = viewer.ended.cancelled() => return Ok(Left::AttemptEnded),
+            // The person handed the desktop back: look at the task again.
+            () = gone.cancelled(), if hands.hold.is_some() => return Ok(Left::AttemptEnded),
             message = socket.recv() => {
-                if !answer(socket, message, state).await? {
+                if !answer(socket, message, hands).await? {
                     return Ok(Left::Closed);
                 }
             }
@@ -187,11 +213,27 @@ async fn show(socket: &mut WebSocket, mut viewer: Viewer, state: TaskState) -> R
     }
 }
 
+/// What a viewer's actions go to: this node's taken-over desktops, and the one it holds (none while
+/// nobody has taken the task's desktop over).
+struct Hands<'a> {
+    hands: &'a crate::hands::Hands,
+    hold: Option<&'a Hold>,
+    /// Why the desktop of a task parked for a person could not be held here.
+    unavailable: Option<&'a HandsError>,
+}
+
+/// A client's message: an action for the desktop.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionMessage {
+    action: Value,
+}
+
 /// Answers one message of the client's; `false` when the client has gone.
 async fn answer(
     socket: &mut WebSocket,
     message: Option<Result<Message, axum::Error>>,
-    state: TaskState,
+    hands: &Hands<'_>,
 ) -> Result<bool, axum::Error> {
     let text = match message {
         None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Ok(false),
@@ -203,21 +245,21 @@ async fn answer(
         // Pings are answered by the socket itself.
         Some(Ok(_)) => return Ok(true),
     };
-    let parsed: Result<Value, _> = serde_json::from_str(text.as_str());
-    let reply = match parsed {
-        Ok(Value::Object(object)) if object.contains_key("action") => {
-            if state == TaskState::WaitingForHuman {
-                refusal(
-                    "not_supported",
-                    "input through the live view is not carried out by this version of agentd: use the desktop \
-                     itself (VNC, or at the machine), then resume the task",
-                )
-            } else {
-                refusal("not_taken_over", "nobody has taken this desktop over: pause the task first (agentd pause ID)")
-            }
-        }
-        Ok(_) => refusal("invalid_message", "expected an object {\"action\": ACTION}"),
-        Err(e) => refusal("invalid_message", &format!("not JSON: {e}")),
+    let reply = match serde_json::from_str::<ActionMessage>(text.as_str()) {
+        Err(e) => refusal("invalid_message", &format!("expected an object {{\"action\": ACTION}}: {e}")),
+        Ok(message) => match serde_json::from_value::<Action>(message.action) {
+            Err(e) => refusal("invalid_action", &format!("field `action`: {e}")),
+            Ok(action) => match hands.hold {
+                None => {
+                    let why = hands.unavailable.unwrap_or(&HandsError::NotTakenOver);
+                    refusal(why.code(), &why.to_string())
+                }
+                Some(hold) => match hands.hands.act(hold, action).await {
+                    Ok(acted) => json!({"type": "acted", "step": acted.step, "ok": acted.ok, "message": acted.message}),
+                    Err(e) => refusal(e.code(), &e.to_string()),
+                },
+            },
+        },
     };
     send_json(socket, reply).await?;
     Ok(true)

@@ -70,6 +70,8 @@ pub struct ApiState {
     pub stopping: CancellationToken,
     /// Deletes finished tasks (docs/operations.md).
     pub retention: Arc<crate::retention::Retention>,
+    /// The desktops people took over and act on through the live view (docs/humans.md).
+    pub hands: Arc<crate::hands::Hands>,
     /// The desktop pool (docs/providers.md), for `/healthz` and the metrics.
     pub pool: Arc<crate::pool::Pool>,
     /// `/mcp`: its sessions, made at the first request.

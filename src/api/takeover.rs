@@ -62,6 +62,9 @@ pub async fn resume(
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", message).with_field("note"));
     }
     let note = body.note.filter(|n| !n.trim().is_empty());
+    // The desktop a person held here through the live view is let go first: the task's next attempt finds it
+    // free, with the person's last action finished.
+    state.hands.let_go(&id).await;
     state.queue.resume(&id, note.as_deref()).await?;
     state.workers.wake.notify_one();
     state.workers.events_stored.notify_waiters();

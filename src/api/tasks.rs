@@ -153,6 +153,7 @@ pub async fn cancel(
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     match state.queue.cancel(&id).await? {
         Cancelled::Now => {
+            state.hands.let_go(&id).await;
             state.metrics.task_finished(TaskState::Cancelled, EndReason::Cancelled);
             state.workers.events_stored.notify_waiters();
             Ok((StatusCode::OK, Json(json!({"id": id, "state": "cancelled"}))))

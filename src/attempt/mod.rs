@@ -150,13 +150,7 @@ impl Assembly {
         // Where the task may connect: an API task reaches public addresses and what `[outbound] allow` adds;
         // what the operator configured (a pool desktop, the default computer, `[tools]`) reaches anything.
         let outbound = if self.api_task { config.api_outbound() } else { Outbound::open() };
-        let computer_outbound = if matches!(task.computer, ComputerSpec::Desktop(_))
-            || config.defaults.computer.as_ref() == Some(&task.computer)
-        {
-            Outbound::open()
-        } else {
-            outbound.clone()
-        };
+        let computer_outbound = computer_outbound(&task, &config, &outbound);
         // Outside the daemon nothing is leased: a pool request runs on the first desktop it matches (docs/providers.md).
         if !matches!(self.computer, Some(Source::Given(_))) {
             task.computer = backends::pool_computer(&task.computer, &config)?;
@@ -227,6 +221,42 @@ impl Assembly {
                 .map_err(|e| BuildError::invalid(e.field, e.message))?;
         Ok(Assembled { task, built: Built { computer, model, tools, verifier: Arc::new(verifier) }, config })
     }
+}
+
+/// Where a task's computer may be: what the operator configured (a pool desktop, the default computer)
+/// anywhere; a computer the task names itself only where the task may connect (`outbound`).
+fn computer_outbound(task: &ResolvedTask, config: &Config, outbound: &Outbound) -> Outbound {
+    if matches!(task.computer, ComputerSpec::Desktop(_)) || config.defaults.computer.as_ref() == Some(&task.computer) {
+        Outbound::open()
+    } else {
+        outbound.clone()
+    }
+}
+
+/// The computer of a task that came over the API, opened for a person who took its desktop over
+/// (docs/humans.md), as its attempts open it: the same checks of what it names and where it may connect, the
+/// mock desktop's state in `persist_dir`. Returns it with the task's secrets (a person's typed text is
+/// redacted with them). A pool desktop is the pool's to give, not opened here.
+pub async fn open_for_person(
+    spec: &TaskSpec,
+    config: &Config,
+    persist_dir: &std::path::Path,
+) -> Result<(Arc<dyn ComputerProvider>, crate::tools::secrets::Secrets), BuildError> {
+    let task = spec.resolve(&config.defaults, &config.guard);
+    backends::check_names(&task, config)?;
+    let outbound = config.api_outbound();
+    let computer_outbound = computer_outbound(&task, config, &outbound);
+    let files = config.file_access();
+    let secrets = backends::secrets(&task, &config.secret_file_access()).await?;
+    let context = ComputerContext {
+        files: &files,
+        persist_dir: Some(persist_dir),
+        secrets: &secrets,
+        outbound: &computer_outbound,
+        pages: Some((config.browser.allowed_urls.as_slice(), &outbound)),
+    };
+    let computer = backends::computer(&task.computer, &context).await?;
+    Ok((computer, secrets))
 }
 
 /// The task's declared tools (through `backends`, as for every task), its MCP servers' tools (each server

@@ -83,7 +83,7 @@ impl LiveView {
                 self.task_started.get_or_insert(now);
                 self.phase = "starting".into();
             }
-            EventKind::StepStarted { step } => {
+            EventKind::StepStarted { step, .. } => {
                 self.flush_text(&mut lines);
                 self.step = Some(*step);
                 self.steps_started += 1;
@@ -396,7 +396,7 @@ mod tests {
         let mut out = String::new();
         let later = now + Duration::from_millis(1500);
         out += &view.event(&event(1, EventKind::TaskStarted { attempt: 1, worker: "w".into() }), 80, now);
-        out += &view.event(&event(2, EventKind::StepStarted { step: 1 }), 80, now);
+        out += &view.event(&event(2, EventKind::StepStarted { step: 1, by: crate::record::By::Model }), 80, now);
         out += &view.event(&event(3, EventKind::MessageStart { step: 1 }), 80, now);
         assert!(screen(&out).last().expect("row").contains("step 1 · waiting for the model · 0.0s · $0.0000"));
         let text = "Hello there.\nI see a login form and will click";

@@ -168,10 +168,19 @@ pub async fn serve_until(config: Config, stop: impl std::future::Future<Output =
     let shutdown_tasks = CancellationToken::new();
     let retention =
         Arc::new(Retention::new(config.clone(), queue.clone(), store.clone(), uploader.clone(), metrics.clone()));
+    let hands = Arc::new(crate::hands::Hands::new(
+        config.clone(),
+        queue.clone(),
+        store.clone(),
+        workers.handle.live.clone(),
+        workers.pool.clone(),
+        workers.handle.events_stored.clone(),
+    ));
     let state = Arc::new(ApiState {
         config: config.clone(),
         queue: queue.clone(),
         store,
+        hands,
         uploader: uploader.clone(),
         metrics,
         workers: workers.handle.clone(),

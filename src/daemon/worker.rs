@@ -778,6 +778,14 @@ mod tests {
         async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError> {
             self.inner.resume(id, note).await
         }
+        async fn add_human_step(
+            &self,
+            id: &str,
+            step: &crate::record::StepRecord,
+            events: Vec<crate::record::events::EventKind>,
+        ) -> Result<(), QueueError> {
+            self.inner.add_human_step(id, step, events).await
+        }
         async fn answer_tools(&self, id: &str, answers: &[crate::queue::ToolAnswer]) -> Result<(), QueueError> {
             self.inner.answer_tools(id, answers).await
         }

@@ -1,5 +1,5 @@
 //! The queue's decisions about a task, written once for both backends: cancel, approve or reject, pause,
-//! resume, the answers to what the last step waits for (remote tool results, a question), a new turn of a
+//! resume, a person's step on a desktop they took over, the answers to what the last step waits for (remote tool results, a question), a new turn of a
 //! conversation, and the rescue of tasks whose lease expired.
 //!
 //! Each is the same choreography: begin a write transaction; read the facts under it; let
@@ -39,7 +39,7 @@ pub(super) trait Tx: Send + Sized {
     async fn last_step(&mut self, id: &str) -> Result<Option<StepRecord>, QueueError>;
     /// The index the task's next step gets.
     async fn next_step(&mut self, id: &str) -> Result<u32, QueueError>;
-    /// Replaces a journaled step (an answer written into the step it answers).
+    /// Writes a step: replaces a journaled one (an answer written into the step it answers), or adds it.
     async fn write_step(&mut self, id: &str, step: &StepRecord) -> Result<(), QueueError>;
     /// Appends an event the queue itself emits, numbered after the task's last one.
     async fn event(&mut self, id: &str, kind: EventKind) -> Result<(), QueueError>;
@@ -112,6 +112,25 @@ pub(super) async fn resume(backend: &impl Backend, id: &str, note: Option<&str>)
     let change = or_refuse!(tx, transitions::resume(id, state, takeover, note));
     or_refuse!(tx, tx.apply(id, &change).await);
     or_refuse!(tx, tx.wake_workers().await);
+    tx.commit().await
+}
+
+/// A person's action on a taken-over desktop, journaled as their step (its index the task's next one) with
+/// its events.
+pub(super) async fn add_human_step(
+    backend: &impl Backend,
+    id: &str,
+    step: &StepRecord,
+    events: Vec<EventKind>,
+) -> Result<(), QueueError> {
+    let mut tx = backend.begin().await?;
+    let (state, takeover) = or_refuse!(tx, tx.facts(id).await);
+    let next = or_refuse!(tx, tx.next_step(id).await);
+    or_refuse!(tx, transitions::human_step(id, state, takeover, next, step.index));
+    or_refuse!(tx, tx.write_step(id, step).await);
+    for kind in events {
+        or_refuse!(tx, tx.event(id, kind).await);
+    }
     tx.commit().await
 }
 

@@ -323,6 +323,15 @@ pub trait Queue: Send + Sync {
     /// claim's [`Lease::handed_back`] carries `note`. Only a task parked by [`Queue::pause`] is resumed.
     async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError>;
 
+    /// Journals a person's step on a desktop they took over (docs/humans.md), with its events: only while the task
+    /// is parked for them, and only as its next step (else [`QueueError::WrongState`]).
+    async fn add_human_step(
+        &self,
+        id: &str,
+        step: &StepRecord,
+        events: Vec<crate::record::events::EventKind>,
+    ) -> Result<(), QueueError>;
+
     /// Answers every pending `remote` tool call of a task in `awaiting_tool` at once: the answers go into its
     /// last step (`call_results`, and `results[]` entries with `tool`, `call_id`, `details`), a
     /// `tool_finished` event each, and the task is queued again in the same attempt, claimable at once.

@@ -683,13 +683,16 @@ impl choreography::Tx for PgTx {
     }
 
     async fn write_step(&mut self, id: &str, step: &StepRecord) -> Result<(), QueueError> {
-        sqlx::query("UPDATE agentd_steps SET record = $3 WHERE task_id = $1 AND idx = $2")
-            .bind(id)
-            .bind(step.index.min(i32::MAX as u32) as i32)
-            .bind(json(step)?)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db_error)?;
+        sqlx::query(
+            "INSERT INTO agentd_steps (task_id, idx, record) VALUES ($1, $2, $3)
+             ON CONFLICT (task_id, idx) DO UPDATE SET record = EXCLUDED.record",
+        )
+        .bind(id)
+        .bind(step.index.min(i32::MAX as u32) as i32)
+        .bind(json(step)?)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
         Ok(())
     }
 
@@ -1085,6 +1088,10 @@ impl Queue for PostgresQueue {
 
     async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError> {
         choreography::resume(self, id, note).await
+    }
+
+    async fn add_human_step(&self, id: &str, step: &StepRecord, events: Vec<EventKind>) -> Result<(), QueueError> {
+        choreography::add_human_step(self, id, step, events).await
     }
 
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {

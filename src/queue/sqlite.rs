@@ -790,13 +790,16 @@ impl choreography::Tx for SqliteTx<'_> {
     }
 
     async fn write_step(&mut self, id: &str, step: &StepRecord) -> Result<(), QueueError> {
-        sqlx::query("UPDATE steps SET record = ?3 WHERE task_id = ?1 AND idx = ?2")
-            .bind(id)
-            .bind(i64::from(step.index))
-            .bind(json(step)?)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(|e| self.queue.failed(e))?;
+        sqlx::query(
+            "INSERT INTO steps (task_id, idx, record) VALUES (?1, ?2, ?3)
+             ON CONFLICT (task_id, idx) DO UPDATE SET record = excluded.record",
+        )
+        .bind(id)
+        .bind(i64::from(step.index))
+        .bind(json(step)?)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(|e| self.queue.failed(e))?;
         Ok(())
     }
 
@@ -1175,6 +1178,10 @@ impl Queue for SqliteQueue {
 
     async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError> {
         choreography::resume(self, id, note).await
+    }
+
+    async fn add_human_step(&self, id: &str, step: &StepRecord, events: Vec<EventKind>) -> Result<(), QueueError> {
+        choreography::add_human_step(self, id, step, events).await
     }
 
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {

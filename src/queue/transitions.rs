@@ -341,6 +341,32 @@ pub fn resume(
     Ok(Change::HandBack { note: note.map(str::to_string) })
 }
 
+/// A person's action on a taken-over desktop becomes a step of theirs: only while the task is parked for
+/// them, and only as the task's next step (`next`: the index the queue would give it).
+pub fn human_step(
+    id: &str,
+    state: TaskState,
+    takeover: Option<Takeover>,
+    next: u32,
+    index: u32,
+) -> Result<(), QueueError> {
+    if state != TaskState::WaitingForHuman || takeover != Some(Takeover::Parked) {
+        return Err(QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: "nobody has taken this desktop over: pause the task first (agentd pause ID)".into(),
+        });
+    }
+    if index != next {
+        return Err(QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: format!("its next step is {next}, not {index}: another step was recorded meanwhile"),
+        });
+    }
+    Ok(())
+}
+
 /// What answering a task's remote tool calls writes: its last step with the answers in, the `tool_finished`
 /// events, and the change of the task itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -959,6 +985,29 @@ mod tests {
         let park = Change::Park { fence: false };
         assert_eq!(park.state(), TaskState::WaitingForHuman);
         assert!(matches!(park.event(), Some(EventKind::WaitingForHuman { reason, .. }) if reason == TAKEOVER_REASON));
+    }
+
+    #[test]
+    fn a_person_adds_a_step_only_to_a_task_parked_for_them_and_only_the_next_one() {
+        for state in TaskState::ALL {
+            for takeover in [None, Some(Takeover::Requested), Some(Takeover::Parked), Some(Takeover::Resumed)] {
+                let result = human_step("t", state, takeover, 3, 3);
+                if state == TaskState::WaitingForHuman && takeover == Some(Takeover::Parked) {
+                    assert!(result.is_ok(), "{state:?} {takeover:?}");
+                } else {
+                    assert_eq!(
+                        wrong_state(&result.map(|()| Change::RequestCancel)),
+                        Some(state.as_str()),
+                        "{state:?} {takeover:?}"
+                    );
+                }
+            }
+        }
+        let late = human_step("t", TaskState::WaitingForHuman, Some(Takeover::Parked), 4, 3);
+        assert!(
+            matches!(&late, Err(QueueError::WrongState { message, .. }) if message.contains("next step is 4")),
+            "{late:?}"
+        );
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub enum EventKind {
     },
     StepStarted {
         step: u32,
+        /// Who takes the step: absent for the model, `"human"` for a person who took the desktop over.
+        #[serde(default, skip_serializing_if = "crate::record::By::is_model")]
+        by: crate::record::By,
     },
     ModelDelta {
         step: u32,

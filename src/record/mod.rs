@@ -204,6 +204,9 @@ pub struct CallResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub index: u32,
+    /// Who took the step: the model (absent), or a person who had the desktop (`"human"`, docs/humans.md).
+    #[serde(default, skip_serializing_if = "By::is_model")]
+    pub by: By,
     #[serde(with = "time::serde::rfc3339")]
     pub started_at: OffsetDateTime,
     pub duration_ms: u64,
@@ -277,6 +280,23 @@ pub struct DownloadRef {
     pub url: Option<String>,
 }
 
+/// Who took a step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum By {
+    /// The task's model decided the step's actions.
+    #[default]
+    Model,
+    /// A person who had taken the desktop over did them by hand, through the live view (docs/humans.md).
+    Human,
+}
+
+impl By {
+    pub fn is_model(&self) -> bool {
+        *self == Self::Model
+    }
+}
+
 /// The `waiting_reason` of a task a person took over (docs/humans.md `agentd pause`).
 pub const TAKEOVER_REASON: &str = "a person took the desktop over (agentd resume hands it back)";
 
@@ -298,6 +318,22 @@ impl HandBack {
             "A person used the desktop while this task was paused, and has handed it back.{said} The screen may \
              have changed: look at the current screenshot before you continue."
         )
+    }
+}
+
+impl HandBack {
+    /// The most of a person's actions the model is told of, the latest ones.
+    const ACTIONS_TOLD: usize = 40;
+
+    /// What the model is told of the actions a person did by hand (their steps, `"by": "human"`) while they
+    /// had the desktop: `None` when they did none through agentd (they may have used the desktop itself).
+    pub fn actions_note(actions: &[String]) -> Option<String> {
+        if actions.is_empty() {
+            return None;
+        }
+        let skipped = actions.len().saturating_sub(Self::ACTIONS_TOLD);
+        let earlier = if skipped > 0 { format!("({skipped} earlier actions, then) ") } else { String::new() };
+        Some(format!("While they had it, the person did: {earlier}{}.", actions[skipped..].join("; ")))
     }
 }
 
@@ -412,6 +448,7 @@ impl StepRecord {
     pub fn begun(index: u32, started_at: OffsetDateTime, screenshot: ScreenshotRef) -> Self {
         Self {
             index,
+            by: By::Model,
             started_at,
             duration_ms: 0,
             screenshot,

@@ -212,13 +212,38 @@ impl Tab {
     /// Clicks the element `selector` finds (a real mouse click at its centre).
     pub async fn click(&self, selector: &str) -> Result<(), Error> {
         let (x, y) = self.centre(selector).await?;
+        self.click_at(x, y).await.map_err(|e| format!("click {selector}: {e}"))
+    }
+
+    /// A real left mouse click at (`x`, `y`) in the page's CSS pixels.
+    pub async fn click_at(&self, x: f64, y: f64) -> Result<(), Error> {
         for (kind, buttons) in [("mouseMoved", 0), ("mousePressed", 1), ("mouseReleased", 0)] {
             let mut event = json!({"type": kind, "x": x, "y": y, "buttons": buttons});
             if kind != "mouseMoved" {
                 event["button"] = json!("left");
                 event["clickCount"] = json!(1);
             }
-            self.call("Input.dispatchMouseEvent", event).await.map_err(|e| format!("click {selector}: {e}"))?;
+            self.call("Input.dispatchMouseEvent", event).await.map_err(|e| format!("click at ({x}, {y}): {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Types `text` to whatever has the focus, key by key (`\n` presses Enter).
+    pub async fn type_keys(&self, text: &str) -> Result<(), Error> {
+        for c in text.chars() {
+            if c == '\n' {
+                self.press("Enter", false).await?;
+                continue;
+            }
+            let key = c.to_string();
+            for kind in ["keyDown", "keyUp"] {
+                let mut event = json!({"type": kind, "key": key});
+                if kind == "keyDown" {
+                    event["text"] = json!(key);
+                    event["unmodifiedText"] = json!(key);
+                }
+                self.call("Input.dispatchKeyEvent", event).await.map_err(|e| format!("type {text:?}: {e}"))?;
+            }
         }
         Ok(())
     }
@@ -234,21 +259,7 @@ impl Tab {
             .eval(&format!("(() => {{ document.querySelector({quoted}).focus(); return true; }})()"))
             .await
             .map_err(|e| format!("focus {selector}: {e}"))?;
-        for c in text.chars() {
-            if c == '\n' {
-                self.press("Enter", false).await?;
-                continue;
-            }
-            let key = c.to_string();
-            for kind in ["keyDown", "keyUp"] {
-                let mut event = json!({"type": kind, "key": key});
-                if kind == "keyDown" {
-                    event["text"] = json!(key);
-                    event["unmodifiedText"] = json!(key);
-                }
-                self.call("Input.dispatchKeyEvent", event).await.map_err(|e| format!("type into {selector}: {e}"))?;
-            }
-        }
+        self.type_keys(text).await.map_err(|e| format!("type into {selector}: {e}"))?;
         let value: Option<String> = self
             .eval(&format!("(() => {{ const v = document.querySelector({quoted}).value; return v ?? null; }})()"))
             .await

@@ -49,7 +49,7 @@ fn assert_only_the_first_step_running(daemon: &Daemon, id: &str) {
     assert_eq!(steps, [(json!(0), json!(false))], "(index, finished) of the stored steps, state {}", record["state"]);
 }
 
-fn connect(addr: &str, path: &str) -> WebSocket<TcpStream> {
+pub fn connect(addr: &str, path: &str) -> WebSocket<TcpStream> {
     let mut request = format!("ws://{addr}{path}").into_client_request().expect("request");
     request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().expect("header"));
     let stream = TcpStream::connect(addr).expect("connect");
@@ -61,13 +61,13 @@ fn connect(addr: &str, path: &str) -> WebSocket<TcpStream> {
 
 /// What the server sent, one message at a time: a JSON text message, or a frame (its header and its JPEG).
 #[derive(Debug)]
-enum Received {
+pub enum Received {
     Text(Value),
     Frame(Value, Vec<u8>),
     Closed(Option<CloseCode>),
 }
 
-fn receive(socket: &mut WebSocket<TcpStream>, seen: &[String]) -> Received {
+pub fn receive(socket: &mut WebSocket<TcpStream>, seen: &[String]) -> Received {
     loop {
         let message = socket.read().unwrap_or_else(|e| panic!("reading the live view: {e}; seen so far: {seen:?}"));
         match message {
@@ -140,6 +140,7 @@ fn a_running_tasks_screen_streams_before_its_step_is_stored_and_the_end_is_told(
         }
     }
     assert_eq!(refusals, [json!("not_taken_over"), json!("invalid_message")]);
+    // (A person's actions on a desktop they took over: `takeover::a_person_acts_through_the_live_view…`.)
 
     // The task ends (cancelled in the middle of its waits): the socket says so and closes.
     let (code, body) = http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/cancel"), None, &[]).expect("cancel");
@@ -253,5 +254,71 @@ async fn the_task_page_shows_the_live_desktop_while_the_task_runs() {
         let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
         panic!("after the task ended, the page leaves the live view: {e}\npage: {text}");
     }
+    browser.close().await;
+}
+
+/// A person who took the desktop over uses it on the task page (docs/humans.md "Take-over by hand"): the live
+/// desktop takes their hands (a real click and typing in Chromium), the click lands on the screen point under
+/// the pointer, and both are recorded as their steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_uses_the_taken_over_desktop_on_the_task_page() {
+    let Some(browser) = agentd_testkit::browser::Browser::launch().await.expect("launch Chromium") else { return };
+    let (daemon, _dir, addr) = live_daemon();
+    // A model that waits, step after step, until it is stopped.
+    let turns: Vec<Value> = (0..400).map(|_| json!({"actions": [{"type": "wait", "duration_ms": 100}]})).collect();
+    let task = json!({
+        "id": "by-hand-console", "instructions": "wait",
+        "guard": {"no_change_steps": 0, "repeat_actions": 0, "idle_turns": 0, "wait_steps": 0},
+        "computer": {"provider": "mock", "scene": "login"},
+        "model": {"provider": "scripted", "script": {"turns": turns}},
+        "limits": {"max_steps": 400}
+    });
+    let id = submit(&daemon, &task.to_string());
+    wait_state(&daemon, &id, "running");
+    let (code, body) = http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/pause"), None, &[]).expect("pause");
+    assert!(code == 200 || code == 202, "{code} {body}");
+    wait_state(&daemon, &id, "waiting_for_human");
+    let before = daemon.task(&id)["steps"].as_array().map_or(0, Vec::len);
+
+    let tab = browser.tab(1280, 900, false).await.expect("tab");
+    crate::console::log_in(&tab, &addr).await;
+    let _: bool = tab.eval(&format!("location.hash = '#/tasks/{id}'; true")).await.expect("open the task page");
+    let ready = "document.querySelector('#live-screen') && document.querySelector('#live-screen').isConnected \
+                 && document.querySelector('#live-screen').dataset.hands === 'on' \
+                 && document.querySelector('#live-screen').naturalWidth > 0";
+    if let Err(e) = tab.wait_for(ready, WAIT).await {
+        let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
+        panic!("the taken-over desktop, live and taking input: {e}\npage: {text}\ntask: {}", daemon.task(&id));
+    }
+    // The screen point (640, 370) — the login form's user name field — on the live image.
+    let (x, y): (f64, f64) = tab
+        .eval(
+            "(() => { const b = document.querySelector('#live-screen').getBoundingClientRect(); \
+             return [b.left + b.width * 640 / 1280, b.top + b.height * 370 / 800]; })()",
+        )
+        .await
+        .expect("the live image's box");
+    tab.click_at(x, y).await.expect("click the live desktop");
+    tab.type_keys("bob").await.expect("type on the live desktop");
+    let acted = "window.agentdConsole.acted.filter((m) => m.type === 'acted').length >= 2";
+    if let Err(e) = tab.wait_for(acted, WAIT).await {
+        let answers: Value = tab.eval("window.agentdConsole.acted").await.unwrap_or_default();
+        panic!("the click and the typing carried out: {e}\nanswers: {answers}\ntask: {}", daemon.task(&id));
+    }
+    let record = daemon.task(&id);
+    let mine: Vec<Value> = record["steps"].as_array().expect("steps")[before..].to_vec();
+    assert_eq!(mine.len(), 2, "{mine:#?}");
+    assert!(mine.iter().all(|s| s["by"] == "human" && s["results"][0]["ok"] == true), "{mine:#?}");
+    let click = &mine[0]["actions"][0];
+    assert_eq!(click["type"], "click", "{click}");
+    let (cx, cy) = (click["x"].as_i64().unwrap_or(-1), click["y"].as_i64().unwrap_or(-1));
+    assert!((cx - 640).abs() <= 2 && (cy - 370).abs() <= 2, "the click landed under the pointer: {click}");
+    assert_eq!(mine[1]["actions"][0], json!({"type": "type", "text": "bob"}));
+    let mine_shown = "document.querySelector('#step-details h2').textContent.endsWith('by a person')";
+    if let Err(e) = tab.wait_for(mine_shown, WAIT).await {
+        let text: String = tab.eval("document.querySelector('#step-details').innerText").await.unwrap_or_default();
+        panic!("the latest step shown as the person's: {e}\ndetails: {text}");
+    }
+    http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/cancel"), None, &[]).expect("cancel");
     browser.close().await;
 }

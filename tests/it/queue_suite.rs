@@ -113,7 +113,12 @@ fn held_step(index: u32) -> StepRecord {
 }
 
 fn event(task_id: &str, seq: u64, step: u32) -> Event {
-    Event { seq, task_id: task_id.to_string(), ts: OffsetDateTime::now_utc(), kind: EventKind::StepStarted { step } }
+    Event {
+        seq,
+        task_id: task_id.to_string(),
+        ts: OffsetDateTime::now_utc(),
+        kind: EventKind::StepStarted { step, by: agentd::By::Model },
+    }
 }
 
 const LEASE: Duration = Duration::from_secs(30);

@@ -18,6 +18,7 @@ const NOTE: &str = "I typed bob into the username field";
 
 on_both_backends!(
     a_paused_task_continues_on_the_changed_desktop_with_the_note,
+    a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did,
     a_queued_task_waits_before_it_starts_and_wrong_requests_change_nothing,
 );
 
@@ -170,6 +171,132 @@ fn a_paused_task_continues_on_the_changed_desktop_with_the_note(backend: Backend
     let (status, body) = post(&daemon, "/v1/tasks", Some(&task("taken", json!({}))));
     assert_eq!(status, 201, "{body}");
     pause_change_resume(&daemon, &daemon, &server, "taken");
+}
+
+/// A person takes the desktop over through the live view (docs/humans.md "Take-over by hand"): the parked
+/// task's desktop streams to the viewer, their click and typing run on it and are recorded as their steps
+/// (`"by": "human"`, each with the screen they acted on), what is no action on the desktop is refused; after
+/// the hand-back the model's first request says what the person did and shows the desktop they left, and the
+/// person's steps do not count as the model's.
+fn a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did(backend: Backend) {
+    use crate::live::{Received, connect, receive};
+    use tungstenite::Message;
+
+    let rt = runtime();
+    let server = patient_fake(&rt);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, crate::console::TOKEN).expect("token");
+    let daemon = Daemon::start_on_with_env(
+        backend,
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
+        "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100",
+        &models_config(&server.url),
+        vec![("ANTHROPIC_API_KEY".into(), KEY.into())],
+    );
+    let id = "by-hand";
+    let (status, body) = post(&daemon, "/v1/tasks", Some(&task(id, json!({}))));
+    assert_eq!(status, 201, "{body}");
+    wait_for(&daemon, id, "running with a step", |t| {
+        t["state"] == "running" && t["steps"].as_array().is_some_and(|s| s.len() >= 2)
+    });
+    assert_eq!(daemon.cli(&["pause", id]).code, 0);
+    let parked = wait_for(&daemon, id, "parked for the person", |t| t["state"] == "waiting_for_human");
+    let last = parked["steps"].as_array().and_then(|s| s.last()).and_then(|s| s["index"].as_u64()).expect("a step");
+    let requests_before = server.requests().len();
+
+    // The viewer sees the parked desktop live.
+    let mut socket = connect(&format!("127.0.0.1:{port}"), &format!("/v1/tasks/{id}/live?width=640"));
+    let mut seen: Vec<String> = Vec::new();
+    let mut frames = 0;
+    while frames == 0 {
+        match receive(&mut socket, &seen) {
+            Received::Frame(header, _) => {
+                assert_eq!(header["screen"], json!({"width": 1280, "height": 800}), "{header}");
+                frames += 1;
+            }
+            Received::Text(value) => {
+                if value["type"] == "state" {
+                    assert_eq!(value, json!({"type": "state", "state": "waiting_for_human", "live": true}));
+                }
+                seen.push(value.to_string());
+            }
+            other => panic!("{other:?} before the first frame; seen {seen:?}"),
+        }
+    }
+    // Each action is answered once it ran and was recorded (frames may come between).
+    let mut act = |action: Value| -> Value {
+        socket.send(Message::text(json!({"action": action}).to_string())).expect("send an action");
+        loop {
+            match receive(&mut socket, &seen) {
+                Received::Frame(..) => {}
+                Received::Text(value) if value["type"] == "acted" || value["type"] == "error" => return value,
+                Received::Text(value) => seen.push(value.to_string()),
+                other => panic!("{other:?} instead of the answer to {action}; seen {seen:?}"),
+            }
+        }
+    };
+    let clicked = act(json!({"type": "click", "x": 640, "y": 370}));
+    assert_eq!(clicked["type"], "acted", "{clicked}");
+    assert_eq!((clicked["step"].as_u64(), &clicked["ok"]), (Some(last + 1), &json!(true)), "{clicked}");
+    let typed = act(json!({"type": "type", "text": "bob"}));
+    assert_eq!((typed["step"].as_u64(), &typed["ok"]), (Some(last + 2), &json!(true)), "{typed}");
+    let refused = act(json!({"type": "screenshot"}));
+    assert_eq!(
+        (refused["type"].as_str(), refused["code"].as_str()),
+        (Some("error"), Some("invalid_action")),
+        "{refused}"
+    );
+    let off_screen = act(json!({"type": "click", "x": 5000, "y": 5}));
+    assert_eq!(off_screen["code"], "invalid_action", "{off_screen}");
+    let unknown = act(json!({"type": "teleport"}));
+    assert_eq!(unknown["code"], "invalid_action", "{unknown}");
+
+    // The person's steps are in the record and the events, each with the screen they acted on.
+    let record = daemon.task(id);
+    assert_eq!(record["state"], "waiting_for_human", "{record}");
+    let steps = record["steps"].as_array().expect("steps");
+    assert_eq!(steps.len() as u64, last + 3, "two steps of the person's: {record}");
+    for (step, action) in steps[last as usize + 1..]
+        .iter()
+        .zip([json!({"type": "click", "x": 640, "y": 370}), json!({"type": "type", "text": "bob"})])
+    {
+        assert_eq!(step["by"], "human", "{step}");
+        assert_eq!(step["actions"][0]["type"], action["type"], "{step}");
+        assert_eq!(step["results"][0]["ok"], true, "{step}");
+        assert_eq!(step["finished"], true, "{step}");
+        let key = step["screenshot"]["key"].as_str().expect("a screenshot");
+        assert!(daemon.agentd.data_dir().join("artifacts").join(key).is_file(), "{key} stored: {step}");
+    }
+    assert!(steps[..=last as usize].iter().all(|s| s.get("by").is_none()), "the model's steps carry no `by`");
+    let events = daemon.cli(&["events", "--json", id]);
+    let started: Vec<Value> = events
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "step_started" && e["by"] == "human")
+        .map(|e| e["step"].clone())
+        .collect();
+    assert_eq!(started, [json!(last + 1), json!(last + 2)], "{}", events.stdout);
+    // The model was not called while the person had the desktop.
+    assert_eq!(server.requests().len(), requests_before);
+
+    let resumed = daemon.cli(&["resume", id, "--note", NOTE]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    drop(socket);
+    let done = daemon.wait_terminal(id, Duration::from_secs(60));
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", daemon.log());
+    assert_eq!(done["computer_state"]["fields"]["username"], "bob", "{}", done["computer_state"]);
+    let requests = server.requests();
+    let told = &requests[requests_before].body.to_string();
+    assert!(told.contains(NOTE), "the first call after the hand-back carries the note: {told}");
+    assert!(
+        told.contains(r#"While they had it, the person did: click(640,370); type(\"bob\")."#),
+        "and what the person did: {told}"
+    );
+    let after = &done["steps"][last as usize + 3];
+    assert_eq!((after.get("by"), &after["handed_back"]), (None, &json!({"note": NOTE})), "{after}");
 }
 
 #[test]

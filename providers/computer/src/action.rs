@@ -355,6 +355,16 @@ impl Action {
         }
     }
 
+    /// How long the action itself asks to take (a `wait`, a `hold_key`); zero for the others.
+    pub fn duration(&self) -> std::time::Duration {
+        match self {
+            Self::Wait { duration_ms } | Self::HoldKey { duration_ms, .. } => {
+                std::time::Duration::from_millis(*duration_ms)
+            }
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
     /// A short human-readable form for progress lines and logs (`click(120,40)`, `type("alice")`).
     pub fn summary(&self) -> String {
         match self {

@@ -30,11 +30,21 @@ impl Loop {
         let first_step = self.context.turns.last().map_or(0, |turn| turn.first_step);
         let (earlier, mut resume): (Vec<StepRecord>, Vec<StepRecord>) =
             resume.into_iter().partition(|step| step.index < first_step);
+        // A person's steps (a take-over by hand) are no turns of the model's: they are kept in the record, and
+        // the model is told what the person did when they hand the desktop back.
+        self.resumed.human_steps = resume.iter().filter(|step| !step.by.is_model()).count();
+        let since_model = resume.iter().rev().take_while(|step| !step.by.is_model()).collect::<Vec<_>>();
+        self.resumed.human_actions =
+            since_model.iter().rev().flat_map(|step| step.actions.iter().map(|a| a.summary())).collect();
         let earlier_cost: f64 = earlier.iter().map(|step| step.usage.cost_usd).sum();
         self.resumed.turn_base = (earlier.len(), earlier_cost);
         let boundaries = turn_messages(&self.context.turns);
         for step in earlier {
             self.tallies.usage.add(&step.usage);
+            if !step.by.is_model() {
+                self.steps.push(step);
+                continue;
+            }
             let notes = boundaries.iter().filter(|(at, _)| *at == step.index).map(|(_, text)| text.clone()).collect();
             self.conversation.exchanges.push(Exchange {
                 step: step.index,
@@ -87,7 +97,7 @@ impl Loop {
             self.resumed.completion = Some(error_outcome(&out_of_tries(invalid, &problems)));
         }
         let mut interrupted = false;
-        for step in &resume {
+        for step in resume.iter().filter(|step| step.by.is_model()) {
             self.tallies.usage.add(&step.usage);
             let notes =
                 if step.index == first_step { std::mem::take(&mut self.resumed.turn_notes) } else { Vec::new() };
@@ -126,8 +136,9 @@ impl Loop {
         }
         self.restore_summary();
         // The guard counts as it did in the earlier attempts: each step with the change the next one saw.
-        for pair in self.steps.windows(2) {
-            self.guard.observe(&pair[0], pair[1].screen_changed);
+        let model_steps: Vec<&StepRecord> = self.steps.iter().filter(|step| step.by.is_model()).collect();
+        for pair in model_steps.windows(2) {
+            self.guard.observe(pair[0], pair[1].screen_changed);
         }
         if interrupted {
             self.conversation.notes.push(RESUME_NOTE.to_string());

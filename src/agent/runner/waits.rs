@@ -172,6 +172,10 @@ impl Loop {
         let handed_back = self.context.handed_back.take();
         if let Some(handed_back) = &handed_back {
             self.conversation.notes.push(handed_back.model_note());
+            let done = std::mem::take(&mut self.resumed.human_actions);
+            if let Some(note) = crate::record::HandBack::actions_note(&done) {
+                self.conversation.notes.push(note);
+            }
         }
         handed_back
     }

@@ -12,7 +12,7 @@
     'tool_call_end', 'tool_started', 'tool_output', 'tool_finished', 'awaiting_tool', 'error'];
 
   // What tests and the latency benchmark read: when each step's screenshot was shown (ms since the epoch).
-  const probe = { shown: [], live: [], ready: false };
+  const probe = { shown: [], live: [], acted: [], ready: false };
   window.agentdConsole = probe;
 
   const session = { csrf: '', auth: '' };
@@ -406,6 +406,7 @@
         renderFrame();
       }
       renderLiveState();
+      renderHands();
     }
     function renderLiveState() {
       const now = Date.now();
@@ -431,8 +432,15 @@
       }
       let m;
       try { m = JSON.parse(e.data); } catch (_) { return; }
-      if (m.type === 'frame') t.liveHeader = m;
-      else if (m.type === 'state') { t.streaming = !!m.live; placeScreen(); }
+      if (m.type === 'frame') { t.liveHeader = m; t.screen = m.screen; }
+      else if (m.type === 'acted') {
+        streamEntry(m.step, 'note', `${m.ok ? '✓' : '✗'} by hand: ${m.message || 'done'}`);
+        renderStream();
+        probe.acted.push(m);
+      } else if (m.type === 'error') {
+        problem.textContent = `The desktop refused that: ${m.message}`;
+        probe.acted.push(m);
+      } else if (m.type === 'state') { t.streaming = !!m.live; placeScreen(); }
       else if (m.type === 'ended') { t.streaming = false; placeScreen(); }
     }
     function connectLive() {
@@ -452,6 +460,124 @@
       };
     }
     const liveTicker = setInterval(renderLiveState, 1000);
+
+    // ---- a person's hands on the live desktop (while they have taken it over) ----
+    // Pointer and keyboard on the live image become actions of the task file's, in screen pixels, sent on
+    // the live socket; the daemon runs each on the desktop and records it as the person's step.
+    function handsOn() {
+      return showingLive() && !!t.doc && t.doc.state === 'waiting_for_human' && !!t.doc.waiting && t.doc.waiting.kind === 'takeover';
+    }
+    function renderHands() {
+      const on = handsOn();
+      liveImg.dataset.hands = on ? 'on' : 'off';
+      if (on) {
+        liveImg.tabIndex = 0;
+        liveImg.alt = 'The desktop, live: yours — click, drag, scroll and type on it';
+        liveImg.title = 'Your hands on the desktop: click, drag, scroll; click it, then type';
+      } else {
+        liveImg.removeAttribute('tabindex');
+        liveImg.alt = 'The desktop, live';
+        liveImg.removeAttribute('title');
+      }
+    }
+    function sendAction(action) {
+      if (!handsOn() || !t.ws || t.ws.readyState !== WebSocket.OPEN) return;
+      t.ws.send(JSON.stringify({ action }));
+    }
+    function screenPoint(e) {
+      const box = liveImg.getBoundingClientRect();
+      const screen = t.screen || { width: liveImg.naturalWidth, height: liveImg.naturalHeight };
+      const x = Math.round(((e.clientX - box.left) / box.width) * screen.width);
+      const y = Math.round(((e.clientY - box.top) / box.height) * screen.height);
+      return { x: Math.min(screen.width - 1, Math.max(0, x)), y: Math.min(screen.height - 1, Math.max(0, y)) };
+    }
+    function heldKeys(e) {
+      return [e.ctrlKey && 'ctrl', e.shiftKey && 'shift', e.altKey && 'alt', e.metaKey && 'super'].filter(Boolean);
+    }
+    const BUTTONS = ['left', 'middle', 'right'];
+    let pressed = null;
+    liveImg.addEventListener('pointerdown', (e) => {
+      if (!handsOn()) return;
+      e.preventDefault();
+      liveImg.focus();
+      pressed = { start: screenPoint(e), button: BUTTONS[e.button] || 'left', path: [screenPoint(e)], at: Date.now() };
+    });
+    liveImg.addEventListener('pointermove', (e) => {
+      if (!pressed) return;
+      const p = screenPoint(e);
+      const last = pressed.path[pressed.path.length - 1];
+      if (Math.abs(p.x - last.x) + Math.abs(p.y - last.y) >= 8 && pressed.path.length < 60) pressed.path.push(p);
+    });
+    liveImg.addEventListener('pointerup', (e) => {
+      if (!pressed) return;
+      const done = pressed;
+      pressed = null;
+      if (!handsOn()) return;
+      const end = screenPoint(e);
+      const keys = heldKeys(e);
+      const moved = Math.abs(end.x - done.start.x) + Math.abs(end.y - done.start.y);
+      if (moved < 4) {
+        sendAction(e.detail === 2 && done.button === 'left' ? { type: 'double_click', x: end.x, y: end.y } : { type: 'click', x: end.x, y: end.y, button: done.button, keys });
+      } else {
+        const path = done.path.concat([end]);
+        sendAction({ type: 'drag', path, button: done.button, keys });
+      }
+    });
+    liveImg.addEventListener('contextmenu', (e) => { if (handsOn()) e.preventDefault(); });
+    liveImg.addEventListener('dragstart', (e) => e.preventDefault());
+    // Wheel turns within 150 ms become one scroll.
+    let wheel = null;
+    liveImg.addEventListener('wheel', (e) => {
+      if (!handsOn()) return;
+      e.preventDefault();
+      const p = screenPoint(e);
+      const lines = e.deltaMode === 1 ? 40 : e.deltaMode === 2 ? 400 : 1;
+      if (!wheel) {
+        wheel = { x: p.x, y: p.y, dx: 0, dy: 0, keys: heldKeys(e) };
+        setTimeout(() => {
+          const w = wheel;
+          wheel = null;
+          sendAction({ type: 'scroll', x: w.x, y: w.y, scroll_x: Math.round(w.dx), scroll_y: Math.round(w.dy), keys: w.keys });
+        }, 150);
+      }
+      wheel.dx += e.deltaX * lines;
+      wheel.dy += e.deltaY * lines;
+    }, { passive: false });
+    // Typed characters are gathered into one `type` until a pause or another key; other keys and chords
+    // are `keypress`es; a paste is typed.
+    let typed = '';
+    let typedTimer = null;
+    function flushTyped() {
+      clearTimeout(typedTimer);
+      typedTimer = null;
+      if (typed) sendAction({ type: 'type', text: typed });
+      typed = '';
+    }
+    const KEY_NAMES = { ' ': 'space', Control: 'ctrl', Meta: 'super', OS: 'super', AltGraph: 'alt' };
+    liveImg.addEventListener('keydown', (e) => {
+      if (!handsOn()) return;
+      if (['Control', 'Shift', 'Alt', 'Meta', 'OS', 'AltGraph'].includes(e.key)) return;
+      if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === 'v') return; // the paste event types it
+      e.preventDefault();
+      e.stopPropagation();
+      if (e.key.length === 1 && !e.ctrlKey && !e.altKey && !e.metaKey) {
+        typed += e.key;
+        clearTimeout(typedTimer);
+        typedTimer = setTimeout(flushTyped, 400);
+        return;
+      }
+      flushTyped();
+      const key = KEY_NAMES[e.key] || e.key;
+      sendAction({ type: 'keypress', keys: heldKeys(e).filter((k) => k !== key).concat([key]) });
+    });
+    liveImg.addEventListener('paste', (e) => {
+      if (!handsOn()) return;
+      e.preventDefault();
+      flushTyped();
+      const text = (e.clipboardData && e.clipboardData.getData('text/plain')) || '';
+      if (text) sendAction({ type: 'type', text });
+    });
+    liveImg.addEventListener('blur', flushTyped);
 
     function renderFrame() {
       const frames = frameList();
@@ -544,7 +670,7 @@
       if (!frame) { details.append(h('h2', { text: 'Step' }), h('p', { class: 'muted', text: 'Nothing has happened yet.' })); return; }
       if (frame.final) { details.append(h('h2', { text: 'Final screen' }), h('p', { class: 'muted', text: 'The screen after the last step’s actions.' })); return; }
       const step = frame.step;
-      details.append(h('h2', { text: `Step ${frame.index}` }));
+      details.append(h('h2', { text: step && step.by === 'human' ? `Step ${frame.index} — by a person` : `Step ${frame.index}` }));
       if (!step) { details.append(h('p', { class: 'muted', text: 'In progress: the model is deciding.' })); return; }
       // A browser's page: as text, never a link (the page is the task's, not the operator's).
       if (step.page) details.append(h('p', { class: 'page' }, h('span', { class: 'muted', text: 'Page: ' }), h('strong', { text: step.page.title || '(untitled)' }), h('span', { class: 'mono', text: ` ${step.page.url}` })));
@@ -783,6 +909,7 @@
         if (doc.outcome.output !== undefined) outcome.append(h('pre', { text: JSON.stringify(doc.outcome.output, null, 2) }));
       }
       renderControls();
+      renderHands();
       if (t.live) {
         const latest = latestIndex();
         if (latest !== null) t.selected = latest;
@@ -817,7 +944,7 @@
           refreshSoon();
           break;
         case 'model_delta': streamEntry(ev.step, ev.kind, ev.text, true); renderStream(); break;
-        case 'step_started': streamEntry(ev.step, 'note', `step ${ev.step} started`); renderStream(); break;
+        case 'step_started': streamEntry(ev.step, 'note', ev.by === 'human' ? `step ${ev.step}: by a person` : `step ${ev.step} started`); renderStream(); break;
         case 'action_started':
           streamEntry(ev.step, 'note', `▶ ${describe(ev.action)}`);
           if (!t.liveActions.has(ev.step)) t.liveActions.set(ev.step, []);
