@@ -26,7 +26,9 @@ use crate::live::{LiveScreens, Registration};
 use crate::pool::Pool;
 use crate::queue::{Queue, QueueError};
 use crate::record::events::EventKind;
-use crate::record::{ActionResult, By, ScreenshotRef, StepRecord, TaskState, Usage};
+use crate::record::{
+    ActionResult, By, CallKind, EndReason, Outcome, ScreenshotRef, StepRecord, TaskState, ToolCall, Usage,
+};
 use crate::tools::secrets::Secrets;
 
 /// The longest a person's action may take on the computer before it counts as stuck (beside what the action
@@ -162,28 +164,35 @@ impl Hands {
         if record.state != TaskState::WaitingForHuman || !record.taken_over {
             return Err(HandsError::NotTakenOver);
         }
-        let (computer, secrets, desktop) = match &record.desktop {
+        // The pool desktop it ran on; a demonstration (never run) on the desktop its computer names.
+        let named = match &record.task.computer {
+            Some(crate::task::ComputerSpec::Desktop(request)) => {
+                request.desktop.as_ref().map(|d| d.as_str().to_string())
+            }
+            _ => None,
+        };
+        let (computer, secrets, desktop) = match record.desktop.clone().or(named) {
             Some(name) => {
-                if !self.pool.take(name, task_id) {
-                    return Err(HandsError::Unavailable(format!(
-                        "the pool desktop {name:?} it ran on is not free in this node's pool: open the live view on \
-                         the node that ran the task"
-                    )));
-                }
-                let prepared = match self.pool.prepare(name, task_id).await {
-                    Ok(prepared) => prepared,
-                    Err(failure) => {
-                        self.pool.give_back(name, task_id);
-                        return Err(HandsError::Unavailable(failure.reason));
-                    }
-                };
                 let secrets = crate::backends::secrets(
                     &record.task.resolve(&self.config.defaults, &self.config.guard),
                     &self.config.secret_file_access(),
                 )
                 .await
                 .map_err(|e| HandsError::Unavailable(e.to_string()))?;
-                (prepared.computer, secrets, Some(name.clone()))
+                if !self.pool.take(&name, task_id) {
+                    return Err(HandsError::Unavailable(format!(
+                        "the pool desktop {name:?} is not free in this node's pool: open the live view on the node \
+                         whose pool it is"
+                    )));
+                }
+                let prepared = match self.pool.prepare(&name, task_id).await {
+                    Ok(prepared) => prepared,
+                    Err(failure) => {
+                        self.pool.give_back(&name, task_id);
+                        return Err(HandsError::Unavailable(failure.reason));
+                    }
+                };
+                (prepared.computer, secrets, Some(name))
             }
             None => {
                 let (computer, secrets) =
@@ -224,13 +233,30 @@ impl Hands {
 
     /// Carries out a person's `action` (screen pixels) on the held desktop, recorded as their step.
     pub async fn act(&self, hold: &Hold, action: Action) -> Result<Acted, HandsError> {
-        let held = &hold.0;
         if matches!(action, Action::Screenshot {} | Action::Zoom { .. } | Action::CursorPosition {}) {
             return Err(HandsError::Invalid(format!(
                 "{} is not an action on the desktop: the live view already shows the screen",
                 action.kind()
             )));
         }
+        self.step(hold, Some(action), None).await
+    }
+
+    /// Finishes a demonstration (docs/humans.md): the screen as the person left it is its last step, which
+    /// completes the task `succeeded` with `summary` (a `task_completion` of theirs, so a compiled script ends
+    /// with it and a replay completes with it). Holds the desktop for that screenshot if nobody does, then
+    /// lets it go.
+    pub async fn finish(&self, task_id: &str, summary: &str) -> Result<Acted, HandsError> {
+        let hold = self.hold(task_id).await?;
+        let finished = self.step(&hold, None, Some(summary)).await;
+        self.let_go(task_id).await;
+        finished
+    }
+
+    /// One step of the person's: the screen now, then `action` (if any), journaled; with `end`, the step
+    /// completes the task with that summary.
+    async fn step(&self, hold: &Hold, action: Option<Action>, end: Option<&str>) -> Result<Acted, HandsError> {
+        let held = &hold.0;
         let mut next_step = held.next_step.lock().await;
         if held.gone.is_cancelled() {
             return Err(HandsError::NotTakenOver);
@@ -240,7 +266,9 @@ impl Hands {
         let started = Instant::now();
         // The screen the person acted on is the step's screenshot, as a model's step keeps the screen it saw.
         let frame = held.computer.screenshot().await.map_err(|e| HandsError::Unavailable(e.to_string()))?;
-        action.validate(frame.size()).map_err(|e| HandsError::Invalid(e.to_string()))?;
+        if let Some(action) = &action {
+            action.validate(frame.size()).map_err(|e| HandsError::Invalid(e.to_string()))?;
+        }
         let size = frame.size();
         let png = tokio::task::spawn_blocking(move || crate::screen::image::encode_png(&frame))
             .await
@@ -253,27 +281,10 @@ impl Hands {
             .map_err(|e| HandsError::Unavailable(format!("the screenshot cannot be stored: {e}")))?;
         let screenshot =
             ScreenshotRef { url: self.store.url(&key), width: size.width, height: size.height, key: key.clone() };
-
-        let bound = ACTION_BOUND + action.duration();
-        let (ok, message) = match tokio::time::timeout(bound, held.computer.perform(&action)).await {
-            Ok(Ok(report)) => (true, held.secrets.redact(&report.message.unwrap_or_default()).into_owned()),
-            Ok(Err(e)) => (false, held.secrets.redact(&e.to_string()).into_owned()),
-            Err(_) => (false, format!("the computer did not finish {} within {} s", action.summary(), bound.as_secs())),
-        };
-        // What the person typed is kept as a model's typing is: a secret's value becomes its placeholder.
-        let recorded = match action {
-            Action::Type { text } => Action::Type { text: held.secrets.redact(&text).into_owned() },
-            action => action,
-        };
-        let duration_ms = started.elapsed().as_millis() as u64;
         let mut step = StepRecord::begun(index, started_at, screenshot);
         step.by = By::Human;
-        step.actions = vec![recorded.clone()];
-        step.results = vec![ActionResult::action(ok, message.clone())];
-        step.duration_ms = duration_ms;
-        step.finished = true;
         step.page = held.computer.page().await;
-        let events = vec![
+        let mut events = vec![
             EventKind::StepStarted { step: index, by: By::Human },
             EventKind::ScreenshotSaved {
                 step: index,
@@ -283,11 +294,43 @@ impl Hands {
                 height: size.height,
                 bytes: png.len() as u64,
             },
-            EventKind::ActionStarted { step: index, index: 0, action: recorded },
-            EventKind::ActionFinished { step: index, index: 0, ok, message: message.clone(), duration_ms },
-            EventKind::StepFinished { step: index, duration_ms, usage: Usage::default() },
         ];
-        match self.queue.add_human_step(&held.task_id, &step, events).await {
+        let (mut ok, mut message) = (true, String::new());
+        if let Some(action) = action {
+            let bound = ACTION_BOUND + action.duration();
+            (ok, message) = match tokio::time::timeout(bound, held.computer.perform(&action)).await {
+                Ok(Ok(report)) => (true, held.secrets.redact(&report.message.unwrap_or_default()).into_owned()),
+                Ok(Err(e)) => (false, held.secrets.redact(&e.to_string()).into_owned()),
+                Err(_) => {
+                    (false, format!("the computer did not finish {} within {} s", action.summary(), bound.as_secs()))
+                }
+            };
+            // What the person typed is kept as a model's typing is: a secret's value becomes its placeholder.
+            let recorded = match action {
+                Action::Type { text } => Action::Type { text: held.secrets.redact(&text).into_owned() },
+                action => action,
+            };
+            let duration_ms = started.elapsed().as_millis() as u64;
+            step.actions = vec![recorded.clone()];
+            step.results = vec![ActionResult::action(ok, message.clone())];
+            events.push(EventKind::ActionStarted { step: index, index: 0, action: recorded });
+            events.push(EventKind::ActionFinished { step: index, index: 0, ok, message: message.clone(), duration_ms });
+        }
+        let outcome = end.map(|summary| {
+            step.calls = vec![ToolCall {
+                id: format!("human_{index}"),
+                kind: CallKind::Function {
+                    name: crate::model::TASK_COMPLETION.to_string(),
+                    arguments: serde_json::json!({"success": true, "summary": summary}),
+                },
+            }];
+            message = summary.to_string();
+            Outcome::new(true, summary, EndReason::Completed)
+        });
+        step.duration_ms = started.elapsed().as_millis() as u64;
+        step.finished = true;
+        events.push(EventKind::StepFinished { step: index, duration_ms: step.duration_ms, usage: Usage::default() });
+        match self.queue.add_human_step(&held.task_id, &step, events, outcome).await {
             Ok(()) => {}
             Err(e @ QueueError::WrongState { .. }) => {
                 // Handed back through another node, or cancelled: this desktop is not the person's any more.

@@ -17,6 +17,7 @@
 
 mod connections;
 pub mod console;
+pub mod demonstrations;
 mod events;
 mod handle;
 mod live;
@@ -242,6 +243,7 @@ fn endpoints() -> Vec<Endpoint> {
         post_at("/v1/tasks/{id}/answer", tasks::answer),
         post_at("/v1/tasks/{id}/pause", takeover::pause),
         post_at("/v1/tasks/{id}/resume", takeover::resume),
+        post_at("/v1/demonstrations", demonstrations::create),
         post_at("/v1/sessions", sessions::open),
         post_at("/v1/sessions/{id}/actions", sessions::act),
         delete_at("/v1/sessions/{id}", sessions::close),

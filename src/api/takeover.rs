@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::tasks::body_text;
 use super::{ApiError, ApiPath, ApiState};
+use crate::hands::HandsError;
 use crate::queue::Paused;
 
 pub async fn pause(
@@ -62,6 +63,14 @@ pub async fn resume(
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", message).with_field("note"));
     }
     let note = body.note.filter(|n| !n.trim().is_empty());
+    // A demonstration is finished by handing its desktop back: the screen left is its last step, which ends it.
+    let record = state.queue.get(&id).await?;
+    if super::demonstrations::is_demonstration(&record.task) {
+        let summary = note.unwrap_or_else(|| super::demonstrations::default_summary(record.steps.len()));
+        let finished = state.hands.finish(&id, &summary).await.map_err(|e| hands_error(&id, record.state, e))?;
+        state.workers.events_stored.notify_waiters();
+        return Ok(Json(json!({"id": id, "state": "succeeded", "finished": true, "step": finished.step})));
+    }
     // The desktop a person held here through the live view is let go first: the task's next attempt finds it
     // free, with the person's last action finished.
     state.hands.let_go(&id).await;
@@ -69,4 +78,18 @@ pub async fn resume(
     state.workers.wake.notify_one();
     state.workers.events_stored.notify_waiters();
     Ok(Json(json!({"id": id, "state": "queued", "resumed": true})))
+}
+
+/// The API's answer to what a person's hands could not do.
+fn hands_error(id: &str, state: crate::record::TaskState, e: HandsError) -> ApiError {
+    match e {
+        HandsError::NotTakenOver => ApiError::from(crate::queue::QueueError::WrongState {
+            id: id.to_string(),
+            state: state.as_str(),
+            message: "only a demonstration waiting for its person can be finished".into(),
+        }),
+        HandsError::Unavailable(message) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+        HandsError::Invalid(message) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_action", message),
+        HandsError::Queue(e) => e.into(),
+    }
 }

@@ -53,6 +53,14 @@ pub async fn submit(
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_task", message).with_field(format!("labels.{session}"))
         );
     }
+    // A demonstration's label keeps every worker off its task (`api::demonstrations`).
+    if super::demonstrations::is_demonstration(&spec) {
+        let label = super::demonstrations::DEMONSTRATION_LABEL;
+        let message = format!("request body: field `labels.{label}`: reserved for demonstrations (/v1/demonstrations)");
+        return Err(
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_task", message).with_field(format!("labels.{label}"))
+        );
+    }
     Ok(match submit_spec(&state, spec).await? {
         Submitted::Created(record) => (StatusCode::CREATED, Json(record)),
         Submitted::Existing(record) => (StatusCode::OK, Json(record)),

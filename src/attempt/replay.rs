@@ -69,6 +69,21 @@ pub async fn replay_model(
 /// A recorded step's calls with their computer actions in screen pixels (the record's `actions`, in the
 /// calls' order) and the parameters applied to typed texts.
 fn recorded_calls(spec: &ReplaySpec, step: &StepRecord) -> Result<Vec<ToolCall>, BuildError> {
+    // A person's step (docs/humans.md) made no call: its actions are played as one computer call.
+    if !step.by.is_model() && step.calls.is_empty() {
+        let actions = step
+            .actions
+            .iter()
+            .cloned()
+            .map(|mut action| {
+                if let Action::Type { text } = &mut action {
+                    *text = spec.apply_params(text);
+                }
+                action
+            })
+            .collect();
+        return Ok(vec![ToolCall { id: format!("replay_{}_0", step.index), kind: CallKind::Computer { actions } }]);
+    }
     let mut screen_actions = step.actions.iter();
     let mut calls = Vec::with_capacity(step.calls.len());
     for (position, call) in step.calls.iter().enumerate() {

@@ -7,7 +7,8 @@
 //! redirects to the console. Every other request needs that cookie, a `Host` of this loopback address
 //! (DNS-rebinding protection), and, when it changes state, the session's `X-Agentd-CSRF` value from the same
 //! origin ([`crate::api::console::check_csrf`]); it is then passed to the daemon's socket as it came, minus its
-//! cookies, and the answer is streamed back (SSE included). Against a daemon reached over TCP (`--url`) there
+//! cookies, and the answer is streamed back (SSE included; a WebSocket of the console's own pages — the live
+//! view — passed on both ways). Against a daemon reached over TCP (`--url`) there
 //! is nothing to open: the command prints the daemon's own console URL, where one logs in with the token.
 
 use std::path::PathBuf;
@@ -216,8 +217,24 @@ async fn connect(_socket: &std::path::Path) -> std::io::Result<tokio::net::TcpSt
     ))
 }
 
-/// Passes the request to the daemon's socket and streams its answer back.
-async fn forward(proxy: &Proxy, request: Request) -> Response {
+/// Whether `request` asks to become a WebSocket (the live view).
+fn is_upgrade(request: &Request) -> bool {
+    request
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+/// Passes the request to the daemon's socket and streams its answer back. A WebSocket (the live view) from the
+/// console's own pages is passed on whole: once the daemon switched protocols, the bytes flow both ways until
+/// either side closes.
+async fn forward(proxy: &Proxy, mut request: Request) -> Response {
+    let upgrade = is_upgrade(&request);
+    if upgrade && let Err(e) = crate::api::console::check_same_origin(request.headers()) {
+        return e.into_response();
+    }
+    let browser_side = upgrade.then(|| hyper::upgrade::on(&mut request));
     let unreachable = |e: &dyn std::fmt::Display| {
         text(StatusCode::BAD_GATEWAY, &format!("cannot reach agentd at unix:{}: {e}", proxy.socket.display()))
     };
@@ -230,13 +247,16 @@ async fn forward(proxy: &Proxy, request: Request) -> Response {
         Err(e) => return unreachable(&e),
     };
     tokio::spawn(async move {
-        if let Err(e) = connection.await {
+        if let Err(e) = connection.with_upgrades().await {
             tracing::debug!(error = %e, "console proxy: connection to the daemon ended");
         }
     });
     let (mut parts, body) = request.into_parts();
-    for name in [header::COOKIE, header::CONNECTION, header::HOST, header::ORIGIN] {
+    for name in [header::COOKIE, header::HOST, header::ORIGIN] {
         parts.headers.remove(name);
+    }
+    if !upgrade {
+        parts.headers.remove(header::CONNECTION);
     }
     parts.headers.insert(header::HOST, HeaderValue::from_static("localhost"));
     let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
@@ -244,8 +264,27 @@ async fn forward(proxy: &Proxy, request: Request) -> Response {
         Ok(uri) => uri,
         Err(e) => return text(StatusCode::BAD_REQUEST, &format!("request path: {e}")),
     };
-    match sender.send_request(Request::from_parts(parts, body)).await {
-        Ok(response) => response.map(Body::new),
-        Err(e) => unreachable(&e),
+    let mut response = match sender.send_request(Request::from_parts(parts, body)).await {
+        Ok(response) => response,
+        Err(e) => return unreachable(&e),
+    };
+    if let Some(browser_side) = browser_side
+        && response.status() == StatusCode::SWITCHING_PROTOCOLS
+    {
+        let daemon_side = hyper::upgrade::on(&mut response);
+        tokio::spawn(async move {
+            let (browser, daemon) = match tokio::try_join!(browser_side, daemon_side) {
+                Ok(both) => both,
+                Err(e) => {
+                    tracing::debug!(error = %e, "console proxy: a WebSocket did not open");
+                    return;
+                }
+            };
+            let (mut browser, mut daemon) = (TokioIo::new(browser), TokioIo::new(daemon));
+            if let Err(e) = tokio::io::copy_bidirectional(&mut browser, &mut daemon).await {
+                tracing::debug!(error = %e, "console proxy: a WebSocket ended");
+            }
+        });
     }
+    response.map(Body::new)
 }

@@ -264,6 +264,25 @@ Examples:
         #[command(flatten)]
         daemon: DaemonArgs,
     },
+    /// Record a demonstration: a task whose steps are all yours, done on its desktop through the console's
+    /// live view; prints its console URL. Handing the desktop back (agentd resume ID) finishes it.
+    #[command(after_help = "The computer is a JSON file naming it as a task file's `computer` does, or the name of a \
+desktop of the daemon's pool. Finish with `agentd resume ID [--note SUMMARY]`; then `agentd compile ID` prints it as \
+a script and `agentd replay ID` plays it again without a model.
+
+Examples:
+  agentd demonstrate --computer mock-login.json --instructions \"sign in as bob\"
+  agentd demonstrate --computer lab-1")]
+    Demonstrate {
+        /// A JSON file holding the computer (`{\"provider\": \"mock\", \"scene\": \"login\"}`), or a pool desktop's name.
+        #[arg(long, value_name = "FILE|DESKTOP")]
+        computer: String,
+        /// What the demonstration shows (its task's instructions).
+        #[arg(long, value_name = "TEXT")]
+        instructions: Option<String>,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// Hand a paused task's desktop back: it continues on a fresh screenshot, with the note for the model.
     #[command(after_help = "Only a task paused with `agentd pause` can be resumed (exit 2 otherwise).
 
@@ -518,6 +537,7 @@ impl Command {
             Command::Reject { .. } => "reject",
             Command::Pause { .. } => "pause",
             Command::Resume { .. } => "resume",
+            Command::Demonstrate { .. } => "demonstrate",
             Command::ToolResult { .. } => "tool-result",
             Command::Send { .. } => "send",
             Command::Answer { .. } => "answer",
@@ -548,6 +568,7 @@ impl Command {
             | Command::Reject { daemon, .. }
             | Command::Pause { daemon, .. }
             | Command::Resume { daemon, .. }
+            | Command::Demonstrate { daemon, .. }
             | Command::ToolResult { daemon, .. }
             | Command::Send { daemon, .. }
             | Command::Answer { daemon, .. }
@@ -734,6 +755,9 @@ async fn dispatch(cli: Cli) -> CliResult {
         }
         Command::Pause { id, daemon } => takeover::pause(&client(daemon)?, id, json).await,
         Command::Resume { id, note, daemon } => takeover::resume(&client(daemon)?, id, note.as_deref(), json).await,
+        Command::Demonstrate { computer, instructions, daemon } => {
+            takeover::demonstrate(&client(daemon)?, computer, instructions.as_deref(), json).await
+        }
         Command::ToolResult { id, call_id, output, error, details, daemon } => {
             let answer = remote::ToolResultArgs { call_id, output, error: *error, details: details.as_deref() };
             remote::tool_result(&client(daemon)?, id, &answer, json).await

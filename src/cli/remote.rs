@@ -109,7 +109,10 @@ pub async fn replay(client: &Client, args: ReplayArgs<'_>, json: bool) -> CliRes
         }
         None => {
             let (_, reply) = client.call(Method::GET, &format!("/v1/tasks/{}", encode(of.as_str())), None).await?;
-            (record_of(reply)?.task, format!("the task file of {of}"))
+            let mut spec = record_of(reply)?.task;
+            // A demonstration's label keeps workers off it; its replay is an ordinary task.
+            spec.labels.retain(|key, _| key.as_str() != crate::api::demonstrations::DEMONSTRATION_LABEL);
+            (spec, format!("the task file of {of}"))
         }
     };
     let mut replay = spec.replay.take().unwrap_or(ReplaySpec {

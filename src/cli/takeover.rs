@@ -36,8 +36,64 @@ pub async fn resume(client: &Client, id: &str, note: Option<&str>, json: bool) -
     let (_, reply) = client.call(Method::POST, &path, Some(body.to_string().into_bytes())).await?;
     if json {
         print_json(&reply);
+    } else if reply["finished"] == true {
+        eprintln!("agentd: demonstration {} finished (succeeded)", sanitize(id));
     } else {
         eprintln!("agentd: task {} resumes", sanitize(id));
+    }
+    Ok(Exit::Success)
+}
+
+/// Starts a demonstration on `computer` (a JSON file, or a pool desktop's name) and prints where to do it:
+/// the task's page on the daemon's console (stdout), or how to open it.
+pub async fn demonstrate(client: &Client, computer: &str, instructions: Option<&str>, json: bool) -> CliResult {
+    let path = std::path::Path::new(computer);
+    let computer = if path.is_file() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::invalid(anyhow::anyhow!("--computer {}: {e}", path.display())))?;
+        serde_json::from_str::<serde_json::Value>(&text).map_err(|e| {
+            CliError::invalid(anyhow::anyhow!(
+                "--computer {}: line {}, column {}: {e}",
+                path.display(),
+                e.line(),
+                e.column()
+            ))
+        })?
+    } else if computer.ends_with(".json") || computer.contains(std::path::MAIN_SEPARATOR) {
+        return Err(CliError::invalid(anyhow::anyhow!("--computer {computer}: no such file")));
+    } else {
+        serde_json::json!({ "desktop": computer })
+    };
+    let mut body = serde_json::json!({ "computer": computer });
+    if let Some(instructions) = instructions {
+        body["instructions"] = serde_json::Value::String(instructions.to_string());
+    }
+    let (_, reply) = client.call(Method::POST, "/v1/demonstrations", Some(body.to_string().into_bytes())).await?;
+    let id = reply["id"].as_str().unwrap_or_default().to_string();
+    if json {
+        print_json(&reply);
+        return Ok(Exit::Success);
+    }
+    let page = format!("#/tasks/{}", encode(&id));
+    match client.endpoint() {
+        super::client::Endpoint::Unix(_) => {
+            println!("{}", sanitize(&id));
+            eprintln!(
+                "agentd: demonstration {} waits for you: open the console (agentd console), go to {page}, act on the live \
+                 desktop, then agentd resume {} to finish",
+                sanitize(&id),
+                sanitize(&id)
+            );
+        }
+        endpoint => {
+            println!("{}/{page}", endpoint.describe());
+            eprintln!(
+                "agentd: demonstration {} waits for you at that page: act on the live desktop, then Finish (or agentd \
+                 resume {})",
+                sanitize(&id),
+                sanitize(&id)
+            );
+        }
     }
     Ok(Exit::Success)
 }

@@ -783,8 +783,9 @@ mod tests {
             id: &str,
             step: &crate::record::StepRecord,
             events: Vec<crate::record::events::EventKind>,
+            end: Option<crate::record::Outcome>,
         ) -> Result<(), QueueError> {
-            self.inner.add_human_step(id, step, events).await
+            self.inner.add_human_step(id, step, events, end).await
         }
         async fn answer_tools(&self, id: &str, answers: &[crate::queue::ToolAnswer]) -> Result<(), QueueError> {
             self.inner.answer_tools(id, answers).await

@@ -16,7 +16,7 @@
 use super::transitions::{self, Change, Expired, Takeover};
 use super::{Cancelled, Decision, Paused, QueueError, Rescued};
 use crate::record::events::EventKind;
-use crate::record::{StepRecord, TaskState, Turn};
+use crate::record::{Outcome, StepRecord, TaskState, Turn};
 use crate::status::TaskRecord;
 
 /// A backend that can open a write transaction for a decision.
@@ -116,12 +116,13 @@ pub(super) async fn resume(backend: &impl Backend, id: &str, note: Option<&str>)
 }
 
 /// A person's action on a taken-over desktop, journaled as their step (its index the task's next one) with
-/// its events.
+/// its events; with `end`, the step ends the task (a demonstration finished).
 pub(super) async fn add_human_step(
     backend: &impl Backend,
     id: &str,
     step: &StepRecord,
     events: Vec<EventKind>,
+    end: Option<Outcome>,
 ) -> Result<(), QueueError> {
     let mut tx = backend.begin().await?;
     let (state, takeover) = or_refuse!(tx, tx.facts(id).await);
@@ -130,6 +131,9 @@ pub(super) async fn add_human_step(
     or_refuse!(tx, tx.write_step(id, step).await);
     for kind in events {
         or_refuse!(tx, tx.event(id, kind).await);
+    }
+    if let Some(outcome) = end {
+        or_refuse!(tx, tx.apply(id, &Change::End { outcome, fence: true }).await);
     }
     tx.commit().await
 }

@@ -324,12 +324,14 @@ pub trait Queue: Send + Sync {
     async fn resume(&self, id: &str, note: Option<&str>) -> Result<(), QueueError>;
 
     /// Journals a person's step on a desktop they took over (docs/humans.md), with its events: only while the task
-    /// is parked for them, and only as its next step (else [`QueueError::WrongState`]).
+    /// is parked for them, and only as its next step (else [`QueueError::WrongState`]). With `end`, the same write
+    /// ends the task with that outcome (a demonstration finished).
     async fn add_human_step(
         &self,
         id: &str,
         step: &StepRecord,
         events: Vec<crate::record::events::EventKind>,
+        end: Option<Outcome>,
     ) -> Result<(), QueueError>;
 
     /// Answers every pending `remote` tool call of a task in `awaiting_tool` at once: the answers go into its

@@ -1090,8 +1090,14 @@ impl Queue for PostgresQueue {
         choreography::resume(self, id, note).await
     }
 
-    async fn add_human_step(&self, id: &str, step: &StepRecord, events: Vec<EventKind>) -> Result<(), QueueError> {
-        choreography::add_human_step(self, id, step, events).await
+    async fn add_human_step(
+        &self,
+        id: &str,
+        step: &StepRecord,
+        events: Vec<EventKind>,
+        end: Option<crate::record::Outcome>,
+    ) -> Result<(), QueueError> {
+        choreography::add_human_step(self, id, step, events, end).await
     }
 
     async fn answer_tools(&self, id: &str, answers: &[ToolAnswer]) -> Result<(), QueueError> {

@@ -513,6 +513,12 @@ async fn agentd_console_serves_a_socket_only_daemon_through_a_one_time_url() {
     tab.wait_for(&format!("Number(document.querySelector('#screen').dataset.step) >= {}", first + 2), WAIT)
         .await
         .expect("live steps stream through the proxy");
+    tab.wait_for(
+        "window.agentdConsole.live.length >= 1 && document.querySelector('#live-state').dataset.live === 'true'",
+        WAIT,
+    )
+    .await
+    .expect("the live desktop's WebSocket through the proxy");
     save(&tab, "task-console-command.png").await;
 
     // The link works once.

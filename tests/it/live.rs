@@ -104,11 +104,15 @@ fn a_running_tasks_screen_streams_before_its_step_is_stored_and_the_end_is_told(
     // A frame while the first step acts (its typing done or not; a changed screen making a new frame is the
     // unit tests' `live::tests`).
     let mut frames = Vec::new();
+    // The task is `running` in the queue a moment before its attempt shows its computer here: a viewer that
+    // looks in between is told `"live": false` first, and `"live": true` once frames come.
+    let mut last_state = Value::Null;
     let deadline = Instant::now() + WAIT;
     while frames.is_empty() {
         assert!(Instant::now() < deadline, "no frame in {WAIT:?}: {seen:?}");
         match receive(&mut socket, &seen) {
             Received::Frame(header, jpeg) => {
+                assert_eq!(last_state, json!({"type": "state", "state": "running", "live": true}), "{seen:?}");
                 seen.push(header.to_string());
                 assert_eq!(&jpeg[..3], &[0xFF, 0xD8, 0xFF], "a JPEG: {header}");
                 assert_eq!(header["bytes"], jpeg.len(), "{header}");
@@ -120,7 +124,8 @@ fn a_running_tasks_screen_streams_before_its_step_is_stored_and_the_end_is_told(
             Received::Text(value) => {
                 seen.push(value.to_string());
                 if value["type"] == "state" {
-                    assert_eq!(value, json!({"type": "state", "state": "running", "live": true}));
+                    assert_eq!(value["state"], "running", "{seen:?}");
+                    last_state = value;
                 }
             }
             other => panic!("{other:?} while the task runs; seen {seen:?}"),
@@ -320,5 +325,62 @@ async fn a_person_uses_the_taken_over_desktop_on_the_task_page() {
         panic!("the latest step shown as the person's: {e}\ndetails: {text}");
     }
     http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/cancel"), None, &[]).expect("cancel");
+    browser.close().await;
+}
+
+/// A demonstration recorded on the console (docs/humans.md "Demonstrations"): "Record a demonstration" on
+/// the Submit page opens the new task's page with its desktop live and taking input; a click and typing there
+/// are its steps, and "Finish the demonstration" ends it `succeeded` with the screen left as its last step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demonstration_is_recorded_on_the_console() {
+    let Some(browser) = agentd_testkit::browser::Browser::launch().await.expect("launch Chromium") else { return };
+    let (daemon, _dir, addr) = live_daemon();
+    let tab = browser.tab(1280, 900, false).await.expect("tab");
+    crate::console::log_in(&tab, &addr).await;
+    let _: bool = tab.eval("location.hash = '#/submit'; true").await.expect("open the submit page");
+    tab.wait_for("!!document.querySelector('#record-demonstration')", WAIT).await.expect("the demonstration form");
+    tab.type_into("#demo-instructions", "sign in as bob").await.expect("instructions");
+    tab.click("#record-demonstration").await.expect("record a demonstration");
+    let ready = "location.hash.startsWith('#/tasks/') && document.querySelector('#live-screen') \
+                 && document.querySelector('#live-screen').isConnected \
+                 && document.querySelector('#live-screen').dataset.hands === 'on' \
+                 && document.querySelector('#live-screen').naturalWidth > 0 \
+                 && !!document.querySelector('#resume')";
+    if let Err(e) = tab.wait_for(ready, WAIT).await {
+        let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
+        panic!("the demonstration's page, its desktop live and taking input: {e}\npage: {text}");
+    }
+    let id: String = tab.eval("decodeURIComponent(location.hash.slice('#/tasks/'.length))").await.expect("the id");
+    let finish: String = tab.eval("document.querySelector('#resume').textContent").await.expect("the button");
+    assert_eq!(finish, "Finish the demonstration");
+    let (x, y): (f64, f64) = tab
+        .eval(
+            "(() => { const b = document.querySelector('#live-screen').getBoundingClientRect(); \
+             return [b.left + b.width * 640 / 1280, b.top + b.height * 370 / 800]; })()",
+        )
+        .await
+        .expect("the live image's box");
+    tab.click_at(x, y).await.expect("click the live desktop");
+    tab.type_keys("bob").await.expect("type on the live desktop");
+    let acted = "window.agentdConsole.acted.filter((m) => m.type === 'acted').length >= 2";
+    if let Err(e) = tab.wait_for(acted, WAIT).await {
+        let answers: Value = tab.eval("window.agentdConsole.acted").await.unwrap_or_default();
+        panic!("the click and the typing carried out: {e}\nanswers: {answers}\ntask: {}", daemon.task(&id));
+    }
+    tab.click("#resume").await.expect("finish the demonstration");
+    let done =
+        "document.querySelector('#task-state') && document.querySelector('#task-state').dataset.state === 'succeeded'";
+    if let Err(e) = tab.wait_for(done, WAIT).await {
+        let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
+        panic!("the finished demonstration on its page: {e}\npage: {text}\ntask: {}", daemon.task(&id));
+    }
+    let record = daemon.task(&id);
+    assert_eq!(record["task"]["instructions"], "sign in as bob", "{record}");
+    let steps = record["steps"].as_array().expect("steps");
+    let actions: Vec<&Value> = steps.iter().map(|s| &s["actions"]).collect();
+    assert_eq!(steps.len(), 3, "{record}");
+    assert!(steps.iter().all(|s| s["by"] == "human"), "{record}");
+    assert_eq!(actions[1], &json!([{"type": "type", "text": "bob"}]), "{actions:?}");
+    assert_eq!(record["outcome"]["success"], true, "{record}");
     browser.close().await;
 }

@@ -19,6 +19,7 @@ const NOTE: &str = "I typed bob into the username field";
 on_both_backends!(
     a_paused_task_continues_on_the_changed_desktop_with_the_note,
     a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did,
+    a_demonstration_is_recorded_by_hand_compiled_and_replayed_without_a_model,
     a_queued_task_waits_before_it_starts_and_wrong_requests_change_nothing,
 );
 
@@ -297,6 +298,107 @@ fn a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did(backe
     );
     let after = &done["steps"][last as usize + 3];
     assert_eq!((after.get("by"), &after["handed_back"]), (None, &json!({"note": NOTE})), "{after}");
+}
+
+/// A demonstration (docs/humans.md "Demonstrations"): `agentd demonstrate` makes a task that waits for its
+/// person from the start (no worker takes it, its label is refused to ordinary tasks); the person signs in
+/// through the live view; handing the desktop back finishes it `succeeded`, the screen they left its last step
+/// with their summary; `agentd compile` prints it as a script with the typed name as a parameter, and `agentd
+/// replay` plays it on a fresh desktop without a model, ending signed in.
+fn a_demonstration_is_recorded_by_hand_compiled_and_replayed_without_a_model(backend: Backend) {
+    use crate::live::{Received, connect, receive};
+    use tungstenite::Message;
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, crate::console::TOKEN).expect("token");
+    let daemon = Daemon::start_on_with_env(
+        backend,
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
+        "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100",
+        "",
+        Vec::new(),
+    );
+    let computer = dir.path().join("login.json");
+    std::fs::write(&computer, r#"{"provider": "mock", "scene": "login"}"#).expect("computer file");
+    let started = daemon.cli(&[
+        "demonstrate",
+        "--computer",
+        computer.to_str().expect("path"),
+        "--instructions",
+        "sign in as bob",
+    ]);
+    assert_eq!(started.code, 0, "{}", started.stderr);
+    let id = started.stdout.trim().to_string();
+    assert!(started.stderr.contains(&format!("agentd resume {id}")), "{}", started.stderr);
+    let waiting = daemon.task(&id);
+    assert_eq!(
+        (&waiting["state"], &waiting["waiting"]["kind"]),
+        (&json!("waiting_for_human"), &json!("takeover")),
+        "{waiting}"
+    );
+    assert_eq!(waiting["task"]["labels"]["agentd.demonstration"], "true", "{waiting}");
+    assert_eq!(waiting["worker"], Value::Null, "no worker took it: {waiting}");
+
+    // What does not fit is refused, naming it: the label on an ordinary task, a computer file that is not JSON.
+    let labelled = json!({"instructions": "x", "labels": {"agentd.demonstration": "true"}});
+    let (status, reply) = post(&daemon, "/v1/tasks", Some(&labelled));
+    assert_eq!((status, reply["error"]["field"].as_str()), (400, Some("labels.agentd.demonstration")), "{reply}");
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\n  \"provider\": mock\n}").expect("broken file");
+    let refused = daemon.cli(&["demonstrate", "--computer", broken.to_str().expect("path")]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("broken.json: line 2, column"), "{}", refused.stderr);
+
+    // The person signs in on the live desktop.
+    let mut socket = connect(&format!("127.0.0.1:{port}"), &format!("/v1/tasks/{id}/live"));
+    let seen: Vec<String> = Vec::new();
+    for action in [json!({"type": "click", "x": 640, "y": 370}), json!({"type": "type", "text": "bob"})] {
+        socket.send(Message::text(json!({"action": action}).to_string())).expect("send an action");
+        let answer = loop {
+            match receive(&mut socket, &seen) {
+                Received::Text(value) if value["type"] == "acted" || value["type"] == "error" => break value,
+                Received::Closed(code) => panic!("closed ({code:?}) before the answer to {action}"),
+                _ => {}
+            }
+        };
+        assert_eq!((&answer["type"], &answer["ok"]), (&json!("acted"), &json!(true)), "{answer}");
+    }
+    drop(socket);
+
+    let finished = daemon.cli(&["resume", &id, "--note", "signed in as bob"]);
+    assert_eq!(finished.code, 0, "{}", finished.stderr);
+    assert!(finished.stderr.contains("finished"), "{}", finished.stderr);
+    let record = daemon.task(&id);
+    assert_eq!(record["state"], "succeeded", "{record}");
+    assert_eq!(record["outcome"]["summary"], "signed in as bob", "{record}");
+    let steps = record["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 3, "two actions and the screen left: {record}");
+    assert!(steps.iter().all(|s| s["by"] == "human"), "{record}");
+    assert_eq!(steps[2]["actions"], json!([]), "{}", steps[2]);
+    assert_eq!(steps[2]["calls"][0]["name"], "task_completion", "{}", steps[2]);
+    assert_eq!(daemon.cli(&["resume", &id]).code, 2, "a finished demonstration is not finished twice");
+
+    // As a script: the typed name a parameter, the end its completion.
+    let compiled = daemon.cli(&["compile", &id, "--param", "name=bob"]);
+    assert_eq!(compiled.code, 0, "{}", compiled.stderr);
+    let script = compiled.json();
+    let turns = script["turns"].as_array().expect("turns");
+    assert_eq!(turns.len(), 3, "{script}");
+    assert_eq!(turns[0]["actions"], json!([{"type": "click", "x": 640, "y": 370}]), "{script}");
+    assert_eq!(turns[1]["actions"], json!([{"type": "type", "text": "{{name}}"}]), "{script}");
+    assert_eq!(turns[2]["complete"]["summary"], "signed in as bob", "{script}");
+
+    // Played again without a model, on a fresh desktop.
+    let replay = daemon.cli(&["replay", &id]);
+    assert_eq!(replay.code, 0, "{}", replay.stderr);
+    let again = replay.stdout.trim().to_string();
+    let done = daemon.wait_terminal(&again, Duration::from_secs(60));
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", daemon.log());
+    assert_eq!(done["computer_state"]["fields"]["username"], "bob", "{}", done["computer_state"]);
+    assert_eq!(done["task"]["labels"].get("agentd.demonstration"), None, "the replay is an ordinary task: {done}");
+    assert_eq!(done["usage"]["cost_usd"], 0.0, "{done}");
 }
 
 #[test]

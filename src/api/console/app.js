@@ -234,7 +234,37 @@
         button.disabled = false;
       }
     });
-    main.append(h('h1', { tabindex: '-1', text: 'Submit a task' }), form);
+    // A demonstration: a task whose steps are all the person's, done on its live desktop (docs/humans.md).
+    const computer = h('textarea', { id: 'demo-computer', rows: '3', spellcheck: 'false' });
+    computer.value = JSON.stringify({ provider: 'mock', scene: 'login' });
+    const demoText = h('input', { id: 'demo-instructions', type: 'text', placeholder: 'what it shows (optional)' });
+    const demoProblem = h('p', { class: 'problem', role: 'alert', id: 'demo-problem' });
+    const demoButton = h('button', { type: 'submit', id: 'record-demonstration', text: 'Record a demonstration' });
+    const demo = h('form', { class: 'panel', id: 'demonstration' },
+      h('label', { for: 'demo-computer', text: 'Computer (JSON, as a task file names it)' }), computer,
+      h('label', { for: 'demo-instructions', text: 'Instructions' }), demoText,
+      h('p', { class: 'muted', text: 'You do the steps on the live desktop; Finish ends it. `agentd compile` makes it a script, `agentd replay` plays it again.' }),
+      demoProblem, demoButton);
+    demo.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      demoButton.disabled = true;
+      demoProblem.textContent = '';
+      try {
+        let parsed;
+        try { parsed = JSON.parse(computer.value); } catch (err) { throw Object.assign(new Error(`Computer: not JSON: ${err.message}`), { field: 'computer' }); }
+        const body = { computer: parsed };
+        if (demoText.value.trim()) body.instructions = demoText.value.trim();
+        const record = await api('POST', '/v1/demonstrations', JSON.stringify(body));
+        toast(`Recording ${record.id}`);
+        location.hash = `#/tasks/${encodeURIComponent(record.id)}`;
+      } catch (err) {
+        demoProblem.textContent = err.field ? `${err.message} (field ${err.field})` : err.message;
+        computer.focus();
+      } finally {
+        demoButton.disabled = false;
+      }
+    });
+    main.append(h('h1', { tabindex: '-1', text: 'Submit a task' }), form, h('h2', { text: 'Record a demonstration' }), demo);
     return { stop() {} };
   }
 
@@ -734,7 +764,20 @@
       if (doc.state === 'queued' || doc.state === 'running') {
         controls.append(h('button', { type: 'button', id: 'pause', text: 'Take the desktop over', onclick: (e) => act(e.target, 'POST', 'pause', undefined, 'Pause requested: the task parks after its current step') }));
       }
-      if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'takeover') {
+      const demonstration = !!(doc.task && doc.task.labels && doc.task.labels['agentd.demonstration']);
+      if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'takeover' && demonstration) {
+        const note = h('textarea', { id: 'resume-note', rows: '2', placeholder: 'what it shows (optional; its summary)' });
+        const form = h('form', { class: 'call waiting', id: 'takeover' },
+          h('p', {}, h('strong', { text: 'Recording a demonstration. ' }), h('span', { text: 'Do the steps on the live desktop below; each action is a step. Finish when you are done.' })),
+          h('label', { for: note.id, text: 'Summary' }), note,
+          h('div', { class: 'controls' }, h('button', { type: 'submit', class: 'ok', id: 'resume', text: 'Finish the demonstration' })));
+        form.addEventListener('submit', (e) => {
+          e.preventDefault();
+          const body = note.value.trim() ? { note: note.value } : {};
+          act(form.querySelector('button[type=submit]'), 'POST', 'resume', body, 'Demonstration finished');
+        });
+        controls.append(form);
+      } else if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'takeover') {
         const note = h('textarea', { id: 'resume-note', rows: '2', placeholder: 'what you did (optional; the model reads it)' });
         const form = h('form', { class: 'call waiting', id: 'takeover' },
           h('p', {}, h('strong', { text: 'A person has the desktop. ' }), h('span', { text: 'Hand it back when you are done: the task goes on from a fresh screenshot.' })),
