@@ -683,16 +683,7 @@ impl choreography::Tx for PgTx {
     }
 
     async fn write_step(&mut self, id: &str, step: &StepRecord) -> Result<(), QueueError> {
-        sqlx::query(
-            "INSERT INTO agentd_steps (task_id, idx, record) VALUES ($1, $2, $3)
-             ON CONFLICT (task_id, idx) DO UPDATE SET record = EXCLUDED.record",
-        )
-        .bind(id)
-        .bind(step.index.min(i32::MAX as u32) as i32)
-        .bind(json(step)?)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db_error)?;
+        step_write(id, step)?.execute(&mut *self.tx).await.map_err(db_error)?;
         Ok(())
     }
 
@@ -756,6 +747,20 @@ impl choreography::Tx for PgTx {
     async fn refuse(self, refusal: QueueError) -> QueueError {
         rollback(self.tx, refusal).await
     }
+}
+
+/// The statement that writes a task's step: journals it, or replaces it (an answer written into it).
+fn step_write<'q>(
+    task_id: &'q str,
+    step: &StepRecord,
+) -> Result<sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>, QueueError> {
+    Ok(sqlx::query(
+        "INSERT INTO agentd_steps (task_id, idx, record) VALUES ($1, $2, $3)
+         ON CONFLICT (task_id, idx) DO UPDATE SET record = EXCLUDED.record",
+    )
+    .bind(task_id)
+    .bind(step.index.min(i32::MAX as u32) as i32)
+    .bind(json(step)?))
 }
 
 #[async_trait]
@@ -903,16 +908,7 @@ impl Queue for PostgresQueue {
         .map_err(db_error)?
         .rows_affected();
         transitions::fenced(task_id, held)?;
-        sqlx::query(
-            "INSERT INTO agentd_steps (task_id, idx, record) VALUES ($1, $2, $3)
-             ON CONFLICT (task_id, idx) DO UPDATE SET record = EXCLUDED.record",
-        )
-        .bind(task_id)
-        .bind(step.index.min(i32::MAX as u32) as i32)
-        .bind(json(step)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        step_write(task_id, step)?.execute(&mut *tx).await.map_err(db_error)?;
         tx.commit().await.map_err(db_error)
     }
 

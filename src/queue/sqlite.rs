@@ -790,16 +790,7 @@ impl choreography::Tx for SqliteTx<'_> {
     }
 
     async fn write_step(&mut self, id: &str, step: &StepRecord) -> Result<(), QueueError> {
-        sqlx::query(
-            "INSERT INTO steps (task_id, idx, record) VALUES (?1, ?2, ?3)
-             ON CONFLICT (task_id, idx) DO UPDATE SET record = excluded.record",
-        )
-        .bind(id)
-        .bind(i64::from(step.index))
-        .bind(json(step)?)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(|e| self.queue.failed(e))?;
+        step_write(id, step)?.execute(&mut *self.tx).await.map_err(|e| self.queue.failed(e))?;
         Ok(())
     }
 
@@ -855,6 +846,20 @@ impl choreography::Tx for SqliteTx<'_> {
     async fn refuse(self, refusal: QueueError) -> QueueError {
         rollback(self.tx, refusal).await
     }
+}
+
+/// The statement that writes a task's step: journals it, or replaces it (an answer written into it).
+fn step_write<'q>(
+    task_id: &'q str,
+    step: &StepRecord,
+) -> Result<sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>, QueueError> {
+    Ok(sqlx::query(
+        "INSERT INTO steps (task_id, idx, record) VALUES (?1, ?2, ?3)
+         ON CONFLICT (task_id, idx) DO UPDATE SET record = excluded.record",
+    )
+    .bind(task_id)
+    .bind(i64::from(step.index))
+    .bind(json(step)?))
 }
 
 #[async_trait]
@@ -1014,16 +1019,7 @@ impl Queue for SqliteQueue {
         .map_err(|e| self.failed(e))?
         .rows_affected();
         transitions::fenced(task_id, held)?;
-        sqlx::query(
-            "INSERT INTO steps (task_id, idx, record) VALUES (?1, ?2, ?3)
-             ON CONFLICT (task_id, idx) DO UPDATE SET record = excluded.record",
-        )
-        .bind(task_id)
-        .bind(i64::from(step.index))
-        .bind(json(step)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.failed(e))?;
+        step_write(task_id, step)?.execute(&mut *tx).await.map_err(|e| self.failed(e))?;
         self.wrote(tx.commit().await)
     }
 

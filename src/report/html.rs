@@ -265,13 +265,15 @@ fn step_html(writer: &mut impl Write, step: &StepRecord, png: Option<&[u8]>) -> 
     let out = &mut text;
     let _ = writeln!(
         out,
-        "<article class=\"step\" id=\"step-{0}\" data-step=\"{0}\">\n<header><h2>Step {0}</h2>\
+        "<article class=\"step\" id=\"step-{0}\" data-step=\"{0}\" data-by=\"{5}\">\n<header><h2>Step {0}{6}</h2>\
          <span class=\"meta\">{1} · {2} · {3} · ${4:.4}</span></header>",
         step.index,
         when(step.started_at),
         duration(step.duration_ms),
         usage(&step.usage),
-        step.usage.cost_usd
+        step.usage.cost_usd,
+        if step.by.is_model() { "model" } else { "human" },
+        if step.by.is_model() { "" } else { " — by a person" }
     );
     out.push_str("<div class=\"cols\">\n<div>");
     let (marks, labels) = draw::marks(&step.actions);

@@ -262,6 +262,25 @@ async fn the_task_page_shows_the_live_desktop_while_the_task_runs() {
     browser.close().await;
 }
 
+/// On the task page's live desktop (taking input): a real click on the screen point (640, 370) — the login
+/// form's user name field — and "bob" typed, both answered `acted`.
+async fn sign_in_by_hand(tab: &agentd_testkit::browser::Tab, daemon: &Daemon, id: &str) {
+    let (x, y): (f64, f64) = tab
+        .eval(
+            "(() => { const b = document.querySelector('#live-screen').getBoundingClientRect(); \
+             return [b.left + b.width * 640 / 1280, b.top + b.height * 370 / 800]; })()",
+        )
+        .await
+        .expect("the live image's box");
+    tab.click_at(x, y).await.expect("click the live desktop");
+    tab.type_keys("bob").await.expect("type on the live desktop");
+    let acted = "window.agentdConsole.acted.filter((m) => m.type === 'acted').length >= 2";
+    if let Err(e) = tab.wait_for(acted, WAIT).await {
+        let answers: Value = tab.eval("window.agentdConsole.acted").await.unwrap_or_default();
+        panic!("the click and the typing carried out: {e}\nanswers: {answers}\ntask: {}", daemon.task(id));
+    }
+}
+
 /// A person who took the desktop over uses it on the task page (docs/humans.md "Take-over by hand"): the live
 /// desktop takes their hands (a real click and typing in Chromium), the click lands on the screen point under
 /// the pointer, and both are recorded as their steps.
@@ -295,21 +314,7 @@ async fn a_person_uses_the_taken_over_desktop_on_the_task_page() {
         let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
         panic!("the taken-over desktop, live and taking input: {e}\npage: {text}\ntask: {}", daemon.task(&id));
     }
-    // The screen point (640, 370) — the login form's user name field — on the live image.
-    let (x, y): (f64, f64) = tab
-        .eval(
-            "(() => { const b = document.querySelector('#live-screen').getBoundingClientRect(); \
-             return [b.left + b.width * 640 / 1280, b.top + b.height * 370 / 800]; })()",
-        )
-        .await
-        .expect("the live image's box");
-    tab.click_at(x, y).await.expect("click the live desktop");
-    tab.type_keys("bob").await.expect("type on the live desktop");
-    let acted = "window.agentdConsole.acted.filter((m) => m.type === 'acted').length >= 2";
-    if let Err(e) = tab.wait_for(acted, WAIT).await {
-        let answers: Value = tab.eval("window.agentdConsole.acted").await.unwrap_or_default();
-        panic!("the click and the typing carried out: {e}\nanswers: {answers}\ntask: {}", daemon.task(&id));
-    }
+    sign_in_by_hand(&tab, &daemon, &id).await;
     let record = daemon.task(&id);
     let mine: Vec<Value> = record["steps"].as_array().expect("steps")[before..].to_vec();
     assert_eq!(mine.len(), 2, "{mine:#?}");
@@ -334,7 +339,7 @@ async fn a_person_uses_the_taken_over_desktop_on_the_task_page() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demonstration_is_recorded_on_the_console() {
     let Some(browser) = agentd_testkit::browser::Browser::launch().await.expect("launch Chromium") else { return };
-    let (daemon, _dir, addr) = live_daemon();
+    let (daemon, dir, addr) = live_daemon();
     let tab = browser.tab(1280, 900, false).await.expect("tab");
     crate::console::log_in(&tab, &addr).await;
     let _: bool = tab.eval("location.hash = '#/submit'; true").await.expect("open the submit page");
@@ -353,20 +358,7 @@ async fn a_demonstration_is_recorded_on_the_console() {
     let id: String = tab.eval("decodeURIComponent(location.hash.slice('#/tasks/'.length))").await.expect("the id");
     let finish: String = tab.eval("document.querySelector('#resume').textContent").await.expect("the button");
     assert_eq!(finish, "Finish the demonstration");
-    let (x, y): (f64, f64) = tab
-        .eval(
-            "(() => { const b = document.querySelector('#live-screen').getBoundingClientRect(); \
-             return [b.left + b.width * 640 / 1280, b.top + b.height * 370 / 800]; })()",
-        )
-        .await
-        .expect("the live image's box");
-    tab.click_at(x, y).await.expect("click the live desktop");
-    tab.type_keys("bob").await.expect("type on the live desktop");
-    let acted = "window.agentdConsole.acted.filter((m) => m.type === 'acted').length >= 2";
-    if let Err(e) = tab.wait_for(acted, WAIT).await {
-        let answers: Value = tab.eval("window.agentdConsole.acted").await.unwrap_or_default();
-        panic!("the click and the typing carried out: {e}\nanswers: {answers}\ntask: {}", daemon.task(&id));
-    }
+    sign_in_by_hand(&tab, &daemon, &id).await;
     tab.click("#resume").await.expect("finish the demonstration");
     let done =
         "document.querySelector('#task-state') && document.querySelector('#task-state').dataset.state === 'succeeded'";
@@ -382,5 +374,74 @@ async fn a_demonstration_is_recorded_on_the_console() {
     assert!(steps.iter().all(|s| s["by"] == "human"), "{record}");
     assert_eq!(actions[1], &json!([{"type": "type", "text": "bob"}]), "{actions:?}");
     assert_eq!(record["outcome"]["success"], true, "{record}");
+    // Its report says whose steps they were, and shows their screenshots.
+    let report = dir.path().join("demonstration.html");
+    let exported = daemon.cli(&["export", &id, "--html", report.to_str().expect("path")]);
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    tab.goto(&format!("file://{}", report.display())).await.expect("open the report");
+    let shown = "document.querySelectorAll('article.step[data-by=\"human\"]').length === 3 \
+                 && [...document.querySelectorAll('article.step img')].every((i) => i.complete && i.naturalWidth > 0)";
+    if let Err(e) = tab.wait_for(shown, WAIT).await {
+        let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
+        panic!("the report's three steps by a person, their screenshots loaded: {e}\n{text:.3000}");
+    }
+    let heading: String = tab.eval("document.querySelector('#step-1 h2').textContent").await.expect("heading");
+    assert_eq!(heading, "Step 1 — by a person");
+    // Compiled, and replayed to the same end without a model.
+    let compiled = daemon.cli(&["compile", &id, "--param", "name=bob"]);
+    assert_eq!(compiled.code, 0, "{}", compiled.stderr);
+    assert_eq!(compiled.json()["turns"][1]["actions"], json!([{"type": "type", "text": "{{name}}"}]));
+    let replay = daemon.cli(&["replay", &id]);
+    assert_eq!(replay.code, 0, "{}", replay.stderr);
+    let again = daemon.wait_terminal(replay.stdout.trim(), Duration::from_secs(60));
+    assert_eq!(again["state"], "succeeded", "{again}");
+    assert_eq!(again["computer_state"]["fields"]["username"], "bob", "{}", again["computer_state"]);
+    browser.close().await;
+}
+
+/// The live view of a task on a real X server (a private Xvfb, the local provider, the project's recording Tk
+/// app on it), in the console: frames of the X desktop arrive while the task's first step — a click, typing,
+/// then waits — has not been stored yet, with the X server's screen size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_page_shows_a_task_on_xvfb_live() {
+    use agentd_local::testing::{RecorderApp, XServer, desktop_env, layout};
+    if desktop_env().is_none() {
+        return;
+    }
+    let Some(browser) = agentd_testkit::browser::Browser::launch().await.expect("launch Chromium") else { return };
+    let x = XServer::xvfb(1024, 600).expect("Xvfb");
+    let (daemon, dir, addr) = live_daemon();
+    let _app = RecorderApp::start(&x.display, &dir.path().join("recorder.log")).expect("the recorder app");
+    let mut actions = vec![
+        json!({"type": "click", "x": layout::ENTRY.0, "y": layout::ENTRY.1}),
+        json!({"type": "type", "text": "live on X"}),
+    ];
+    actions.extend((0..60).map(|_| json!({"type": "wait", "duration_ms": 500})));
+    let task = json!({
+        "id": "live-xvfb", "instructions": "type, then wait",
+        "guard": {"no_change_steps": 0, "repeat_actions": 0, "idle_turns": 0, "wait_steps": 0},
+        "computer": {"provider": "local", "display": x.display},
+        "model": {"provider": "scripted", "script": {"turns": [
+            {"say": "typing", "actions": actions},
+            {"complete": {"success": true, "summary": "typed and waited"}}
+        ]}}
+    });
+    let id = submit(&daemon, &task.to_string());
+    wait_state(&daemon, &id, "running");
+    let tab = browser.tab(1280, 900, false).await.expect("tab");
+    crate::console::log_in(&tab, &addr).await;
+    let _: bool = tab.eval(&format!("location.hash = '#/tasks/{id}'; true")).await.expect("open the task page");
+    let shown = "window.agentdConsole.live.filter((f) => f.task === 'live-xvfb').length >= 1 \
+                 && document.querySelector('#live-state').dataset.live === 'true'";
+    if let Err(e) = tab.wait_for(shown, WAIT).await {
+        let text: String = tab.eval("document.body.innerText").await.unwrap_or_default();
+        panic!("the X desktop live on the task page: {e}\npage: {text}\ntask: {}", daemon.task(&id));
+    }
+    assert_only_the_first_step_running(&daemon, &id);
+    let frame: Value = tab.eval("window.agentdConsole.live.find((f) => f.task === 'live-xvfb')").await.expect("frame");
+    let (width, height) = (frame["width"].as_u64().unwrap_or(0), frame["height"].as_u64().unwrap_or(0));
+    let off = (height * 1024).abs_diff(width * 600);
+    assert!(width > 0 && width <= 1024 && off <= 1024, "the X screen's shape (1024x600), within a pixel: {frame}");
+    http(&daemon.socket, "POST", &format!("/v1/tasks/{id}/cancel"), None, &[]).expect("cancel");
     browser.close().await;
 }

@@ -174,17 +174,9 @@ fn a_paused_task_continues_on_the_changed_desktop_with_the_note(backend: Backend
     pause_change_resume(&daemon, &daemon, &server, "taken");
 }
 
-/// A person takes the desktop over through the live view (docs/humans.md "Take-over by hand"): the parked
-/// task's desktop streams to the viewer, their click and typing run on it and are recorded as their steps
-/// (`"by": "human"`, each with the screen they acted on), what is no action on the desktop is refused; after
-/// the hand-back the model's first request says what the person did and shows the desktop they left, and the
-/// person's steps do not count as the model's.
-fn a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did(backend: Backend) {
-    use crate::live::{Received, connect, receive};
-    use tungstenite::Message;
-
-    let rt = runtime();
-    let server = patient_fake(&rt);
+/// A daemon on `backend` with a TCP listener and the console tests' token (the live view's WebSocket is served
+/// there), `extra` config and `env`; with its TCP address.
+fn tcp_daemon(backend: Backend, extra: &str, env: Vec<(String, String)>) -> (Daemon, tempfile::TempDir, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let dir = tempfile::tempdir().expect("tempdir");
     let token_file = dir.path().join("token");
@@ -193,9 +185,40 @@ fn a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did(backe
         backend,
         &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
         "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100",
-        &models_config(&server.url),
-        vec![("ANTHROPIC_API_KEY".into(), KEY.into())],
+        extra,
+        env,
     );
+    (daemon, dir, format!("127.0.0.1:{port}"))
+}
+
+/// Sends `action` on a live view and returns its answer (`acted` or `error`), past the frames and states
+/// between.
+fn act(socket: &mut tungstenite::WebSocket<std::net::TcpStream>, action: &Value) -> Value {
+    use crate::live::{Received, receive};
+    socket.send(tungstenite::Message::text(json!({"action": action}).to_string())).expect("send an action");
+    let mut seen = Vec::new();
+    loop {
+        match receive(socket, &seen) {
+            Received::Text(value) if value["type"] == "acted" || value["type"] == "error" => return value,
+            Received::Text(value) => seen.push(value.to_string()),
+            Received::Frame(..) => {}
+            Received::Closed(code) => panic!("closed ({code:?}) before the answer to {action}; seen {seen:?}"),
+        }
+    }
+}
+
+/// A person takes the desktop over through the live view (docs/humans.md "Take-over by hand"): the parked
+/// task's desktop streams to the viewer, their click and typing run on it and are recorded as their steps
+/// (`"by": "human"`, each with the screen they acted on), what is no action on the desktop is refused; after
+/// the hand-back the model's first request says what the person did and shows the desktop they left, and the
+/// person's steps do not count as the model's.
+fn a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did(backend: Backend) {
+    use crate::live::{Received, connect, receive};
+
+    let rt = runtime();
+    let server = patient_fake(&rt);
+    let env = vec![("ANTHROPIC_API_KEY".into(), KEY.into())];
+    let (daemon, _dir, addr) = tcp_daemon(backend, &models_config(&server.url), env);
     let id = "by-hand";
     let (status, body) = post(&daemon, "/v1/tasks", Some(&task(id, json!({}))));
     assert_eq!(status, 201, "{body}");
@@ -208,7 +231,7 @@ fn a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did(backe
     let requests_before = server.requests().len();
 
     // The viewer sees the parked desktop live.
-    let mut socket = connect(&format!("127.0.0.1:{port}"), &format!("/v1/tasks/{id}/live?width=640"));
+    let mut socket = connect(&addr, &format!("/v1/tasks/{id}/live?width=640"));
     let mut seen: Vec<String> = Vec::new();
     let mut frames = 0;
     while frames == 0 {
@@ -227,31 +250,20 @@ fn a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did(backe
         }
     }
     // Each action is answered once it ran and was recorded (frames may come between).
-    let mut act = |action: Value| -> Value {
-        socket.send(Message::text(json!({"action": action}).to_string())).expect("send an action");
-        loop {
-            match receive(&mut socket, &seen) {
-                Received::Frame(..) => {}
-                Received::Text(value) if value["type"] == "acted" || value["type"] == "error" => return value,
-                Received::Text(value) => seen.push(value.to_string()),
-                other => panic!("{other:?} instead of the answer to {action}; seen {seen:?}"),
-            }
-        }
-    };
-    let clicked = act(json!({"type": "click", "x": 640, "y": 370}));
+    let clicked = act(&mut socket, &json!({"type": "click", "x": 640, "y": 370}));
     assert_eq!(clicked["type"], "acted", "{clicked}");
     assert_eq!((clicked["step"].as_u64(), &clicked["ok"]), (Some(last + 1), &json!(true)), "{clicked}");
-    let typed = act(json!({"type": "type", "text": "bob"}));
+    let typed = act(&mut socket, &json!({"type": "type", "text": "bob"}));
     assert_eq!((typed["step"].as_u64(), &typed["ok"]), (Some(last + 2), &json!(true)), "{typed}");
-    let refused = act(json!({"type": "screenshot"}));
+    let refused = act(&mut socket, &json!({"type": "screenshot"}));
     assert_eq!(
         (refused["type"].as_str(), refused["code"].as_str()),
         (Some("error"), Some("invalid_action")),
         "{refused}"
     );
-    let off_screen = act(json!({"type": "click", "x": 5000, "y": 5}));
+    let off_screen = act(&mut socket, &json!({"type": "click", "x": 5000, "y": 5}));
     assert_eq!(off_screen["code"], "invalid_action", "{off_screen}");
-    let unknown = act(json!({"type": "teleport"}));
+    let unknown = act(&mut socket, &json!({"type": "teleport"}));
     assert_eq!(unknown["code"], "invalid_action", "{unknown}");
 
     // The person's steps are in the record and the events, each with the screen they acted on.
@@ -306,20 +318,7 @@ fn a_person_acts_through_the_live_view_and_the_model_is_told_what_they_did(backe
 /// with their summary; `agentd compile` prints it as a script with the typed name as a parameter, and `agentd
 /// replay` plays it on a fresh desktop without a model, ending signed in.
 fn a_demonstration_is_recorded_by_hand_compiled_and_replayed_without_a_model(backend: Backend) {
-    use crate::live::{Received, connect, receive};
-    use tungstenite::Message;
-
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, crate::console::TOKEN).expect("token");
-    let daemon = Daemon::start_on_with_env(
-        backend,
-        &format!("listen = \"127.0.0.1:{port}\"\ntoken_file = {:?}\n", token_file.display().to_string()),
-        "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100",
-        "",
-        Vec::new(),
-    );
+    let (daemon, dir, addr) = tcp_daemon(backend, "", Vec::new());
     let computer = dir.path().join("login.json");
     std::fs::write(&computer, r#"{"provider": "mock", "scene": "login"}"#).expect("computer file");
     let started = daemon.cli(&[
@@ -352,17 +351,9 @@ fn a_demonstration_is_recorded_by_hand_compiled_and_replayed_without_a_model(bac
     assert!(refused.stderr.contains("broken.json: line 2, column"), "{}", refused.stderr);
 
     // The person signs in on the live desktop.
-    let mut socket = connect(&format!("127.0.0.1:{port}"), &format!("/v1/tasks/{id}/live"));
-    let seen: Vec<String> = Vec::new();
+    let mut socket = crate::live::connect(&addr, &format!("/v1/tasks/{id}/live"));
     for action in [json!({"type": "click", "x": 640, "y": 370}), json!({"type": "type", "text": "bob"})] {
-        socket.send(Message::text(json!({"action": action}).to_string())).expect("send an action");
-        let answer = loop {
-            match receive(&mut socket, &seen) {
-                Received::Text(value) if value["type"] == "acted" || value["type"] == "error" => break value,
-                Received::Closed(code) => panic!("closed ({code:?}) before the answer to {action}"),
-                _ => {}
-            }
-        };
+        let answer = act(&mut socket, &action);
         assert_eq!((&answer["type"], &answer["ok"]), (&json!("acted"), &json!(true)), "{answer}");
     }
     drop(socket);
