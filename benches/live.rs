@@ -119,7 +119,7 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// 1. A person's click through the live view: to its answer, and to the first frame captured after it.
+/// The first measure: a person's keys through the live view, to their answers and to the frames after them.
 fn input_to_frame(clicks: usize) {
     let daemon = start(30);
     let waits: Vec<Value> = (0..200).map(|_| json!({"actions": [{"type": "wait", "duration_ms": 50}]})).collect();
@@ -210,7 +210,7 @@ fn typing_task(id: &str, seconds: usize) -> Value {
     })
 }
 
-/// 2. What one viewer receives while the screen changes ten times a second.
+/// The second measure: what one viewer receives while the screen changes ten times a second.
 fn frames_on_the_wire(fps: u32, seconds: usize) {
     let daemon = start(fps);
     submit(&daemon, &typing_task("wire", seconds));
@@ -235,8 +235,8 @@ fn frames_on_the_wire(fps: u32, seconds: usize) {
     );
 }
 
-/// 3. The agent's steps with and without `viewers` viewers: the mean and median `duration_ms` of its steps
-/// after the first (a 1 s wait, while the viewers connect).
+/// The third measure: the agent's steps with `viewers` viewers, the mean and median `duration_ms` of its
+/// steps after the first (a 1 s wait, while the viewers connect).
 fn steps_with_viewers(steps: usize, viewers: usize) -> (f64, f64) {
     let daemon = start(30);
     let mut turns = vec![json!({"actions": [{"type": "wait", "duration_ms": 1000}]})];
