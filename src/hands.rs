@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use agentd_computer::{Action, ComputerProvider};
 use thiserror::Error;
@@ -30,10 +30,6 @@ use crate::record::{
     ActionResult, By, CallKind, EndReason, Outcome, ScreenshotRef, StepRecord, TaskState, ToolCall, Usage,
 };
 use crate::tools::secrets::Secrets;
-
-/// The longest a person's action may take on the computer before it counts as stuck (beside what the action
-/// itself asks to take: a wait, a held key).
-const ACTION_BOUND: Duration = crate::agent::runner::ACTION_TIMEOUT;
 
 #[derive(Debug, Error)]
 pub enum HandsError {
@@ -173,12 +169,10 @@ impl Hands {
         };
         let (computer, secrets, desktop) = match record.desktop.clone().or(named) {
             Some(name) => {
-                let secrets = crate::backends::secrets(
-                    &record.task.resolve(&self.config.defaults, &self.config.guard),
-                    &self.config.secret_file_access(),
-                )
-                .await
-                .map_err(|e| HandsError::Unavailable(e.to_string()))?;
+                let task = record.task.resolve(&self.config.defaults, &self.config.guard);
+                let secrets = crate::attempt::api_task_secrets(&task, &self.config)
+                    .await
+                    .map_err(|e| HandsError::Unavailable(e.to_string()))?;
                 if !self.pool.take(&name, task_id) {
                     return Err(HandsError::Unavailable(format!(
                         "the pool desktop {name:?} is not free in this node's pool: open the live view on the node \
@@ -297,7 +291,7 @@ impl Hands {
         ];
         let (mut ok, mut message) = (true, String::new());
         if let Some(action) = action {
-            let bound = ACTION_BOUND + action.duration();
+            let bound = crate::agent::runner::action_bound(&action);
             (ok, message) = match tokio::time::timeout(bound, held.computer.perform(&action)).await {
                 Ok(Ok(report)) => (true, held.secrets.redact(&report.message.unwrap_or_default()).into_owned()),
                 Ok(Err(e)) => (false, held.secrets.redact(&e.to_string()).into_owned()),

@@ -49,6 +49,12 @@ pub const GUARD_TOLERANCE_PIXELS: u64 = 40;
 /// How long a single action may take beyond its own duration before the computer is deemed stuck.
 pub const ACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long `action` may take before the computer is deemed stuck: [`ACTION_TIMEOUT`] beyond what the action
+/// itself asks to take (a wait, a held key). A model's actions and a person's (`crate::hands`) alike.
+pub fn action_bound(action: &Action) -> Duration {
+    ACTION_TIMEOUT + action.duration()
+}
+
 /// Runs [`run`] on its own task so that a panic anywhere inside (a provider, a model adapter) becomes an
 /// `error` outcome instead of taking the caller down.
 pub async fn run_isolated(attempt: Attempt, built: Built) -> AttemptOutput {
@@ -1033,7 +1039,7 @@ impl Loop {
     async fn provider_perform(&self, action: &Action) -> Result<Done, ActionFailure> {
         // An action is never cut short on purpose; one that outlives this bound means the computer is stuck,
         // and the attempt ends so that another one can start on a fresh connection.
-        let bound = ACTION_TIMEOUT + action.duration();
+        let bound = action_bound(action);
         // Secrets (docs/security.md): a `type` action's placeholders become the values only here, for the computer; the
         // recorded action keeps them, and what the computer says back is redacted.
         let secrets = self.built.tools.secrets();

@@ -2,7 +2,8 @@
 //!
 //! A demonstration is a task of the queue like any other (listed, shown in the console, exported, compiled
 //! and replayed like any), made parked for a person from the start: it carries the label
-//! [`DEMONSTRATION_LABEL`], which no worker has, so no model ever runs it; its model is a one-turn script that would fail saying so.
+//! [`DEMONSTRATION_LABEL`], which no worker has, so no model ever runs it; its model is a one-turn script that
+//! would fail saying so.
 //! The person acts through its live view (`api::live`, `crate::hands`), and finishing it — handing the
 //! desktop back (`POST /v1/tasks/{id}/resume`, the console's Finish) — records the screen they left as its last
 //! step, whose `task_completion` ends it `succeeded` with their note as the summary.
@@ -42,7 +43,7 @@ pub fn default_summary(steps: usize) -> String {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DemonstrationBody {
-    /// The computer, as a task file names it (a pool desktop with `{"provider": "desktop", …}`).
+    /// The computer, as a task file names it (a pool desktop as `{"desktop": NAME}`).
     computer: Value,
     #[serde(default)]
     instructions: Option<String>,

@@ -141,10 +141,10 @@ async fn serve(mut socket: WebSocket, state: Arc<ApiState>, id: String, width: u
         if state_now.is_terminal() && !showing {
             return close(&mut socket, json!({"type": "ended", "state": state_now})).await;
         }
-        let hands = Hands { hands: &state.hands, hold: hold.as_ref(), unavailable: unavailable.as_ref() };
+        let input = Input { hands: &state.hands, hold: hold.as_ref(), unavailable: unavailable.as_ref() };
         match viewer {
             Some(viewer) => {
-                if show(&mut socket, viewer, &hands).await? == Left::Closed {
+                if show(&mut socket, viewer, &input).await? == Left::Closed {
                     return Ok(());
                 }
             }
@@ -154,7 +154,7 @@ async fn serve(mut socket: WebSocket, state: Arc<ApiState>, id: String, width: u
                     // Events of some task were stored (its end among them): look again.
                     () = state.workers.events_stored.notified() => {}
                     message = socket.recv() => {
-                        if !answer(&mut socket, message, &hands).await? {
+                        if !answer(&mut socket, message, &input).await? {
                             return Ok(());
                         }
                     }
@@ -173,8 +173,8 @@ enum Left {
 }
 
 /// Sends the attempt's frames, newest first, until it ends or the viewer leaves.
-async fn show(socket: &mut WebSocket, mut viewer: Viewer, hands: &Hands<'_>) -> Result<Left, axum::Error> {
-    let gone = hands.hold.map(|h| h.gone().clone()).unwrap_or_default();
+async fn show(socket: &mut WebSocket, mut viewer: Viewer, input: &Input<'_>) -> Result<Left, axum::Error> {
+    let gone = input.hold.map(|h| h.gone().clone()).unwrap_or_default();
     let mut sent = 0;
     loop {
         let frame = viewer.frames.borrow_and_update().clone();
@@ -203,9 +203,9 @@ async fn show(socket: &mut WebSocket, mut viewer: Viewer, hands: &Hands<'_>) -> 
             }
             () = viewer.ended.cancelled() => return Ok(Left::AttemptEnded),
             // The person handed the desktop back: look at the task again.
-            () = gone.cancelled(), if hands.hold.is_some() => return Ok(Left::AttemptEnded),
+            () = gone.cancelled(), if input.hold.is_some() => return Ok(Left::AttemptEnded),
             message = socket.recv() => {
-                if !answer(socket, message, hands).await? {
+                if !answer(socket, message, input).await? {
                     return Ok(Left::Closed);
                 }
             }
@@ -213,9 +213,9 @@ async fn show(socket: &mut WebSocket, mut viewer: Viewer, hands: &Hands<'_>) -> 
     }
 }
 
-/// What a viewer's actions go to: this node's taken-over desktops, and the one it holds (none while
+/// Where a viewer's actions go: this node's taken-over desktops, and the one this viewer holds (none while
 /// nobody has taken the task's desktop over).
-struct Hands<'a> {
+struct Input<'a> {
     hands: &'a crate::hands::Hands,
     hold: Option<&'a Hold>,
     /// Why the desktop of a task parked for a person could not be held here.
@@ -233,7 +233,7 @@ struct ActionMessage {
 async fn answer(
     socket: &mut WebSocket,
     message: Option<Result<Message, axum::Error>>,
-    hands: &Hands<'_>,
+    input: &Input<'_>,
 ) -> Result<bool, axum::Error> {
     let text = match message {
         None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Ok(false),
@@ -249,12 +249,12 @@ async fn answer(
         Err(e) => refusal("invalid_message", &format!("expected an object {{\"action\": ACTION}}: {e}")),
         Ok(message) => match serde_json::from_value::<Action>(message.action) {
             Err(e) => refusal("invalid_action", &format!("field `action`: {e}")),
-            Ok(action) => match hands.hold {
+            Ok(action) => match input.hold {
                 None => {
-                    let why = hands.unavailable.unwrap_or(&HandsError::NotTakenOver);
+                    let why = input.unavailable.unwrap_or(&HandsError::NotTakenOver);
                     refusal(why.code(), &why.to_string())
                 }
-                Some(hold) => match hands.hands.act(hold, action).await {
+                Some(hold) => match input.hands.act(hold, action).await {
                     Ok(acted) => json!({"type": "acted", "step": acted.step, "ok": acted.ok, "message": acted.message}),
                     Err(e) => refusal(e.code(), &e.to_string()),
                 },

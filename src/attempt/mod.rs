@@ -195,9 +195,11 @@ impl Assembly {
             (None, None) => return Err(BuildError::invalid("model", "no model was built")),
         };
         // The secrets' values are read here, when the agent is built (docs/security.md): a worker builds per attempt.
-        // An API task's secret files are only those `[api] allowed_secret_paths` names.
-        let secret_files = if self.api_task { config.secret_file_access() } else { files.clone() };
-        let secrets = backends::secrets(&task, &secret_files).await?;
+        let secrets = if self.api_task {
+            api_task_secrets(&task, &config).await?
+        } else {
+            backends::secrets(&task, &files).await?
+        };
         let tools = toolbox(&task, &config, self.tools, secrets.clone(), &outbound).await?;
         let computer = match self.computer {
             Some(Source::Given(computer)) => computer,
@@ -233,6 +235,15 @@ fn computer_outbound(task: &ResolvedTask, config: &Config, outbound: &Outbound) 
     }
 }
 
+/// The secrets of a task that came over the API: read only from the files `[api] allowed_secret_paths` names
+/// (and the environment variables the config allows).
+pub async fn api_task_secrets(
+    task: &ResolvedTask,
+    config: &Config,
+) -> Result<crate::tools::secrets::Secrets, BuildError> {
+    backends::secrets(task, &config.secret_file_access()).await
+}
+
 /// The computer of a task that came over the API, opened for a person who took its desktop over
 /// (docs/humans.md), as its attempts open it: the same checks of what it names and where it may connect, the
 /// mock desktop's state in `persist_dir`. Returns it with the task's secrets (a person's typed text is
@@ -247,7 +258,7 @@ pub async fn open_for_person(
     let outbound = config.api_outbound();
     let computer_outbound = computer_outbound(&task, config, &outbound);
     let files = config.file_access();
-    let secrets = backends::secrets(&task, &config.secret_file_access()).await?;
+    let secrets = api_task_secrets(&task, config).await?;
     let context = ComputerContext {
         files: &files,
         persist_dir: Some(persist_dir),

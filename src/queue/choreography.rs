@@ -1,6 +1,6 @@
 //! The queue's decisions about a task, written once for both backends: cancel, approve or reject, pause,
-//! resume, a person's step on a desktop they took over, the answers to what the last step waits for (remote tool results, a question), a new turn of a
-//! conversation, and the rescue of tasks whose lease expired.
+//! resume, a person's step on a desktop they took over, the answers to what the last step waits for (remote
+//! tool results, a question), a new turn of a conversation, and the rescue of tasks whose lease expired.
 //!
 //! Each is the same choreography: begin a write transaction; read the facts under it; let
 //! [`transitions`](super::transitions) decide (a pure function: the state machine lives there); apply what it

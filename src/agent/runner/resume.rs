@@ -33,9 +33,9 @@ impl Loop {
         // A person's steps (a take-over by hand) are no turns of the model's: they are kept in the record, and
         // the model is told what the person did when they hand the desktop back.
         self.resumed.human_steps = resume.iter().filter(|step| !step.by.is_model()).count();
-        let since_model = resume.iter().rev().take_while(|step| !step.by.is_model()).collect::<Vec<_>>();
+        let after_model = resume.iter().rposition(|step| step.by.is_model()).map_or(0, |i| i + 1);
         self.resumed.human_actions =
-            since_model.iter().rev().flat_map(|step| step.actions.iter().map(|a| a.summary())).collect();
+            resume[after_model..].iter().flat_map(|step| step.actions.iter().map(|a| a.summary())).collect();
         let earlier_cost: f64 = earlier.iter().map(|step| step.usage.cost_usd).sum();
         self.resumed.turn_base = (earlier.len(), earlier_cost);
         let boundaries = turn_messages(&self.context.turns);

@@ -764,29 +764,20 @@
       if (doc.state === 'queued' || doc.state === 'running') {
         controls.append(h('button', { type: 'button', id: 'pause', text: 'Take the desktop over', onclick: (e) => act(e.target, 'POST', 'pause', undefined, 'Pause requested: the task parks after its current step') }));
       }
-      const demonstration = !!(doc.task && doc.task.labels && doc.task.labels['agentd.demonstration']);
-      if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'takeover' && demonstration) {
-        const note = h('textarea', { id: 'resume-note', rows: '2', placeholder: 'what it shows (optional; its summary)' });
+      if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'takeover') {
+        // A demonstration is finished by handing its desktop back; any other task resumes.
+        const words = doc.task && doc.task.labels && doc.task.labels['agentd.demonstration']
+          ? { lead: 'Recording a demonstration. ', what: 'Do the steps on the live desktop below; each action is a step. Finish when you are done.', label: 'Summary', hint: 'what it shows (optional; its summary)', button: 'Finish the demonstration', done: 'Demonstration finished' }
+          : { lead: 'A person has the desktop. ', what: 'Hand it back when you are done: the task goes on from a fresh screenshot.', label: 'Note for the model', hint: 'what you did (optional; the model reads it)', button: 'Hand the desktop back', done: 'Handed back: the task resumes' };
+        const note = h('textarea', { id: 'resume-note', rows: '2', placeholder: words.hint });
         const form = h('form', { class: 'call waiting', id: 'takeover' },
-          h('p', {}, h('strong', { text: 'Recording a demonstration. ' }), h('span', { text: 'Do the steps on the live desktop below; each action is a step. Finish when you are done.' })),
-          h('label', { for: note.id, text: 'Summary' }), note,
-          h('div', { class: 'controls' }, h('button', { type: 'submit', class: 'ok', id: 'resume', text: 'Finish the demonstration' })));
+          h('p', {}, h('strong', { text: words.lead }), h('span', { text: words.what })),
+          h('label', { for: note.id, text: words.label }), note,
+          h('div', { class: 'controls' }, h('button', { type: 'submit', class: 'ok', id: 'resume', text: words.button })));
         form.addEventListener('submit', (e) => {
           e.preventDefault();
           const body = note.value.trim() ? { note: note.value } : {};
-          act(form.querySelector('button[type=submit]'), 'POST', 'resume', body, 'Demonstration finished');
-        });
-        controls.append(form);
-      } else if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'takeover') {
-        const note = h('textarea', { id: 'resume-note', rows: '2', placeholder: 'what you did (optional; the model reads it)' });
-        const form = h('form', { class: 'call waiting', id: 'takeover' },
-          h('p', {}, h('strong', { text: 'A person has the desktop. ' }), h('span', { text: 'Hand it back when you are done: the task goes on from a fresh screenshot.' })),
-          h('label', { for: note.id, text: 'Note for the model' }), note,
-          h('div', { class: 'controls' }, h('button', { type: 'submit', class: 'ok', id: 'resume', text: 'Hand the desktop back' })));
-        form.addEventListener('submit', (e) => {
-          e.preventDefault();
-          const body = note.value.trim() ? { note: note.value } : {};
-          act(form.querySelector('button[type=submit]'), 'POST', 'resume', body, 'Handed back: the task resumes');
+          act(form.querySelector('button[type=submit]'), 'POST', 'resume', body, words.done);
         });
         controls.append(form);
       } else if (doc.state === 'waiting_for_human' && doc.waiting && doc.waiting.kind === 'question') {
