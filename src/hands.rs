@@ -278,6 +278,39 @@ impl Hands {
         let mut step = StepRecord::begun(index, started_at, screenshot);
         step.by = By::Human;
         step.page = held.computer.page().await;
+        let mut action_ms = 0;
+        if let Some(action) = action {
+            let bound = crate::agent::runner::action_bound(&action);
+            let (ok, message) = match tokio::time::timeout(bound, held.computer.perform(&action)).await {
+                Ok(Ok(report)) => (true, report.message.unwrap_or_default()),
+                Ok(Err(e)) => (false, e.to_string()),
+                Err(_) => {
+                    (false, format!("the computer did not finish {} within {} s", action.summary(), bound.as_secs()))
+                }
+            };
+            action_ms = started.elapsed().as_millis() as u64;
+            step.actions = vec![action];
+            step.results = vec![ActionResult::action(ok, message)];
+        }
+        let outcome = end.map(|summary| {
+            step.calls = vec![ToolCall {
+                id: format!("human_{index}"),
+                kind: CallKind::Function {
+                    name: crate::model::TASK_COMPLETION.to_string(),
+                    arguments: serde_json::json!({"success": true, "summary": summary}),
+                },
+            }];
+            Outcome::new(true, summary, EndReason::Completed)
+        });
+        step.duration_ms = started.elapsed().as_millis() as u64;
+        step.finished = true;
+        // What the person typed, the computer answered or the summary says is kept as a model's step keeps it:
+        // a secret's value becomes its placeholder (the events and the answer below are read from the step).
+        held.secrets.redact_step(&mut step);
+        let outcome = outcome.map(|mut outcome| {
+            outcome.summary = held.secrets.redact(&outcome.summary).into_owned();
+            outcome
+        });
         let mut events = vec![
             EventKind::StepStarted { step: index, by: By::Human },
             EventKind::ScreenshotSaved {
@@ -289,40 +322,20 @@ impl Hands {
                 bytes: png.len() as u64,
             },
         ];
-        let (mut ok, mut message) = (true, String::new());
-        if let Some(action) = action {
-            let bound = crate::agent::runner::action_bound(&action);
-            (ok, message) = match tokio::time::timeout(bound, held.computer.perform(&action)).await {
-                Ok(Ok(report)) => (true, held.secrets.redact(&report.message.unwrap_or_default()).into_owned()),
-                Ok(Err(e)) => (false, held.secrets.redact(&e.to_string()).into_owned()),
-                Err(_) => {
-                    (false, format!("the computer did not finish {} within {} s", action.summary(), bound.as_secs()))
-                }
-            };
-            // What the person typed is kept as a model's typing is: a secret's value becomes its placeholder.
-            let recorded = match action {
-                Action::Type { text } => Action::Type { text: held.secrets.redact(&text).into_owned() },
-                action => action,
-            };
-            let duration_ms = started.elapsed().as_millis() as u64;
-            step.actions = vec![recorded.clone()];
-            step.results = vec![ActionResult::action(ok, message.clone())];
-            events.push(EventKind::ActionStarted { step: index, index: 0, action: recorded });
-            events.push(EventKind::ActionFinished { step: index, index: 0, ok, message: message.clone(), duration_ms });
-        }
-        let outcome = end.map(|summary| {
-            step.calls = vec![ToolCall {
-                id: format!("human_{index}"),
-                kind: CallKind::Function {
-                    name: crate::model::TASK_COMPLETION.to_string(),
-                    arguments: serde_json::json!({"success": true, "summary": summary}),
-                },
-            }];
-            message = summary.to_string();
-            Outcome::new(true, summary, EndReason::Completed)
-        });
-        step.duration_ms = started.elapsed().as_millis() as u64;
-        step.finished = true;
+        let (ok, message) = match (step.actions.first(), step.results.first()) {
+            (Some(action), Some(result)) => {
+                events.push(EventKind::ActionStarted { step: index, index: 0, action: action.clone() });
+                events.push(EventKind::ActionFinished {
+                    step: index,
+                    index: 0,
+                    ok: result.ok,
+                    message: result.message.clone(),
+                    duration_ms: action_ms,
+                });
+                (result.ok, result.message.clone())
+            }
+            _ => (true, outcome.as_ref().map(|o| o.summary.clone()).unwrap_or_default()),
+        };
         events.push(EventKind::StepFinished { step: index, duration_ms: step.duration_ms, usage: Usage::default() });
         match self.queue.add_human_step(&held.task_id, &step, events, outcome).await {
             Ok(()) => {}
