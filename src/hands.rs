@@ -85,9 +85,34 @@ struct Held {
     pool: Arc<Pool>,
     /// Cancelled when the desktop was handed back: its actions are refused from then on.
     gone: CancellationToken,
-    /// The index of the person's next step; held while an action runs (one step at a time).
-    next_step: tokio::sync::Mutex<u32>,
+    /// The person's steps; held while an action runs (one step at a time).
+    recorder: tokio::sync::Mutex<Recorder>,
+    queue: Arc<dyn Queue>,
+    /// Fired when a person's step was stored (event followers wake up).
+    events_stored: Arc<Notify>,
     _shown: Registration,
+}
+
+/// What a held desktop's person did that the record has yet to take.
+struct Recorder {
+    /// The index of the person's next step.
+    next: u32,
+    /// A `type` step not journaled yet, because its text ends with the beginning of a secret's value: a person
+    /// types in bursts (the console sends what was typed after a short pause), and a step journaled with the
+    /// first part of a value would keep that part, too short to be taken for the secret, unredacted. Their
+    /// next typing joins this step, and the whole text is redacted once it no longer ends that way; any other
+    /// action, the hand-back, or the last viewer leaving journals it as it is.
+    typing: Option<Draft>,
+}
+
+/// A person's step, ready to be journaled (its screenshot is stored).
+struct Draft {
+    step: StepRecord,
+    outcome: Option<Outcome>,
+    /// The stored screenshot's size in bytes.
+    bytes: u64,
+    /// How long the step's action took.
+    action_ms: u64,
 }
 
 impl Held {
@@ -100,6 +125,20 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
+        // Typing still held back when the last viewer left is journaled as it is (the write is refused if the
+        // task is no longer parked for the person).
+        if let Some(draft) = self.recorder.get_mut().typing.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (queue, events_stored) = (self.queue.clone(), self.events_stored.clone());
+            let (task_id, secrets) = (self.task_id.clone(), self.secrets.clone());
+            runtime.spawn(async move {
+                if let Err(e) = journal(&*queue, &task_id, &secrets, draft).await {
+                    tracing::warn!(task = %task_id, error = %e, "a person's last typing could not be recorded");
+                }
+                events_stored.notify_waiters();
+            });
+        }
         self.give_back_desktop();
     }
 }
@@ -196,7 +235,7 @@ impl Hands {
                 (computer, secrets, None)
             }
         };
-        let next_step = record.steps.last().map_or(0, |s| s.index + 1);
+        let next = record.steps.last().map_or(0, |s| s.index + 1);
         let held = Arc::new(Held {
             task_id: task_id.to_string(),
             attempt: record.attempt,
@@ -206,7 +245,9 @@ impl Hands {
             desktop: Mutex::new(desktop),
             pool: self.pool.clone(),
             gone: CancellationToken::new(),
-            next_step: tokio::sync::Mutex::new(next_step),
+            recorder: tokio::sync::Mutex::new(Recorder { next, typing: None }),
+            queue: self.queue.clone(),
+            events_stored: self.events_stored.clone(),
         });
         tracing::info!(task = %task_id, "a person holds the taken-over desktop");
         lock(&self.held).insert(task_id.to_string(), Arc::downgrade(&held));
@@ -220,7 +261,14 @@ impl Hands {
         let held = lock(&self.held).remove(task_id).and_then(|h| h.upgrade());
         if let Some(held) = held {
             held.gone.cancel();
-            drop(held.next_step.lock().await);
+            let mut recorder = held.recorder.lock().await;
+            if let Some(draft) = recorder.typing.take()
+                && let Err(e) = journal(&*self.queue, task_id, &held.secrets, draft).await
+            {
+                tracing::warn!(task = %task_id, error = %e, "a person's last typing could not be recorded");
+            }
+            drop(recorder);
+            self.events_stored.notify_waiters();
             held.give_back_desktop();
         }
     }
@@ -248,22 +296,38 @@ impl Hands {
     }
 
     /// One step of the person's: the screen now, then `action` (if any), journaled; with `end`, the step
-    /// completes the task with that summary.
+    /// completes the task with that summary. Typing that may go on into a secret's value is held back (see
+    /// [`Recorder::typing`]).
     async fn step(&self, hold: &Hold, action: Option<Action>, end: Option<&str>) -> Result<Acted, HandsError> {
         let held = &hold.0;
-        let mut next_step = held.next_step.lock().await;
+        let mut recorder = held.recorder.lock().await;
         if held.gone.is_cancelled() {
             return Err(HandsError::NotTakenOver);
         }
-        let index = *next_step;
+        // Typing that goes on from typing held back joins its step (as long as the joined text is one action).
+        if let (Some(action @ Action::Type { text }), Some(draft)) = (&action, &recorder.typing)
+            && (Action::Type { text: format!("{}{text}", typed(draft)) }).validate(draft.screen()).is_ok()
+        {
+            let started = Instant::now();
+            let (ok, message) = perform(&held.computer, action).await;
+            let Some(draft) = recorder.typing.as_mut() else { return Err(HandsError::NotTakenOver) };
+            draft.join_typing(text, ok, &message, started.elapsed().as_millis() as u64);
+            let step = draft.step.index;
+            if !held.secrets.may_go_on_into_a_value(&typed(draft)) {
+                self.journal_typing(held, &mut recorder).await?;
+            }
+            return Ok(Acted { step, ok, message: held.secrets.redact(&message).into_owned() });
+        }
+        self.journal_typing(held, &mut recorder).await?;
+        let index = recorder.next;
         let started_at = OffsetDateTime::now_utc();
         let started = Instant::now();
         // The screen the person acted on is the step's screenshot, as a model's step keeps the screen it saw.
         let frame = held.computer.screenshot().await.map_err(|e| HandsError::Unavailable(e.to_string()))?;
-        if let Some(action) = &action {
-            action.validate(frame.size()).map_err(|e| HandsError::Invalid(e.to_string()))?;
-        }
         let size = frame.size();
+        if let Some(action) = &action {
+            action.validate(size).map_err(|e| HandsError::Invalid(e.to_string()))?;
+        }
         let png = tokio::task::spawn_blocking(move || crate::screen::image::encode_png(&frame))
             .await
             .map_err(|e| HandsError::Unavailable(format!("screenshot encoding stopped: {e}")))?
@@ -273,21 +337,13 @@ impl Hands {
             .put(&key, &png, crate::screen::image::PNG)
             .await
             .map_err(|e| HandsError::Unavailable(format!("the screenshot cannot be stored: {e}")))?;
-        let screenshot =
-            ScreenshotRef { url: self.store.url(&key), width: size.width, height: size.height, key: key.clone() };
+        let screenshot = ScreenshotRef { url: self.store.url(&key), width: size.width, height: size.height, key };
         let mut step = StepRecord::begun(index, started_at, screenshot);
         step.by = By::Human;
         step.page = held.computer.page().await;
         let mut action_ms = 0;
         if let Some(action) = action {
-            let bound = crate::agent::runner::action_bound(&action);
-            let (ok, message) = match tokio::time::timeout(bound, held.computer.perform(&action)).await {
-                Ok(Ok(report)) => (true, report.message.unwrap_or_default()),
-                Ok(Err(e)) => (false, e.to_string()),
-                Err(_) => {
-                    (false, format!("the computer did not finish {} within {} s", action.summary(), bound.as_secs()))
-                }
-            };
+            let (ok, message) = perform(&held.computer, &action).await;
             action_ms = started.elapsed().as_millis() as u64;
             step.actions = vec![action];
             step.results = vec![ActionResult::action(ok, message)];
@@ -304,51 +360,129 @@ impl Hands {
         });
         step.duration_ms = started.elapsed().as_millis() as u64;
         step.finished = true;
-        // What the person typed, the computer answered or the summary says is kept as a model's step keeps it:
-        // a secret's value becomes its placeholder (the events and the answer below are read from the step).
-        held.secrets.redact_step(&mut step);
-        let outcome = outcome.map(|mut outcome| {
-            outcome.summary = held.secrets.redact(&outcome.summary).into_owned();
-            outcome
-        });
-        let mut events = vec![
-            EventKind::StepStarted { step: index, by: By::Human },
-            EventKind::ScreenshotSaved {
-                step: index,
-                key,
-                url: step.screenshot.url.clone(),
-                width: size.width,
-                height: size.height,
-                bytes: png.len() as u64,
-            },
-        ];
-        let (ok, message) = match (step.actions.first(), step.results.first()) {
-            (Some(action), Some(result)) => {
-                events.push(EventKind::ActionStarted { step: index, index: 0, action: action.clone() });
-                events.push(EventKind::ActionFinished {
-                    step: index,
-                    index: 0,
-                    ok: result.ok,
-                    message: result.message.clone(),
-                    duration_ms: action_ms,
-                });
-                (result.ok, result.message.clone())
+        let draft = Draft { step, outcome, bytes: png.len() as u64, action_ms };
+        let (ok, message) = draft.answer();
+        recorder.next = index + 1;
+        if matches!(draft.step.actions.first(), Some(Action::Type { .. }))
+            && held.secrets.may_go_on_into_a_value(&typed(&draft))
+        {
+            recorder.typing = Some(draft);
+        } else {
+            self.journal(held, draft).await?;
+        }
+        // What the person typed stays out of the answer as it stays out of the record.
+        Ok(Acted { step: index, ok, message: held.secrets.redact(&message).into_owned() })
+    }
+
+    /// Journals the typing held back, if any.
+    async fn journal_typing(&self, held: &Held, recorder: &mut Recorder) -> Result<(), HandsError> {
+        match recorder.typing.take() {
+            Some(draft) => self.journal(held, draft).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Journals a step of the person's with its events, in one write the queue accepts only while the task is
+    /// parked for them; a refusal lets the desktop go.
+    async fn journal(&self, held: &Held, draft: Draft) -> Result<(), HandsError> {
+        match journal(&*self.queue, &held.task_id, &held.secrets, draft).await {
+            Ok(()) => {
+                self.events_stored.notify_waiters();
+                Ok(())
             }
-            _ => (true, outcome.as_ref().map(|o| o.summary.clone()).unwrap_or_default()),
-        };
-        events.push(EventKind::StepFinished { step: index, duration_ms: step.duration_ms, usage: Usage::default() });
-        match self.queue.add_human_step(&held.task_id, &step, events, outcome).await {
-            Ok(()) => {}
             Err(e @ QueueError::WrongState { .. }) => {
                 // Handed back through another node, or cancelled: this desktop is not the person's any more.
                 held.gone.cancel();
                 held.give_back_desktop();
-                return Err(e.into());
+                Err(e.into())
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => Err(e.into()),
         }
-        *next_step = index + 1;
-        self.events_stored.notify_waiters();
-        Ok(Acted { step: index, ok, message })
     }
+}
+
+/// The text of a draft's `type` action.
+fn typed(draft: &Draft) -> String {
+    match draft.step.actions.first() {
+        Some(Action::Type { text }) => text.clone(),
+        _ => String::new(),
+    }
+}
+
+/// Runs a person's action on the computer, bounded as a model's action is: whether it worked, and the
+/// computer's answer.
+async fn perform(computer: &Arc<dyn ComputerProvider>, action: &Action) -> (bool, String) {
+    let bound = crate::agent::runner::action_bound(action);
+    match tokio::time::timeout(bound, computer.perform(action)).await {
+        Ok(Ok(report)) => (true, report.message.unwrap_or_default()),
+        Ok(Err(e)) => (false, e.to_string()),
+        Err(_) => (false, format!("the computer did not finish {} within {} s", action.summary(), bound.as_secs())),
+    }
+}
+
+impl Draft {
+    /// The size of the screen the step was taken on.
+    fn screen(&self) -> agentd_computer::Size {
+        agentd_computer::Size { width: self.step.screenshot.width, height: self.step.screenshot.height }
+    }
+
+    /// Adds a burst of typing to the step's `type` action: its text is appended, its result joins the step's
+    /// (the first failure is kept), and its time is added.
+    fn join_typing(&mut self, text: &str, ok: bool, message: &str, took_ms: u64) {
+        if let Some(Action::Type { text: typed }) = self.step.actions.first_mut() {
+            typed.push_str(text);
+        }
+        if let Some(result) = self.step.results.first_mut()
+            && result.ok
+        {
+            *result = ActionResult::action(ok, message.to_string());
+        }
+        self.action_ms += took_ms;
+        self.step.duration_ms += took_ms;
+    }
+
+    /// Whether the step's action worked, and its answer (a finishing step's: its summary).
+    fn answer(&self) -> (bool, String) {
+        match self.step.results.first() {
+            Some(result) => (result.ok, result.message.clone()),
+            None => (true, self.outcome.as_ref().map(|o| o.summary.clone()).unwrap_or_default()),
+        }
+    }
+}
+
+/// Journals a person's step: redacted as a model's step is (what they typed, what the computer answered, the
+/// summary: a secret's value becomes its placeholder; the events are read from the redacted step), with its
+/// events and, for a finishing step, the task's outcome, in one write.
+async fn journal(queue: &dyn Queue, task_id: &str, secrets: &Secrets, draft: Draft) -> Result<(), QueueError> {
+    let Draft { mut step, outcome, bytes, action_ms } = draft;
+    secrets.redact_step(&mut step);
+    let outcome = outcome.map(|mut outcome| {
+        outcome.summary = secrets.redact(&outcome.summary).into_owned();
+        outcome
+    });
+    let index = step.index;
+    let screenshot = &step.screenshot;
+    let mut events = vec![
+        EventKind::StepStarted { step: index, by: By::Human },
+        EventKind::ScreenshotSaved {
+            step: index,
+            key: screenshot.key.clone(),
+            url: screenshot.url.clone(),
+            width: screenshot.width,
+            height: screenshot.height,
+            bytes,
+        },
+    ];
+    if let (Some(action), Some(result)) = (step.actions.first(), step.results.first()) {
+        events.push(EventKind::ActionStarted { step: index, index: 0, action: action.clone() });
+        events.push(EventKind::ActionFinished {
+            step: index,
+            index: 0,
+            ok: result.ok,
+            message: result.message.clone(),
+            duration_ms: action_ms,
+        });
+    }
+    events.push(EventKind::StepFinished { step: index, duration_ms: step.duration_ms, usage: Usage::default() });
+    queue.add_human_step(task_id, &step, events, outcome).await
 }

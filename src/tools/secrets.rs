@@ -189,6 +189,12 @@ impl Secrets {
         }
     }
 
+    /// Whether `text` ends with the beginning of a secret's value: more text after it may complete the value,
+    /// so text that arrives in pieces is held back until it no longer does (as [`StreamRedactor`] does).
+    pub fn may_go_on_into_a_value(&self, text: &str) -> bool {
+        self.inner.as_ref().is_some_and(|inner| inner.safe_prefix(text) < text.len())
+    }
+
     /// Redacts every string of a JSON value in place (keys too); whether anything changed.
     pub fn redact_json(&self, value: &mut serde_json::Value) -> bool {
         let Some(inner) = &self.inner else { return false };

@@ -392,6 +392,88 @@ fn a_demonstration_is_recorded_by_hand_compiled_and_replayed_without_a_model(bac
     assert_eq!(done["usage"]["cost_usd"], 0.0, "{done}");
 }
 
+/// A person types a secret's value in bursts (as the console sends typing after each pause), each burst shorter
+/// than a piece of the value that redaction would know on its own: the typing that may go on into the value
+/// waits for the next burst, the bursts become one step whose text is the placeholder, and no burst's text
+/// reaches the record, the events, the answers or the HTML export. An action between bursts of ordinary text
+/// records them as they came. (Redaction is the same on both queues: SQLite only.)
+#[test]
+fn a_secret_a_person_types_in_bursts_never_reaches_the_record_in_pieces() {
+    const VALUE: &str = "Zq8Wv3kXp9Lr";
+    const BURSTS: [&str; 4] = ["Zq8", "Wv3", "kXp", "9Lr"];
+    let rt = runtime();
+    let server = patient_fake(&rt);
+    let env = vec![("ANTHROPIC_API_KEY".into(), KEY.into()), ("BURST_SECRET_IT".into(), VALUE.into())];
+    let extra = format!("{}[worker]\nallowed_env = [\"BURST_SECRET_IT\"]\n", models_config(&server.url));
+    let (daemon, dir, addr) = tcp_daemon(Backend::Sqlite, &extra, env);
+    let id = "bursts";
+    let mut body = task(id, json!({}));
+    body["secrets"] = json!({"password": {"env": "BURST_SECRET_IT"}});
+    let (status, created) = post(&daemon, "/v1/tasks", Some(&body));
+    assert_eq!(status, 201, "{created}");
+    wait_for(&daemon, id, "running with a step", |t| {
+        t["state"] == "running" && t["steps"].as_array().is_some_and(|s| !s.is_empty())
+    });
+    assert_eq!(daemon.cli(&["pause", id]).code, 0);
+    let parked = wait_for(&daemon, id, "parked for the person", |t| t["state"] == "waiting_for_human");
+    let first = parked["steps"].as_array().map(Vec::len).expect("steps") as u64;
+
+    let mut socket = crate::live::connect(&addr, &format!("/v1/tasks/{id}/live?width=640"));
+    let clicked = act(&mut socket, &json!({"type": "click", "x": 640, "y": 430}));
+    assert_eq!((clicked["step"].as_u64(), &clicked["ok"]), (Some(first), &json!(true)), "{clicked}");
+    let mut answers = Vec::new();
+    for burst in BURSTS {
+        let typed = act(&mut socket, &json!({"type": "type", "text": burst}));
+        assert_eq!((typed["type"].as_str(), &typed["ok"]), (Some("acted"), &json!(true)), "{typed}");
+        assert_eq!(typed["step"].as_u64(), Some(first + 1), "every burst joins one step: {typed}");
+        answers.push(typed.to_string());
+    }
+    // Ordinary text in bursts with a key between: the steps as they came.
+    for action in [
+        json!({"type": "type", "text": "ab"}),
+        json!({"type": "keypress", "keys": ["Tab"]}),
+        json!({"type": "type", "text": "cd"}),
+    ] {
+        let answer = act(&mut socket, &action);
+        assert_eq!(answer["type"], "acted", "{answer}");
+        answers.push(answer.to_string());
+    }
+    drop(socket);
+    // The last viewer left: the last typing is recorded too.
+    let record = wait_for(&daemon, id, "the person's steps recorded", |t| {
+        t["steps"].as_array().is_some_and(|s| s.len() as u64 == first + 5)
+    });
+    let steps = record["steps"].as_array().expect("steps");
+    let actions: Vec<&Value> = steps[first as usize..].iter().map(|s| &s["actions"][0]).collect();
+    assert_eq!(
+        actions,
+        [
+            &json!({"type": "click", "x": 640, "y": 430}),
+            &json!({"type": "type", "text": "<secret:password>"}),
+            &json!({"type": "type", "text": "ab"}),
+            &json!({"type": "keypress", "keys": ["Tab"]}),
+            &json!({"type": "type", "text": "cd"}),
+        ],
+        "{record}"
+    );
+    let events = daemon.cli(&["events", "--json", id]);
+    let export = dir.path().join("export.html");
+    let exported = daemon.cli(&["export", id, "--html", export.to_str().expect("path")]);
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let html = std::fs::read_to_string(&export).expect("export");
+    for (what, text) in [
+        ("the record", record.to_string()),
+        ("the events", events.stdout.clone()),
+        ("the answers", answers.join("\n")),
+        ("the export", html),
+        ("the log", daemon.log()),
+    ] {
+        for burst in BURSTS {
+            assert!(!text.contains(burst), "{what} hold the burst {burst:?}: {text}");
+        }
+    }
+}
+
 #[test]
 fn a_pause_through_another_fleet_node_parks_the_task_where_it_runs() {
     let Some(url) = postgres_url() else { return };
