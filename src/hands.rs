@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agentd_computer::{Action, ComputerProvider};
 use thiserror::Error;
@@ -251,6 +251,7 @@ impl Hands {
         });
         tracing::info!(task = %task_id, "a person holds the taken-over desktop");
         lock(&self.held).insert(task_id.to_string(), Arc::downgrade(&held));
+        tokio::spawn(let_go_once_unparked(Arc::downgrade(&held)));
         Ok(Hold(held))
     }
 
@@ -398,6 +399,46 @@ impl Hands {
             }
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// How often a held desktop's task is looked at while it is held (see [`let_go_once_unparked`]).
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
+
+/// Lets a held desktop go once its task is no longer parked for its person: handed back or cancelled through
+/// another fleet node, which cannot tell this one, it is let go here within [`LOOK_AGAIN`] (an action running
+/// finishes first; typing held back is not recorded, the task having left the person), as [`Hands::let_go`]
+/// lets it go at once on the node it is handed back through. Ends when the desktop is let go or nobody holds
+/// it any more.
+async fn let_go_once_unparked(held: Weak<Held>) {
+    loop {
+        let Some((queue, task_id, gone)) = held.upgrade().map(|h| (h.queue.clone(), h.task_id.clone(), h.gone.clone()))
+        else {
+            return;
+        };
+        tokio::select! {
+            () = gone.cancelled() => return,
+            () = tokio::time::sleep(LOOK_AGAIN) => {}
+        }
+        let parked = match queue.get(&task_id).await {
+            Ok(record) => record.state == TaskState::WaitingForHuman && record.taken_over,
+            Err(QueueError::NotFound(_)) => false,
+            // The queue cannot tell now: look again later.
+            Err(_) => continue,
+        };
+        if parked {
+            continue;
+        }
+        let Some(held) = held.upgrade() else { return };
+        let mut recorder = held.recorder.lock().await;
+        held.gone.cancel();
+        if recorder.typing.take().is_some() {
+            tracing::warn!(task = %task_id, "the task left its person through another node: their last typing is not recorded");
+        }
+        drop(recorder);
+        held.give_back_desktop();
+        tracing::info!(task = %task_id, "the taken-over desktop was let go: its task is no longer parked for a person");
+        return;
     }
 }
 

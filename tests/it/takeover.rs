@@ -496,6 +496,56 @@ fn a_pause_through_another_fleet_node_parks_the_task_where_it_runs() {
     pause_change_resume(&runner, &control, &server, "fleet-taken");
 }
 
+/// Cancelled through another fleet node, a desktop that a person holds through the live view of the node the
+/// task ran on is let go there too, with no further action of theirs, and that viewer is told the task ended.
+/// (Handed back, the task's next attempt on the holding node would end the hold by itself; cancelled, or
+/// resumed on a third node, nothing else would.)
+#[test]
+fn a_desktop_cancelled_through_another_node_is_let_go_where_it_is_held() {
+    use crate::live::{Received, connect, receive};
+    let Some(url) = postgres_url() else { return };
+    let schema = crate::support::PgSchema::create(&url);
+    let queue_url = schema.url();
+    let rt = runtime();
+    let server = patient_fake(&rt);
+    let env = vec![("ANTHROPIC_API_KEY".into(), KEY.into())];
+    let extra = format!("[worker]\nlabels = {{ node = \"a\" }}\n{}", models_config(&server.url));
+    let (runner, _dir, addr) = tcp_daemon(Backend::Postgres(schema), &extra, env);
+    let control = Daemon::start_with(
+        "",
+        &format!("backend = \"postgres\"\nurl = {queue_url:?}\nlease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100"),
+        "[worker]\nlabels = { node = \"b\" }\n",
+    );
+    let id = "held-elsewhere";
+    let (status, body) = post(&control, "/v1/tasks", Some(&task(id, json!({"node": "a"}))));
+    assert_eq!(status, 201, "{body}");
+    wait_for(&runner, id, "running with a step", |t| {
+        t["state"] == "running" && t["steps"].as_array().is_some_and(|s| !s.is_empty())
+    });
+    assert_eq!(control.cli(&["pause", id]).code, 0);
+    wait_for(&runner, id, "parked for the person", |t| t["state"] == "waiting_for_human");
+
+    let mut socket = connect(&addr, &format!("/v1/tasks/{id}/live?width=640"));
+    let clicked = act(&mut socket, &json!({"type": "click", "x": 640, "y": 370}));
+    assert_eq!((clicked["type"].as_str(), &clicked["ok"]), (Some("acted"), &json!(true)), "{clicked}");
+    let cancelled = control.cli(&["cancel", id]);
+    assert_eq!(cancelled.code, 0, "{}", cancelled.stderr);
+    // The runner's viewer learns it without sending anything (a read waits at most the live tests' bound).
+    let mut seen = Vec::new();
+    loop {
+        match receive(&mut socket, &seen) {
+            Received::Text(value) if value["type"] == "ended" => {
+                assert_eq!(value["state"], "cancelled", "{value}; seen {seen:?}");
+                break;
+            }
+            Received::Text(value) => seen.push(value.to_string()),
+            Received::Frame(..) => {}
+            Received::Closed(code) => panic!("closed ({code:?}) before the end was told; seen {seen:?}"),
+        }
+    }
+    assert_eq!(runner.task(id)["state"], "cancelled");
+}
+
 fn a_queued_task_waits_before_it_starts_and_wrong_requests_change_nothing(backend: Backend) {
     let daemon = Daemon::start_on(backend, "", "");
     // No worker has this label: the task stays queued.

@@ -437,11 +437,11 @@ async fn new_tabs_are_followed_and_dialogs_answered() {
 
     let report = perform(&browser, json!({"type": "click", "x": 100, "y": 220})).await;
     assert!(report.message.unwrap_or_default().contains("confirm"));
-    assert_eq!(browser.page_state().await.unwrap().title, "confirmed");
+    title_becomes(&browser, "confirmed", "the confirm dialog was accepted").await;
 
     let report = perform(&browser, json!({"type": "click", "x": 100, "y": 320})).await;
     assert!(report.message.unwrap_or_default().contains("\"alice\""));
-    assert_eq!(browser.page_state().await.unwrap().title, "said alice");
+    title_becomes(&browser, "said alice", "the prompt was answered").await;
 
     // The chooser's event may come just after the click returns: its note is then the next one.
     let report = perform(&browser, json!({"type": "click", "x": 100, "y": 420})).await;
@@ -637,6 +637,21 @@ async fn a_url_policy_refuses_redirects_frames_and_fetches_to_the_inside() {
     assert!(reached.is_empty(), "nothing reached the inside: {reached:#?}");
 }
 
+/// Waits for the page's title to become `expected` (`what` it shows): the title is the browser's view of the page
+/// (Target.getTargetInfo), which the renderer tells it apart from its answer to an input event, so it may follow
+/// the action by moments; ten seconds without it means the action's effect was lost.
+async fn title_becomes(browser: &BrowserProvider, expected: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let title = browser.page_state().await.unwrap().title;
+        if title == expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: the title is still {title:?}, not {expected:?} after 10 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Between tasks ([`BrowserProvider::reset`], what a desktop pool does): the next task gets a browser context
 /// with none of the last one's cookies, storage or tabs, on the start page, with input working; the first
 /// reset makes its context, each later one takes the context prepared meanwhile (the times are printed: a
@@ -689,7 +704,7 @@ async fn a_reset_gives_the_next_task_a_clean_browser() {
         let frame = browser.screenshot().await.unwrap();
         assert_eq!(frame.size(), Size::new(1280, 800), "round {round}: the viewport is set in the new context");
         perform(&browser, json!({"type": "click", "x": 100, "y": 130})).await;
-        assert_eq!(browser.page_state().await.unwrap().title, "clicked", "round {round}: input lands after a reset");
+        title_becomes(&browser, "clicked", &format!("round {round}: input lands after a reset")).await;
         browser.reload().await.unwrap();
     }
     let ms: Vec<String> = figures.iter().map(|d| format!("{:.1}", d.as_secs_f64() * 1000.0)).collect();
