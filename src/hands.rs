@@ -116,6 +116,31 @@ struct Draft {
 }
 
 impl Held {
+    /// Journals a step of the person's (see [`journal`]); a refusal (the task is no longer parked for them:
+    /// handed back through another node, or cancelled) lets the desktop go.
+    async fn journal(&self, draft: Draft) -> Result<(), HandsError> {
+        match journal(&*self.queue, &self.task_id, &self.secrets, draft).await {
+            Ok(()) => {
+                self.events_stored.notify_waiters();
+                Ok(())
+            }
+            Err(e @ QueueError::WrongState { .. }) => {
+                self.gone.cancel();
+                self.give_back_desktop();
+                Err(e.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Journals the typing held back, if any.
+    async fn journal_typing(&self, recorder: &mut Recorder) -> Result<(), HandsError> {
+        match recorder.typing.take() {
+            Some(draft) => self.journal(draft).await,
+            None => Ok(()),
+        }
+    }
+
     fn give_back_desktop(&self) {
         if let Some(name) = lock(&self.desktop).take() {
             self.pool.give_back(&name, &self.task_id);
@@ -263,13 +288,10 @@ impl Hands {
         if let Some(held) = held {
             held.gone.cancel();
             let mut recorder = held.recorder.lock().await;
-            if let Some(draft) = recorder.typing.take()
-                && let Err(e) = journal(&*self.queue, task_id, &held.secrets, draft).await
-            {
+            if let Err(e) = held.journal_typing(&mut recorder).await {
                 tracing::warn!(task = %task_id, error = %e, "a person's last typing could not be recorded");
             }
             drop(recorder);
-            self.events_stored.notify_waiters();
             held.give_back_desktop();
         }
     }
@@ -306,20 +328,19 @@ impl Hands {
             return Err(HandsError::NotTakenOver);
         }
         // Typing that goes on from typing held back joins its step (as long as the joined text is one action).
-        if let (Some(action @ Action::Type { text }), Some(draft)) = (&action, &recorder.typing)
-            && (Action::Type { text: format!("{}{text}", typed(draft)) }).validate(draft.screen()).is_ok()
+        if let (Some(action @ Action::Type { text }), Some(draft)) = (&action, recorder.typing.as_mut())
+            && (Action::Type { text: format!("{}{text}", draft.typed()) }).validate(draft.screen()).is_ok()
         {
             let started = Instant::now();
             let (ok, message) = perform(&held.computer, action).await;
-            let Some(draft) = recorder.typing.as_mut() else { return Err(HandsError::NotTakenOver) };
             draft.join_typing(text, ok, &message, started.elapsed().as_millis() as u64);
             let step = draft.step.index;
-            if !held.secrets.may_go_on_into_a_value(&typed(draft)) {
-                self.journal_typing(held, &mut recorder).await?;
+            if !held.secrets.may_go_on_into_a_value(draft.typed()) {
+                held.journal_typing(&mut recorder).await?;
             }
             return Ok(Acted { step, ok, message: held.secrets.redact(&message).into_owned() });
         }
-        self.journal_typing(held, &mut recorder).await?;
+        held.journal_typing(&mut recorder).await?;
         let index = recorder.next;
         let started_at = OffsetDateTime::now_utc();
         let started = Instant::now();
@@ -365,40 +386,14 @@ impl Hands {
         let (ok, message) = draft.answer();
         recorder.next = index + 1;
         if matches!(draft.step.actions.first(), Some(Action::Type { .. }))
-            && held.secrets.may_go_on_into_a_value(&typed(&draft))
+            && held.secrets.may_go_on_into_a_value(draft.typed())
         {
             recorder.typing = Some(draft);
         } else {
-            self.journal(held, draft).await?;
+            held.journal(draft).await?;
         }
         // What the person typed stays out of the answer as it stays out of the record.
         Ok(Acted { step: index, ok, message: held.secrets.redact(&message).into_owned() })
-    }
-
-    /// Journals the typing held back, if any.
-    async fn journal_typing(&self, held: &Held, recorder: &mut Recorder) -> Result<(), HandsError> {
-        match recorder.typing.take() {
-            Some(draft) => self.journal(held, draft).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Journals a step of the person's with its events, in one write the queue accepts only while the task is
-    /// parked for them; a refusal lets the desktop go.
-    async fn journal(&self, held: &Held, draft: Draft) -> Result<(), HandsError> {
-        match journal(&*self.queue, &held.task_id, &held.secrets, draft).await {
-            Ok(()) => {
-                self.events_stored.notify_waiters();
-                Ok(())
-            }
-            Err(e @ QueueError::WrongState { .. }) => {
-                // Handed back through another node, or cancelled: this desktop is not the person's any more.
-                held.gone.cancel();
-                held.give_back_desktop();
-                Err(e.into())
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 }
 
@@ -442,14 +437,6 @@ async fn let_go_once_unparked(held: Weak<Held>) {
     }
 }
 
-/// The text of a draft's `type` action.
-fn typed(draft: &Draft) -> String {
-    match draft.step.actions.first() {
-        Some(Action::Type { text }) => text.clone(),
-        _ => String::new(),
-    }
-}
-
 /// Runs a person's action on the computer, bounded as a model's action is: whether it worked, and the
 /// computer's answer.
 async fn perform(computer: &Arc<dyn ComputerProvider>, action: &Action) -> (bool, String) {
@@ -462,6 +449,14 @@ async fn perform(computer: &Arc<dyn ComputerProvider>, action: &Action) -> (bool
 }
 
 impl Draft {
+    /// The text of the step's `type` action (empty for another action).
+    fn typed(&self) -> &str {
+        match self.step.actions.first() {
+            Some(Action::Type { text }) => text,
+            _ => "",
+        }
+    }
+
     /// The size of the screen the step was taken on.
     fn screen(&self) -> agentd_computer::Size {
         agentd_computer::Size { width: self.step.screenshot.width, height: self.step.screenshot.height }
