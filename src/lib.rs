@@ -118,6 +118,11 @@ pub mod daemon;
 pub(crate) mod daemon;
 #[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
+pub mod eval;
+#[cfg(all(feature = "daemon", not(feature = "internals")))]
+pub(crate) mod eval;
+#[cfg(all(feature = "daemon", feature = "internals"))]
+#[doc(hidden)]
 pub mod exit;
 #[cfg(all(feature = "daemon", not(feature = "internals")))]
 pub(crate) mod exit;

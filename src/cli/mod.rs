@@ -6,6 +6,7 @@ pub mod client;
 pub mod compile;
 pub mod console;
 pub mod docs;
+pub mod eval;
 pub mod exit;
 pub mod live;
 pub mod mcp;
@@ -103,6 +104,39 @@ pub enum Command {
         /// Follow the task's progress and exit with its outcome.
         #[arg(long)]
         wait: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Run a suite of verified tasks on one or more models and report pass rates with intervals (docs/eval.md).
+    #[command(after_help = "Examples:
+  agentd eval suite.toml --local                   every run in this process, no daemon
+  agentd eval suite.toml                           through the daemon (a fleet runs the runs side by side)
+  agentd eval suite.toml --json > result.json      the result as one JSON document
+  agentd eval suite.toml --baseline result.json    exit 1 when a pass rate fell below the earlier interval
+  agentd eval suite.toml --html eval.html          a page with every failed run linked to its report
+  agentd eval suite.toml --continue ID             continue an interrupted evaluation
+
+Exit: 0 the evaluation finished (with --baseline: and no pass rate fell below the baseline's interval),
+1 a pass rate fell below it, 2 invalid suite or arguments, 3 the daemon could not be reached, 130
+interrupted (continue it with --continue ID).")]
+    Eval {
+        /// The suite file (TOML or JSON).
+        suite: PathBuf,
+        /// Run every run in this process, as `agentd run` does, instead of through the daemon.
+        #[arg(long)]
+        local: bool,
+        /// Continue evaluation ID: runs it already finished are read, not run again.
+        #[arg(long = "continue", value_name = "ID")]
+        resume: Option<String>,
+        /// Write the result as an HTML page (failed runs' reports beside it, in FILE's name + `-runs/`).
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+        /// An earlier `--json` result: exit 1 when a model's pass rate fell below its interval there.
+        #[arg(long, value_name = "FILE")]
+        baseline: Option<PathBuf>,
+        /// Runs at once (default: the suite's `concurrency`, else 4).
+        #[arg(long, value_name = "N")]
+        concurrency: Option<u32>,
         #[command(flatten)]
         daemon: DaemonArgs,
     },
@@ -527,6 +561,7 @@ impl Command {
             Command::Serve { .. } => "serve",
             Command::Submit { .. } => "submit",
             Command::Replay { .. } => "replay",
+            Command::Eval { .. } => "eval",
             Command::Status { .. } => "status",
             Command::List { .. } => "list",
             Command::Cancel { .. } => "cancel",
@@ -558,6 +593,7 @@ impl Command {
         match self {
             Command::Submit { daemon, .. }
             | Command::Replay { daemon, .. }
+            | Command::Eval { daemon, .. }
             | Command::Status { daemon, .. }
             | Command::List { daemon, .. }
             | Command::Cancel { daemon, .. }
@@ -733,6 +769,19 @@ async fn dispatch(cli: Cli) -> CliResult {
             let args =
                 remote::ReplayArgs { id, task: task.as_deref(), params, fallback: fallback.as_deref(), wait: *wait };
             remote::replay(&client(daemon)?, args, json).await
+        }
+        Command::Eval { suite, local, resume, html, baseline, concurrency, daemon } => {
+            let config = source.load()?;
+            let args = eval::EvalArgs {
+                suite,
+                local: *local,
+                resume: resume.as_deref(),
+                html: html.as_deref(),
+                baseline: baseline.as_deref(),
+                concurrency: *concurrency,
+            };
+            let daemon = if *local { None } else { Some(client(daemon)?) };
+            eval::eval(&config, daemon, args, json).await
         }
         Command::Status { id, daemon } => remote::status(&client(daemon)?, id, json).await,
         Command::List { state, limit, watch, daemon } => {

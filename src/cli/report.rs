@@ -47,7 +47,29 @@ pub async fn export(source: Source<'_>, id: &str, files: &ExportArgs<'_>, json: 
             "export needs at least one of --html FILE, --gif FILE, --webp FILE"
         )));
     }
-    let record = Arc::new(load_record(&source, id).await?);
+    let (steps, written) = write_reports(&source, id, files).await?;
+    if json {
+        let files: Vec<_> = written
+            .iter()
+            .map(|w| serde_json::json!({"format": w.kind.name(), "path": w.path, "bytes": w.bytes}))
+            .collect();
+        println!("{}", serde_json::json!({"id": id, "steps": steps, "files": files}));
+    } else {
+        for w in &written {
+            print_stderr(&format!("wrote {} ({}, {} bytes)", w.path.display(), w.kind.name(), w.bytes));
+        }
+    }
+    Ok(Exit::Success)
+}
+
+/// Writes the report files of task `id` (export's work without its printing): the task's steps, the files
+/// written.
+async fn write_reports(
+    source: &Source<'_>,
+    id: &str,
+    files: &ExportArgs<'_>,
+) -> Result<(usize, Vec<Written>), CliError> {
+    let record = Arc::new(load_record(source, id).await?);
     let store = match source {
         Source::Local(config) => Some(crate::backends::artifact_store(config).await.map_err(CliError::invalid)?),
         Source::Daemon(_) => None,
@@ -64,7 +86,7 @@ pub async fn export(source: Source<'_>, id: &str, files: &ExportArgs<'_>, json: 
             // The daemon serves the final screen as step `steps.len()`.
             Shot::Final => record.final_screenshot.as_ref().map(|s| (record.steps.len() as u32, s.key.clone())),
         };
-        let (source, store, id) = (&source, store.as_ref(), record.id.as_str());
+        let (source, store, id) = (source, store.as_ref(), record.id.as_str());
         async move {
             match wanted {
                 Some((index, key)) => fetch_screenshot(source, store, id, index, key).await,
@@ -73,18 +95,12 @@ pub async fn export(source: Source<'_>, id: &str, files: &ExportArgs<'_>, json: 
         }
     })
     .await?;
-    if json {
-        let files: Vec<_> = written
-            .iter()
-            .map(|w| serde_json::json!({"format": w.kind.name(), "path": w.path, "bytes": w.bytes}))
-            .collect();
-        println!("{}", serde_json::json!({"id": id, "steps": record.steps.len(), "files": files}));
-    } else {
-        for w in &written {
-            print_stderr(&format!("wrote {} ({}, {} bytes)", w.path.display(), w.kind.name(), w.bytes));
-        }
-    }
-    Ok(Exit::Success)
+    Ok((record.steps.len(), written))
+}
+
+/// Writes task `id`'s HTML trajectory report to `path` (what `agentd eval --html` links each failure to).
+pub(super) async fn write_html_report(source: &Source<'_>, id: &str, path: &Path) -> Result<(), CliError> {
+    write_reports(source, id, &ExportArgs { html: Some(path), gif: None, webp: None }).await.map(drop)
 }
 
 /// The formats `export` writes.

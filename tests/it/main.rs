@@ -42,6 +42,7 @@ mod daemon;
 mod defects;
 mod desktops;
 mod doubles;
+mod eval;
 mod events;
 mod fidelity;
 mod fleet;
