@@ -106,6 +106,10 @@ pub async fn eval(config: &Config, daemon: Option<Client>, args: EvalArgs<'_>, j
     );
 
     let stop = CancellationToken::new();
+    // The daemon gone for longer than a restart (the event follower waits ~15 s): the evaluation stops, its
+    // runs go on there, and continuing picks them up.
+    let lost: std::sync::Mutex<Option<CliError>> = std::sync::Mutex::new(None);
+    let lost_slot = &lost;
     let done = AtomicUsize::new(0);
     let runner = &runner;
     let suite_ref = &suite;
@@ -119,7 +123,14 @@ pub async fn eval(config: &Config, daemon: Option<Client>, args: EvalArgs<'_>, j
                 let task = &suite_ref.tasks[run.task].name;
                 match runner {
                     Runner::Local(local) => local.run(&run, &suite_ref.tasks[run.task], task, &stop).await,
-                    Runner::Daemon(client) => daemon_run(client, &run, task, &stop).await,
+                    Runner::Daemon(client) => match daemon_run(client, &run, task, &stop).await {
+                        Ok(outcome) => outcome,
+                        Err(e) => {
+                            stop.cancel();
+                            lost_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e);
+                            None
+                        }
+                    },
                 }
             }
         })
@@ -144,6 +155,17 @@ pub async fn eval(config: &Config, daemon: Option<Client>, args: EvalArgs<'_>, j
     let interrupts = watch_interrupts(stop.clone());
     let outcomes = runs.await;
     interrupts.abort();
+    let lost = lost.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(error) = lost {
+        eprintln!(
+            "agentd: evaluation {0} stopped after {1} of {total} runs: the daemon could not be reached; its runs go on \
+             there: continue it with: agentd eval {2} --continue {0}",
+            sanitize(&eval_id),
+            outcomes.len(),
+            sanitize(&args.suite.display().to_string()),
+        );
+        return Err(error);
+    }
     if stop.is_cancelled() {
         eprintln!(
             "agentd: evaluation {0} interrupted after {1} of {total} runs; continue it with: agentd eval {2} --continue \
@@ -255,17 +277,23 @@ fn finished_record(path: &Path) -> Option<TaskRecord> {
 }
 
 /// Submits `run` to the daemon (an earlier submission under its id is the same task, not a new one) and
-/// follows it to its end; `None` when the evaluation stopped first (the run goes on in the daemon).
-async fn daemon_run(client: &Client, run: &PlannedRun, name: &str, stop: &CancellationToken) -> Option<RunOutcome> {
+/// follows it to its end; `None` when the evaluation stopped first (the run goes on in the daemon); an error
+/// when the daemon cannot be reached (not the run's failure: the evaluation stops).
+async fn daemon_run(
+    client: &Client,
+    run: &PlannedRun,
+    name: &str,
+    stop: &CancellationToken,
+) -> Result<Option<RunOutcome>, CliError> {
     let id = run.id.as_str();
-    let unavailable = |message: String| Some(RunOutcome::unavailable(name, &run.model, run.repeat, id, message));
+    let unavailable = |message: String| Ok(Some(RunOutcome::unavailable(name, &run.model, run.repeat, id, message)));
     let body = match serde_json::to_vec(&run.spec) {
         Ok(body) => body,
         Err(e) => return unavailable(format!("cannot serialize the task: {e}")),
     };
     let submitted = tokio::select! {
         submitted = client.call(Method::POST, "/v1/tasks", Some(body)) => submitted,
-        () = stop.cancelled() => return None,
+        () = stop.cancelled() => return Ok(None),
     };
     let record = match submitted {
         Ok((status, reply)) if status == StatusCode::OK || status == StatusCode::CREATED => match record_of(reply) {
@@ -273,6 +301,7 @@ async fn daemon_run(client: &Client, run: &PlannedRun, name: &str, stop: &Cancel
             Err(e) => return unavailable(e.to_string()),
         },
         Ok((status, reply)) => return unavailable(format!("the daemon refused the task ({status}): {reply}")),
+        Err(e) if e.exit == Exit::Unreachable => return Err(e),
         Err(e) => return unavailable(e.to_string()),
     };
     let record = if record.state.is_terminal() {
@@ -281,12 +310,13 @@ async fn daemon_run(client: &Client, run: &PlannedRun, name: &str, stop: &Cancel
         tokio::select! {
             ended = wait_for_end(client, id) => match ended {
                 Ok(record) => record,
+                Err(e) if e.exit == Exit::Unreachable => return Err(e),
                 Err(e) => return unavailable(e.to_string()),
             },
-            () = stop.cancelled() => return None,
+            () = stop.cancelled() => return Ok(None),
         }
     };
-    Some(RunOutcome::from_record(name, &run.model, run.repeat, &record))
+    Ok(Some(RunOutcome::from_record(name, &run.model, run.repeat, &record)))
 }
 
 /// Follows task `id`'s events until it ends, then reads its record (the queue records the end just after the

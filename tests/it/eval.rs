@@ -385,3 +385,66 @@ fn the_projects_own_suite_passes_its_baseline() {
     assert_eq!(model["passed"], model["runs"], "{model:#}");
     assert_eq!(model["infrastructure_failures"], 0, "{model:#}");
 }
+
+#[test]
+fn an_evaluation_through_the_daemon_survives_the_daemon_killed_and_restarted() {
+    let mut daemon = Daemon::start_on_with_env(
+        Backend::Sqlite,
+        "",
+        "lease_secs = 3\nheartbeat_secs = 1\npoll_ms = 100\nmax_attempts = 3",
+        "",
+        Vec::new(),
+    );
+    let dir = daemon.agentd.dir.path().to_path_buf();
+    let slow = serde_json::json!({"turns": (0..6)
+        .map(|_| serde_json::json!({"actions": [{"type": "wait", "duration_ms": 500}]}))
+        .chain([serde_json::json!({"complete": {"success": true, "summary": "waited"}})])
+        .collect::<Vec<_>>()});
+    let suite = serde_json::json!({
+        "name": "restarted",
+        "repeat": 2,
+        "concurrency": 2,
+        "tasks": [{
+            "id": "slow",
+            "instructions": "wait",
+            "computer": {"provider": "mock", "scene": "login"},
+            "model": {"provider": "scripted", "script": slow},
+            "limits": {"max_steps": 20},
+            "verify": [{"kind": "mock_state", "expect": {"screen": "login"}}],
+        }],
+    });
+    let suite_path = dir.join("suite.json");
+    std::fs::write(&suite_path, suite.to_string()).expect("write suite");
+    let child = daemon
+        .agentd
+        .command()
+        .args(["--socket", daemon.socket.to_str().expect("socket"), "eval", suite_path.to_str().expect("path"), "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agentd eval");
+    // Both runs are running (the daemon has their first steps): the daemon is killed, and started again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = |daemon: &Daemon| {
+        let list = daemon.cli(&["list", "--state", "running", "--json"]);
+        list.json()["tasks"].as_array().map_or(0, Vec::len)
+    };
+    while running(&daemon) < 2 {
+        assert!(Instant::now() < deadline, "the runs did not start:\n{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon.kill();
+    daemon.spawn();
+    let output = child.wait_with_output().expect("wait agentd eval");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}\n{}", daemon.log());
+    let result: Value = serde_json::from_str(&stdout).expect("result JSON");
+    let model = &result["models"][0];
+    assert_eq!((model["runs"].as_u64(), model["passed"].as_u64()), (Some(2), Some(2)), "{result:#}\n{stderr}");
+    // The runs the killed daemon held were taken up again by the new one (a second attempt), not resubmitted.
+    for id in model["tasks"][0]["task_ids"].as_array().expect("ids") {
+        let task = daemon.task(id.as_str().expect("id"));
+        assert_eq!((task["state"].as_str(), task["attempt"].as_u64()), (Some("succeeded"), Some(2)), "{task:#}");
+    }
+}
