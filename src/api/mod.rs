@@ -18,6 +18,7 @@
 mod connections;
 pub mod console;
 pub mod demonstrations;
+pub mod evals;
 mod events;
 mod handle;
 mod live;
@@ -235,6 +236,8 @@ fn endpoints() -> Vec<Endpoint> {
         get_at("/v1/tasks/{id}", tasks::status),
         delete_at("/v1/tasks/{id}", retention::delete),
         post_at("/v1/prune", retention::prune),
+        get_at("/v1/evals", evals::list),
+        get_at("/v1/evals/{id}", evals::result),
         post_at("/v1/tasks/{id}/cancel", tasks::cancel),
         post_at("/v1/tasks/{id}/approve", tasks::approve),
         post_at("/v1/tasks/{id}/reject", tasks::reject),

@@ -109,7 +109,10 @@ pub async fn list(
         field: Some("state".into()),
         ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e)
     })?;
-    let tasks = state.queue.list(&ListFilter { state: filter_state, limit: query.limit.unwrap_or(100) }).await?;
+    let tasks = state
+        .queue
+        .list(&ListFilter { state: filter_state, limit: query.limit.unwrap_or(100), ..ListFilter::default() })
+        .await?;
     // The list leaves the steps out (they can be long); each task says how many it has in `step_count`. A task
     // whose stored row cannot be read is listed in its place as `{id, state?, created_at, error}`.
     let ids: Vec<String> = tasks.iter().filter_map(ListedTask::record).map(|task| task.id.clone()).collect();

@@ -27,7 +27,9 @@ pub struct TimedOut {
 /// Ends the waits that are over; `defaults` are the config's `[defaults.limits]`. A task answered or moved
 /// meanwhile (by a person, or by another node's round) is skipped.
 pub async fn time_out(queue: &dyn Queue, defaults: &LimitsSpec) -> Result<Vec<TimedOut>, QueueError> {
-    let waiting = queue.list(&ListFilter { state: Some(TaskState::WaitingForHuman), limit: ROUND }).await?;
+    let waiting = queue
+        .list(&ListFilter { state: Some(TaskState::WaitingForHuman), limit: ROUND, ..ListFilter::default() })
+        .await?;
     let now = OffsetDateTime::now_utc();
     let mut ended = Vec::new();
     for task in waiting {

@@ -37,7 +37,8 @@ fn timeout_of(task: &TaskSpec, catalog: &BTreeMap<String, ToolDecl>, name: &str)
 /// Answers the `remote` calls whose wait is over; `catalog` is the config's `[tools]`. Returns the tasks
 /// that go on.
 pub async fn time_out(queue: &dyn Queue, catalog: &BTreeMap<String, ToolDecl>) -> Result<Vec<String>, QueueError> {
-    let parked = queue.list(&ListFilter { state: Some(TaskState::AwaitingTool), limit: ROUND }).await?;
+    let parked =
+        queue.list(&ListFilter { state: Some(TaskState::AwaitingTool), limit: ROUND, ..ListFilter::default() }).await?;
     let now = OffsetDateTime::now_utc();
     let mut ended = Vec::new();
     for task in parked {

@@ -10,6 +10,7 @@
 //! the command's (`cli::eval`).
 
 pub mod html;
+pub mod stored;
 pub mod suite;
 pub mod summary;
 

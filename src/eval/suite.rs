@@ -179,7 +179,8 @@ impl Suite {
     pub fn plan(&self, eval: &str) -> Vec<PlannedRun> {
         let models: Vec<Option<&SuiteModel>> =
             if self.models.is_empty() { vec![None] } else { self.models.iter().map(Some).collect() };
-        let mut runs = Vec::new();
+        let total = self.tasks.len() * models.len() * self.repeat as usize;
+        let mut runs = Vec::with_capacity(total);
         for repeat in 1..=self.repeat {
             for (t, task) in self.tasks.iter().enumerate() {
                 for (m, model) in models.iter().enumerate() {
@@ -200,6 +201,8 @@ impl Suite {
                             "task": task.name,
                             "model": model_name,
                             "repeat": repeat,
+                            "repeats": self.repeat,
+                            "runs": total,
                         }),
                     );
                     runs.push(PlannedRun { id, task: t, model: model_name, repeat, spec });

@@ -218,6 +218,10 @@ pub enum Decision {
 pub struct ListFilter {
     pub state: Option<TaskState>,
     pub limit: u32,
+    /// Only tasks whose id starts with this (an evaluation's runs, docs/eval.md).
+    pub id_prefix: Option<String>,
+    /// Only tasks whose id ends with this (an evaluation's first run names it).
+    pub id_suffix: Option<String>,
 }
 
 /// What the rescuer did with one expired lease.

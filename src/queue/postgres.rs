@@ -830,10 +830,13 @@ impl Queue for PostgresQueue {
         let limit = row::list_limit(filter);
         let rows = sqlx::query(
             "SELECT * FROM agentd_tasks WHERE ($1::text IS NULL OR state = $1)
+             AND ($3::text IS NULL OR starts_with(id, $3)) AND ($4::text IS NULL OR right(id, length($4)) = $4)
              ORDER BY created_at DESC, id DESC LIMIT $2",
         )
         .bind(filter.state.map(|s| s.as_str()))
         .bind(limit)
+        .bind(filter.id_prefix.as_deref())
+        .bind(filter.id_suffix.as_deref())
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;

@@ -834,3 +834,64 @@ async fn a_browser_tasks_step_names_its_page() {
     save(&tab, "browser-task.png").await;
     browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_is_shown_with_its_result_and_every_run_linked() {
+    let Some(browser) = launch().await else { return };
+    let (daemon, dir, addr) = console_daemon();
+    // Two tasks, once each: `login` passes, `wrong-screen` completes where its verifier does not accept it.
+    let script = repo().join("config/scripts/mock-login.json");
+    let suite = serde_json::json!({
+        "name": "console suite",
+        "tasks": [
+            {"path": repo().join("config/suites/mock/login.json")},
+            {"id": "wrong-screen", "instructions": "Log in and stay on the welcome screen",
+             "computer": {"provider": "mock", "scene": "login"},
+             "model": {"provider": "scripted", "script": script},
+             "limits": {"max_steps": 10, "verify_retries": 0},
+             "verify": [{"kind": "mock_state", "expect": {"screen": "welcome"}}]},
+        ],
+    });
+    let suite_path = dir.path().join("suite.json");
+    std::fs::write(&suite_path, suite.to_string()).expect("write suite");
+    let run = daemon.cli(&["eval", suite_path.to_str().expect("path"), "--json"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stderr, daemon.log());
+    let eval = run.json()["eval"].as_str().expect("eval id").to_string();
+
+    let tab = browser.tab(1280, 800, false).await.expect("tab");
+    log_in(&tab, &addr).await;
+    open_hash(&tab, "#/evals").await;
+    let row = format!("document.querySelector('tr[data-id=\"{eval}\"]')");
+    tab.wait_for(&format!("{row} && {row}.textContent.includes('console suite')"), WAIT)
+        .await
+        .expect("the evaluation is listed with its suite");
+    save(&tab, "evals.png").await;
+    tab.click(&format!("tr[data-id=\"{eval}\"] a")).await.expect("open the evaluation");
+    tab.wait_for("document.querySelector('.eval-model')", WAIT).await.expect("its result");
+    let text: String = tab.eval("document.querySelector('main').innerText").await.expect("text");
+    for expected in ["Evaluation of console suite", "50.0% of 2 runs (1 passed)", "9.4% – 90.5%", "2 of 2 runs ended"]
+    {
+        assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+    }
+    let runs: Vec<(String, String)> = tab
+        .eval("[...document.querySelectorAll('.eval-run')].map(r => [r.className, r.querySelector('a').getAttribute('href')])")
+        .await
+        .expect("runs");
+    assert_eq!(
+        runs,
+        [
+            ("eval-run passed".to_string(), format!("#/tasks/{eval}.t1.m1.r1")),
+            ("eval-run failed".to_string(), format!("#/tasks/{eval}.t2.m1.r1")),
+        ]
+    );
+    save(&tab, "eval.png").await;
+    // A run's link opens its task page.
+    tab.click(".eval-run.failed a").await.expect("open the failed run");
+    tab.wait_for(
+        "document.querySelector('#task-state') && document.querySelector('#task-state').dataset.state === 'failed'",
+        WAIT,
+    )
+    .await
+    .expect("the run's own page");
+    browser.close().await;
+}

@@ -124,7 +124,7 @@ fn a_suite_run_here_counts_passes_model_failures_and_infrastructure_failures_apa
     assert_eq!(
         record["task"]["metadata"]["eval"],
         serde_json::json!({"id": result["eval"], "suite": "three kinds", "task": "wrong-screen",
-            "model": "(task's own model)", "repeat": 2}),
+            "model": "(task's own model)", "repeat": 2, "repeats": 2, "runs": 6}),
     );
     // The table for people says the same.
     let table = agentd.run(&["eval", suite.to_str().expect("path"), "--local"]);
@@ -418,7 +418,13 @@ fn an_evaluation_through_the_daemon_survives_the_daemon_killed_and_restarted() {
     let child = daemon
         .agentd
         .command()
-        .args(["--socket", daemon.socket.to_str().expect("socket"), "eval", suite_path.to_str().expect("path"), "--json"])
+        .args([
+            "--socket",
+            daemon.socket.to_str().expect("socket"),
+            "eval",
+            suite_path.to_str().expect("path"),
+            "--json",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -267,6 +267,22 @@ fn answers_fit_the_document(backend: Backend) {
     conforms(&doc, "GET", "/v1/tasks", &call(&daemon, "GET", "/v1/tasks?state=succeeded&limit=5", None));
     let events = call(&daemon, "GET", "/v1/tasks/doc-done/events?follow=false", None);
     conforms(&doc, "GET", "/v1/tasks/{id}/events", &events);
+
+    // An evaluation (docs/eval.md) of one verified run, as `agentd eval` submits it: listed, and its result.
+    let mut run = scripted("doc-eval.t1.m1.r1", json!([{"complete": {"success": true, "summary": "signed in"}}]));
+    run["verify"] = json!([{"kind": "mock_state", "expect": {"screen": "login"}}]);
+    run["metadata"] = json!({"eval": {"id": "doc-eval", "suite": "doc", "task": "sign-in", "model": "scripted",
+        "repeat": 1, "repeats": 1, "runs": 1}});
+    assert_eq!(call(&daemon, "POST", "/v1/tasks", Some(&run)).0, 201);
+    wait_state(&daemon, "doc-eval.t1.m1.r1", "succeeded");
+    let evals = conforms(&doc, "GET", "/v1/evals", &call(&daemon, "GET", "/v1/evals?limit=10", None));
+    assert_eq!(evals["evals"][0]["id"], "doc-eval", "{evals}");
+    let result = conforms(&doc, "GET", "/v1/evals/{id}", &call(&daemon, "GET", "/v1/evals/doc-eval", None));
+    assert_eq!((result["models"][0]["passed"].as_u64(), result["pending"].as_u64()), (Some(1), Some(0)), "{result}");
+    let missing = call(&daemon, "GET", "/v1/evals/no-such-eval", None);
+    assert_eq!(missing.0, 404, "{}", missing.2);
+    conforms(&doc, "GET", "/v1/evals/{id}", &missing);
+    conforms(&doc, "GET", "/v1/evals", &call(&daemon, "GET", "/v1/evals?limit=many", None));
     let event_schema = component(&doc, "Event");
     let data: Vec<Value> = events
         .2

@@ -514,13 +514,36 @@ async fn listing_and_counts(queue: &dyn Queue) {
     }
     let id = TaskId::generate();
     queue.submit(new_task(id.as_str(), &[("never", "matches")])).await.unwrap_or_else(|e| panic!("{e}"));
-    let newest = queue.list(&ListFilter { state: None, limit: 1 }).await.unwrap_or_else(|e| panic!("{e}"));
+    let newest = queue.list(&ListFilter { limit: 1, ..ListFilter::default() }).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(newest.len(), 1);
     assert_eq!(newest[0].id(), id.as_str(), "newest first");
-    let queued =
-        queue.list(&ListFilter { state: Some(TaskState::Queued), limit: 100 }).await.unwrap_or_else(|e| panic!("{e}"));
+    let queued = queue
+        .list(&ListFilter { state: Some(TaskState::Queued), limit: 100, ..ListFilter::default() })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(queued.iter().all(|t| t.record().is_some_and(|r| r.state == TaskState::Queued)), "{queued:?}");
     assert!(queued.iter().any(|t| t.id() == id.as_str()));
+    // By the id's beginning and end (an evaluation's runs): exact characters, `_` and `.` no wildcards.
+    for run in ["ev_1.t1.m1.r1", "ev_1.t2.m1.r1", "evx1.t1.m1.r1", "ev_10.t1.m1.r1"] {
+        queue.submit(new_task(run, &[("never", "matches")])).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let ids = |filter: ListFilter| async move {
+        let mut ids: Vec<String> =
+            queue.list(&filter).await.unwrap_or_else(|e| panic!("{e}")).iter().map(|t| t.id().to_string()).collect();
+        ids.sort();
+        ids
+    };
+    let prefix = ListFilter { limit: 100, id_prefix: Some("ev_1.t".into()), ..ListFilter::default() };
+    assert_eq!(ids(prefix).await, ["ev_1.t1.m1.r1", "ev_1.t2.m1.r1"]);
+    let suffix = ListFilter { limit: 100, id_suffix: Some("_1.t1.m1.r1".into()), ..ListFilter::default() };
+    assert_eq!(ids(suffix).await, ["ev_1.t1.m1.r1"]);
+    let both = ListFilter {
+        state: Some(TaskState::Queued),
+        limit: 100,
+        id_prefix: Some("ev".into()),
+        id_suffix: Some(".t1.m1.r1".into()),
+    };
+    assert_eq!(ids(both).await, ["ev_1.t1.m1.r1", "ev_10.t1.m1.r1", "evx1.t1.m1.r1"]);
     let counts = queue.counts().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(counts.get(&TaskState::Succeeded).copied().unwrap_or(0) >= 3, "{counts:?}");
     assert!(counts.get(&TaskState::Queued).copied().unwrap_or(0) >= 1, "{counts:?}");

@@ -1,5 +1,6 @@
 // agentd console: plain JavaScript, no build step, nothing fetched but this daemon's own API.
-// Pages (hash routes): #/ the task list, #/tasks/ID a task, #/submit the submit form.
+// Pages (hash routes): #/ the task list, #/tasks/ID a task, #/submit the submit form, #/evals the evaluations,
+// #/evals/ID one evaluation's result.
 // Every value from the API reaches the page through textContent or attributes, never as HTML.
 'use strict';
 (() => {
@@ -84,12 +85,15 @@
     const main = document.getElementById('main');
     main.replaceChildren();
     const m = hash.match(/^#\/tasks\/([^/?#]+)/);
-    const current = m ? null : hash.startsWith('#/submit') ? 'nav-submit' : 'nav-tasks';
-    for (const id of ['nav-tasks', 'nav-submit']) {
+    const ev = hash.match(/^#\/evals\/([^/?#]+)/);
+    const current = m ? null : hash.startsWith('#/submit') ? 'nav-submit' : hash.startsWith('#/evals') ? 'nav-evals' : 'nav-tasks';
+    for (const id of ['nav-tasks', 'nav-evals', 'nav-submit']) {
       const link = document.getElementById(id);
       if (id === current) link.setAttribute('aria-current', 'page'); else link.removeAttribute('aria-current');
     }
     if (m) page = taskPage(main, decodeURIComponent(m[1]));
+    else if (ev) page = evalPage(main, decodeURIComponent(ev[1]));
+    else if (hash.startsWith('#/evals')) page = evalsPage(main);
     else if (hash.startsWith('#/submit')) page = submitPage(main);
     else page = listPage(main);
     if (moved) {
@@ -197,6 +201,110 @@
       if (stateChanged) { clearTimeout(timer); refresh(); } else render();
     };
     for (const input of [stateSelect, ageSelect, minSteps, minCost]) input.addEventListener('input', changed);
+    refresh();
+    return { stop() { stopped = true; clearTimeout(timer); } };
+  }
+
+  // ---- evaluations (docs/eval.md) ----
+  const percent = (rate) => (rate === null || rate === undefined ? '–' : `${(rate * 100).toFixed(1)}%`);
+  const dollars = (usd) => (usd === null || usd === undefined ? '–' : `$${usd.toFixed(4)}`);
+
+  function evalsPage(main) {
+    const tbody = h('tbody');
+    const problem = h('p', { class: 'problem', role: 'alert' });
+    main.append(
+      h('h1', { tabindex: '-1', text: 'Evaluations' }),
+      h('p', { class: 'muted', text: 'Suites run through this daemon with agentd eval, newest first.' }),
+      problem,
+      h('div', { class: 'panel scroll' },
+        h('table', { class: 'evals' },
+          h('thead', {}, h('tr', {},
+            h('th', { scope: 'col', text: 'Suite' }), h('th', { scope: 'col', text: 'Evaluation' }),
+            h('th', { scope: 'col', text: 'Runs' }), h('th', { scope: 'col', text: 'Age' }))),
+          tbody)));
+    let stopped = false;
+    let timer = null;
+    async function refresh() {
+      try {
+        const evals = (await api('GET', '/v1/evals?limit=100')).evals || [];
+        problem.textContent = '';
+        if (stopped) return;
+        tbody.replaceChildren(...evals.map((e) => h('tr', { 'data-id': e.id },
+          h('td', {}, h('a', { href: `#/evals/${encodeURIComponent(e.id)}`, text: e.suite })),
+          h('td', { class: 'mono', text: e.id }),
+          h('td', { class: 'num', text: String(e.runs) }),
+          h('td', { class: 'num', title: e.created_at, text: age(e.created_at) }))));
+        if (!evals.length) tbody.append(h('tr', {}, h('td', { colspan: '4', class: 'muted', text: 'No evaluations yet.' })));
+        probe.ready = true;
+      } catch (e) {
+        problem.textContent = `Could not load the evaluations: ${e.message}`;
+      }
+      if (!stopped) timer = setTimeout(refresh, 5000);
+    }
+    refresh();
+    return { stop() { stopped = true; clearTimeout(timer); } };
+  }
+
+  function evalPage(main, id) {
+    const heading = h('h1', { tabindex: '-1', text: 'Evaluation' });
+    const meta = h('p', { class: 'muted mono', text: id });
+    const progress = h('p', { class: 'muted', 'aria-live': 'polite' });
+    const problem = h('p', { class: 'problem', role: 'alert' });
+    const models = h('div');
+    main.append(h('p', {}, h('a', { href: '#/evals', text: '← Evaluations' })), heading, meta, progress, problem, models);
+    let stopped = false;
+    let timer = null;
+    const runLink = (taskId, label) => h('a', { href: `#/tasks/${encodeURIComponent(taskId)}`, class: 'mono', title: taskId, text: label });
+    function modelSection(m, repeat) {
+      const facts = [
+        ['Pass rate', `${percent(m.pass_rate)} of ${m.runs} runs (${m.passed} passed)`],
+        ['95% interval', m.interval ? `${percent(m.interval[0])} – ${percent(m.interval[1])}` : '–'],
+        [`pass^${repeat}`, percent(m.pass_all_k)],
+        ['Median', `${m.median_steps === null ? '–' : m.median_steps} steps, ${m.median_seconds === null ? '–' : m.median_seconds.toFixed(1)} s`],
+        ['Tokens', `${m.input_tokens} in · ${m.output_tokens} out`],
+        ['Cost', `${dollars(m.cost_usd)} · per task ${dollars(m.cost_per_task_usd)} · per success ${dollars(m.cost_per_success_usd)}`],
+        ['Not counted', `${m.infrastructure_failures} infrastructure failure(s) · ${m.interrupted} interrupted`],
+      ];
+      const failed = new Map();
+      for (const t of m.tasks) for (const f of t.failures) failed.set(f.task_id, f);
+      const runs = (t) => t.task_ids.map((taskId, i) => {
+        const f = failed.get(taskId);
+        return h('div', { class: `eval-run ${f ? f.verdict : 'passed'}` },
+          runLink(taskId, `repeat ${i + 1}`), ' ',
+          h('span', { class: 'muted', text: f ? `${f.verdict} (${f.reason}): ${f.summary}` : 'passed' }));
+      });
+      const rows = m.tasks.map((t) => h('tr', { class: 'eval-task' },
+        h('td', { text: t.name }),
+        h('td', { class: 'num', text: `${t.passed}/${t.runs}` }),
+        h('td', { class: 'num', text: String(t.infrastructure_failures + t.interrupted) }),
+        h('td', { class: 'wide' }, runs(t))));
+      const head = h('thead', {}, h('tr', {},
+        h('th', { scope: 'col', text: 'Task' }), h('th', { scope: 'col', text: 'Passed' }),
+        h('th', { scope: 'col', text: 'Not counted' }), h('th', { scope: 'col', class: 'wide', text: 'Runs' })));
+      return h('section', { class: 'panel eval-model' },
+        h('h2', { text: m.name }),
+        h('dl', { class: 'facts' }, facts.flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: v })])),
+        h('div', { class: 'scroll' }, h('table', { class: 'eval-tasks' }, head, h('tbody', {}, rows))));
+    }
+    async function refresh() {
+      let pending = 0;
+      try {
+        const r = await api('GET', `/v1/evals/${encodeURIComponent(id)}`);
+        if (stopped) return;
+        problem.textContent = '';
+        heading.textContent = `Evaluation of ${r.suite}`;
+        document.title = `agentd console – evaluation ${r.suite}`;
+        pending = r.pending;
+        const ended = r.models.reduce((n, m) => n + m.runs + m.infrastructure_failures + m.interrupted, 0);
+        progress.textContent = r.pending ? `${ended} of ${r.planned} runs ended; ${r.pending} still going (refreshed every 2 seconds).`
+          : `${ended} of ${r.planned} runs ended; repeat ${r.repeat}.`;
+        models.replaceChildren(...r.models.map((m) => modelSection(m, r.repeat)));
+        probe.ready = true;
+      } catch (e) {
+        problem.textContent = `Could not load the evaluation: ${e.message}`;
+      }
+      if (!stopped && (pending > 0 || problem.textContent)) timer = setTimeout(refresh, 2000);
+    }
     refresh();
     return { stop() { stopped = true; clearTimeout(timer); } };
   }
