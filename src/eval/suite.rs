@@ -419,3 +419,81 @@ fn describe(spec: &ModelSpec, i: usize) -> String {
         (None, None) => provider.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn suite(text: &str, name: &str) -> Result<Suite, SuiteError> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/suites");
+        Suite::parse(text, &TaskSource::of(&dir.join(name)))
+    }
+
+    const TASK: &str = r#"instructions = "x"
+computer = { provider = "mock", scene = "login" }
+verify = [{ kind = "mock_state", expect = { screen = "login" } }]"#;
+
+    #[test]
+    fn the_repeats_of_a_task_are_planned_far_apart() {
+        let text = format!(
+            "name = \"s\"\nrepeat = 3\nmodels = [\"anthropic:claude-sonnet-4-5\", \"openai\"]\n\n[[tasks]]\nid = \
+             \"a\"\n{TASK}\n\n[[tasks]]\nid = \"b\"\n{TASK}\n"
+        );
+        let suite = suite(&text, "s.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(suite.model_names(), ["anthropic:claude-sonnet-4-5", "openai"]);
+        let plan = suite.plan("e");
+        let ids: Vec<&str> = plan.iter().map(|run| run.id.as_str()).collect();
+        assert_eq!(ids.len(), 12);
+        // Repeat 1 of every task and model, then repeat 2, then 3.
+        assert_eq!(&ids[..4], ["e.t1.m1.r1", "e.t1.m2.r1", "e.t2.m1.r1", "e.t2.m2.r1"]);
+        assert_eq!(ids[4], "e.t1.m1.r2");
+        assert_eq!(ids[11], "e.t2.m2.r3");
+        // The model replaces the task's own; the metadata names the run.
+        assert_eq!(plan[1].spec.model.as_ref().map(ModelSpec::provider), Some("openai"));
+        assert_eq!(
+            plan[1].spec.metadata.get("eval"),
+            Some(
+                &json!({"id": "e", "suite": "s", "task": "a", "model": "openai", "repeat": 1, "repeats": 3, "runs": 12})
+            )
+        );
+    }
+
+    #[test]
+    fn problems_name_the_field_and_where_it_is() {
+        let err = |text: &str, name: &str| suite(text, name).err().map(|e| e.to_string()).unwrap_or_default();
+        // TOML: a wrong type, with toml's own position.
+        let e = err("name = \"s\"\nrepeat = \"two\"\n", "s.toml");
+        assert!(e.contains("field `repeat`") && e.contains("(line 2, column 10)"), "{e}");
+        // A task without a verifier, at its table's header.
+        let e = err("name = \"s\"\n\n[[tasks]]\ninstructions = \"x\"\n", "s.toml");
+        assert!(
+            e.contains("field `tasks[0]`: task \"task-1\" has no verifier") && e.contains("(line 3, column 1)"),
+            "{e}"
+        );
+        // Two tasks of one name.
+        let e = err(&format!("name = \"s\"\n[[tasks]]\nid = \"a\"\n{TASK}\n[[tasks]]\nid = \"a\"\n{TASK}\n"), "s.toml");
+        assert!(e.contains("field `tasks[1]`: two tasks are named \"a\""), "{e}");
+        // JSON: a task's own field, under its place in the suite.
+        let e = err(r#"{"name": "s", "tasks": [{"instructions": "x", "limits": {"max_steps": "many"}}]}"#, "s.json");
+        assert!(e.contains("field `tasks[0].limits.max_steps`") && e.contains("(line 1, column"), "{e}");
+        // A model that names no provider agentd has.
+        let e = err(&format!("name = \"s\"\nmodels = [\"acme:x\"]\n[[tasks]]\n{TASK}\n"), "s.toml");
+        assert!(e.contains("field `models[0]`") && e.contains("PROVIDER[:MODEL]"), "{e}");
+        // A model listed twice; more runs than an evaluation takes.
+        let e = err(&format!("name = \"s\"\nmodels = [\"openai\", \"openai\"]\n[[tasks]]\n{TASK}\n"), "s.toml");
+        assert!(e.contains("model \"openai\" is listed twice"), "{e}");
+        let e = err(
+            &format!("name = \"s\"\nrepeat = 100\nmodels = [\"openai\", \"gemini\"]\n[[tasks]]\n{TASK}\n"),
+            "s.toml",
+        );
+        assert!(e.is_empty(), "200 runs are fine: {e}");
+    }
+
+    #[test]
+    fn an_evaluation_id_is_a_task_id_with_room_for_the_runs_place() {
+        assert!(eval_id(None).is_ok_and(|id| id.len() == 36));
+        assert_eq!(eval_id(Some("nightly-2026-11-28")), Ok("nightly-2026-11-28".to_string()));
+        assert!(eval_id(Some("../x")).is_err_and(|e| e.contains("evaluation id")));
+        assert!(eval_id(Some(&"a".repeat(101))).is_err());
+    }
+}
