@@ -101,6 +101,11 @@ pub(crate) mod attempt;
 pub mod backends;
 #[cfg(not(feature = "internals"))]
 pub(crate) mod backends;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod budget;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod budget;
 #[cfg(all(feature = "daemon", feature = "internals"))]
 #[doc(hidden)]
 pub mod cli;

@@ -89,6 +89,11 @@ pub struct ModelConfig {
     pub rate_limit_wait_secs: Option<u64>,
     /// Most requests in flight to this provider from the whole process (default 8).
     pub max_concurrency: Option<u32>,
+    /// The vendor's request limit per minute, kept by every task of the process — of the fleet, on the
+    /// PostgreSQL queue (docs/models.md). Unset: not limited here.
+    pub requests_per_minute: Option<u32>,
+    /// The vendor's token limit per minute (input and output tokens), kept as `requests_per_minute` is.
+    pub tokens_per_minute: Option<u64>,
     /// Stream responses (`model_delta` events as text arrives). Default: true, except openai-compatible.
     pub stream: Option<bool>,
     /// The environment the computer tool declares: OpenAI `linux`/`windows`/`mac`/`ubuntu`/`browser`
@@ -131,6 +136,8 @@ pub(super) const MODEL_KEYS: &[&str] = &[
     "max_retries",
     "rate_limit_wait_secs",
     "max_concurrency",
+    "requests_per_minute",
+    "tokens_per_minute",
     "stream",
     "environment",
     "coordinate_space",

@@ -183,6 +183,8 @@ pub(super) fn validate(config: &Config) -> Vec<(String, String)> {
             ("connect_timeout_secs", model.connect_timeout_secs),
             ("idle_timeout_secs", model.idle_timeout_secs),
             ("max_concurrency", model.max_concurrency.map(u64::from)),
+            ("requests_per_minute", model.requests_per_minute.map(u64::from)),
+            ("tokens_per_minute", model.tokens_per_minute),
             ("screenshot_chunk", model.screenshot_chunk.map(u64::from)),
             ("max_tokens", model.max_tokens.map(u64::from)),
         ] {

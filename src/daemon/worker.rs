@@ -81,7 +81,12 @@ impl Workers {
         let handle = WorkerHandle::new(now_ms(), &name);
         let identity = WorkerIdentity { name, labels, desktops, pool: Vec::new() };
         let concurrency = config.worker.concurrency.max(1) as usize;
-        let models = Arc::new(crate::model::Shared::new(&config));
+        // The vendors' per-minute budgets: the fleet's when the queue keeps one (PostgreSQL), else this process's.
+        let models = crate::model::Shared::new(&config);
+        let models = Arc::new(match queue.rate_budget() {
+            Some(budget) => models.with_budget(budget),
+            None => models,
+        });
         Arc::new(Self {
             config,
             queue,

@@ -32,7 +32,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::ModelError;
+use super::{ModelError, ModelTurn};
+use crate::budget::{Budget, Limits};
 pub use crate::sse::{SseEvent, SseParser};
 
 /// A secret (an API key). It never prints: `Debug` shows `Secret(***)`, and there is no `Display`.
@@ -324,6 +325,11 @@ pub struct Endpoint {
     pub provider: &'static str,
     pub client: reqwest::Client,
     pub limiter: Arc<Limiter>,
+    /// The vendor's per-minute budget (`crate::budget`): this process's, or the fleet's.
+    pub budget: Arc<dyn Budget>,
+    /// The endpoint's name in the budget (provider and origin).
+    pub budget_key: String,
+    pub limits: Limits,
     pub retry: RetryPolicy,
     pub timeouts: Timeouts,
     pub key: Option<Secret>,
@@ -351,15 +357,21 @@ impl Endpoint {
     }
 
     /// Sends `request` until it succeeds or the retry policy gives up.
-    pub async fn execute<D: Decoder>(&self, request: &HttpRequest, decoder: &mut D) -> Result<D::Output, ModelError> {
+    pub async fn execute<D: Decoder<Output = ModelTurn>>(
+        &self,
+        request: &HttpRequest,
+        decoder: &mut D,
+    ) -> Result<ModelTurn, ModelError> {
         let mut failures = 0u32;
         let mut throttled_for = Duration::ZERO;
         loop {
+            self.within_budget().await;
             let permit = self.limiter.acquire().await;
             let attempt = tokio::time::timeout(self.timeouts.total, self.attempt(request, decoder)).await;
             let error = match attempt {
                 Ok(Ok(output)) => {
                     permit.finish(AttemptOutcome::Success);
+                    self.charge(&output.usage).await;
                     return Ok(output);
                 }
                 Ok(Err(error)) => error,
@@ -374,6 +386,10 @@ impl Endpoint {
                 }
                 AttemptError::Retry { message, hint, throttled } => (self.redact(&message), hint, throttled),
             };
+            if throttled && let Some(hint) = hint {
+                // Everyone who shares the vendor's limit waits too.
+                self.pause_everyone(hint).await;
+            }
             if let Some(hint) = hint
                 && hint > self.retry.max_hint
             {
@@ -400,6 +416,47 @@ impl Endpoint {
             };
             tracing::warn!(provider = self.provider, failures, delay_ms = delay.as_millis() as u64, %message, "model request failed; retrying");
             tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Waits until the vendor's per-minute budget admits a request (counting it). A budget out of reach is
+    /// passed over with a warning: the process's own limiter still holds.
+    async fn within_budget(&self) {
+        if self.limits.is_unlimited() && !self.budget.is_shared() {
+            return;
+        }
+        loop {
+            match self.budget.admit(&self.budget_key, &self.limits).await {
+                Ok(wait) if wait.is_zero() => return,
+                Ok(wait) => {
+                    tracing::debug!(
+                        provider = self.provider,
+                        wait_ms = wait.as_millis() as u64,
+                        "waiting for the rate budget"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => {
+                    tracing::warn!(provider = self.provider, error = %e, "the request goes without the shared rate budget");
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn charge(&self, usage: &crate::record::Usage) {
+        if self.limits.tokens_per_minute.is_none() {
+            return;
+        }
+        let tokens = usage.input_tokens + usage.output_tokens;
+        if let Err(e) = self.budget.charge(&self.budget_key, tokens, &self.limits).await {
+            tracing::warn!(provider = self.provider, error = %e, "tokens not charged to the shared rate budget");
+        }
+    }
+
+    async fn pause_everyone(&self, wait: Duration) {
+        if let Err(e) = self.budget.pause(&self.budget_key, wait).await {
+            tracing::warn!(provider = self.provider, error = %e, "the vendor's wait not shared");
         }
     }
 

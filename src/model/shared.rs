@@ -16,6 +16,7 @@ use std::time::Duration;
 use super::ModelError;
 use super::http::{Auth, Endpoint, RetryPolicy, Secret, Timeouts, Transport};
 use super::pricing::PriceTable;
+use crate::budget::{Budget, Limits, LocalBudget};
 use crate::config::Price;
 use crate::config::{Config, ModelConfig};
 use crate::task::ModelOptions;
@@ -26,6 +27,8 @@ pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 /// Process-wide model plumbing (see the module docs).
 pub struct Shared {
     transport: Transport,
+    /// The vendors' per-minute budgets: this process's, or the fleet's ([`Shared::with_budget`]).
+    budget: Arc<dyn Budget>,
     prices: PriceTable,
     models: BTreeMap<String, ModelConfig>,
     env: EnvLookup,
@@ -108,7 +111,20 @@ impl Shared {
 
     pub fn with_env(config: &Config, env: EnvLookup) -> Self {
         let overrides = config.models.iter().map(|(name, m)| (name.clone(), m.prices.clone())).collect();
-        Self { transport: Transport::default(), prices: PriceTable::new(overrides), models: config.models.clone(), env }
+        Self {
+            transport: Transport::default(),
+            budget: Arc::new(LocalBudget::default()),
+            prices: PriceTable::new(overrides),
+            models: config.models.clone(),
+            env,
+        }
+    }
+
+    /// Keeps the vendors' per-minute budgets in `budget` (the fleet's, on the PostgreSQL queue) instead of in
+    /// this process.
+    pub fn with_budget(mut self, budget: Arc<dyn Budget>) -> Self {
+        self.budget = budget;
+        self
     }
 
     pub fn prices(&self) -> &PriceTable {
@@ -169,12 +185,17 @@ impl Shared {
             rate_limit_wait: secs(config.rate_limit_wait_secs, 600),
             ..RetryPolicy::default()
         };
+        let endpoint_key = format!("{provider} {}", origin(&base_url));
         let endpoint = Endpoint {
             provider,
             client: self.transport.client(timeouts.connect)?,
-            limiter: self
-                .transport
-                .limiter(&format!("{provider} {}", origin(&base_url)), config.max_concurrency.unwrap_or(8)),
+            limiter: self.transport.limiter(&endpoint_key, config.max_concurrency.unwrap_or(8)),
+            budget: self.budget.clone(),
+            limits: Limits {
+                requests_per_minute: config.requests_per_minute,
+                tokens_per_minute: config.tokens_per_minute,
+            },
+            budget_key: endpoint_key,
             retry,
             timeouts,
             key,

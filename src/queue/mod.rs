@@ -19,6 +19,7 @@ mod transitions;
 pub use transitions::{AfterFailure, after_retryable_failure};
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -251,6 +252,12 @@ pub type SignalHandler = std::sync::Arc<dyn Fn(QueueSignal) + Send + Sync>;
 pub trait Queue: Send + Sync {
     /// For logs and `config check`.
     fn describe(&self) -> String;
+
+    /// The model vendors' per-minute budget every node of this queue shares (`crate::budget`), when the
+    /// backend can keep one; `None`: each process keeps its own.
+    fn rate_budget(&self) -> Option<Arc<dyn crate::budget::Budget>> {
+        None
+    }
 
     /// Enqueues a task (writing its `task_queued` event), or returns the existing task with that id.
     async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError>;

@@ -35,6 +35,7 @@ use super::{
     Cancelled, Decision, Finish, HumanAnswer, Lease, LeaseStatus, ListFilter, NewTask, Paused, Queue, QueueError,
     QueueSignal, Release, Rescued, SignalHandler, Submitted, ToolAnswer, WorkerIdentity, body_hash, desktop, row,
 };
+use crate::budget;
 use crate::record::events::{Event, EventKind};
 use crate::record::{StepRecord, TaskState, Usage};
 use crate::status::{ListedTask, TaskRecord};
@@ -132,6 +133,16 @@ const MIGRATIONS: &[(i32, &str, &[&str])] = &[
             "ALTER TABLE agentd_tasks ADD COLUMN desktop_name text",
             "ALTER TABLE agentd_tasks ADD COLUMN desktop_failure text",
         ],
+    ),
+    (
+        7,
+        "model rate budgets shared by the fleet (docs/models.md): GCRA times on the database's clock",
+        &["CREATE TABLE agentd_rate_budgets (
+            key text PRIMARY KEY,
+            requests_at double precision NOT NULL DEFAULT 0,
+            tokens_at double precision NOT NULL DEFAULT 0,
+            paused_until double precision NOT NULL DEFAULT 0
+        )"],
     ),
 ];
 
@@ -769,6 +780,10 @@ impl Queue for PostgresQueue {
         self.describe.clone()
     }
 
+    fn rate_budget(&self) -> Option<std::sync::Arc<dyn crate::budget::Budget>> {
+        Some(std::sync::Arc::new(PgBudget { pool: self.pool.clone() }))
+    }
+
     async fn submit(&self, task: NewTask) -> Result<Submitted, QueueError> {
         let id = task.id().to_string();
         let hash = body_hash(&task.spec);
@@ -1243,6 +1258,76 @@ async fn rollback(tx: Transaction<'_, Postgres>, refusal: QueueError) -> QueueEr
     refusal
 }
 
+/// The model vendors' per-minute budgets of the fleet (`crate::budget`): a row per endpoint, read and
+/// written under its row lock, times on the database's clock (every node sees one time).
+#[derive(Debug)]
+pub struct PgBudget {
+    pool: PgPool,
+}
+
+impl PgBudget {
+    /// Applies `change` to `key`'s cells under the row's lock; what it returns.
+    async fn update<T>(
+        &self,
+        key: &str,
+        change: impl FnOnce(budget::Cells, f64) -> (Option<budget::Cells>, T),
+    ) -> Result<T, budget::BudgetError> {
+        let unreachable = |e: sqlx::Error| budget::BudgetError(error_text(e));
+        let mut tx = self.pool.begin().await.map_err(unreachable)?;
+        sqlx::query("INSERT INTO agentd_rate_budgets (key) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(unreachable)?;
+        let (requests_at, tokens_at, paused_until, now): (f64, f64, f64, f64) = sqlx::query_as(
+            "SELECT requests_at, tokens_at, paused_until, extract(epoch FROM clock_timestamp())::float8
+             FROM agentd_rate_budgets WHERE key = $1 FOR UPDATE",
+        )
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(unreachable)?;
+        let (next, out) = change(budget::Cells { requests_at, tokens_at, paused_until }, now);
+        if let Some(next) = next {
+            sqlx::query(
+                "UPDATE agentd_rate_budgets SET requests_at = $2, tokens_at = $3, paused_until = $4 WHERE key = $1",
+            )
+            .bind(key)
+            .bind(next.requests_at)
+            .bind(next.tokens_at)
+            .bind(next.paused_until)
+            .execute(&mut *tx)
+            .await
+            .map_err(unreachable)?;
+        }
+        tx.commit().await.map_err(unreachable)?;
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl budget::Budget for PgBudget {
+    async fn admit(&self, key: &str, limits: &budget::Limits) -> Result<Duration, budget::BudgetError> {
+        self.update(key, |cells, now| match budget::admit(cells, now, limits) {
+            Ok(next) => (Some(next), Duration::ZERO),
+            Err(wait) => (None, Duration::from_secs_f64(wait)),
+        })
+        .await
+    }
+
+    async fn charge(&self, key: &str, tokens: u64, limits: &budget::Limits) -> Result<(), budget::BudgetError> {
+        self.update(key, |cells, now| (Some(budget::charge(cells, now, tokens, limits)), ())).await
+    }
+
+    async fn pause(&self, key: &str, wait: Duration) -> Result<(), budget::BudgetError> {
+        self.update(key, |cells, now| (Some(budget::pause(cells, now, wait.as_secs_f64())), ())).await
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1296,6 +1381,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn two_queues_on_one_database_spend_one_rate_budget() {
+        use crate::budget::Limits;
+        let Some(url) = server() else { return };
+        let fresh = Fresh::new(&url).await;
+        let (a, b) = (fresh.queue(PostgresSettings::default()).await, fresh.queue(PostgresSettings::default()).await);
+        let (a, b) = (a.rate_budget().expect("a budget"), b.rate_budget().expect("a budget"));
+        assert!(a.is_shared());
+        let limits = Limits { requests_per_minute: Some(4), tokens_per_minute: None };
+        let mut admitted = 0;
+        for budget in [&a, &b, &a, &b, &a, &b] {
+            if budget.admit("p https://x:443", &limits).await.expect("admit").is_zero() {
+                admitted += 1;
+            }
+        }
+        // 4 a minute between them, not 4 each.
+        assert_eq!(admitted, 4);
+        // Another endpoint has a budget of its own; a pause set through one queue holds the other's calls.
+        assert!(b.admit("q https://y:443", &limits).await.expect("admit").is_zero());
+        a.pause("q https://y:443", std::time::Duration::from_secs(30)).await.expect("pause");
+        let wait = b.admit("q https://y:443", &limits).await.expect("admit");
+        assert!(wait > std::time::Duration::from_secs(25), "{wait:?}");
+        fresh.drop_schema().await;
+    }
+
+    #[tokio::test]
     async fn migrations_run_once_when_nodes_start_together_and_the_password_is_never_shown() {
         let Some(url) = server() else { return };
         let fresh = Fresh::new(&url).await;
@@ -1308,7 +1418,7 @@ mod tests {
             .await
             .expect("versions");
         assert_eq!(versions, MIGRATIONS.iter().map(|(version, _, _)| *version).collect::<Vec<_>>());
-        assert_eq!(versions, (1..=6).collect::<Vec<_>>(), "each migration once, in order");
+        assert_eq!(versions, (1..=7).collect::<Vec<_>>(), "each migration once, in order");
         assert!(!queues[0].describe().contains("not-shown-anywhere"), "{}", queues[0].describe());
         assert!(queues[0].describe().starts_with("postgres://"), "{}", queues[0].describe());
         for queue in queues {

@@ -358,7 +358,15 @@ async fn a_demonstration_is_recorded_on_the_console() {
     let id: String = tab.eval("decodeURIComponent(location.hash.slice('#/tasks/'.length))").await.expect("the id");
     let finish: String = tab.eval("document.querySelector('#resume').textContent").await.expect("the button");
     assert_eq!(finish, "Finish the demonstration");
+    // The summary is written first; the steps done on the desktop after it leave it (and its button) as they
+    // were: the form is not rebuilt for each step a person adds.
+    tab.type_into("#resume-note", "bob signed in").await.expect("the summary");
     sign_in_by_hand(&tab, &daemon, &id).await;
+    let both_shown = "document.querySelector('#step-details h2') \
+                      && document.querySelector('#step-details h2').textContent.startsWith('Step 1 ')";
+    tab.wait_for(both_shown, WAIT).await.expect("the person's second step on the page");
+    let note: String = tab.eval("document.querySelector('#resume-note').value").await.expect("the note");
+    assert_eq!(note, "bob signed in", "the summary written before the steps is kept");
     tab.click("#resume").await.expect("finish the demonstration");
     let done =
         "document.querySelector('#task-state') && document.querySelector('#task-state').dataset.state === 'succeeded'";
@@ -374,6 +382,7 @@ async fn a_demonstration_is_recorded_on_the_console() {
     assert!(steps.iter().all(|s| s["by"] == "human"), "{record}");
     assert_eq!(actions[1], &json!([{"type": "type", "text": "bob"}]), "{actions:?}");
     assert_eq!(record["outcome"]["success"], true, "{record}");
+    assert!(record["outcome"]["summary"].as_str().is_some_and(|s| s.contains("bob signed in")), "{record}");
     // Its report says whose steps they were, and shows their screenshots.
     let report = dir.path().join("demonstration.html");
     let exported = daemon.cli(&["export", &id, "--html", report.to_str().expect("path")]);

@@ -64,6 +64,7 @@ mod packaging;
 mod pools;
 mod proxy;
 mod queue_suite;
+mod rate_budget;
 mod remote_tools;
 mod replay;
 mod reports;

@@ -861,7 +861,11 @@
       const doc = t.doc;
       if (!doc) return;
       // Rebuilt only when what they offer changes: a focused button or a half-typed answer survives refreshes.
-      const key = JSON.stringify([doc.state, doc.waiting_reason, doc.waiting && doc.waiting.kind, doc.waiting && doc.waiting.step, (doc.pending_tool_calls || []).map((c) => c.id)]);
+      // A taken-over desktop offers the same form whatever step the person's actions have reached: its note
+      // (and a click on its button) must survive the steps they add.
+      const kind = doc.waiting && doc.waiting.kind;
+      const step = kind === 'takeover' ? null : doc.waiting && doc.waiting.step;
+      const key = JSON.stringify([doc.state, doc.waiting_reason, kind, step, (doc.pending_tool_calls || []).map((c) => c.id)]);
       if (controls.dataset.key === key) return;
       controls.dataset.key = key;
       const hadFocus = controls.contains(document.activeElement);
