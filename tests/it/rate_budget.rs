@@ -43,6 +43,25 @@ fn submit_six(nodes: &[Daemon]) -> Vec<String> {
         .collect()
 }
 
+/// A model stand-in answering request n with `answer(n)`, three nodes on `schema` with `models` (see
+/// [`three_nodes`]), and six never-ending tasks submitted to them.
+async fn fleet(
+    schema: &PgSchema,
+    models: &str,
+    answer: impl Fn(usize) -> Reply + Send + 'static,
+) -> (FakeServer, Vec<Daemon>, Vec<String>) {
+    let turn = Arc::new(AtomicUsize::new(0));
+    let server = FakeServer::start(
+        Vendor::Compatible { key: None },
+        Box::new(move |_: &Recorded| answer(turn.fetch_add(1, Ordering::SeqCst))),
+    )
+    .await
+    .expect("start the stand-in");
+    let nodes = tokio::task::block_in_place(|| three_nodes(schema, &server, models));
+    let ids = tokio::task::block_in_place(|| submit_six(&nodes));
+    (server, nodes, ids)
+}
+
 /// Waits (at most 60 s) until the stand-in has been sent `n` requests; what it was sent.
 async fn requests_at_least(server: &FakeServer, n: usize, nodes: &[Daemon]) -> Vec<Recorded> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -81,17 +100,8 @@ async fn three_nodes_stay_within_one_request_budget() {
     let _heavy = crate::support::heavy();
     let Some(postgres) = postgres_url() else { return };
     let schema = PgSchema::create(&postgres);
-    let turn = Arc::new(AtomicUsize::new(0));
-    let counter = turn.clone();
-    let server = FakeServer::start(
-        Vendor::Compatible { key: None },
-        Box::new(move |_: &Recorded| moving(counter.fetch_add(1, Ordering::SeqCst))),
-    )
-    .await
-    .expect("start the stand-in");
     // 12 a minute: 12 at once, then one every 5 s — for the fleet, not for each node.
-    let nodes = tokio::task::block_in_place(|| three_nodes(&schema, &server, "requests_per_minute = 12"));
-    let ids = tokio::task::block_in_place(|| submit_six(&nodes));
+    let (server, nodes, ids) = fleet(&schema, "requests_per_minute = 12", moving).await;
     let burst = requests_at_least(&server, 12, &nodes).await;
     let first = burst[0].at;
     // Eight seconds after the first request, the fleet may have sent the burst and at most two more (at 5 s
@@ -110,29 +120,20 @@ async fn a_429_with_retry_after_on_one_node_pauses_every_node() {
     let _heavy = crate::support::heavy();
     let Some(postgres) = postgres_url() else { return };
     let schema = PgSchema::create(&postgres);
-    let turn = Arc::new(AtomicUsize::new(0));
-    let counter = turn.clone();
-    // The 30th request is answered 429 "retry after 2 s"; every other one moves the pointer.
-    let server = FakeServer::start(
-        Vendor::Compatible { key: None },
-        Box::new(move |_: &Recorded| {
-            let n = counter.fetch_add(1, Ordering::SeqCst);
-            if n == 29 {
-                Reply::error_with(
-                    429,
-                    &[("retry-after", "2")],
-                    json!({"error": {"message": "slow down", "type": "rate_limit"}}),
-                )
-            } else {
-                moving(n)
-            }
-        }),
-    )
-    .await
-    .expect("start the stand-in");
-    // No per-minute limits: only the vendor's wait is shared.
-    let nodes = tokio::task::block_in_place(|| three_nodes(&schema, &server, ""));
-    let ids = tokio::task::block_in_place(|| submit_six(&nodes));
+    // The 30th request is answered 429 "retry after 2 s"; every other one moves the pointer. No per-minute
+    // limits: only the vendor's wait is shared.
+    let answer = |n: usize| {
+        if n == 29 {
+            Reply::error_with(
+                429,
+                &[("retry-after", "2")],
+                json!({"error": {"message": "slow down", "type": "rate_limit"}}),
+            )
+        } else {
+            moving(n)
+        }
+    };
+    let (server, nodes, ids) = fleet(&schema, "", answer).await;
     let requests = requests_at_least(&server, 30, &nodes).await;
     let throttled = requests[29].at;
     tokio::time::sleep_until(throttled + Duration::from_secs(3)).await;
