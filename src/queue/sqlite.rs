@@ -919,18 +919,25 @@ impl Queue for SqliteQueue {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<ListedTask>, QueueError> {
         let limit = row::list_limit(filter);
-        let rows = sqlx::query(
-            "SELECT * FROM tasks WHERE (?1 IS NULL OR state = ?1)
+        // Two texts, not `(?1 IS NULL OR state = ?1)`: SQLite plans a statement before its parameters are
+        // bound, and only `state = ?1` lets it search `tasks_by_state` (the rescuer's rounds list by state).
+        let sql = if filter.state.is_some() {
+            "SELECT * FROM tasks WHERE state = ?1
              AND (?3 IS NULL OR substr(id, 1, length(?3)) = ?3) AND (?4 IS NULL OR substr(id, -length(?4)) = ?4)
-             ORDER BY created_ms DESC, id DESC LIMIT ?2",
-        )
-        .bind(filter.state.map(|s| s.as_str()))
-        .bind(limit)
-        .bind(filter.id_prefix.as_deref())
-        .bind(filter.id_suffix.as_deref())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
+             ORDER BY created_ms DESC, id DESC LIMIT ?2"
+        } else {
+            "SELECT * FROM tasks WHERE ?1 IS NULL
+             AND (?3 IS NULL OR substr(id, 1, length(?3)) = ?3) AND (?4 IS NULL OR substr(id, -length(?4)) = ?4)
+             ORDER BY created_ms DESC, id DESC LIMIT ?2"
+        };
+        let rows = sqlx::query(sql)
+            .bind(filter.state.map(|s| s.as_str()))
+            .bind(limit)
+            .bind(filter.id_prefix.as_deref())
+            .bind(filter.id_suffix.as_deref())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         rows.iter().map(|row| Self::task_row(row).map(TaskRow::listed)).collect()
     }
 
