@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Client, Method, StatusCode};
 use super::exit::{CliError, CliResult, Exit};
-use super::remote::{encode, prepare_for_daemon, record_of};
+use super::remote::{prepare_for_daemon, record_after_its_end, record_of};
 use super::report::{Source, write_html_report};
 use super::sanitize::sanitize;
 use crate::artifacts::ArtifactStore;
@@ -89,6 +89,8 @@ pub async fn eval(config: &Config, daemon: Option<Client>, args: EvalArgs<'_>, j
         }
     };
     let total = plan.len();
+    let (place, local_flag) =
+        if matches!(runner, Runner::Local(_)) { ("in this process", " --local") } else { ("through the daemon", "") };
     eprintln!(
         "agentd: evaluation {}: suite {}: {total} runs ({} task(s) × {} model(s) × {}), {concurrency} at once, {}",
         sanitize(&eval_id),
@@ -96,13 +98,13 @@ pub async fn eval(config: &Config, daemon: Option<Client>, args: EvalArgs<'_>, j
         suite.tasks.len(),
         suite.models.len().max(1),
         suite.repeat,
-        if matches!(runner, Runner::Local(_)) { "in this process" } else { "through the daemon" }
+        place
     );
     eprintln!(
         "agentd: if it is interrupted: agentd eval {} --continue {}{}",
         sanitize(&args.suite.display().to_string()),
         sanitize(&eval_id),
-        if matches!(runner, Runner::Local(_)) { " --local" } else { "" }
+        local_flag
     );
 
     let stop = CancellationToken::new();
@@ -173,7 +175,7 @@ pub async fn eval(config: &Config, daemon: Option<Client>, args: EvalArgs<'_>, j
             sanitize(&eval_id),
             outcomes.iter().filter(|o| o.verdict != Verdict::Interrupted).count(),
             sanitize(&args.suite.display().to_string()),
-            if matches!(runner, Runner::Local(_)) { " --local" } else { "" }
+            local_flag
         );
         return Ok(Exit::Interrupted);
     }
@@ -223,7 +225,7 @@ impl Local {
         stop: &CancellationToken,
     ) -> Option<RunOutcome> {
         let id = run.id.as_str();
-        let record_path = self.config.data_dir.join("runs").join(format!("{id}.json"));
+        let record_path = super::run::record_path(&self.config, id);
         if let Some(record) = finished_record(&record_path) {
             return Some(RunOutcome::from_record(name, &run.model, run.repeat, &record));
         }
@@ -319,19 +321,16 @@ async fn daemon_run(
     Ok(Some(RunOutcome::from_record(name, &run.model, run.repeat, &record)))
 }
 
-/// Follows task `id`'s events until it ends, then reads its record (the queue records the end just after the
-/// event that announces it: a few reads until it agrees).
+/// Follows task `id`'s events until it ends, then reads its record.
 async fn wait_for_end(client: &Client, id: &str) -> Result<TaskRecord, CliError> {
     client.follow_events(id, 0, true, |_| {}).await?;
-    let path = format!("/v1/tasks/{}", encode(id));
-    for _ in 0..100 {
-        let record = record_of(client.call(Method::GET, &path, None).await?.1)?;
-        if record.state.is_terminal() {
-            return Ok(record);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let record = record_after_its_end(client, id).await?;
+    if !record.state.is_terminal() {
+        return Err(CliError::unreachable(anyhow::anyhow!(
+            "task {id}: its events ended but the daemon does not say it ended"
+        )));
     }
-    Err(CliError::unreachable(anyhow::anyhow!("task {id}: its events ended but the daemon does not say it ended")))
+    Ok(record)
 }
 
 /// Ctrl-C or SIGTERM: stop the evaluation (a second one exits at once). The signals are taken over before

@@ -214,15 +214,7 @@ pub(super) async fn follow_to_end(client: &Client, id: &str, turn: Option<u32>, 
     };
     progress.finish();
     followed?;
-    // The queue records the end just after the event that announces it: wait for it to agree.
-    let mut record = record_of(client.call(Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await?.1)?;
-    for _ in 0..100 {
-        if record.state.is_terminal() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        record = record_of(client.call(Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await?.1)?;
-    }
+    let record = record_after_its_end(client, &id).await?;
     if json {
         print_json(&record);
     } else {
@@ -231,6 +223,22 @@ pub(super) async fn follow_to_end(client: &Client, id: &str, turn: Option<u32>, 
     let succeeded = record.state.is_terminal() && exit_for(&record) == Exit::Success
         || !record.state.is_terminal() && final_state == Some(crate::record::TaskState::Succeeded);
     Ok(if succeeded { Exit::Success } else { Exit::Unsuccessful })
+}
+
+/// Task `id`'s record once its `task_finished` event was seen: the queue records the end just after the event
+/// that announces it, so the record is read again (every 50 ms, at most 100 times) until it agrees; the last
+/// one read if it never does.
+pub(super) async fn record_after_its_end(client: &Client, id: &str) -> Result<TaskRecord, CliError> {
+    let path = format!("/v1/tasks/{}", encode(id));
+    let mut record = record_of(client.call(Method::GET, &path, None).await?.1)?;
+    for _ in 0..100 {
+        if record.state.is_terminal() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        record = record_of(client.call(Method::GET, &path, None).await?.1)?;
+    }
+    Ok(record)
 }
 
 pub async fn status(client: &Client, id: &str, json: bool) -> CliResult {

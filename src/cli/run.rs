@@ -129,7 +129,8 @@ pub async fn run(config: &Config, task_path: &Path, json: bool) -> CliResult {
     Ok(if outcome.success { Exit::Success } else { Exit::Unsuccessful })
 }
 
-fn record_path(config: &Config, id: &str) -> std::path::PathBuf {
+/// Where `agentd run` (and `agentd eval --local`) keeps the record of task `id`: `data_dir/runs/ID.json`.
+pub(super) fn record_path(config: &Config, id: &str) -> std::path::PathBuf {
     config.data_dir.join("runs").join(format!("{id}.json"))
 }
 

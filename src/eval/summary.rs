@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::{EndReason, TaskState, Usage};
+use crate::record::{EndReason, Usage};
 use crate::status::TaskRecord;
 
 /// z for a two-sided 95 % interval.
@@ -78,9 +78,7 @@ impl RunOutcome {
             _ => (Verdict::Interrupted, record.state.as_str().to_string(), "the run has not ended".to_string()),
         };
         let seconds = match (record.started_at, record.finished_at) {
-            (Some(start), Some(end)) if record.state != TaskState::Queued => {
-                Some((end - start).as_seconds_f64().max(0.0))
-            }
+            (Some(start), Some(end)) => Some((end - start).as_seconds_f64().max(0.0)),
             _ => None,
         };
         Self {
