@@ -47,13 +47,27 @@ pub async fn result(
         id_prefix: Some(format!("{id}.t")),
         ..ListFilter::default()
     };
-    let listed = state.queue.list(&filter).await?;
-    let records: Vec<_> = listed.iter().filter_map(ListedTask::record).collect();
+    let records: Vec<_> = state
+        .queue
+        .list(&filter)
+        .await?
+        .into_iter()
+        .filter_map(|task| match task {
+            ListedTask::Record(record) => Some(*record),
+            ListedTask::Unreadable(_) => None,
+        })
+        .collect();
     if records.is_empty() {
         return Err(not_found());
     }
     let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
     let counts = state.queue.step_counts(&ids).await?;
-    let runs: Vec<_> = records.into_iter().map(|r| (r.clone(), counts.get(&r.id).copied().unwrap_or(0))).collect();
+    let runs: Vec<_> = records
+        .into_iter()
+        .map(|record| {
+            let steps = counts.get(&record.id).copied().unwrap_or(0);
+            (record, steps)
+        })
+        .collect();
     stored::summarize(&id, &runs).map(Json).ok_or_else(not_found)
 }
