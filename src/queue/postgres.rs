@@ -1308,6 +1308,22 @@ impl PgBudget {
 #[async_trait]
 impl budget::Budget for PgBudget {
     async fn admit(&self, key: &str, limits: &budget::Limits) -> Result<Duration, budget::BudgetError> {
+        if limits.is_unlimited() {
+            // Nothing to count, only a pause to honour: one read, no row lock every node would queue on.
+            let row: Option<(f64, f64, f64, f64)> = sqlx::query_as(
+                "SELECT requests_at, tokens_at, paused_until, extract(epoch FROM clock_timestamp())::float8
+                 FROM agentd_rate_budgets WHERE key = $1",
+            )
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| budget::BudgetError(error_text(e)))?;
+            let Some((requests_at, tokens_at, paused_until, now)) = row else {
+                return Ok(Duration::ZERO);
+            };
+            let cells = budget::Cells { requests_at, tokens_at, paused_until };
+            return Ok(budget::admit(cells, now, limits).err().map_or(Duration::ZERO, Duration::from_secs_f64));
+        }
         self.update(key, |cells, now| match budget::admit(cells, now, limits) {
             Ok(next) => (Some(next), Duration::ZERO),
             Err(wait) => (None, Duration::from_secs_f64(wait)),
